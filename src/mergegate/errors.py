@@ -1,0 +1,66 @@
+"""One error base class; each subclass carries the exit code the CLI returns."""
+
+from __future__ import annotations
+
+
+class MergegateError(Exception):
+    """Base of every error mergegate reports to a user.
+
+    `file` and `line` locate the problem when it comes from a file; `hint`
+    says how to fix it when a fix is known.
+    """
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.hint = hint
+
+    def location(self) -> str:
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def __str__(self) -> str:
+        where = self.location()
+        return f"{self.message} ({where})" if where else self.message
+
+
+class JobFailed(MergegateError):
+    """A job failed, timed out, or was denied or rejected."""
+
+    exit_code = 1
+
+
+class UsageError(MergegateError):
+    """Bad input: invalid YAML, schema violation, bad flag, missing policy."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A policy or job file is invalid."""
+
+
+class GitError(UsageError):
+    """git could not do what was asked (missing ref, no repository)."""
+
+
+class IntegrityError(MergegateError):
+    """Tampering or a broken chain: the runner refuses to go on."""
+
+    exit_code = 3
+
+
+class Denied(JobFailed):
+    """A job was refused before it started (policy, workspace or credential check)."""

@@ -1,0 +1,1 @@
+"""Builders for real repositories, keys and signed merges used across the tests."""

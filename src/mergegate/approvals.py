@@ -1,0 +1,275 @@
+"""Which first-parent commit approved which job revision, and whether that approval holds.
+
+A commit on `approved` is judged by the policy in force at its first parent
+(the last policy validly approved before it): a merge cannot approve itself
+into power. Approvals bind to content: a vote counts only for the exact blob
+it names, and the authors and signers of a job never count toward its quorum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from mergegate.audit import AUDIT_DIR, check_append_only
+from mergegate.errors import ConfigError, IntegrityError
+from mergegate.git import ZERO, Commit, Repo
+from mergegate.job import Job, check_unique_ids, is_job_path, parse_job
+from mergegate.policy import POLICY_DIR, CommandRule, Person, Policy, Requirement, load_policy
+from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
+
+APPROVE_TRAILER = "Mergegate-Approve"
+VETO_TRAILER = "Mergegate-Veto"
+Kind = Literal["audit", "approval", "veto", "unapproved", "other"]
+
+
+@dataclass(frozen=True)
+class Vote:
+    person: str  # policy name, or the key fingerprint when no policy key matched
+    via: str  # "merge signature of 1a2b3c4" / "approval commit 5d6e7f8"
+    counted: bool
+    why: str  # why it did not count ("" when it did)
+
+    def describe(self) -> str:
+        return f"{self.person} ({self.via})" if self.counted else f"{self.person} ({self.via}: {self.why})"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one job revision introduced by one commit."""
+
+    path: str
+    blob: str
+    commit: str
+    job: Job | None
+    runnable: bool
+    reason: str
+    votes: tuple[Vote, ...] = ()
+    requirement: Requirement | None = None
+    rule: CommandRule | None = None
+    self_approved: bool = False
+
+    @property
+    def approvers(self) -> tuple[str, ...]:
+        return tuple(sorted({v.person for v in self.votes if v.counted}))
+
+
+@dataclass(frozen=True)
+class Veto:
+    path: str
+    blob: str
+    person: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class Assessment:
+    commit: str
+    kind: Kind
+    policy: Policy  # the policy in force after this commit
+    decisions: tuple[Decision, ...] = ()
+    vetoes: tuple[Veto, ...] = ()
+    policy_changed: bool = False
+    policy_adopted: bool = False
+    summary: str = ""
+
+
+class Assessor:
+    """Judges first-parent commits; caches signature checks across one walk."""
+
+    def __init__(self, repo: Repo, *, at: datetime) -> None:
+        self.repo = repo
+        self.at = at
+        self._checks: dict[tuple[str, tuple[str, ...], datetime], SignatureCheck] = {}
+
+    def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
+        cache_key = (commit.sha, tuple(k.fingerprint for k in keys), self.at)
+        if cache_key not in self._checks:
+            split = split_signed_commit(commit.raw)
+            if split is None:
+                self._checks[cache_key] = SignatureCheck(False, None, "", "unsigned")
+            else:
+                self._checks[cache_key] = verify_signature(split[0], split[1], keys, at=self.at)
+        return self._checks[cache_key]
+
+    def assess(self, sha: str, policy: Policy) -> Assessment:
+        commit = self.repo.commit(sha)
+        parent = commit.parents[0] if commit.parents else None
+        changes = self.repo.diff(parent, sha)
+        audit = [c for c in changes if c.path.startswith(AUDIT_DIR)]
+        rest = [c for c in changes if not c.path.startswith(AUDIT_DIR)]
+        short = sha[:7]
+        # 1. Runner commits touch only audit/, append only, and are signed when runners are listed.
+        if audit:
+            if rest or commit.is_merge:
+                raise IntegrityError(f"commit {short} changes audit/ together with other files or as a merge: tampering", file=audit[0].path)
+            if policy.runners:
+                check = self.signature(commit, policy.runner_keys())
+                if not check.ok:
+                    raise IntegrityError(f"audit commit {short} is not signed by a runner in {policy.where}: {check.reason}")
+            check_append_only(self.repo, sha, audit)
+            return Assessment(sha, "audit", policy, summary="audit records")
+        jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
+        policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest if c.path.startswith(POLICY_DIR)}
+        # 2. A veto is an empty, signed commit naming job revisions.
+        if not rest and commit.trailers(VETO_TRAILER):
+            return self._veto(commit, policy)
+        if not jobs and not policy_files:
+            return Assessment(sha, "other", policy, summary="changes no job or policy")
+        # 3. Only a merge signed by an approver can approve.
+        if not commit.is_merge:
+            return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved")
+        signed = self.signature(commit, policy.approver_keys())
+        if not signed.ok or signed.key is None:
+            return self._reject_all(commit, policy, jobs, policy_files, f"merge {short} is not a valid approval: {_in_policy(signed.reason, policy)}")
+        votes = self.votes(policy, base=commit.parents[0], head=sha, files={**jobs, **policy_files}, signer=signed.key.owner, merge=commit)
+        # 4. A policy change needs the policy quorum of the policy before it.
+        new_policy, adopted, policy_reason = policy, False, ""
+        if policy_files:
+            adopted, policy_reason, new_policy = self._policy_change(commit, policy, votes, policy_files)
+            if not adopted:
+                reason = f"merge {short} changes {POLICY_DIR} without approval ({policy_reason}); nothing in it is approved"
+                result = self._reject_all(commit, policy, jobs, {}, reason)
+                return Assessment(sha, "unapproved", policy, result.decisions, policy_changed=True, summary=reason)
+        unique = check_unique_ids([p for _, _, p in self.repo.ls_tree(sha, "jobs/") if is_job_path(p)])
+        decisions = tuple(self._decide(commit, policy, path, blob, votes.get(path, ()), unique.get(path)) for path, blob in sorted(jobs.items()))
+        summary = f"approval by {signed.key.owner}"
+        if policy_files:
+            summary += f"; policy change {'adopted' if adopted else 'rejected'}: {policy_reason}"
+        return Assessment(sha, "approval", new_policy, decisions, policy_changed=bool(policy_files), policy_adopted=adopted, summary=summary)
+
+    # -- votes ------------------------------------------------------------------
+    def votes(self, policy: Policy, *, base: str, head: str, files: dict[str, str], signer: str | None, merge: Commit | None) -> dict[str, tuple[Vote, ...]]:
+        """Every vote for each file, with why it does or does not count."""
+        result: dict[str, list[Vote]] = {path: [] for path in files}
+        if signer is not None and merge is not None:
+            for path in files:
+                result[path].append(Vote(signer, f"merge signature of {merge.sha[:7]}", True, ""))
+        side = self.repo.side_commits(base, merge.parents[1] if merge is not None else head)
+        for sha in side:
+            commit = self.repo.commit(sha)
+            trailers = commit.trailers(APPROVE_TRAILER)
+            if not trailers:
+                continue
+            check = self.signature(commit, policy.approver_keys())
+            person = check.key.owner if check.ok and check.key else (check.signer or "unknown")
+            via = f"approval commit {sha[:7]}"
+            for trailer in trailers:
+                path, _, blob = trailer.rpartition(" ")
+                if path not in result:
+                    continue
+                if not check.ok:
+                    result[path].append(Vote(person, via, False, _in_policy(check.reason, policy)))
+                elif blob != files[path]:
+                    result[path].append(Vote(person, via, False, f"stale: approves blob {blob[:7]}, merged blob is {files[path][:7]}"))
+                else:
+                    result[path].append(Vote(person, via, True, ""))
+        # Separation of duties: whoever wrote or signed a change to the file does not count for it.
+        for path in files:
+            excluded = self._authors(policy, base, head, path, merge)
+            result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
+        return {path: tuple(v) for path, v in result.items()}
+
+    def _authors(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None) -> dict[str, str]:
+        excluded: dict[str, str] = {}
+        for sha in self.repo.commits_touching(base, head, path):
+            commit = self.repo.commit(sha)
+            if merge is not None and sha == merge.sha and self._merge_kept(merge, path):
+                continue
+            for person in _people_matching(policy, commit.author_name, commit.author_email):
+                excluded.setdefault(person.name, f"author of {sha[:7]}")
+            check = self.signature(commit, policy.proposal_keys())
+            if check.ok and check.key is not None:
+                excluded.setdefault(check.key.owner, f"signed {sha[:7]}, which changes the file")
+        return excluded
+
+    def _merge_kept(self, merge: Commit, path: str) -> bool:
+        # The merge itself wrote the file only if its blob differs from the merged branch's.
+        return self.repo.file_blob(merge.sha, path) == self.repo.file_blob(merge.parents[1], path)
+
+    def _exclude(self, vote: Vote, excluded: dict[str, str], policy: Policy) -> Vote:
+        if not vote.counted or vote.person not in excluded:
+            return vote
+        if policy.allow_self_approval:
+            return Vote(vote.person, vote.via + f", self-approved: {excluded[vote.person]}", True, "")
+        return Vote(vote.person, vote.via, False, excluded[vote.person])
+
+    # -- decisions ----------------------------------------------------------------
+    def _decide(self, commit: Commit, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> Decision:
+        base = dict(path=path, blob=blob, commit=commit.sha)
+        try:
+            job = parse_job(self.repo.blob(blob), path=path, blob=blob)
+        except ConfigError as exc:
+            return Decision(**base, job=None, runnable=False, reason=f"invalid job file: {exc}", votes=votes)
+        if not_unique:
+            return Decision(**base, job=job, runnable=False, reason=not_unique, votes=votes)
+        if policy.require_signed_proposals:
+            unsigned = self._unsigned_proposals(policy, commit, path)
+            if unsigned:
+                return Decision(**base, job=job, runnable=False, reason=f"require_signed_proposals: {unsigned}", votes=votes)
+        requirement = policy.requirement_for(job)
+        counted = [v.person for v in votes if v.counted]
+        quorum = policy.quorum(requirement, counted)
+        if not quorum.met:
+            return Decision(**base, job=job, runnable=False, reason=f"not approved: {quorum.reason}; {describe_votes(votes)}", votes=votes, requirement=requirement)
+        command = policy.decide_command(job)
+        if not command.allowed:
+            return Decision(**base, job=job, runnable=False, reason=f"denied by policy: {command.reason}", votes=votes, requirement=requirement)
+        self_approved = any("self-approved" in v.via for v in votes if v.counted)
+        return Decision(**base, job=job, runnable=True, reason=f"{quorum.reason}; {command.reason}", votes=votes, requirement=requirement, rule=command.rule, self_approved=self_approved)
+
+    def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str) -> str:
+        for sha in self.repo.commits_touching(commit.parents[0], commit.sha, path):
+            if sha == commit.sha and self._merge_kept(commit, path):
+                continue
+            check = self.signature(self.repo.commit(sha), policy.proposal_keys())
+            if not check.ok:
+                return f"commit {sha[:7]} that changes {path} is not signed by a key in {policy.where} ({check.reason})"
+        return ""
+
+    def _policy_change(self, commit: Commit, policy: Policy, votes: dict[str, tuple[Vote, ...]], files: dict[str, str]) -> tuple[bool, str, Policy]:
+        people: set[str] | None = None
+        for path in files:
+            counted = {v.person for v in votes[path] if v.counted}
+            people = counted if people is None else people & counted
+        quorum = policy.quorum(policy.policy_requirement(), people or set())
+        if not quorum.met:
+            details = "; ".join(f"{p}: {describe_votes(votes[p])}" for p in sorted(files))
+            return False, f"{quorum.reason}; {details}", policy
+        try:
+            new = load_policy(lambda p: self.repo.read_file(commit.sha, p), commit=commit.sha)
+        except ConfigError as exc:
+            return False, f"the new policy is invalid: {exc}", policy
+        return True, quorum.reason, new
+
+    def _veto(self, commit: Commit, policy: Policy) -> Assessment:
+        check = self.signature(commit, policy.approver_keys())
+        if not check.ok or check.key is None:
+            return Assessment(commit.sha, "other", policy, summary=f"veto ignored: {_in_policy(check.reason, policy)}")
+        vetoes = []
+        for trailer in commit.trailers(VETO_TRAILER):
+            path, _, blob = trailer.rpartition(" ")
+            vetoes.append(Veto(path, blob, check.key.owner, commit.sha))
+        return Assessment(commit.sha, "veto", policy, vetoes=tuple(vetoes), summary=f"veto by {check.key.owner}")
+
+    def _reject_all(self, commit: Commit, policy: Policy, jobs: dict[str, str], policy_files: dict[str, str], reason: str) -> Assessment:
+        decisions = tuple(Decision(path, blob, commit.sha, None, False, reason) for path, blob in sorted(jobs.items()))
+        return Assessment(commit.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason)
+
+
+def describe_votes(votes: Iterable[Vote]) -> str:
+    votes = list(votes)
+    counted = [v.describe() for v in votes if v.counted]
+    other = [v.describe() for v in votes if not v.counted]
+    text = f"counted: {', '.join(counted) or 'none'}"
+    return text + (f"; not counted: {', '.join(other)}" if other else "")
+
+
+def _people_matching(policy: Policy, name: str, email: str) -> list[Person]:
+    return [p for p in (*policy.approvers, *policy.proposers) if p.name.lower() == name.lower() or (email and email.lower() in p.emails)]
+
+
+def _in_policy(reason: str, policy: Policy) -> str:
+    return reason if "policy" in reason else f"{reason} (judged by {policy.where})"

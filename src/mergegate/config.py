@@ -1,0 +1,159 @@
+"""YAML loading and JSON Schema validation: the only place raw dicts exist.
+
+Loading is safe (no Python tags), rejects duplicate keys and aliases (which
+would let one file expand into millions of nodes), and keeps the line of
+every value so that an error can point at it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from datetime import date, datetime
+from typing import Any
+
+import jsonschema
+import yaml
+
+from mergegate.errors import ConfigError
+
+Path_ = tuple[str | int, ...]
+
+MAX_YAML_BYTES = 1024 * 1024
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
+@dataclass(frozen=True)
+class Document:
+    """A validated YAML document, with the line of every value."""
+
+    file: str
+    data: Any
+    lines: Mapping[Path_, int]
+
+    def line_of(self, path: Path_) -> int:
+        """The line of `path`, or of its nearest parent that has one."""
+        for cut in range(len(path), -1, -1):
+            line = self.lines.get(path[:cut])
+            if line is not None:
+                return line
+        return 1
+
+    def error(self, path: Path_, message: str, *, hint: str | None = None) -> ConfigError:
+        return ConfigError(message, file=self.file, line=self.line_of(path), hint=hint)
+
+
+def load(text: bytes | str, *, file: str, schema: str) -> Document:
+    """Parse YAML text and validate it against a packaged schema; ConfigError on any problem."""
+    doc = parse_yaml(text, file=file)
+    validate(doc, schema=schema)
+    return doc
+
+
+def parse_yaml(text: bytes | str, *, file: str) -> Document:
+    if isinstance(text, bytes):
+        if len(text) > MAX_YAML_BYTES:
+            raise ConfigError(f"file is {len(text)} bytes, more than the {MAX_YAML_BYTES} allowed", file=file)
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=file) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"invalid YAML: {what}", file=file, line=line) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file=file) from None
+    if node is None:
+        raise ConfigError("file is empty; expected a YAML mapping", file=file, line=1)
+    lines: dict[Path_, int] = {}
+    data = _convert(node, (), lines, file, set())
+    return Document(file=file, data=data, lines=lines)
+
+
+def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, seen: set[int]) -> Any:
+    lines[path] = node.start_mark.line + 1
+    # compose() hands back an alias as the very node it names: meeting a node
+    # twice means an alias, which could expand one file into millions of values.
+    if id(node) in seen:
+        raise ConfigError("YAML aliases (*name) are not allowed", file=file, line=lines[path])
+    seen.add(id(node))
+    if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
+        raise ConfigError(f"YAML tag {node.tag} is not allowed", file=file, line=lines[path])
+    if isinstance(node, yaml.MappingNode):
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError("mapping keys must be plain strings", file=file, line=key_node.start_mark.line + 1)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise ConfigError("YAML merge keys (<<) are not allowed", file=file, line=key_node.start_mark.line + 1)
+            key = key_node.value
+            if key in result:
+                raise ConfigError(
+                    f"duplicate key '{key}' (first at line {lines[(*path, key)]})",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                )
+            result[key] = _convert(value_node, (*path, key), lines, file, seen)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(item, (*path, i), lines, file, seen) for i, item in enumerate(node.value)]
+    return _scalar(node, file)
+
+
+def _scalar(node: yaml.Node, file: str) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        value = loader.construct_object(node, deep=True)
+        # Unquoted times become datetime objects in YAML 1.1; keep them as the
+        # text the user wrote so the schema and the error messages see that.
+        return node.value if isinstance(value, (datetime, date)) else value
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid value: {exc}", file=file, line=node.start_mark.line + 1) from None
+    finally:
+        loader.dispose()
+
+
+@cache
+def _schema(name: str) -> dict[str, Any]:
+    text = resources.files("mergegate.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validate(doc: Document, *, schema: str) -> None:
+    validator = jsonschema.Draft202012Validator(_schema(schema))
+    errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    path: Path_ = tuple(error.absolute_path)
+    field = ".".join(str(p) for p in path) or "(top level)"
+    raise doc.error(path, f"field '{field}': {_describe(error)}")
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"unknown key {', '.join(map(repr, extra))}; allowed keys: {allowed}"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator == "pattern":
+        return f"{_short(error.instance)} does not match {error.schema['pattern']}"
+    if error.validator == "type":
+        return f"expected {error.schema['type']}, found {type(error.instance).__name__} {_short(error.instance)}"
+    if error.validator in ("oneOf", "anyOf") and "description" in error.schema:
+        return f"expected {error.schema['description']}, found {_short(error.instance)}"
+    return error.message
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

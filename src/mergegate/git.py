@@ -1,0 +1,306 @@
+"""The only module that talks to git.
+
+Reads go through one persistent `git cat-file --batch` process (GitPython's
+object database) so that walking thousands of commits does not spawn
+thousands of processes. Writes use plumbing with a temporary index, so the
+runner never touches a person's working tree, index or checked-out branch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import git as gitpython
+
+from mergegate.errors import GitError
+
+ZERO = "0" * 40
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    parents: tuple[str, ...]
+    tree: str
+    author_name: str
+    author_email: str
+    committer_name: str
+    committer_email: str
+    message: str
+    raw: bytes  # the whole commit object, for signature checks
+
+    @property
+    def is_merge(self) -> bool:
+        return len(self.parents) >= 2
+
+    def trailers(self, key: str) -> tuple[str, ...]:
+        """Values of `Key: value` lines in the message's last paragraph."""
+        last = self.message.strip().split("\n\n")[-1]
+        prefix = key.lower() + ":"
+        return tuple(line.split(":", 1)[1].strip() for line in last.splitlines() if line.lower().startswith(prefix))
+
+
+@dataclass(frozen=True)
+class Change:
+    status: str  # A, M, D or T
+    path: str
+    old_blob: str
+    new_blob: str
+
+
+@dataclass(frozen=True)
+class Signing:
+    """How the runner signs its commits: an ssh private key path or an OpenPGP key id."""
+
+    key: str
+
+    def args(self) -> list[str]:
+        if os.path.exists(self.key):
+            return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={self.key}"]
+        return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.key}"]
+
+
+class Repo:
+    def __init__(self, path: Path) -> None:
+        try:
+            self._repo = gitpython.Repo(path, search_parent_directories=True)
+        except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
+            raise GitError(f"{path} is not a git repository", hint="run inside a clone, or pass --repo DIR") from None
+        self.path = Path(self._repo.working_tree_dir or self._repo.git_dir)
+        self.git_dir = Path(self._repo.git_dir)
+        self._commit = lru_cache(maxsize=4096)(self._read_commit)
+
+    def close(self) -> None:
+        self._repo.close()
+
+    # -- running git ------------------------------------------------------
+    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        proc = subprocess.run(
+            ["git", "-C", str(self.path), *args],
+            input=input,
+            capture_output=True,
+            env=full_env,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            what = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git {args[0]} failed: {what[-1] if what else 'exit ' + str(proc.returncode)}")
+        return proc
+
+    def out(self, *args: str) -> str:
+        return self.run(*args).stdout.decode("utf-8", "replace").strip()
+
+    # -- refs -----------------------------------------------------------------
+    def rev(self, ref: str) -> str | None:
+        proc = self.run("rev-parse", "--verify", "--quiet", ref + "^{commit}", check=False)
+        return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+    def has_remote(self, name: str) -> bool:
+        return name in self.out("remote").split()
+
+    def fetch(self, remote: str, branch: str) -> None:
+        self.run("fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+
+    def update_ref(self, ref: str, new: str, old: str | None) -> bool:
+        """Move `ref` to `new` only if it still points at `old` (compare and swap)."""
+        proc = self.run("update-ref", ref, new, old or ZERO, check=False)
+        return proc.returncode == 0
+
+    def current_branch(self) -> str | None:
+        proc = self.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+        return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+    def push(self, remote: str, sha: str, branch: str) -> bool:
+        """Push without force; False when the remote moved (fetch, rebase, retry)."""
+        proc = self.run("push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
+        if proc.returncode == 0:
+            self.run("update-ref", f"refs/remotes/{remote}/{branch}", sha)
+            return True
+        text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
+        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or "[remote rejected]" in text and "failed to update ref" in text:
+            return False
+        raise GitError(f"git push to {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
+
+    def config(self, key: str) -> str | None:
+        proc = self.run("config", "--get", key, check=False)
+        return proc.stdout.decode().strip() or None
+
+    # -- history --------------------------------------------------------------
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
+
+    def root_commit(self, tip: str) -> str:
+        roots = self.out("rev-list", "--first-parent", "--max-parents=0", tip).split()
+        return roots[-1]
+
+    def first_parent_chain(self, start: str | None, tip: str) -> list[str]:
+        """First-parent commits after `start` up to `tip`, oldest first."""
+        spec = [tip] if start is None else [f"{start}..{tip}"]
+        return self.out("rev-list", "--first-parent", "--reverse", *spec).split()
+
+    def side_commits(self, base: str, tip: str) -> list[str]:
+        """Commits reachable from `tip` but not from `base` (a merged branch), oldest first."""
+        return self.out("rev-list", "--reverse", f"{base}..{tip}").split()
+
+    def commits_touching(self, base: str, tip: str, path: str) -> list[str]:
+        return self.out("rev-list", "--full-history", f"{base}..{tip}", "--", path).split()
+
+    def path_blobs(self, tip: str, path: str) -> list[tuple[str, str]]:
+        """(commit, blob) for every first-parent commit up to `tip` that set `path`, newest first."""
+        text = self.out("log", "--first-parent", "--format=C %H", "--raw", "--no-abbrev", "--no-renames", tip, "--", path)
+        result, commit = [], ""
+        for line in text.splitlines():
+            if line.startswith("C "):
+                commit = line[2:]
+            elif line.startswith(":"):
+                blob = line.split()[3]
+                if blob != ZERO:
+                    result.append((commit, blob))
+        return result
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        proc = self.run("merge-base", a, b, check=False)
+        return proc.stdout.decode().strip() or None
+
+    # -- objects --------------------------------------------------------------
+    def commit(self, sha: str) -> Commit:
+        return self._commit(sha)
+
+    def _read_commit(self, sha: str) -> Commit:
+        raw = self._object(sha, "commit")
+        header, _, body = raw.partition(b"\n\n")
+        parents, tree, author, committer = [], "", ("", ""), ("", "")
+        for line in header.split(b"\n"):
+            if line.startswith(b"tree "):
+                tree = line[5:].decode()
+            elif line.startswith(b"parent "):
+                parents.append(line[7:].decode())
+            elif line.startswith(b"author "):
+                author = _ident(line[7:])
+            elif line.startswith(b"committer "):
+                committer = _ident(line[10:])
+        return Commit(sha, tuple(parents), tree, *author, *committer, body.decode("utf-8", "replace"), raw)
+
+    def _object(self, sha: str, kind: str) -> bytes:
+        try:
+            _, found, _, stream = self._repo.odb.stream(bytes.fromhex(sha)) if len(sha) == 40 else (None, None, None, None)
+        except (ValueError, gitpython.BadName, gitpython.BadObject):
+            found = None
+        if found is None:
+            raise GitError(f"object {sha[:12]} not found in {self.path}")
+        if found.decode() != kind:
+            raise GitError(f"object {sha[:12]} is a {found.decode()}, expected a {kind}")
+        data: bytes = stream.read()
+        return data
+
+    def blob(self, sha: str) -> bytes:
+        return self._object(sha, "blob")
+
+    def diff(self, parent: str | None, sha: str) -> list[Change]:
+        args = ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id"]
+        args += ["--root", sha] if parent is None else [parent, sha]
+        fields = self.run(*args).stdout.split(b"\0")
+        changes = []
+        for i in range(0, len(fields) - 1, 2):
+            meta = fields[i].decode().lstrip(":").split()
+            changes.append(Change(meta[4][0], fields[i + 1].decode("utf-8", "surrogateescape"), meta[2], meta[3]))
+        return changes
+
+    def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
+        """(mode, blob, path) of every file under `prefix` at `commit`."""
+        args = ["ls-tree", "-r", "-z", "--full-tree", commit]
+        if prefix:
+            args += ["--", prefix]
+        entries = []
+        for item in self.run(*args).stdout.split(b"\0"):
+            if not item:
+                continue
+            meta, path = item.split(b"\t", 1)
+            mode, _, obj = meta.decode().split()
+            entries.append((mode, obj, path.decode("utf-8", "surrogateescape")))
+        return entries
+
+    def file_blob(self, commit: str, path: str) -> str | None:
+        proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path}", check=False)
+        return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+    def read_file(self, commit: str, path: str) -> bytes | None:
+        blob = self.file_blob(commit, path)
+        return None if blob is None else self.blob(blob)
+
+    def export(self, commit: str, dest: Path) -> None:
+        """Write the tree of `commit` into `dest`: no .git, no attributes, no hooks."""
+        for mode, obj, path in self.ls_tree(commit):
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if mode == "120000":
+                os.symlink(self.blob(obj), target)
+            elif mode == "160000":
+                target.mkdir(exist_ok=True)
+            else:
+                target.write_bytes(self.blob(obj))
+                target.chmod(0o755 if mode == "100755" else 0o644)
+
+    # -- writing --------------------------------------------------------------
+    def write_commit(
+        self,
+        *,
+        parent: str,
+        files: Mapping[str, bytes],
+        message: str,
+        author: tuple[str, str],
+        signing: Signing | None,
+    ) -> str:
+        """A commit on `parent` that sets `files`, built with a private index."""
+        with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.run("read-tree", parent, env=env)
+            lines = []
+            for path, data in sorted(files.items()):
+                blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+                lines.append(f"100644 {blob}\t{path}\n")
+            self.run("update-index", "--index-info", input="".join(lines).encode(), env=env)
+            tree = self.run("write-tree", env=env).stdout.decode().strip()
+        return self.commit_tree(tree=tree, parents=(parent,), message=message, author=author, signing=signing)
+
+    def commit_tree(
+        self,
+        *,
+        tree: str,
+        parents: tuple[str, ...],
+        message: str,
+        author: tuple[str, str] | None,
+        signing: Signing | None = None,
+        sign: bool = False,
+    ) -> str:
+        """A commit object; `author` None and `sign` use the person's own git identity and key."""
+        ident = {} if author is None else {
+            "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
+            "GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1],
+        }
+        args = [*(signing.args() if signing else []), "commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        if signing is not None or sign:
+            args.append("-S")
+        return self.run(*args, input=message.encode(), env=ident).stdout.decode().strip()
+
+    def merge_tree(self, ours: str, theirs: str) -> str:
+        proc = self.run("merge-tree", "--write-tree", "--no-messages", ours, theirs, check=False)
+        if proc.returncode != 0:
+            raise GitError(f"merging {theirs[:7]} into {ours[:7]} has conflicts", hint="rebase the proposal on approved first")
+        return proc.stdout.decode().split()[0]
+
+
+def _ident(value: bytes) -> tuple[str, str]:
+    text = value.decode("utf-8", "replace")
+    name, _, rest = text.partition(" <")
+    return name.strip(), rest.split(">", 1)[0].strip().lower()
+

@@ -1,0 +1,145 @@
+"""A proposal before it is merged: what `check` reports and what `approve` signs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mergegate import audit
+from mergegate.approvals import APPROVE_TRAILER, Assessor, Vote, describe_votes
+from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
+from mergegate.git import ZERO, Repo
+from mergegate.job import check_unique_ids, is_job_path, parse_job
+from mergegate.policy import POLICY_DIR, Policy
+from mergegate.runner import open_branch, plan, trust_root
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    path: str
+    blob: str
+    job: str | None
+    state: str  # "allowed", "denied", "invalid", "policy"
+    reason: str
+    approvals: str  # quorum so far, in words
+    approved: bool  # quorum already met by approval commits on the proposal
+    votes: tuple[Vote, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "blob": self.blob, "job": self.job, "state": self.state, "reason": self.reason,
+                "approvals": self.approvals, "approved": self.approved,
+                "votes": [{"person": v.person, "via": v.via, "counted": v.counted, "why": v.why} for v in self.votes]}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    ref: str
+    head: str
+    base: str
+    policy: str
+    files: tuple[FileCheck, ...]
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.state == "invalid" for f in self.files):
+            return UsageError.exit_code
+        return JobFailed.exit_code if any(f.state == "denied" for f in self.files) else 0
+
+
+def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, trust: str | None = None) -> CheckReport:
+    """Validate every job file REF adds or changes and judge it by the base's policy in force."""
+    repo = Repo(repo_path)
+    branch = open_branch(repo, remote=remote, branch=base, fetch=fetch)
+    base_tip = branch.tip()
+    head = repo.rev(ref)
+    if head is None:
+        raise GitError(f"{ref} is not a branch or commit here", hint="fetch the proposal first, or name it as origin/BRANCH")
+    policy = _policy_in_force(repo, base_tip, trust)
+    fork = repo.merge_base(base_tip, head) or base_tip
+    changes = repo.diff(fork, head)
+    jobs = {c.path: c.new_blob for c in changes if is_job_path(c.path) and c.status != "D"}
+    policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in changes if c.path.startswith(POLICY_DIR)}
+    assessor = Assessor(repo, at=datetime.now(UTC))
+    votes = assessor.votes(policy, base=fork, head=head, files={**jobs, **policy_files}, signer=None, merge=None)
+    unique = check_unique_ids([p for _, _, p in repo.ls_tree(head, "jobs/") if is_job_path(p)])
+    results = [_check_job(repo, policy, path, blob, votes[path], unique.get(path)) for path, blob in sorted(jobs.items())]
+    if policy_files:
+        people = set.intersection(*({v.person for v in votes[p] if v.counted} for p in policy_files))
+        quorum = policy.quorum(policy.policy_requirement(), people)
+        for path, blob in sorted(policy_files.items()):
+            results.append(FileCheck(path, blob, None, "policy", "policy change: needs the policy quorum of the policy in force",
+                                     quorum.reason + " (the merge signature counts as one more)", quorum.met, votes[path]))
+    return CheckReport(ref, head, base_tip, policy.commit, tuple(results))
+
+
+def _policy_in_force(repo: Repo, tip: str, trust: str | None) -> Policy:
+    root, _ = trust_root(repo, tip, trust)
+    return plan(repo, tip, root, audit.read_tail(repo, tip), at=datetime.now(UTC), runner_name="check").policy
+
+
+def _check_job(repo: Repo, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> FileCheck:
+    try:
+        job = parse_job(repo.blob(blob), path=path, blob=blob)
+    except ConfigError as exc:
+        return FileCheck(path, blob, None, "invalid", str(exc), "", False, votes)
+    if not_unique:
+        return FileCheck(path, blob, job.id, "invalid", not_unique, "", False, votes)
+    decision = policy.decide_command(job)
+    requirement = policy.requirement_for(job)
+    quorum = policy.quorum(requirement, [v.person for v in votes if v.counted])
+    words = f"{quorum.reason}; {describe_votes(votes)}" if votes else f"needs {requirement.describe()}; no approvals yet"
+    if not quorum.met:
+        words += " (the signed merge counts as one more)"
+    return FileCheck(path, blob, job.id, "allowed" if decision.allowed else "denied", decision.reason, words, quorum.met, votes)
+
+
+@dataclass(frozen=True)
+class Approval:
+    commit: str
+    kind: str  # "approval commit" or "merge"
+    pushed_to: str
+    report: CheckReport
+
+
+def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge: bool, fetch: bool) -> Approval:
+    """Sign an approval commit on the proposal (or the merge into approved) and push it."""
+    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch)
+    if report.exit_code != 0:
+        bad = next(f for f in report.files if f.state in ("invalid", "denied"))
+        raise JobFailed(f"refusing to approve {branch_name}: {bad.path} is {bad.state}: {bad.reason}")
+    if not report.files:
+        raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
+    repo = Repo(repo_path)
+    has_remote = repo.has_remote(remote)
+    head = report.head
+    if merge:
+        tree = repo.merge_tree(report.base, head)
+        message = f"Merge {branch_name} into {base} (mergegate approve)\n"
+        sha = repo.commit_tree(tree=tree, parents=(report.base, head), message=message, author=None, sign=True)
+        target, old = base, report.base
+    else:
+        trailers = "".join(f"{APPROVE_TRAILER}: {f.path} {f.blob}\n" for f in report.files)
+        message = f"mergegate: approve {len(report.files)} file(s)\n\n{trailers}"
+        sha = repo.commit_tree(tree=repo.commit(head).tree, parents=(head,), message=message, author=None, sign=True)
+        target, old = _branch_name(branch_name, remote), head
+    if has_remote:
+        if not repo.push(remote, sha, target):
+            raise GitError(f"{remote}/{target} moved while approving", hint="run the command again")
+        local = repo.rev(f"refs/heads/{target}")
+        if local == old and repo.current_branch() != target:
+            repo.update_ref(f"refs/heads/{target}", sha, old)
+        pushed = f"{remote}/{target}"
+    else:
+        if repo.current_branch() == target and merge:
+            raise GitError(f"{target} is checked out here; switch branches before approving into it")
+        if not repo.update_ref(f"refs/heads/{target}", sha, old):
+            raise GitError(f"{target} moved while approving", hint="run the command again")
+        pushed = target
+    return Approval(sha, "merge" if merge else "approval commit", pushed, report)
+
+
+def _branch_name(name: str, remote: str) -> str:
+    prefix = f"{remote}/"
+    return name[len(prefix):] if name.startswith(prefix) else name

@@ -1,0 +1,359 @@
+"""Orchestration: discover -> decide -> claim -> execute -> record -> push.
+
+One pass reads `approved`, walks the first-parent commits that are new since
+the last `scanned` record, judges each with the policy in force before it,
+and for every runnable job pushes a `started` record *before* the process
+starts (at most once), runs it, and pushes its `finished` record. Records are
+committed with plumbing on top of the branch tip and pushed without force; a
+rejected push is rebased onto the new tip and retried.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mergegate import audit, executor
+from mergegate.approvals import Assessment, Assessor, Decision, Veto, describe_votes
+from mergegate.errors import Denied, GitError, IntegrityError
+from mergegate.git import Repo, Signing
+from mergegate.policy import Policy, load_policy
+
+MAX_PUSH_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class Options:
+    repo: Path
+    remote: str = "origin"
+    branch: str = "approved"
+    fetch: bool = True
+    runner_name: str = "runner"
+    trust_root: str | None = None
+    signing_key: str | None = None
+    output_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: str | None
+    path: str
+    commit: str
+    status: str  # succeeded, failed, timed_out, rejected, vetoed
+    reason: str | None
+    run_id: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason, "run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class PassResult:
+    tip: str
+    outcomes: tuple[Outcome, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(o.status == "succeeded" for o in self.outcomes) else 1
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Where `approved` is read from and how records are published to it."""
+
+    repo: Repo
+    ref: str
+    remote: str | None
+    branch: str
+
+    def tip(self) -> str:
+        sha = self.repo.rev(self.ref)
+        if sha is None:
+            raise GitError(f"branch {self.ref} does not exist", hint="run `mergegate init`, or pass --remote/--branch")
+        return sha
+
+    def refresh(self) -> None:
+        if self.remote is not None:
+            self.repo.fetch(self.remote, self.branch)
+
+    def publish(self, sha: str, old: str) -> bool:
+        if self.remote is not None:
+            return self.repo.push(self.remote, sha, self.branch)
+        return self.repo.update_ref(self.ref, sha, old)
+
+
+def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
+    """origin/approved after a fetch; the local branch in a repository without that remote."""
+    if repo.has_remote(remote):
+        result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
+        if fetch:
+            result.refresh()
+        return result
+    if repo.current_branch() == branch:
+        raise GitError(f"{branch} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
+    return Branch(repo, f"refs/heads/{branch}", None, branch)
+
+
+def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:
+    """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning."""
+    given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
+    if given is None:
+        root = repo.root_commit(tip)
+        return root, [f"no trust root pinned; trusting the root commit {root[:12]} of approved (pin it with --trust-root)"]
+    sha = repo.rev(given)
+    if sha is None:
+        raise IntegrityError(f"trust root {given} is not a commit in this repository")
+    if not repo.is_ancestor(sha, tip):
+        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
+    return sha, []
+
+
+@dataclass
+class Plan:
+    """What one pass found: decisions to record or run, and where the walk ended."""
+
+    tip: str
+    start: str
+    policy: Policy  # in force at tip
+    items: list[tuple[Decision, Policy]] = field(default_factory=list)
+    assessments: list[Assessment] = field(default_factory=list)
+    vetoes: list[Veto] = field(default_factory=list)
+    handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
+    orphans: list[audit.Record] = field(default_factory=list)
+    new_commits: int = 0
+
+
+def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, runner_name: str) -> Plan:
+    """Walk from where the last pass stopped to tip and judge every commit on the way."""
+    # 1. Resume after the last scanned commit, which must still be in the history.
+    start, policy_commit = root, root
+    if tail.scanned is not None:
+        scanned = str(tail.scanned["commit"])
+        if not repo.is_ancestor(scanned, tip):
+            raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
+        if repo.is_ancestor(root, scanned):
+            start, policy_commit = scanned, str(tail.scanned.get("policy_commit") or scanned)
+        elif not repo.is_ancestor(scanned, root):
+            raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
+    # 2. The policy in force at the start: the trust root's, or the last one adopted.
+    policy = load_policy(lambda p: repo.read_file(policy_commit, p), commit=policy_commit)
+    result = Plan(tip=tip, start=start, policy=policy)
+    # 3. Judge each first-parent commit by the policy in force before it.
+    assessor = Assessor(repo, at=at)
+    for sha in repo.first_parent_chain(start, tip):
+        assessment = assessor.assess(sha, policy)
+        result.assessments.append(assessment)
+        result.items.extend((d, policy) for d in assessment.decisions)
+        result.vetoes.extend(assessment.vetoes)
+        result.new_commits += assessment.kind != "audit"
+        policy = assessment.policy
+    result.policy = policy
+    # 4. What a previous pass that stopped midway already recorded is not done again.
+    finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
+    for record in tail.since_scanned:
+        if record.event in ("started", "rejected", "vetoed"):
+            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
+        if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
+            result.orphans.append(record)
+    return result
+
+
+class Runner:
+    def __init__(self, options: Options, *, stop: threading.Event | None = None) -> None:
+        self.options = options
+        self.repo = Repo(options.repo)
+        self.stop = stop or threading.Event()
+        self.signing = Signing(options.signing_key) if options.signing_key else None
+
+    def run_once(self) -> PassResult:
+        branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
+        tip = branch.tip()
+        root, warnings = trust_root(self.repo, tip, self.options.trust_root)
+        tail = audit.read_tail(self.repo, tip)
+        work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
+        outcomes: list[Outcome] = []
+        pending = self._bookkeeping(work, outcomes)
+        runnable = []
+        for decision, policy in work.items:
+            key = (decision.path, decision.blob, decision.commit)
+            if key in work.handled:
+                continue
+            refusal = self._refusal(decision, work)
+            if refusal is not None:
+                event, reason = refusal
+                pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
+                outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
+            else:
+                runnable.append((decision, policy))
+        for decision, policy in runnable:
+            if self.stop.is_set():
+                break  # the next pass starts from the last scanned commit and finds these again
+            outcome, pending = self._run_job(branch, decision, policy, pending)
+            outcomes.append(outcome)
+        else:
+            if work.new_commits:
+                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start, policy_commit=work.policy.commit, commits=len(work.assessments)))
+        if pending:
+            self._publish(branch, pending)
+        return PassResult(tip, tuple(outcomes), tuple(warnings))
+
+    def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
+        pending = []
+        for record in work.orphans:
+            reason = "the runner stopped while this job ran; it is not run again (at most once)"
+            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="failed", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
+            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "failed", reason, record.get("run_id")))
+        for assessment in work.assessments:
+            if assessment.policy_changed:
+                status = "adopted" if assessment.policy_adopted else "rejected"
+                pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary, policy_commit=assessment.policy.commit))
+        return pending
+
+    def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
+        if not decision.runnable:
+            return "rejected", decision.reason
+        for veto in work.vetoes:
+            if veto.path == decision.path and veto.blob == decision.blob:
+                return "vetoed", f"vetoed by {veto.person} in commit {veto.commit[:7]}"
+        earlier = [c for c, blob in self.repo.path_blobs(decision.commit, decision.path) if blob == decision.blob and c != decision.commit]
+        if earlier and self._ran_before(work.tip, decision):
+            return "rejected", f"this exact revision of {decision.path} already ran (it was also approved at {earlier[0][:7]}); change the file to run it again"
+        return None
+
+    def _ran_before(self, tip: str, decision: Decision) -> bool:
+        # Rare (a revert to an older blob), so reading the whole log here is fine.
+        return any(r.event == "started" and r.revision == (decision.path, decision.blob) for r in audit.read_all(self.repo, tip))
+
+    def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
+        return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
+
+    def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]]) -> tuple[Outcome, list[dict[str, Any]]]:
+        job = decision.job
+        assert job is not None
+        run_id = uuid.uuid4().hex
+        limits = _limits(policy, job.timeout_seconds)
+        started = self._draft(
+            "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
+            rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
+            self_approved=decision.self_approved, limits=_limit_fields(limits), **_votes(decision),
+        )
+        # At most once: the claim is pushed before the process exists.
+        if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
+            return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
+        try:
+            result = self._execute(decision, policy, limits, run_id)
+        except Denied as exc:
+            reason = f"denied before start: {exc.message}"
+            finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
+            return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
+        fields = {
+            "run_id": run_id, "status": result.status, "exit_code": result.exit_code, "signal": result.signal,
+            "duration_ms": result.duration_ms, "reason": result.reason, "resolved_program": result.resolved_program,
+        }
+        for name, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
+            fields.update({f"{name}_tail": stream.tail, f"{name}_bytes": stream.bytes, f"{name}_sha256": stream.sha256})
+            if stream.file is not None:
+                fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
+        finished = self._draft("finished", decision, **fields)
+        return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
+
+    def _execute(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str) -> executor.ExecResult:
+        job = decision.job
+        assert job is not None
+        with tempfile.TemporaryDirectory(prefix="mergegate-job-") as tmp:
+            workspace = Path(tmp) / "workspace"
+            workspace.mkdir()
+            self.repo.export(decision.commit, workspace)
+            env = executor.build_environment(
+                runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
+                extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},
+            )
+            secrets = tuple(os.environ[n] for n in policy.secret_env if os.environ.get(n))
+            output_dir = self.options.output_dir
+            if output_dir is None and policy.keep_output:
+                output_dir = self.repo.git_dir / "mergegate" / "output"
+            if output_dir is not None:
+                output_dir.mkdir(parents=True, exist_ok=True)
+            request = executor.ExecRequest(
+                argv=job.command, workspace=workspace, cwd=job.cwd, env=env, secrets=secrets, limits=limits,
+                search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
+                sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
+                network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
+            )
+            return executor.run(request)
+
+    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: tuple[str, str, str] | None = None) -> bool:
+        """Commit drafts on the branch tip and push; rebase and retry when the tip moved."""
+        for _ in range(MAX_PUSH_ATTEMPTS):
+            tip = branch.tip()
+            tail = audit.read_tail(self.repo, tip)
+            if claim is not None and any((r.get("path"), r.get("blob"), r.get("commit")) == claim and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned):
+                drafts = [d for d in drafts if d["event"] != "started"]
+                if drafts:
+                    self._publish(branch, drafts)
+                return False
+            records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
+            files = audit.append(self.repo, tip, tail, records)
+            message = _message(records)
+            sha = self.repo.write_commit(parent=tip, files=files, message=message, author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
+            if branch.publish(sha, tip):
+                return True
+            branch.refresh()
+        raise GitError(f"could not push audit records to {branch.ref} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
+
+    def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None]) -> None:
+        previous = {sig: signal.signal(sig, lambda *_: self.stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while not self.stop.is_set():
+                on_pass(self.run_once())
+                self.stop.wait(interval)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _limits(policy: Policy, timeout: int | None) -> executor.Limits:
+    lim = policy.limits
+    return executor.Limits(
+        timeout_seconds=min(timeout or lim.max_timeout_seconds, lim.max_timeout_seconds), max_output_bytes=lim.max_output_bytes,
+        max_memory_mb=lim.max_memory_mb, max_cpu_seconds=lim.max_cpu_seconds, max_file_size_mb=lim.max_file_size_mb,
+        max_processes=lim.max_processes, max_open_files=lim.max_open_files, kill_grace_seconds=lim.kill_grace_seconds,
+    )
+
+
+def _limit_fields(limits: executor.Limits) -> dict[str, Any]:
+    return {k: v for k, v in vars(limits).items() if v is not None}
+
+
+def _votes(decision: Decision) -> dict[str, Any]:
+    return {
+        "approvers": list(decision.approvers),
+        "votes": [v.describe() for v in decision.votes],
+        "requirement": decision.requirement.describe() if decision.requirement else None,
+        "approval": describe_votes(decision.votes) if decision.votes else None,
+    }
+
+
+def _job_id(decision: Decision) -> str | None:
+    return decision.job.id if decision.job else None
+
+
+def _copy_ids(record: audit.Record) -> dict[str, Any]:
+    return {k: record.get(k) for k in ("job", "path", "blob", "commit")}
+
+
+def _message(records: list[audit.Record]) -> str:
+    summary: dict[str, int] = {}
+    for record in records:
+        summary[record.event] = summary.get(record.event, 0) + 1
+    parts = ", ".join(f"{n} {event}" for event, n in summary.items())
+    return f"mergegate: audit seq {records[0].seq}-{records[-1].seq} ({parts})\n"

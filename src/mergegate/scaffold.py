@@ -1,0 +1,117 @@
+"""`mergegate init`: turn an existing git repository into a gate repository."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mergegate.errors import GitError, UsageError
+from mergegate.git import Repo
+from mergegate.policy import POLICY_FILE
+from mergegate.signatures import parse_public_key
+
+POLICY_TEMPLATE = """\
+# mergegate policy: deny by default. See docs/policy.md for every key.
+version: 1
+
+# Who may approve: a merge into `approved` signed by one of these keys.
+approvers:
+  - name: {name}
+{email}    key: {key_json}
+
+# Signed merges needed per job; the merge signer counts as one.
+approvals_required: 1
+# Changing anything under policy/ needs this many approvers (judged by the previous policy).
+policy_approvals_required: {policy_approvals}
+# A solo operator may approve their own jobs; the audit then says so.
+allow_self_approval: {self_approval}
+
+# What may run: command[0] must equal `program` and the arguments start with `args_prefix`.
+# No rule, no run. Example:
+#   - program: echo
+#     args_prefix: []
+commands: []
+
+limits:
+  max_timeout_seconds: 300
+  max_output_bytes: 65536
+
+# Runner environment variables a job may receive.
+env_allowlist: [PATH, LANG, HOME]
+"""
+
+JOBS_README = """\
+# jobs/
+
+One job per file (`jobs/<id>.yaml`). Propose a job on a branch; it runs once a
+signed merge into `approved` approves it under `policy/policy.yaml`.
+
+```yaml
+id: hello            # must equal the file name
+command: [echo, hello]
+timeout_seconds: 30  # optional
+```
+"""
+
+AUDIT_README = """\
+# audit/
+
+The runner appends hash-chained JSON Lines records here (`log-000001.jsonl`, ...).
+Never edit these files: `mergegate audit verify` detects any change.
+The format is documented in docs/audit-format.md of mergegate.
+"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    commit: str
+    branch: str
+    written: tuple[str, ...]
+
+
+def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str) -> InitResult:
+    repo = Repo(repo_path)
+    if repo.rev(f"refs/heads/{branch}") is not None:
+        raise UsageError(f"branch {branch} already exists: this repository is already a gate", hint="see `mergegate status`")
+    key_line = _key_line(repo, key)
+    name = approver or repo.config("user.name") or "approver"
+    parse_public_key(key_line, owner=name, source="--key")
+    files = {
+        POLICY_FILE: POLICY_TEMPLATE.format(
+            name=name, key_json=json.dumps(key_line), email=f"    email: {email}\n" if email else "",
+            policy_approvals=1 if solo else 2, self_approval="true" if solo else "false",
+        ),
+        "jobs/README.md": JOBS_README,
+        "audit/README.md": AUDIT_README,
+    }
+    written = []
+    for path, text in files.items():
+        target = repo.path / path
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        written.append(path)
+    repo.run("add", "--", *files)
+    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *files)
+    head = repo.rev("HEAD")
+    assert head is not None
+    repo.run("branch", branch, head)
+    return InitResult(head, branch, tuple(written))
+
+
+def _key_line(repo: Repo, key: str | None) -> str:
+    """The approver's public key: a line, a .pub file, or the git signing key configured here."""
+    if key is None:
+        key = repo.config("user.signingkey")
+        if key is None:
+            raise UsageError("no approver key given", hint="pass --key ~/.ssh/id_ed25519.pub (the key you sign merges with)")
+    if key.startswith(("ssh-", "ecdsa-")):
+        return key.strip()
+    path = Path(key).expanduser()
+    if path.suffix != ".pub" and path.with_name(path.name + ".pub").exists():
+        path = path.with_name(path.name + ".pub")
+    if not path.exists():
+        raise GitError(f"key file {path} does not exist", hint="pass --key with an ssh public key file or line")
+    return path.read_text().strip().splitlines()[0]

@@ -1,0 +1,163 @@
+"""A real gate: a bare remote and clones for admin, proposer, approver and runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.helpers.keys import SshKey, make_ssh_key
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    email: str
+    key: SshKey
+
+    def approver_entry(self, **extra: Any) -> dict[str, Any]:
+        return {"name": self.name, "email": self.email, "key": self.key.public_line, **extra}
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def policy_yaml(approvers: list[dict[str, Any]], commands: list[dict[str, Any]] | None = None, **extra: Any) -> str:
+    data: dict[str, Any] = {"version": 1, "approvers": approvers, "commands": commands if commands is not None else [], **extra}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+ECHO_RULE = {"program": "echo", "args_prefix": []}
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        keys = tmp / "keys"
+        self.alice = Person("alice", "alice@example.com", make_ssh_key(keys, "alice"))
+        self.bob = Person("bob", "bob@example.com", make_ssh_key(keys, "bob"))
+        self.carol = Person("carol", "carol@example.com", make_ssh_key(keys, "carol"))
+        self.mallory = Person("mallory", "mallory@example.com", make_ssh_key(keys, "mallory"))
+        self.remote = tmp / "remote.git"
+        subprocess.run(["git", "init", "--quiet", "--bare", str(self.remote)], check=True)
+        self._clones: dict[str, Path] = {}
+
+    # -- git --------------------------------------------------------------------
+    def clone(self, name: str) -> Path:
+        if name not in self._clones:
+            path = self.tmp / name
+            subprocess.run(["git", "clone", "--quiet", str(self.remote), str(path)], check=True, capture_output=True)
+            self._clones[name] = path
+        return self._clones[name]
+
+    def git(self, where: str | Path, *args: str, who: Person | None = None, sign: SshKey | None = None,
+            check: bool = True, env: dict[str, str] | None = None) -> str:
+        cwd = self.clone(where) if isinstance(where, str) else where
+        person = who or self.alice
+        full_env = {**os.environ, "GIT_AUTHOR_NAME": person.name, "GIT_AUTHOR_EMAIL": person.email,
+                    "GIT_COMMITTER_NAME": person.name, "GIT_COMMITTER_EMAIL": person.email, **(env or {})}
+        prefix = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={sign.private}"] if sign else []
+        proc = subprocess.run(["git", *prefix, *args], cwd=cwd, env=full_env, capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+        return proc.stdout.strip()
+
+    def write(self, where: str, files: dict[str, str]) -> None:
+        root = self.clone(where)
+        for path, text in files.items():
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    def setup(self, policy: str, *, files: dict[str, str] | None = None) -> str:
+        """Initial commit with the policy on main and approved, pushed: the trust root."""
+        self.write("admin", {"policy/policy.yaml": policy, "audit/README.md": "audit records\n", **(files or {})})
+        self.git("admin", "add", "-A")
+        self.git("admin", "commit", "-q", "-m", "initial policy")
+        self.git("admin", "branch", "approved")
+        self.git("admin", "push", "-q", "origin", "main", "approved")
+        return self.git("admin", "rev-parse", "HEAD")
+
+    def propose(self, branch: str, files: dict[str, str], *, who: Person | None = None, sign: SshKey | None = None,
+                base: str = "origin/approved", message: str = "propose") -> str:
+        where = "proposer"
+        self.git(where, "fetch", "-q", "origin")
+        self.git(where, "checkout", "-q", "-B", branch, base)
+        self.write(where, files)
+        self.git(where, "add", "-A")
+        args = ["commit", "-q", "-m", message] + (["-S"] if sign else [])
+        self.git(where, *args, who=who, sign=sign)
+        self.git(where, "push", "-q", "-f", "origin", branch)
+        return self.git(where, "rev-parse", "HEAD")
+
+    def approval_commit(self, branch: str, trailers: list[tuple[str, str]], *, who: Person, sign: SshKey | None) -> str:
+        """An empty commit on the proposal carrying Mergegate-Approve trailers."""
+        where = "reviewer"
+        self.git(where, "fetch", "-q", "origin")
+        self.git(where, "checkout", "-q", "-B", branch, f"origin/{branch}")
+        body = "\n".join(f"Mergegate-Approve: {p} {b}" for p, b in trailers)
+        args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (["-S"] if sign else [])
+        self.git(where, *args, who=who, sign=sign)
+        self.git(where, "push", "-q", "origin", branch)
+        return self.git(where, "rev-parse", "HEAD")
+
+    def merge(self, branch: str, *, who: Person | None = None, sign: SshKey | None = None, ff: bool = False) -> str:
+        """Merge origin/BRANCH into approved (signed with `sign`) and push."""
+        where = "approver"
+        person = who or self.bob
+        self.git(where, "fetch", "-q", "origin")
+        self.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
+        args = ["merge", "-q", "--ff-only" if ff else "--no-ff", "-m", f"merge {branch}", f"origin/{branch}"]
+        if sign is not None:
+            args.insert(1, "-S")
+        self.git(where, *args, who=person, sign=sign)
+        self.git(where, "push", "-q", "origin", "approved")
+        return self.git(where, "rev-parse", "HEAD")
+
+    def signed_merge(self, branch: str, approver: Person | None = None) -> str:
+        person = approver or self.bob
+        return self.merge(branch, who=person, sign=person.key)
+
+    def blob(self, branch: str, path: str) -> str:
+        self.git("admin", "fetch", "-q", "origin")
+        return self.git("admin", "rev-parse", f"origin/{branch}:{path}")
+
+    # -- mergegate --------------------------------------------------------------
+    def mg(self, *args: str, where: str = "runner", env: dict[str, str] | None = None) -> Result:
+        cwd = self.clone(where)
+        proc = subprocess.run([sys.executable, "-m", "mergegate", *args], cwd=cwd, capture_output=True, text=True,
+                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def run_once(self, *args: str, **kw: Any) -> Result:
+        return self.mg("run", "--once", "--json", *args, **kw)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every audit record on the remote's approved, in order."""
+        self.git("admin", "fetch", "-q", "origin")
+        names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/approved", "audit/").split()
+        records = []
+        for name in sorted(n for n in names if n.endswith(".jsonl")):
+            text = self.git("admin", "show", f"origin/approved:{name}")
+            records.extend(json.loads(line) for line in text.splitlines() if line)
+        return records
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in self.records() if r["event"] == event]
+
+
+def job_yaml(job_id: str, command: list[str], **extra: Any) -> str:
+    return yaml.safe_dump({"id": job_id, "command": command, **extra}, sort_keys=False)

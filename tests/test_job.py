@@ -1,0 +1,119 @@
+"""Job files: every invalid or hostile file is a one-line error naming file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from mergegate.errors import ConfigError
+from mergegate.job import check_unique_ids, parse_job
+
+BLOB = "0" * 40
+
+
+def _error(text: str, path: str = "jobs/x.yaml") -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_job(text.encode(), path=path, blob=BLOB)
+    return info.value
+
+
+def test_valid_job_is_a_frozen_value() -> None:
+    job = parse_job(b"id: x\ncommand: [echo, hi]\ncwd: sub/dir\nenv: {LANG: C}\nlabels: [prod]\n", path="jobs/x.yaml", blob=BLOB)
+    assert job.command == ("echo", "hi")
+    assert job.cwd == "sub/dir"
+    assert job.env == (("LANG", "C"),)
+    assert job.labels == ("prod",)
+    with pytest.raises(AttributeError):
+        job.id = "y"  # type: ignore[misc]
+
+
+def test_invalid_yaml_names_file_and_line() -> None:
+    err = _error("id: x\ncommand: [echo\n")
+    assert err.file == "jobs/x.yaml"
+    assert err.line == 3
+    assert "invalid YAML" in err.message
+
+
+def test_duplicate_key_is_an_error_with_both_lines() -> None:
+    err = _error("id: x\ncommand: [echo, a]\ncommand: [rm, -rf, /]\n")
+    assert err.line == 3
+    assert err.message == "duplicate key 'command' (first at line 2)"
+
+
+def test_unknown_key_is_rejected() -> None:
+    err = _error("id: x\ncommand: [echo]\nshell: true\n")
+    assert err.line == 1
+    assert "unknown key 'shell'" in err.message
+
+
+def test_command_must_be_a_list_not_a_shell_string() -> None:
+    err = _error("id: x\ncommand: echo hi; rm -rf /\n")
+    assert err.line == 2
+    assert "field 'command'" in err.message
+
+
+def test_empty_command_is_rejected() -> None:
+    err = _error("id: x\ncommand: []\n")
+    assert "field 'command'" in err.message
+
+
+def test_id_must_equal_file_name() -> None:
+    err = _error("id: other\ncommand: [echo]\n")
+    assert err.line == 1
+    assert "must equal the file name 'x'" in err.message
+
+
+def test_id_pattern() -> None:
+    err = _error("id: Bad_ID\ncommand: [echo]\n", path="jobs/Bad_ID.yaml")
+    assert "does not match" in err.message
+
+
+def test_cwd_outside_repository() -> None:
+    assert "inside the repository" in _error("id: x\ncommand: [echo]\ncwd: ../..\n").message
+    assert "inside the repository" in _error("id: x\ncommand: [echo]\ncwd: /etc\n").message
+
+
+@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "GIT_DIR", "SSH_AUTH_SOCK", "MERGEGATE_JOB_ID"])
+def test_forbidden_env_names(name: str) -> None:
+    err = _error(f"id: x\ncommand: [echo]\nenv:\n  {name}: /tmp/evil\n")
+    assert err.line == 4
+    assert f"may not set {name}" in err.message
+
+
+def test_yaml_alias_bomb_is_refused() -> None:
+    text = "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nid: x\ncommand: [echo]\n"
+    assert "aliases" in _error(text).message
+
+
+def test_python_tags_are_refused() -> None:
+    err = _error("id: x\ncommand: !!python/object/apply:os.system [echo]\n")
+    assert err.file == "jobs/x.yaml"
+
+
+def test_not_a_mapping() -> None:
+    assert "expected object" in _error("- a\n- b\n").message
+
+
+def test_empty_file() -> None:
+    assert "empty" in _error("").message
+
+
+def test_non_utf8_file() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_job(b"id: x\ncommand: [\xff]\n", path="jobs/x.yaml", blob=BLOB)
+    assert "UTF-8" in info.value.message
+
+
+def test_credential_argument_is_rejected_without_echoing_it() -> None:
+    err = _error("id: x\ncommand: [curl, --password=hunter2]\n")
+    assert "argument 1" in err.message
+    assert "hunter2" not in str(err)
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    err = _error(f"id: x\ncommand: [gh, api, {token}]\n")
+    assert "argument 2" in err.message and "GitHub" in err.message
+    assert token not in str(err)
+
+
+def test_unique_ids_across_directories() -> None:
+    problems = check_unique_ids(["jobs/a/x.yaml", "jobs/b/x.yml", "jobs/y.yaml"])
+    assert set(problems) == {"jobs/a/x.yaml", "jobs/b/x.yml"}
+    assert "not unique" in problems["jobs/a/x.yaml"]

@@ -49,3 +49,207 @@ def test_unsigned_merge_is_rejected_and_never_runs(world: World) -> None:
     assert world.events("started") == []
     (rejected,) = world.events("rejected")
     assert rejected["job"] is None or rejected["path"] == "jobs/touch.yaml"
+
+
+def test_merge_signed_by_unknown_key_is_rejected(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
+    world.merge("j", who=world.mallory, sign=world.mallory.key)
+    result = world.run_once()
+    assert result.code == 1
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "is not a key in the policy" in job["reason"]
+    assert world.events("started") == []
+
+
+def test_approver_who_authored_the_job_does_not_count(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.bob)
+    world.signed_merge("j", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "bob (merge signature of" in job["reason"] and "author of" in job["reason"]
+    assert world.events("started") == []
+
+
+def test_self_approval_allowed_by_policy_is_recorded(world: World) -> None:
+    _gate(world, allow_self_approval=True)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.bob)
+    world.signed_merge("j", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded"
+    (started,) = world.events("started")
+    assert started["self_approved"] is True
+
+
+def test_job_denied_by_policy_is_rejected_naming_why(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["rm", "-rf", "/tmp/x"])})
+    world.signed_merge("j")
+    result = world.run_once()
+    assert result.code == 1
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "denied by policy" in job["reason"] and "'rm'" in job["reason"]
+    assert world.events("started") == []
+
+
+def test_args_prefix_must_match(world: World) -> None:
+    approvers = [world.bob.approver_entry()]
+    world.setup(policy_yaml(approvers, [{"program": "echo", "args_prefix": ["safe"]}]))
+    world.propose("j", {"jobs/ok.yaml": job_yaml("ok", ["echo", "safe", "x"]), "jobs/no.yaml": job_yaml("no", ["echo", "unsafe"])})
+    world.signed_merge("j")
+    jobs = {j["job"]: j for j in world.run_once().json()["jobs"]}
+    assert jobs["ok"]["status"] == "succeeded"
+    assert jobs["no"]["status"] == "rejected"
+
+
+def test_failing_command(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/fail.yaml": job_yaml("fail", ["sh", "-c", "echo oops >&2; exit 3"])})
+    world.signed_merge("j")
+    result = world.run_once()
+    assert result.code == 1
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "failed"
+    (finished,) = world.events("finished")
+    assert finished["exit_code"] == 3
+    assert finished["stderr_tail"] == "oops\n"
+
+
+def test_timeout(world: World) -> None:
+    _gate(world, limits={"max_timeout_seconds": 5, "kill_grace_seconds": 0.5})
+    world.propose("j", {"jobs/slow.yaml": job_yaml("slow", ["sleep", "30"], timeout_seconds=1)})
+    world.signed_merge("j")
+    result = world.run_once()
+    assert result.code == 1
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "timed_out"
+    (finished,) = world.events("finished")
+    assert finished["status"] == "timed_out"
+    assert finished["duration_ms"] < 10_000
+
+
+def test_timeout_above_policy_max_is_rejected(world: World) -> None:
+    _gate(world, limits={"max_timeout_seconds": 5})
+    world.propose("j", {"jobs/slow.yaml": job_yaml("slow", ["sleep", "1"], timeout_seconds=60)})
+    world.signed_merge("j")
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "max_timeout_seconds" in job["reason"]
+
+
+def test_policy_change_is_judged_by_the_old_policy(world: World) -> None:
+    """One merge widens the policy and adds a job only the new policy allows: it must not run."""
+    _gate(world, policy_approvals_required=1)
+    new_policy = policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()],
+                             [ECHO_RULE, {"program": "touch"}], policy_approvals_required=1)
+    world.propose("widen", {"policy/policy.yaml": new_policy, "jobs/t.yaml": job_yaml("t", ["touch", "marker"])})
+    world.signed_merge("widen")
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "'touch'" in job["reason"]
+    assert world.events("started") == []
+    (policy_record,) = world.events("policy")
+    assert policy_record["status"] == "adopted"
+    # The next approval is judged by the policy adopted above.
+    world.propose("again", {"jobs/t2.yaml": job_yaml("t2", ["touch", "marker"])})
+    world.signed_merge("again")
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded"
+
+
+def test_direct_commit_to_approved_approves_nothing(world: World) -> None:
+    _gate(world)
+    world.write("approver", {})
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.write("approver", {"jobs/d.yaml": job_yaml("d", ["echo", "x"])})
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-q", "-S", "-m", "direct", who=world.bob, sign=world.bob.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "is not a merge" in job["reason"]
+
+
+def test_approval_merge_that_touches_audit_is_tampering(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"]), "audit/log-000001.jsonl": "{}\n"})
+    world.signed_merge("j")
+    result = world.run_once()
+    assert result.code == 3
+    assert "tampering" in result.err
+    assert world.events("started") == []
+
+
+def test_tampered_audit_record_fails_verify_and_stops_runner(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
+    world.signed_merge("j")
+    assert world.run_once().code == 0
+    # Someone edits a record on approved (keeping the JSON valid).
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text().replace('"exit_code":0', '"exit_code":1'))
+    world.git("approver", "commit", "-qam", "fix record")
+    world.git("approver", "push", "-q", "origin", "approved")
+    verified = world.mg("audit", "verify")
+    assert verified.code == 3
+    assert "seq" in verified.err
+    world.propose("k", {"jobs/k.yaml": job_yaml("k", ["echo", "y"])})
+    world.signed_merge("k")
+    result = world.run_once()
+    assert result.code == 3
+    assert len(world.events("started")) == 1
+
+
+def test_truncated_audit_is_tampering(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
+    world.signed_merge("j")
+    assert world.run_once().code == 0
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    world.git("approver", "commit", "-qam", "drop records")
+    world.git("approver", "push", "-q", "origin", "approved")
+    result = world.mg("audit", "verify")
+    assert result.code == 3
+    assert "rewrites existing audit records" in result.err
+
+
+def test_invalid_job_file_is_rejected_with_file_and_line(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/bad.yaml": "id: bad\ncommand: [echo, a]\ncommand: [echo, b]\n"})
+    world.signed_merge("j")
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "duplicate key 'command'" in job["reason"] and "jobs/bad.yaml:3" in job["reason"]
+    assert world.events("started") == []
+
+
+def test_missing_policy_is_bad_configuration(world: World) -> None:
+    world.write("admin", {"README.md": "x\n"})
+    world.git("admin", "add", "-A")
+    world.git("admin", "commit", "-qm", "init")
+    world.git("admin", "push", "-q", "origin", "main:approved")
+    result = world.mg("run", "--once")
+    assert result.code == 2
+    assert result.err.startswith("error: no policy/policy.yaml")
+    assert "hint:" in result.err
+
+
+def test_no_approved_branch_is_a_usage_error(world: World) -> None:
+    world.write("admin", {"README.md": "x\n"})
+    world.git("admin", "add", "-A")
+    world.git("admin", "commit", "-qm", "init")
+    world.git("admin", "push", "-q", "origin", "main")
+    result = world.mg("run", "--once")
+    assert result.code == 2
+    assert "branch approved does not exist on origin" in result.err
+    assert "Traceback" not in result.err

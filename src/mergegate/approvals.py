@@ -82,10 +82,10 @@ class Assessor:
     def __init__(self, repo: Repo, *, at: datetime) -> None:
         self.repo = repo
         self.at = at
-        self._checks: dict[tuple[str, tuple[str, ...], datetime], SignatureCheck] = {}
+        self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
-        cache_key = (commit.sha, tuple(k.fingerprint for k in keys), self.at)
+        cache_key = (commit.sha, tuple(keys), self.at)
         if cache_key not in self._checks:
             split = split_signed_commit(commit.raw)
             if split is None:

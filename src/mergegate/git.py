@@ -106,7 +106,12 @@ class Repo:
         return name in self.out("remote").split()
 
     def fetch(self, remote: str, branch: str) -> None:
-        self.run("fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+        proc = self.run("fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
+        if proc.returncode != 0:
+            text = proc.stderr.decode("utf-8", "replace")
+            if "couldn't find remote ref" in text:
+                raise GitError(f"branch {branch} does not exist on {remote}", hint=f"run `mergegate init`, then `git push {remote} {branch}`")
+            raise GitError(f"git fetch {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
 
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move `ref` to `new` only if it still points at `old` (compare and swap)."""

@@ -75,6 +75,10 @@ class Branch:
     remote: str | None
     branch: str
 
+    @property
+    def seen_ref(self) -> str:
+        return f"refs/mergegate/seen/{self.remote or 'local'}/{self.branch}"
+
     def tip(self) -> str:
         sha = self.repo.rev(self.ref)
         if sha is None:
@@ -177,8 +181,14 @@ class Runner:
     def run_once(self) -> PassResult:
         branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
         tip = branch.tip()
+        seen = self.repo.rev(branch.seen_ref)
+        if seen is not None and not self.repo.is_ancestor(seen, tip):
+            raise IntegrityError(
+                f"{branch.ref} was rewritten: this runner last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
+                hint=f"investigate before anything runs; to accept the new history: git update-ref -d {branch.seen_ref}",
+            )
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
-        tail = audit.read_tail(self.repo, tip)
+        tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
         outcomes: list[Outcome] = []
         pending = self._bookkeeping(work, outcomes)
@@ -204,6 +214,9 @@ class Runner:
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start, policy_commit=work.policy.commit, commits=len(work.assessments)))
         if pending:
             self._publish(branch, pending)
+        # Remember what was seen, so that a later rewrite of it (which may also
+        # erase the audit that would have told) stops this runner.
+        self.repo.update_ref(branch.seen_ref, branch.tip(), None if seen is None else seen)
         return PassResult(tip, tuple(outcomes), tuple(warnings))
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
@@ -319,6 +332,14 @@ class Runner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _read_tail(repo: Repo, tip: str) -> audit.Tail:
+    try:
+        return audit.read_tail(repo, tip)
+    except IntegrityError as exc:
+        last = repo.out("log", "-1", "--first-parent", "--format=%h %an: %s", tip, "--", audit.AUDIT_DIR)
+        raise IntegrityError(f"{exc.message}; tampering? audit/ was last changed by {last}", file=exc.file, line=exc.line) from None
 
 
 def _limits(policy: Policy, timeout: int | None) -> executor.Limits:

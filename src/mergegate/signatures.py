@@ -7,10 +7,20 @@ the keys it is given, and throws it away afterwards.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
+
+from mergegate.errors import ConfigError, MergegateError
 
 KeyKind = Literal["ssh", "openpgp"]
 
@@ -26,6 +36,7 @@ class PublicKey:
     source: str  # where the key was declared, e.g. "policy/policy.yaml:12"
     valid_after: datetime | None = None
     valid_before: datetime | None = None
+    subkeys: tuple[str, ...] = ()  # OpenPGP subkey fingerprints; their signatures are this key's
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,21 @@ class SignatureCheck:
     reason: str  # "good signature by alice (SHA256:...)" or why not
 
 
+# The supported ssh key types, each with the number of ssh strings in its blob.
+_SSH_TYPES = {
+    "ssh-ed25519": 2,
+    "ecdsa-sha2-nistp256": 3,
+    "ecdsa-sha2-nistp384": 3,
+    "ecdsa-sha2-nistp521": 3,
+    "ssh-rsa": 3,
+}
+_PGP_KEY = "PGP PUBLIC KEY BLOCK"
+_SSH_SIG = "SSH SIGNATURE"
+_PGP_SIG = "PGP SIGNATURE"
+_TIMEOUT_SECONDS = 30
+_EXPECTED = "an ssh public key line ('ssh-ed25519 AAAA...') or an armoured OpenPGP public key"
+
+
 def parse_public_key(
     text: str,
     *,
@@ -46,17 +72,403 @@ def parse_public_key(
     valid_after: datetime | None = None,
     valid_before: datetime | None = None,
 ) -> PublicKey:
-    """Build a PublicKey from an ssh key line or an armoured OpenPGP key; ConfigError if neither."""
-    raise NotImplementedError
+    """Build a PublicKey from an ssh key line or an armoured OpenPGP key; ConfigError if neither.
+
+    An OpenPGP key is read by gpg in a throw-away homedir; ssh keys are read
+    in Python. The error never repeats more than the start of the text.
+    """
+    stripped = text.strip()
+    first = stripped.split(maxsplit=1)[0] if stripped else ""
+    subkeys: tuple[str, ...] = ()
+    kind: KeyKind
+    if stripped.startswith("-----BEGIN PGP"):
+        kind = "openpgp"
+        fingerprint, subkeys = _parse_openpgp_key(stripped, owner, source)
+    elif first in _SSH_TYPES:
+        kind, fingerprint = "ssh", _parse_ssh_key(stripped, owner, source)
+    elif first.startswith(("ssh-", "ecdsa-", "sk-")) or first.endswith("@openssh.com"):
+        supported = ", ".join(_SSH_TYPES)
+        message = f"ssh key type {first[:40]!r} is not supported; use one of {supported}"
+        raise _config_error(owner, message, source)
+    else:
+        raise _config_error(owner, f"expected {_EXPECTED}, found {_prefix(stripped)}", source)
+    return PublicKey(
+        kind=kind,
+        text=stripped,
+        fingerprint=fingerprint,
+        owner=owner,
+        source=source,
+        valid_after=valid_after,
+        valid_before=valid_before,
+        subkeys=subkeys,
+    )
 
 
 def split_signed_commit(raw_commit: bytes) -> tuple[bytes, bytes] | None:
-    """Split a raw commit object into (signed payload, signature); None when unsigned."""
-    raise NotImplementedError
+    """Split a raw commit object into (signed payload, signature); None when unsigned.
+
+    This mirrors git's parse_buffer_signed_by_header(): the signature is the
+    header for the object's hash ("gpgsig" for SHA-1, "gpgsig-sha256" for
+    SHA-256, told apart by the length of the tree id) with its continuation
+    lines; the other hash's signature header is left out of the payload too,
+    and nothing after the blank line that ends the headers is looked at.
+    """
+    header = b"gpgsig-sha256 " if re.match(rb"tree [0-9a-f]{64}\n", raw_commit) else b"gpgsig "
+    payload, signature = bytearray(), bytearray()
+    in_signature = other_signature = signed = False
+    pos, end = 0, len(raw_commit)
+    while pos < end:
+        newline = raw_commit.find(b"\n", pos)
+        nxt = end if newline < 0 else newline + 1
+        line = raw_commit[pos:nxt]
+        if (in_signature and line.startswith(b" ")) or line.startswith(header):
+            signature += line[1:] if in_signature and line.startswith(b" ") else line[len(header) :]
+            in_signature = signed = True
+            other_signature = False
+        else:
+            other_signature = line.startswith(b"gpgsig") or (
+                other_signature and line.startswith(b" ")
+            )
+            if line.startswith(b"\n"):  # end of the headers: the message goes in whole
+                nxt, line = end, raw_commit[pos:]
+            if not other_signature:
+                payload += line
+            in_signature = False
+        pos = nxt
+    return (bytes(payload), bytes(signature)) if signed else None
 
 
 def verify_signature(
     payload: bytes, signature: bytes, keys: Sequence[PublicKey], *, at: datetime
 ) -> SignatureCheck:
-    """Check `signature` over `payload` against `keys`, judging key lifetimes at `at`."""
-    raise NotImplementedError
+    """Check `signature` over `payload` against `keys`, judging key lifetimes at `at`.
+
+    A bad, foreign or hostile signature gives ok=False and the reason; only a
+    broken environment (ssh-keygen or gpg missing or hanging) raises
+    MergegateError. Naive datetimes, in `at` or in a key, are taken as UTC.
+    `at` governs the policy's valid_after/valid_before only: gpg judges an
+    OpenPGP key's own expiry and revocation at the current time.
+    """
+    if not signature.strip():
+        return _refused("", "unsigned")
+    text = signature.decode("ascii", errors="replace").strip()
+    if text.startswith(f"-----BEGIN {_SSH_SIG}-----"):
+        return _verify_ssh(payload, text, keys, at)
+    if text.startswith(f"-----BEGIN {_PGP_SIG}-----"):
+        return _verify_openpgp(payload, text, keys, at)
+    return _refused("", "unknown signature format")
+
+
+# --- ssh ---------------------------------------------------------------------
+
+
+def _parse_ssh_key(line: str, owner: str, source: str) -> str:
+    if "\n" in line:
+        raise _config_error(owner, "an ssh public key must be a single line", source)
+    parts = line.split()
+    if len(parts) < 2:
+        raise _config_error(owner, f"ssh key {_prefix(line)} has no key data", source)
+    declared, blob = parts[0], _b64(parts[1])
+    if blob is None:
+        raise _config_error(owner, f"ssh key data {_prefix(parts[1])} is not valid base64", source)
+    fields = _ssh_strings(blob) or [b"(unreadable)"]
+    embedded = fields[0][:40].decode("ascii", errors="replace")
+    if embedded != declared:
+        message = f"the line says {declared!r} but the key data is of type {embedded!r}"
+        raise _config_error(owner, message, source)
+    if (
+        len(fields) != _SSH_TYPES[declared]
+        or (declared == "ssh-ed25519" and len(fields[1]) != 32)
+        or (declared.startswith("ecdsa-") and fields[1] != declared.rsplit("-", 1)[1].encode())
+    ):
+        raise _config_error(owner, f"the {declared} key data is malformed", source)
+    return _ssh_fingerprint(blob)
+
+
+def _verify_ssh(
+    payload: bytes, text: str, keys: Sequence[PublicKey], at: datetime
+) -> SignatureCheck:
+    # The SSHSIG blob carries the signer's public key: it is named and matched
+    # here, so ssh-keygen has only the cryptography left to do.
+    blob = _dearmor(text, _SSH_SIG) or b""
+    fields = _ssh_strings(blob[10:]) if blob[:10] == b"SSHSIG\0\0\0\1" else []
+    if len(fields) != 5:
+        return _refused("", "malformed ssh signature")
+    public, namespace = fields[0], fields[1]
+    signer = _ssh_fingerprint(public)
+    if namespace != b"git":
+        shown = namespace[:40].decode("ascii", errors="replace")
+        return _refused(signer, f"signature by {signer} is for namespace {shown!r}, not 'git'")
+    key = next((k for k in keys if k.kind == "ssh" and _ssh_blob(k.text) == public), None)
+    if key is None:
+        return _refused(signer, f"signature by {signer} is not a key in the policy")
+    with tempfile.TemporaryDirectory(prefix="mergegate-ssh-") as tmp:
+        # Only the matching key, under a synthetic principal: policy names may
+        # hold spaces or quotes. ssh-keygen still checks the signature's key is it.
+        key_type = key.text.split()[0]
+        allowed = f'k0 namespaces="git" {key_type} {base64.b64encode(public).decode()}\n'
+        Path(tmp, "allowed_signers").write_text(allowed)
+        # Re-armoured from the blob read above, so ssh-keygen checks just that.
+        Path(tmp, "signature").write_text(_armor(blob, _SSH_SIG))
+        argv = ["ssh-keygen", "-Y", "verify", "-f", f"{tmp}/allowed_signers", "-I", "k0"]
+        result = _run([*argv, "-n", "git", "-s", f"{tmp}/signature"], payload, tmp)
+    if result.returncode != 0:
+        return _refused(signer, f"bad signature by {key.owner} ({signer})")
+    return _judge_lifetime(key, signer, at)
+
+
+def _ssh_strings(data: bytes) -> list[bytes]:
+    """Split a run of ssh wire-format strings (uint32 length, bytes); [] if malformed."""
+    out, pos = [], 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        if pos + 4 + length > len(data):
+            return []
+        out.append(data[pos + 4 : pos + 4 + length])
+        pos += 4 + length
+    return out
+
+
+def _ssh_blob(line: str) -> bytes | None:
+    parts = line.split()
+    return _b64(parts[1]) if len(parts) >= 2 else None
+
+
+def _ssh_fingerprint(blob: bytes) -> str:
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+# --- OpenPGP -----------------------------------------------------------------
+
+
+def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[str, ...]]:
+    if "PRIVATE KEY BLOCK" in text:
+        problem = "this is a secret key block; the policy must carry only the public key"
+        raise _config_error(owner, f"{problem} (gpg --armor --export)", source)
+    if not text.startswith(f"-----BEGIN {_PGP_KEY}-----") or not text.endswith(f"{_PGP_KEY}-----"):
+        raise _config_error(owner, f"expected {_EXPECTED}, found {_prefix(text)}", source)
+    with tempfile.TemporaryDirectory(prefix="mergegate-gpg-") as home:
+        argv = _gpg_argv(home, "--with-colons", "--import-options", "show-only", "--import")
+        result = _run(argv, text.encode(), home)
+    primaries: list[str] = []
+    subkeys: list[str] = []
+    fpr_goes_to: list[str] | None = None  # an "fpr" record belongs to the record before it
+    for record in result.stdout.decode("utf-8", errors="replace").splitlines():
+        fields = record.split(":")
+        if fields[0] in ("sec", "ssb"):
+            problem = "the block holds a secret key; the policy must carry only the public key"
+            raise _config_error(owner, problem, source)
+        if fields[0] == "fpr" and fpr_goes_to is not None and len(fields) > 9:
+            fpr_goes_to.append(fields[9].upper())
+        fpr_goes_to = {"pub": primaries, "sub": subkeys}.get(fields[0])
+    if len(primaries) != 1:
+        found = f"{len(primaries)} primary keys" if primaries else "no OpenPGP public key"
+        said = [ln for ln in result.stderr.decode(errors="replace").splitlines() if "gpg: " in ln]
+        why = f" ({said[-1][:120]})" if said and not primaries else ""
+        raise _config_error(owner, f"expected one OpenPGP public key, found {found}{why}", source)
+    return primaries[0], tuple(subkeys)
+
+
+def _verify_openpgp(
+    payload: bytes, text: str, keys: Sequence[PublicKey], at: datetime
+) -> SignatureCheck:
+    # Only a lone detached signature will do: gpg --verify, handed a signed
+    # message, checks the data inside it and ignores the payload file. gpg gets
+    # the very bytes checked here, so it cannot read them differently.
+    binary = _dearmor(text, _PGP_SIG) or b""
+    packets = _pgp_packets(binary)
+    if not packets:
+        return _refused("", "malformed OpenPGP signature")
+    issuer = _pgp_issuer(packets[0][1]) if packets[0][0] == 2 else ""
+    if len(packets) != 1 or packets[0][0] != 2:
+        return _refused(issuer, "OpenPGP data is not a single detached signature")
+    pgp_keys = [k for k in keys if k.kind == "openpgp"]
+    if not pgp_keys:
+        return _refused(issuer, f"signature by {issuer or 'a key'} is not a key in the policy")
+    with tempfile.TemporaryDirectory(prefix="mergegate-gpg-") as home:
+        _run(_gpg_argv(home, "--import"), "".join(k.text + "\n" for k in pgp_keys).encode(), home)
+        Path(home, "signature").write_bytes(binary)
+        Path(home, "payload").write_bytes(payload)
+        argv = ["--status-fd", "1", "--trust-model", "always", "--verify"]
+        result = _run(_gpg_argv(home, *argv, f"{home}/signature", f"{home}/payload"), b"", home)
+    status: dict[str, list[str]] = {}
+    signatures = 0
+    for line in result.stdout.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("[GNUPG:] "):
+            keyword, *args = line[9:].split(" ")
+            signatures += 1 if keyword == "NEWSIG" else 0
+            status.setdefault(keyword, args)
+    if signatures != 1 or "PLAINTEXT" in status:
+        return _refused(issuer, "OpenPGP data is not a single detached signature")
+    # VALIDSIG <signing fpr> ... <primary fpr>, only for a cryptographically good signature.
+    valid = status.get("VALIDSIG", [])
+    named = [status[w][0] for w in ("BADSIG", "EXPSIG", "ERRSIG") if status.get(w)] + [""]
+    signer = valid[0] if valid else (issuer or named[0])
+    # The key gpg itself picked (its id) names a bad signature best.
+    key = _pgp_key_for(pgp_keys, valid[-1] if valid else named[0]) or _pgp_key_for(pgp_keys, signer)
+    who = f"{key.owner} ({key.fingerprint})" if key else signer
+    if "ERRSIG" in status:
+        args = status["ERRSIG"] + ["-"] * 7
+        signer = args[6] if args[6] != "-" else signer
+        if args[5] == "9":  # no public key
+            return _refused(signer, f"signature by {signer} is not a key in the policy")
+        return _refused(signer, f"signature by {signer} could not be checked (gpg error {args[5]})")
+    if "BADSIG" in status:
+        return _refused(signer, f"bad signature by {who}")
+    unchecked = _refused(signer, f"OpenPGP signature by {signer or 'a key'} could not be checked")
+    if key is None or not valid:
+        return unchecked
+    if "REVKEYSIG" in status:
+        return _refused(signer, f"key {key.fingerprint} of {key.owner} is revoked")
+    if "EXPKEYSIG" in status:
+        return _refused(signer, f"key {key.fingerprint} of {key.owner} expired")
+    if "EXPSIG" in status:
+        return _refused(signer, f"signature by {who} expired")
+    return _judge_lifetime(key, signer, at) if "GOODSIG" in status else unchecked
+
+
+def _pgp_key_for(keys: Sequence[PublicKey], ident: str) -> PublicKey | None:
+    """The key with a primary or subkey fingerprint that is, or ends in the key id, `ident`."""
+    ident = ident.upper()
+    if len(ident) not in (16, 40):
+        return None
+    return next((k for k in keys for f in (k.fingerprint, *k.subkeys) if f.endswith(ident)), None)
+
+
+def _pgp_packets(data: bytes) -> list[tuple[int, bytes]]:
+    """(tag, body) of each OpenPGP packet (RFC 4880 4.2); [] when not well-formed."""
+    out, pos = [], 0
+    try:
+        while pos < len(data):
+            head = data[pos]
+            if not head & 0x80:
+                return []
+            if head & 0x40:  # new-format length
+                tag, first = head & 0x3F, data[pos + 1]
+                if first < 192:
+                    length, pos = first, pos + 2
+                elif first < 224:
+                    length, pos = ((first - 192) << 8) + data[pos + 2] + 192, pos + 3
+                elif first == 255:
+                    length, pos = int.from_bytes(data[pos + 2 : pos + 6], "big"), pos + 6
+                else:
+                    return []  # partial lengths never occur in a detached signature
+            else:
+                tag, size = (head >> 2) & 0x0F, (1, 2, 4, 0)[head & 3]
+                length = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
+                length = length if size else len(data) - pos - 1
+                pos += 1 + size
+            if pos + length > len(data):
+                return []
+            out.append((tag, data[pos : pos + length]))
+            pos += length
+    except IndexError:
+        return []
+    return out
+
+
+def _pgp_issuer(body: bytes) -> str:
+    """The issuer fingerprint (or else key id) a signature packet names; "" if none."""
+    if body[:1] == b"\x03":
+        return body[7:15].hex().upper() if len(body) >= 15 else ""
+    if body[:1] != b"\x04":
+        return ""
+    hashed_end = 6 + int.from_bytes(body[4:6], "big")
+    unhashed = int.from_bytes(body[hashed_end : hashed_end + 2], "big")
+    area = body[6:hashed_end] + body[hashed_end + 2 : hashed_end + 2 + unhashed]
+    key_id, pos = "", 0
+    try:
+        while pos < len(area):
+            first = area[pos]
+            if first < 192:
+                length, pos = first, pos + 1
+            elif first < 255:
+                length, pos = ((first - 192) << 8) + area[pos + 1] + 192, pos + 2
+            else:
+                length, pos = int.from_bytes(area[pos + 1 : pos + 5], "big"), pos + 5
+            kind, data = area[pos] & 0x7F, area[pos + 1 : pos + length]
+            if kind == 33 and len(data) == 21:  # issuer fingerprint: version + v4 fingerprint
+                return data[1:].hex().upper()
+            if kind == 16 and len(data) == 8:  # issuer key id
+                key_id = data.hex().upper()
+            pos += length
+    except IndexError:
+        pass
+    return key_id
+
+
+def _gpg_argv(home: str, *args: str) -> list[str]:
+    # --no-autostart: reading public keys and signatures needs no agent or dirmngr.
+    return ["gpg", "--homedir", home, "--batch", "--no-tty", "--no-autostart", *args]
+
+
+# --- shared ------------------------------------------------------------------
+
+
+def _judge_lifetime(key: PublicKey, signer: str, at: datetime) -> SignatureCheck:
+    when, shown = _utc(at), f"key {key.fingerprint} of {key.owner}"
+    if key.valid_after is not None and when < _utc(key.valid_after):
+        return _refused(signer, f"{shown} is not valid before {key.valid_after.isoformat()}")
+    if key.valid_before is not None and when > _utc(key.valid_before):
+        return _refused(signer, f"{shown} is not valid after {key.valid_before.isoformat()}")
+    return SignatureCheck(True, key, signer, f"good signature by {key.owner} ({key.fingerprint})")
+
+
+def _refused(signer: str, reason: str) -> SignatureCheck:
+    return SignatureCheck(ok=False, key=None, signer=signer, reason=reason)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _dearmor(text: str, label: str) -> bytes | None:
+    lines = [line.strip() for line in text.strip().splitlines()]
+    if lines[:1] != [f"-----BEGIN {label}-----"] or lines[-1:] != [f"-----END {label}-----"]:
+        return None
+    body = lines[1:-1]
+    if label == _PGP_SIG:
+        body = body[body.index("") + 1 :] if "" in body else body  # headers end at a blank line
+        body = body[:-1] if body and body[-1].startswith("=") else body  # the CRC-24 line
+    return _b64("".join(body))
+
+
+def _armor(blob: bytes, label: str) -> str:
+    data = base64.b64encode(blob).decode()
+    lines = [data[i : i + 70] for i in range(0, len(data), 70)]
+    return "\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----", ""])
+
+
+def _b64(data: str) -> bytes | None:
+    try:
+        return base64.b64decode(data, validate=True) or None
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _run(argv: list[str], stdin: bytes, home: str) -> subprocess.CompletedProcess[bytes]:
+    # An explicit environment: no SSH_AUTH_SOCK, GNUPGHOME or user locale gets in.
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": home, "LC_ALL": "C"}
+    try:
+        return subprocess.run(  # noqa: S603 - fixed program, argv list, no shell
+            argv, input=stdin, capture_output=True, env=env, timeout=_TIMEOUT_SECONDS, check=False
+        )
+    except FileNotFoundError as exc:
+        message = f"{argv[0]} is not installed or not on PATH; it is needed to check signatures"
+        raise MergegateError(message) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise MergegateError(f"{argv[0]} did not finish within {_TIMEOUT_SECONDS} s") from exc
+    except OSError as exc:
+        raise MergegateError(f"cannot run {argv[0]}: {exc}") from exc
+
+
+def _config_error(owner: str, problem: str, source: str) -> ConfigError:
+    message = f"key of {owner}: {problem}"
+    file, _, line = source.rpartition(":")
+    if file and line.isdigit():
+        return ConfigError(message, file=file, line=int(line))
+    return ConfigError(message, file=source or None)
+
+
+def _prefix(text: str) -> str:
+    return repr(text[:20] + ("..." if len(text) > 20 else "")) if text else "nothing"

@@ -64,12 +64,13 @@ class World:
         return self._clones[name]
 
     def git(self, where: str | Path, *args: str, who: Person | None = None, sign: SshKey | None = None,
-            check: bool = True, env: dict[str, str] | None = None) -> str:
+            check: bool = True, env: dict[str, str] | None = None, config: list[str] | None = None) -> str:
         cwd = self.clone(where) if isinstance(where, str) else where
         person = who or self.alice
         full_env = {**os.environ, "GIT_AUTHOR_NAME": person.name, "GIT_AUTHOR_EMAIL": person.email,
                     "GIT_COMMITTER_NAME": person.name, "GIT_COMMITTER_EMAIL": person.email, **(env or {})}
         prefix = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={sign.private}"] if sign else []
+        prefix += config or []
         proc = subprocess.run(["git", *prefix, *args], cwd=cwd, env=full_env, capture_output=True, text=True)
         if check and proc.returncode != 0:
             raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
@@ -103,14 +104,15 @@ class World:
         self.git(where, "push", "-q", "-f", "origin", branch)
         return self.git(where, "rev-parse", "HEAD")
 
-    def approval_commit(self, branch: str, trailers: list[tuple[str, str]], *, who: Person, sign: SshKey | None) -> str:
-        """An empty commit on the proposal carrying Mergegate-Approve trailers."""
+    def approval_commit(self, branch: str, trailers: list[tuple[str, str]], *, who: Person, sign: SshKey | None,
+                        config: list[str] | None = None, env: dict[str, str] | None = None) -> str:
+        """An empty commit on the proposal carrying Mergegate-Approve trailers (signed by `sign` or `config`)."""
         where = "reviewer"
         self.git(where, "fetch", "-q", "origin")
         self.git(where, "checkout", "-q", "-B", branch, f"origin/{branch}")
         body = "\n".join(f"Mergegate-Approve: {p} {b}" for p, b in trailers)
-        args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (["-S"] if sign else [])
-        self.git(where, *args, who=who, sign=sign)
+        args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (["-S"] if sign or config else [])
+        self.git(where, *args, who=who, sign=sign, config=config, env=env)
         self.git(where, "push", "-q", "origin", branch)
         return self.git(where, "rev-parse", "HEAD")
 
@@ -156,7 +158,7 @@ class World:
         return records
 
     def events(self, event: str) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r["event"] == event]
+        return [r for r in self.records() if r.get("event") == event]
 
 
 def job_yaml(job_id: str, command: list[str], **extra: Any) -> str:

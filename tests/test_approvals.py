@@ -1,0 +1,425 @@
+"""Quorum, roles, content-bound approvals, vetoes, trust root: every hostile case runs nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.keys import (
+    git_signing_config_gpg,
+    make_expired_gpg_key,
+    make_gpg_key,
+    make_ssh_key,
+    revoke_gpg_key,
+    stop_gpg_agent,
+)
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+
+JOB = {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}
+
+
+def _two_person(world: World, **extra: object) -> str:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    return world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2, **extra))
+
+
+def _only_job(world: World) -> dict[str, object]:
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    return job
+
+
+def test_two_distinct_approvers_meet_quorum(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    world.approval_commit("p", [("jobs/j.yaml", blob)], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "succeeded"
+    (started,) = world.events("started")
+    assert started["approvers"] == ["bob", "carol"]
+
+
+def test_one_person_with_two_keys_counts_once(world: World) -> None:
+    second = make_ssh_key(world.tmp / "keys", "bob2")
+    bob = world.bob.approver_entry()
+    bob = {"name": "bob", "email": bob["email"], "keys": [bob["key"], second.public_line]}
+    world.setup(policy_yaml([bob, world.carol.approver_entry()], [ECHO_RULE], approvals_required=2))
+    world.propose("p", JOB, who=world.alice)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.bob, sign=second)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "1 of 2 approvals" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_approval_for_an_older_blob_is_stale(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    old = world.blob("p", "jobs/j.yaml")
+    world.approval_commit("p", [("jobs/j.yaml", old)], who=world.carol, sign=world.carol.key)
+    world.git("proposer", "pull", "-q", "origin", "p")
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "changed after approval"])}, who=world.alice, base="origin/p")
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "carol (approval commit" in str(job["reason"]) and f"stale: approves blob {old[:7]}" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_authors_own_approval_commit_does_not_count(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.alice, sign=world.alice.key)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "alice (approval commit" in str(job["reason"]) and "author of" in str(job["reason"])
+
+
+def test_approval_commit_by_unknown_key_does_not_count(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=world.mallory.key)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "is not a key in the policy" in str(job["reason"])
+
+
+def _gpg_approver(world: World, key_text: str) -> dict[str, object]:
+    return {"name": "dave", "email": "dave@example.com", "key": key_text}
+
+
+@pytest.fixture
+def gpg_homes() -> Iterator[list[Path]]:
+    """Short GNUPGHOME paths: gpg-agent's socket path must stay under ~100 characters."""
+    homes = [Path(tempfile.mkdtemp(prefix="mg-gpg-")) for _ in range(2)]
+    yield homes
+    for home in homes:
+        stop_gpg_agent(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_openpgp_approval_counts(world: World, gpg_homes: list[Path]) -> None:
+    home = gpg_homes[0]
+    dave = make_gpg_key(home, "dave", "dave@example.com", signing_subkey=True)
+    approvers = [world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2))
+    world.propose("p", JOB, who=world.alice)
+    config, env = git_signing_config_gpg(home, dave)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "succeeded", job
+    assert world.events("started")[0]["approvers"] == ["bob", "dave"]
+
+
+def test_openpgp_revoked_key_does_not_count(world: World, gpg_homes: list[Path]) -> None:
+    home, signer_home = gpg_homes
+    dave = make_gpg_key(home, "dave", "dave@example.com")
+    # dave still holds the key unrevoked (as a thief of it would); the policy carries the revocation.
+    shutil.copytree(home, signer_home, dirs_exist_ok=True, ignore=shutil.ignore_patterns("S.*"))
+    revoked = revoke_gpg_key(home, dave)
+    home = signer_home
+    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, revoked)], [ECHO_RULE], approvals_required=2))
+    world.propose("p", JOB, who=world.alice)
+    config, env = git_signing_config_gpg(home, dave)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "revoked" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_openpgp_expired_key_does_not_count(world: World, gpg_homes: list[Path]) -> None:
+    home = gpg_homes[0]
+    dave = make_expired_gpg_key(home, "dave", "dave@example.com")
+    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE], approvals_required=2))
+    world.propose("p", JOB, who=world.alice)
+    config, env = git_signing_config_gpg(home, dave)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "expired" in str(job["reason"])
+
+
+def test_key_outside_its_validity_window_does_not_count(world: World) -> None:
+    bob = world.bob.approver_entry()
+    bob = {"name": "bob", "email": bob["email"], "keys": [{"key": bob["key"], "valid_before": "2020-01-01T00:00:00Z"}]}
+    world.setup(policy_yaml([bob], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "not valid" in str(job["reason"])
+
+
+def test_merge_that_removes_an_approver_needs_the_policy_quorum(world: World) -> None:
+    _two_person(world, policy_approvals_required=2)
+    smaller = policy_yaml([world.bob.approver_entry(), world.alice.approver_entry()], [ECHO_RULE], approvals_required=2)
+    world.propose("p", {"policy/policy.yaml": smaller, **JOB}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "without approval" in str(job["reason"])
+    (policy,) = world.events("policy")
+    assert policy["status"] == "rejected"
+
+
+def test_removed_approver_cannot_approve_afterwards(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
+    world.propose("remove", {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1)}, who=world.alice)
+    world.signed_merge("remove", world.bob)
+    assert world.run_once().json()["jobs"] == []
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.carol)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "is not a key in the policy" in str(job["reason"])
+
+
+def test_lowering_the_quorum_and_adding_a_job_in_one_merge(world: World) -> None:
+    _two_person(world, policy_approvals_required=1)
+    lowered = policy_yaml([world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()],
+                          [ECHO_RULE], approvals_required=1, policy_approvals_required=1)
+    world.propose("p", {"policy/policy.yaml": lowered, **JOB}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "policy_approvals_required" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_forged_author_on_unsigned_proposal_is_ineligible(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], require_signed_proposals=True))
+    # carol writes the job but claims alice wrote it, so that her own merge would count.
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.carol)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "require_signed_proposals" in str(job["reason"]) and "unsigned" in str(job["reason"])
+
+
+def test_signed_proposal_is_eligible(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], require_signed_proposals=True, proposers=[world.alice.approver_entry()]))
+    world.propose("p", JOB, who=world.alice, sign=world.alice.key)
+    world.signed_merge("p", world.carol)
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_veto_stops_an_approved_job(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    blob = world.blob("approved", "jobs/j.yaml")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    job = _only_job(world)
+    assert job["status"] == "vetoed"
+    assert "vetoed by carol" in str(job["reason"])
+    assert world.events("started") == []
+    assert world.events("vetoed")[0]["path"] == "jobs/j.yaml"
+
+
+def test_groups_need_one_sre_and_one_security(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    rules = [{"name": "prod", "paths": ["jobs/prod/*"], "require": [{"group": "sre", "count": 1}, {"group": "security", "count": 1}]}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], groups={"sre": ["bob", "alice"], "security": ["carol"]}, approval_rules=rules))
+    files = {"jobs/prod/deploy.yaml": job_yaml("deploy", ["echo", "deploy"])}
+    world.propose("p", files, who=world.mallory)
+    world.approval_commit("p", [("jobs/prod/deploy.yaml", world.blob("p", "jobs/prod/deploy.yaml"))], who=world.alice, sign=world.alice.key)
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "1 from sre and 1 from security" in str(job["reason"])
+    world.propose("q", {"jobs/prod/deploy2.yaml": job_yaml("deploy2", ["echo", "deploy"])}, who=world.mallory)
+    world.approval_commit("q", [("jobs/prod/deploy2.yaml", world.blob("q", "jobs/prod/deploy2.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("q", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_force_push_after_a_job_ran_stops_the_runner(world: World) -> None:
+    root = world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+    # Rewrite approved: drop everything after the root, then approve something new.
+    world.git("admin", "push", "-q", "-f", "origin", f"{root}:refs/heads/approved")
+    world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
+    world.signed_merge("q", world.bob)
+    result = world.run_once()
+    assert result.code == 3
+    assert "history was rewritten" in result.err or "not an ancestor" in result.err
+    assert [r["job"] for r in world.events("started")] == []
+
+
+def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:
+    runner_key = make_ssh_key(world.tmp / "keys", "runner")
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE],
+                            runners=[{"name": "ci", "key": runner_key.public_line}]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    good = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
+    assert good.code == 0, good.err
+    # An unsigned commit appending a plausible record.
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text() + log.read_text().splitlines(keepends=True)[-1])
+    world.git("approver", "commit", "-qam", "audit")
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
+    world.signed_merge("q", world.bob)
+    result = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
+    assert result.code == 3
+    assert len(world.events("started")) == 1
+
+
+def test_runner_signs_its_commits_and_verify_accepts_them(world: World) -> None:
+    runner_key = make_ssh_key(world.tmp / "keys", "runner")
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=[{"name": "ci", "key": runner_key.public_line}]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    assert world.run_once("--signing-key", str(runner_key.private)).code == 0
+    world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
+    world.signed_merge("q", world.bob)
+    assert world.run_once("--signing-key", str(runner_key.private)).code == 0
+    assert world.mg("verify").code == 0
+
+
+def test_trust_root_that_is_not_an_ancestor(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.git("admin", "checkout", "-q", "--orphan", "other")
+    world.write("admin", {"x": "y\n"})
+    world.git("admin", "add", "-A")
+    world.git("admin", "commit", "-qm", "unrelated")
+    stranger = world.git("admin", "rev-parse", "HEAD")
+    world.git("admin", "push", "-q", "origin", "other")
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    world.git("runner", "fetch", "-q", "origin")
+    result = world.run_once("--trust-root", stranger)
+    assert result.code == 3
+    assert stranger[:12] in result.err and "not an ancestor" in result.err
+    assert world.events("started") == []
+    assert world.mg("verify", "--trust-root", stranger).code == 3
+
+
+def test_pinned_trust_root_silences_the_warning(world: World) -> None:
+    root = world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    result = world.run_once()
+    assert "no trust root pinned" in result.err
+    result = world.run_once("--trust-root", root)
+    assert "no trust root pinned" not in result.err
+
+
+def test_verify_agrees_with_the_runner_on_a_fresh_clone(world: World) -> None:
+    _two_person(world)
+    world.propose("good", JOB, who=world.alice)
+    world.approval_commit("good", [("jobs/j.yaml", world.blob("good", "jobs/j.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("good", world.bob)
+    world.propose("bad", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
+    world.signed_merge("bad", world.bob)
+    outcome = {j["job"]: j["status"] for j in world.run_once().json()["jobs"]}
+    assert outcome == {"j": "succeeded", "k": "rejected"}
+    report = world.mg("verify", "--json", where="auditor")
+    assert report.code == 0, report.out
+    data = report.json()
+    assert data["ok"] is True and data["violations"] == []
+    approved = {j["path"]: j["approved"] for c in data["commits"] for j in c["jobs"]}
+    assert approved == {"jobs/j.yaml": True, "jobs/k.yaml": False}
+
+
+def test_verify_flags_a_started_record_without_approval(world: World) -> None:
+    """A hand-written but well-chained `started` record for an unapproved job is a violation."""
+    import json
+
+    from mergegate.audit import record_hash
+
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    merge = world.merge("p", who=world.bob, sign=None)
+    assert world.run_once().code == 1
+    records = world.records()
+    fake = {"event": "started", "job": "j", "path": "jobs/j.yaml", "blob": world.blob("approved", "jobs/j.yaml"),
+            "commit": merge, "runner": "evil", "time": "2026-01-01T00:00:00Z", "seq": len(records) + 1,
+            "prev": records[-1]["hash"]}
+    fake["hash"] = record_hash(fake)
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text() + json.dumps(fake, sort_keys=True, separators=(",", ":")) + "\n")
+    world.git("approver", "commit", "-qam", "append")
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert world.mg("audit", "verify").code == 0
+    result = world.mg("verify")
+    assert result.code == 3
+    assert "without a valid approval" in result.err
+
+
+def test_check_reports_stale_and_missing_approvals(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    old = world.blob("p", "jobs/j.yaml")
+    world.approval_commit("p", [("jobs/j.yaml", old)], who=world.carol, sign=world.carol.key)
+    world.git("proposer", "pull", "-q", "origin", "p")
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "v2"])}, who=world.alice, base="origin/p")
+    result = world.mg("check", "origin/p", "--json")
+    assert result.code == 0, result.err
+    (f,) = result.json()["files"]
+    assert f["state"] == "allowed" and f["approved"] is False
+    assert "stale" in f["approvals"]
+
+
+def test_approve_command_makes_a_counted_approval_commit(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    reviewer = world.clone("carol-clone")
+    for args in (["user.name", "carol"], ["user.email", "carol@example.com"], ["gpg.format", "ssh"],
+                 ["user.signingkey", str(world.carol.key.private)]):
+        world.git(reviewer, "config", *args)
+    world.git(reviewer, "fetch", "-q", "origin")
+    result = world.mg("approve", "origin/p", where="carol-clone")
+    assert result.code == 0, result.err
+    assert "signed approval commit" in result.out
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_approve_merge_command(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    reviewer = world.clone("bob-clone")
+    for args in (["user.name", "bob"], ["user.email", "bob@example.com"], ["gpg.format", "ssh"],
+                 ["user.signingkey", str(world.bob.key.private)]):
+        world.git(reviewer, "config", *args)
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 0, result.err
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_approve_refuses_a_denied_job(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["rm", "-rf", "/"])}, who=world.alice)
+    reviewer = world.clone("bob-clone")
+    world.git(reviewer, "config", "user.signingkey", str(world.bob.key.private))
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 1
+    assert "refusing to approve" in result.err
+
+

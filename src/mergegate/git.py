@@ -170,6 +170,11 @@ class Repo:
                     result.append((commit, blob))
         return result
 
+    def first_parent_adding(self, tip: str, path: str) -> str | None:
+        """The oldest first-parent commit up to `tip` that added `path`."""
+        shas = self.out("log", "--first-parent", "--reverse", "--diff-filter=A", "--format=%H", tip, "--", path).split()
+        return shas[0] if shas else None
+
     def merge_base(self, a: str, b: str) -> str | None:
         proc = self.run("merge-base", a, b, check=False)
         return proc.stdout.decode().strip() or None

@@ -50,7 +50,7 @@ class Requirement:
     def describe(self) -> str:
         parts = [f"{count} from {group}" for group, count in self.slots]
         if self.total > sum(c for _, c in self.slots):
-            parts.append(f"{self.total} approvers in all")
+            parts.append(f"{self.total} approval{'s' if self.total != 1 else ''} in all")
         return f"{' and '.join(parts) or 'nothing'} ({self.source})"
 
 

@@ -25,7 +25,7 @@ from mergegate import audit, executor
 from mergegate.approvals import Assessment, Assessor, Decision, Veto, describe_votes
 from mergegate.errors import Denied, GitError, IntegrityError
 from mergegate.git import Repo, Signing
-from mergegate.policy import Policy, load_policy
+from mergegate.policy import POLICY_FILE, Policy, load_policy
 
 MAX_PUSH_ATTEMPTS = 10
 
@@ -112,7 +112,12 @@ def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]
     given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
     if given is None:
         root = repo.root_commit(tip)
-        return root, [f"no trust root pinned; trusting the root commit {root[:12]} of approved (pin it with --trust-root)"]
+        # In a repository that had history before `mergegate init`, the root
+        # commit has no policy; the first commit that brought one is the anchor.
+        if repo.file_blob(root, POLICY_FILE) is None:
+            introduced = repo.first_parent_adding(tip, POLICY_FILE)
+            root = introduced or root
+        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it with --trust-root)"]
     sha = repo.rev(given)
     if sha is None:
         raise IntegrityError(f"trust root {given} is not a commit in this repository")

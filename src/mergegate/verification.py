@@ -42,7 +42,7 @@ def _append_only_history(repo: Repo, tip: str) -> None:
         if not commit.parents:
             continue
         changes = [c for c in repo.diff(commit.parents[0], sha) if c.path.startswith(audit.AUDIT_DIR)]
-        audit.check_append_only(repo, sha, changes)
+        audit.check_append_only(repo, sha, changes, logs_only=True)
 
 
 @dataclass(frozen=True)

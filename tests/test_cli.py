@@ -1,0 +1,157 @@
+"""The command line as a new user meets it: init, check, status, help, loop mode, push races."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+
+COMMANDS = [["run"], ["status"], ["check"], ["approve"], ["verify"], ["audit", "verify"], ["init"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_an_example(world: World, command: list[str]) -> None:
+    result = world.mg(*command, "--help", where="admin")
+    assert result.code == 0
+    assert "Example" in result.out
+
+
+def test_init_then_run_from_a_fresh_repository(world: World) -> None:
+    admin = world.clone("admin")
+    world.git(admin, "config", "user.name", "bob")
+    world.git(admin, "config", "user.email", "bob@example.com")
+    result = world.mg("init", "--approver", "bob", "--key", str(world.bob.key.private) + ".pub", where="admin")
+    assert result.code == 0, result.err
+    assert "created branch approved" in result.out
+    assert (admin / "policy/policy.yaml").exists()
+    world.git(admin, "push", "-q", "origin", "main", "approved")
+    # Re-running init is refused, not silently redone.
+    again = world.mg("init", "--key", world.bob.key.public_line, where="admin")
+    assert again.code == 2 and "already" in again.err
+    # The init policy is deny by default: an approved echo job is still rejected.
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected" and "deny by default" in job["reason"]
+    assert world.mg("audit", "verify").code == 0
+    assert world.mg("verify").code == 0
+
+
+def test_init_without_a_key_says_how(world: World) -> None:
+    world.git("admin", "commit", "-q", "--allow-empty", "-m", "x")
+    result = world.mg("init", where="admin")
+    assert result.code == 2
+    assert result.err.startswith("error: no approver key given")
+    assert "hint: pass --key" in result.err
+
+
+def test_status_shows_each_state(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "false"}]))
+    world.propose("a", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"]), "jobs/bad.yaml": job_yaml("bad", ["false"]),
+                        "jobs/no.yaml": job_yaml("no", ["rm", "x"])}, who=world.alice)
+    world.signed_merge("a", world.bob)
+    world.run_once()
+    world.propose("b", {"jobs/later.yaml": job_yaml("later", ["echo", "y"])}, who=world.alice)
+    world.signed_merge("b", world.bob)
+    result = world.mg("status", "--json")
+    assert result.code == 0, result.err
+    states = {j["job"]: j["state"] for j in result.json()["jobs"]}
+    assert states == {"ok": "succeeded", "bad": "failed", "no": "rejected", "later": "queued"}
+    human = world.mg("status")
+    assert "queued" in human.out and "later" in human.out
+
+
+def test_check_exit_codes(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("ok", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"])}, who=world.alice)
+    world.propose("denied", {"jobs/d.yaml": job_yaml("d", ["rm", "x"])}, who=world.alice)
+    world.propose("invalid", {"jobs/i.yaml": "id: i\ncommand: [echo]\ncommand: [rm]\n"}, who=world.alice)
+    assert world.mg("check", "origin/ok").code == 0
+    denied = world.mg("check", "origin/denied")
+    assert denied.code == 1 and "denied" in denied.out
+    invalid = world.mg("check", "origin/invalid", "--json")
+    assert invalid.code == 2
+    (f,) = invalid.json()["files"]
+    assert f["state"] == "invalid" and "jobs/i.yaml:3" in f["reason"] and "duplicate key" in f["reason"]
+
+
+def test_check_unknown_ref_is_a_clear_error(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    result = world.mg("check", "no-such-branch")
+    assert result.code == 2
+    assert result.err.startswith("error: no-such-branch is not a branch or commit here")
+
+
+def test_repository_without_remote_uses_the_local_branch(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    local = world.tmp / "local"
+    subprocess.run(["git", "clone", "-q", "--bare", str(world.remote), str(local)], check=True)
+    subprocess.run(["git", "-C", str(local), "remote", "remove", "origin"], check=True)
+    proc = subprocess.run([sys.executable, "-m", "mergegate", "run", "--once", "--repo", str(local)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "succeeded" in proc.stdout
+    log = subprocess.run(["git", "-C", str(local), "show", "approved:audit/log-000001.jsonl"], capture_output=True, text=True)
+    assert '"event":"finished"' in log.stdout
+
+
+def test_push_race_is_rebased_not_forced(world: World) -> None:
+    """While the job runs, someone else pushes to approved: the records land on top of it."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["-c"]}]))
+    other = world.clone("other")
+    world.git(other, "checkout", "-q", "-B", "work", "origin/main")
+    move = (f"git -C {other} -c user.name=carol -c user.email=carol@example.com pull -q --no-rebase origin approved"
+            f" && git -C {other} -c user.name=carol -c user.email=carol@example.com commit -q --allow-empty -m moved"
+            f" && git -C {other} push -q origin HEAD:approved")
+    world.propose("p", {"jobs/a1.yaml": job_yaml("a1", ["sh", "-c", move]), "jobs/a2.yaml": job_yaml("a2", ["sh", "-c", "echo two"])},
+                  who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once()
+    assert result.code == 0, result.out + result.err
+    assert [j["status"] for j in result.json()["jobs"]] == ["succeeded", "succeeded"]
+    # carol's commit is in approved's first-parent history, below the runner's later records.
+    world.git("admin", "fetch", "-q")
+    subjects = world.git("admin", "log", "--first-parent", "--format=%an", "origin/approved").splitlines()
+    assert "carol" in subjects and subjects[0] == "runner"
+    assert world.mg("audit", "verify").code == 0
+    records = world.records()
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert [r["event"] for r in records].count("finished") == 2
+
+
+def test_loop_mode_stops_cleanly_on_sigterm(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--interval", "0.2"], cwd=world.clone("runner"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not world.events("finished"):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "succeeded" in out
+    assert len(world.events("started")) == 1
+
+
+def test_debug_shows_traceback_only_when_asked(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    plain = world.mg("check", "nope")
+    assert "Traceback" not in plain.err
+    debug = world.mg("--debug", "check", "nope")
+    assert "Traceback" in debug.err
+
+
+def test_bad_policy_is_a_one_line_error_with_line(world: World) -> None:
+    world.setup("version: 1\napprovers: []\ncommands:\n  - program: echo\n    args: [x]\n")
+    result = world.mg("run", "--once")
+    assert result.code == 2
+    assert result.err.splitlines()[0] == "error: field 'commands.0': unknown key 'args'; allowed keys: args_prefix, network, program (policy/policy.yaml:4)"

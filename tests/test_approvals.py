@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.helpers.keys import (
     git_signing_config_gpg,
     make_expired_gpg_key,

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 COMMANDS = [["run"], ["status"], ["check"], ["approve"], ["verify"], ["audit", "verify"], ["init"]]

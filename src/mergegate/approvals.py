@@ -198,27 +198,26 @@ class Assessor:
 
     # -- decisions ----------------------------------------------------------------
     def _decide(self, commit: Commit, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> Decision:
-        base = dict(path=path, blob=blob, commit=commit.sha)
         try:
             job = parse_job(self.repo.blob(blob), path=path, blob=blob)
         except ConfigError as exc:
-            return Decision(**base, job=None, runnable=False, reason=f"invalid job file: {exc}", votes=votes)
+            return Decision(path, blob, commit.sha, job=None, runnable=False, reason=f"invalid job file: {exc}", votes=votes)
         if not_unique:
-            return Decision(**base, job=job, runnable=False, reason=not_unique, votes=votes)
+            return Decision(path, blob, commit.sha, job=job, runnable=False, reason=not_unique, votes=votes)
         if policy.require_signed_proposals:
             unsigned = self._unsigned_proposals(policy, commit, path)
             if unsigned:
-                return Decision(**base, job=job, runnable=False, reason=f"require_signed_proposals: {unsigned}", votes=votes)
+                return Decision(path, blob, commit.sha, job=job, runnable=False, reason=f"require_signed_proposals: {unsigned}", votes=votes)
         requirement = policy.requirement_for(job)
         counted = [v.person for v in votes if v.counted]
         quorum = policy.quorum(requirement, counted)
         if not quorum.met:
-            return Decision(**base, job=job, runnable=False, reason=f"not approved: {quorum.reason}; {describe_votes(votes)}", votes=votes, requirement=requirement)
+            return Decision(path, blob, commit.sha, job=job, runnable=False, reason=f"not approved: {quorum.reason}; {describe_votes(votes)}", votes=votes, requirement=requirement)
         command = policy.decide_command(job)
         if not command.allowed:
-            return Decision(**base, job=job, runnable=False, reason=f"denied by policy: {command.reason}", votes=votes, requirement=requirement)
+            return Decision(path, blob, commit.sha, job=job, runnable=False, reason=f"denied by policy: {command.reason}", votes=votes, requirement=requirement)
         self_approved = any("self-approved" in v.via for v in votes if v.counted)
-        return Decision(**base, job=job, runnable=True, reason=f"{quorum.reason}; {command.reason}", votes=votes, requirement=requirement, rule=command.rule, self_approved=self_approved)
+        return Decision(path, blob, commit.sha, job=job, runnable=True, reason=f"{quorum.reason}; {command.reason}", votes=votes, requirement=requirement, rule=command.rule, self_approved=self_approved)
 
     def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str) -> str:
         for sha in self.repo.commits_touching(commit.parents[0], commit.sha, path):

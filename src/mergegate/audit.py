@@ -121,7 +121,7 @@ def parse_file(data: bytes, path: str) -> list[Record]:
     for number, line in enumerate(data.splitlines(), start=1):
         try:
             value = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise IntegrityError(f"record is not valid JSON ({exc.msg})", file=path, line=number) from None
         if not isinstance(value, dict) or not all(k in value for k in ("seq", "prev", "hash", "time", *_COMMON)):
             raise IntegrityError("record lacks one of seq, prev, hash, time, event, job, path, blob, commit, runner", file=path, line=number)
@@ -160,7 +160,8 @@ def read_tail(repo: Repo, commit: str) -> Tail:
         chunks.insert(0, (path, records))
         if any(r.event == "scanned" for r in records):
             break
-    flat, where = [], {}
+    flat: list[Record] = []
+    where: dict[int, tuple[str, int]] = {}
     for path, records in chunks:
         for number, record in enumerate(records, start=1):
             where[len(flat)] = (path, number)

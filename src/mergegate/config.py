@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date, datetime
 from functools import cache
 from importlib import resources
-from datetime import date, datetime
 from typing import Any
 
 import jsonschema
@@ -139,19 +139,21 @@ def validate(doc: Document, *, schema: str) -> None:
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
+    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    instance: Any = error.instance
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return f"unknown key {', '.join(map(repr, extra))}; allowed keys: {allowed}"
+        known = schema.get("properties", {})
+        extra = sorted(set(instance) - set(known))
+        return f"unknown key {', '.join(map(repr, extra))}; allowed keys: {', '.join(sorted(known))}"
     if error.validator == "required":
-        return error.message.replace("is a required property", "is required")
+        return str(error.message).replace("is a required property", "is required")
     if error.validator == "pattern":
-        return f"{_short(error.instance)} does not match {error.schema['pattern']}"
+        return f"{_short(instance)} does not match {schema['pattern']}"
     if error.validator == "type":
-        return f"expected {error.schema['type']}, found {type(error.instance).__name__} {_short(error.instance)}"
-    if error.validator in ("oneOf", "anyOf") and "description" in error.schema:
-        return f"expected {error.schema['description']}, found {_short(error.instance)}"
-    return error.message
+        return f"expected {schema['type']}, found {type(instance).__name__} {_short(instance)}"
+    if error.validator in ("oneOf", "anyOf") and "description" in schema:
+        return f"expected {schema['description']}, found {_short(instance)}"
+    return str(error.message)
 
 
 def _short(value: Any) -> str:

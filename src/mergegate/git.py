@@ -129,7 +129,7 @@ class Repo:
             self.run("update-ref", f"refs/remotes/{remote}/{branch}", sha)
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
-        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or "[remote rejected]" in text and "failed to update ref" in text:
+        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and "failed to update ref" in text):
             return False
         raise GitError(f"git push to {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
 
@@ -200,11 +200,11 @@ class Repo:
 
     def _object(self, sha: str, kind: str) -> bytes:
         try:
-            _, found, _, stream = self._repo.odb.stream(bytes.fromhex(sha)) if len(sha) == 40 else (None, None, None, None)
+            if len(sha) != 40:
+                raise ValueError(sha)
+            _, found, _, stream = self._repo.odb.stream(bytes.fromhex(sha))
         except (ValueError, gitpython.BadName, gitpython.BadObject):
-            found = None
-        if found is None:
-            raise GitError(f"object {sha[:12]} not found in {self.path}")
+            raise GitError(f"object {sha[:12]} not found in {self.path}") from None
         if found.decode() != kind:
             raise GitError(f"object {sha[:12]} is a {found.decode()}, expected a {kind}")
         data: bytes = stream.read()

@@ -53,10 +53,10 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
     for _, blob, path in repo.ls_tree(tip, "jobs/"):
         if not is_job_path(path):
             continue
-        record = latest.get((path, blob))
-        if record is not None:
-            state = str(record.get("status")) if record.event == "finished" else _STATE[record.event]
-            jobs.append(JobState(job_stem(path), path, blob, state, record.get("reason"), record.get("commit"), record.get("time")))
+        found = latest.get((path, blob))
+        if found is not None:
+            state = str(found.get("status")) if found.event == "finished" else _STATE[found.event]
+            jobs.append(JobState(job_stem(path), path, blob, state, found.get("reason"), found.get("commit"), found.get("time")))
         elif (path, blob) in planned:
             d = planned[(path, blob)]
             jobs.append(JobState(job_stem(path), path, blob, "queued" if d.runnable else "rejected",

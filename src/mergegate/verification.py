@@ -123,7 +123,8 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: set[str]) -> dic
 
 def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], str],
                  rejected: dict[tuple[str, str, str], str], chain: set[str]) -> list[str]:
-    problems, started = [], {}
+    problems: list[str] = []
+    started: dict[tuple[str, str], int] = {}
     for record in records:
         if record.event != "started":
             continue

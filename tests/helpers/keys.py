@@ -29,7 +29,7 @@ def make_ssh_key(directory: Path, name: str, *, email: str | None = None, kind: 
     args = ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", name, "-f", str(private)]
     if kind == "rsa":
         args[4:4] = ["-b", "2048"]
-    subprocess.run(args, check=True, stdin=subprocess.DEVNULL)  # noqa: S603 - argv list, no shell
+    subprocess.run(args, check=True, stdin=subprocess.DEVNULL)
     public_line = private.with_name(private.name + ".pub").read_text().strip()
     return SshKey(name=name, email=email or f"{name}@example.com", private=private, public_line=public_line)
 
@@ -93,7 +93,7 @@ def revoke_gpg_key(gnupghome: Path, key: GpgKey) -> str:
 def stop_gpg_agent(gnupghome: Path) -> None:
     """Stop the gpg-agent (and any dirmngr) that gpg started for `gnupghome`."""
     argv = ["gpgconf", "--homedir", str(gnupghome), "--kill", "all"]
-    subprocess.run(argv, check=False, capture_output=True)  # noqa: S603
+    subprocess.run(argv, check=False, capture_output=True)
 
 
 def git_signing_config_ssh(key: SshKey) -> list[str]:
@@ -118,7 +118,7 @@ _UNATTENDED = ("--passphrase", "", "--pinentry-mode", "loopback", "--status-fd",
 def _gpg(gnupghome: Path, *args: str, stdin: str | None = None) -> str:
     gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
     argv = ["gpg", "--homedir", str(gnupghome), "--batch", "--no-tty", *args]
-    done = subprocess.run(argv, check=True, capture_output=True, text=True, input=stdin)  # noqa: S603
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, input=stdin)
     return done.stdout
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from tests.helpers.keys import SshKey, make_ssh_key
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.helpers.keys import (
     git_signing_config_gpg,
     make_expired_gpg_key,

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 COMMANDS = [["run"], ["status"], ["check"], ["approve"], ["verify"], ["audit", "verify"], ["init"]]

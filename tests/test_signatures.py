@@ -11,6 +11,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from mergegate.errors import ConfigError, MergegateError
+from mergegate.signatures import (
+    PublicKey,
+    SignatureCheck,
+    parse_public_key,
+    split_signed_commit,
+    verify_signature,
+)
 from tests.helpers.keys import (
     GpgKey,
     SshKey,
@@ -21,15 +30,6 @@ from tests.helpers.keys import (
     make_ssh_key,
     revoke_gpg_key,
     stop_gpg_agent,
-)
-
-from mergegate.errors import ConfigError, MergegateError
-from mergegate.signatures import (
-    PublicKey,
-    SignatureCheck,
-    parse_public_key,
-    split_signed_commit,
-    verify_signature,
 )
 
 SOURCE = "policy/policy.yaml:12"
@@ -82,7 +82,7 @@ def gpg_keys(gpg_home: Path) -> dict[str, GpgKey]:
 
 def _cmd(*argv: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> bytes:
     """Run a real tool (argv list, no shell) and return its stdout."""
-    done = subprocess.run(argv, input=stdin, env=env, check=True, capture_output=True)  # noqa: S603
+    done = subprocess.run(argv, input=stdin, env=env, check=True, capture_output=True)
     return done.stdout
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from tests.helpers.keys import SshKey, make_ssh_key
 
 

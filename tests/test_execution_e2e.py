@@ -1,0 +1,168 @@
+"""Execution seen through the runner: what reaches the audit, what the job can see."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.repos import World, job_yaml, policy_yaml
+
+SH = {"program": "sh", "args_prefix": ["-c"]}
+
+
+def _gate(world: World, **extra: object) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [SH, {"program": "./run.sh"}, {"program": "env"}], **extra))
+
+
+def _run(world: World, files: dict[str, str], env: dict[str, str] | None = None) -> dict[str, object]:
+    world.propose("p", files, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once(env=env)
+    (job,) = result.json()["jobs"]
+    return job
+
+
+def test_secret_from_secret_env_never_reaches_git(world: World) -> None:
+    _gate(world, env_allowlist=["PATH", "DB_PASSWORD"], secret_env=["DB_PASSWORD"])
+    secret = "s3cr3t-Value-XYZ"
+    # The job prints the secret in two pieces, flushed separately.
+    script = 'printf "%s" "${DB_PASSWORD%???????}"; sleep 0.1; printf "%s\\n" "${DB_PASSWORD#?????????}"'
+    job = _run(world, {"jobs/leak.yaml": job_yaml("leak", ["sh", "-c", script])}, env={"DB_PASSWORD": secret})
+    assert job["status"] == "succeeded"
+    world.git("admin", "fetch", "-q")
+    everything = world.git("admin", "log", "-p", "--all")
+    assert secret not in everything
+    (finished,) = world.events("finished")
+    assert "***" in finished["stdout_tail"]
+
+
+def test_runner_environment_does_not_leak(world: World) -> None:
+    _gate(world)
+    canary = {"GITHUB_TOKEN": "canary-gh", "SSH_AUTH_SOCK": "/tmp/canary.sock", "MERGEGATE_CANARY": "canary-1"}
+    job = _run(world, {"jobs/env.yaml": job_yaml("env", ["env"])}, env=canary)
+    assert job["status"] == "succeeded"
+    (finished,) = world.events("finished")
+    names = {line.split("=", 1)[0] for line in finished["stdout_tail"].splitlines()}
+    assert "canary" not in finished["stdout_tail"]
+    assert names <= {"PATH", "LANG", "HOME", "MERGEGATE_JOB_ID", "MERGEGATE_COMMIT", "MERGEGATE_RUN_ID"}
+    assert {"MERGEGATE_JOB_ID", "MERGEGATE_COMMIT", "MERGEGATE_RUN_ID"} <= names
+
+
+def test_job_runs_in_a_clean_export_without_git(world: World) -> None:
+    _gate(world)
+    files = {"jobs/ls.yaml": job_yaml("ls", ["sh", "-c", "test ! -e .git && cat data.txt && git push 2>&1; echo rc=$?"]),
+             "data.txt": "exported\n"}
+    job = _run(world, files)
+    assert job["status"] == "succeeded"
+    (finished,) = world.events("finished")
+    assert finished["stdout_tail"].startswith("exported\n")
+    assert "rc=128" in finished["stdout_tail"]
+
+
+def test_cwd_symlink_out_of_the_export_is_denied_before_start(world: World) -> None:
+    _gate(world)
+    world.write("proposer", {})
+    files = {"jobs/esc.yaml": job_yaml("esc", ["sh", "-c", "touch escaped"], cwd="out")}
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
+    (world.clone("proposer") / "out").symlink_to("/tmp")
+    world.write("proposer", files)
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "esc")
+    world.git("proposer", "push", "-q", "-f", "origin", "p")
+    world.signed_merge("p", world.bob)
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    assert job["status"] in ("rejected", "failed")
+    assert "cwd" in job["reason"]
+    assert world.events("started") == [] or world.events("finished")[0]["reason"].startswith("denied before start")
+
+
+def test_program_symlink_out_of_the_export_is_denied(world: World) -> None:
+    _gate(world)
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
+    (world.clone("proposer") / "run.sh").symlink_to("/bin/sh")
+    world.write("proposer", {"jobs/x.yaml": job_yaml("x", ["./run.sh", "-c", "echo pwned"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "x")
+    world.git("proposer", "push", "-q", "-f", "origin", "p")
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] in ("rejected", "failed")
+    finished = world.events("finished")
+    assert not finished or "pwned" not in finished[0].get("stdout_tail", "")
+
+
+def test_credential_in_job_file_is_rejected_at_check_and_run(world: World) -> None:
+    _gate(world)
+    files = {"jobs/cred.yaml": job_yaml("cred", ["sh", "-c", "curl", "--password=hunter2"])}
+    world.propose("p", files, who=world.alice)
+    check = world.mg("check", "origin/p")
+    assert check.code == 2
+    assert "argument 3" in check.out and "hunter2" not in check.out
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "hunter2" not in json.dumps(world.records())
+
+
+def test_output_is_bounded_in_the_audit(world: World) -> None:
+    _gate(world, limits={"max_output_bytes": 1000})
+    job = _run(world, {"jobs/big.yaml": job_yaml("big", ["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' a"])})
+    assert job["status"] == "succeeded"
+    (finished,) = world.events("finished")
+    assert finished["stdout_bytes"] == 5_000_000
+    assert len(finished["stdout_tail"].encode()) <= 1000
+    assert len(finished["stdout_sha256"]) == 64
+
+
+def test_started_record_says_limits_and_run_id(world: World) -> None:
+    _gate(world, limits={"max_timeout_seconds": 60, "max_memory_mb": 512})
+    _run(world, {"jobs/l.yaml": job_yaml("l", ["sh", "-c", "echo ok"], timeout_seconds=5)})
+    (started,) = world.events("started")
+    (finished,) = world.events("finished")
+    assert started["limits"]["timeout_seconds"] == 5
+    assert started["limits"]["max_memory_mb"] == 512
+    assert started["run_id"] == finished["run_id"]
+    assert finished["resolved_program"] == shutil.which("sh")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_sandboxed_job_has_no_network_and_a_read_only_system(world: World) -> None:
+    # The policy PATH picks the system python: /root (pyenv) is hidden inside the sandbox.
+    world.setup(policy_yaml([world.bob.approver_entry()], [SH, {"program": "python3"}], sandbox="bwrap", path="/usr/bin:/bin"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    probe = ("import socket, pathlib\n"
+             f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('net-open')\n"
+             "except OSError: print('net-closed')\n"
+             "try:\n    pathlib.Path('/usr/mergegate-probe').write_text('x'); print('system-writable')\n"
+             "except OSError: print('system-read-only')\n"
+             "pathlib.Path('out.txt').write_text('x'); print('workspace-writable')\n")
+    try:
+        job = _run(world, {"jobs/sb.yaml": job_yaml("sb", ["python3", "-c", probe])})
+    finally:
+        listener.close()
+    assert job["status"] == "succeeded", job
+    (finished,) = world.events("finished")
+    assert finished["stdout_tail"].split() == ["net-closed", "system-read-only", "workspace-writable"]
+
+
+def test_sandbox_required_but_missing_fails_closed(world: World, tmp_path: Path) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [SH], sandbox="bwrap"))
+    # A PATH without bwrap: the runner must refuse, never run unsandboxed.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("git", "ssh-keygen", "sh"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    job = _run(world, {"jobs/sb.yaml": job_yaml("sb", ["sh", "-c", "echo ran"])}, env={"PATH": str(bin_dir)})
+    assert job["status"] in ("rejected", "failed")
+    assert "bwrap" in str(job["reason"])
+    assert all("ran" not in r.get("stdout_tail", "") for r in world.events("finished"))

@@ -253,3 +253,22 @@ def test_no_approved_branch_is_a_usage_error(world: World) -> None:
     assert result.code == 2
     assert "branch approved does not exist on origin" in result.err
     assert "Traceback" not in result.err
+
+
+def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
+    """approved fast-forwarded to a branch that merged approved into itself: first parents change."""
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
+    world.signed_merge("j")
+    assert world.run_once().code == 0
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "fox", "origin/main")
+    world.write("proposer", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "k")
+    world.git("proposer", "merge", "-q", "--no-ff", "-m", "merge approved into fox", "origin/approved")
+    world.git("proposer", "push", "-q", "origin", "fox:approved")
+    result = world.run_once()
+    assert result.code == 3
+    assert "no longer passes through" in result.err
+    assert len(world.events("started")) == 1

@@ -158,7 +158,13 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
     result = Plan(tip=tip, start=start, policy=policy)
     # 3. Judge each first-parent commit by the policy in force before it.
     assessor = Assessor(repo, at=at)
-    for sha in repo.first_parent_chain(start, tip):
+    chain = repo.first_parent_chain(start, tip)
+    if chain and repo.commit(chain[0]).parents[:1] != (start,):
+        raise IntegrityError(
+            f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
+            hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
+        )
+    for sha in chain:
         assessment = assessor.assess(sha, policy)
         result.assessments.append(assessment)
         result.items.extend((d, policy) for d in assessment.decisions)

@@ -450,7 +450,7 @@ def _run(argv: list[str], stdin: bytes, home: str) -> subprocess.CompletedProces
     # An explicit environment: no SSH_AUTH_SOCK, GNUPGHOME or user locale gets in.
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": home, "LC_ALL": "C"}
     try:
-        return subprocess.run(  # noqa: S603 - fixed program, argv list, no shell
+        return subprocess.run(
             argv, input=stdin, capture_output=True, env=env, timeout=_TIMEOUT_SECONDS, check=False
         )
     except FileNotFoundError as exc:

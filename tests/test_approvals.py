@@ -421,3 +421,14 @@ def test_approve_refuses_a_denied_job(world: World) -> None:
     assert "refusing to approve" in result.err
 
 
+
+
+def test_runner_without_signing_key_refuses_when_runners_are_listed(world: World) -> None:
+    runner_key = make_ssh_key(world.tmp / "keys", "runner")
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=[{"name": "ci", "key": runner_key.public_line}]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once()
+    assert result.code == 2
+    assert "lists runners" in result.err and "--signing-key" in result.err
+    assert world.records() == []

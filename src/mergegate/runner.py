@@ -23,7 +23,7 @@ from typing import Any
 
 from mergegate import audit, executor
 from mergegate.approvals import Assessment, Assessor, Decision, Veto, describe_votes
-from mergegate.errors import Denied, GitError, IntegrityError
+from mergegate.errors import Denied, GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
 from mergegate.policy import POLICY_FILE, Policy, load_policy
 
@@ -138,6 +138,7 @@ class Plan:
     vetoes: list[Veto] = field(default_factory=list)
     handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
     orphans: list[audit.Record] = field(default_factory=list)
+    handled_policy: list[audit.Record] = field(default_factory=list)
     new_commits: int = 0
 
 
@@ -177,6 +178,8 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
     for record in tail.since_scanned:
         if record.event in ("started", "rejected", "vetoed"):
             result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
+        if record.event == "policy":
+            result.handled_policy.append(record)
         if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
             result.orphans.append(record)
     return result
@@ -201,6 +204,11 @@ class Runner:
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
         tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
+        if work.policy.runners and self.signing is None and work.new_commits:
+            raise UsageError(
+                f"{work.policy.where} lists runners, so audit commits must be signed",
+                hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
+            )
         outcomes: list[Outcome] = []
         pending = self._bookkeeping(work, outcomes)
         runnable = []
@@ -236,8 +244,9 @@ class Runner:
             reason = "the runner stopped while this job ran; it is not run again (at most once)"
             pending.append({**audit.draft("finished", runner=self.options.runner_name, status="failed", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
             outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "failed", reason, record.get("run_id")))
+        recorded = {r.get("commit") for r in work.handled_policy}
         for assessment in work.assessments:
-            if assessment.policy_changed:
+            if assessment.policy_changed and assessment.commit not in recorded:
                 status = "adopted" if assessment.policy_adopted else "rejected"
                 pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary, policy_commit=assessment.policy.commit))
         return pending

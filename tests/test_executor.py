@@ -353,11 +353,12 @@ def test_sandbox_writes_only_the_workspace(tmp_path: Path) -> None:
         f"echo c > /var/{name} || echo var-denied; "
         f"echo d > {name} && echo ws-ok; "
         "ls -A /root /home | tr -d '\\n'; echo; "
+        "head -c1 /etc/shadow >/dev/null 2>&1 && echo shadow-read || echo shadow-hidden; "
         f"ls {tmp_path} 2>/dev/null"
     )
     result = _run(tmp_path, ["sh", "-c", script], sandbox="bwrap")
     assert result.stdout.tail.splitlines() == ["tmp-ok", "outside-denied", "var-denied", "ws-ok",
-                                               "/home:/root:", "ws"]
+                                               "/home:/root:", "shadow-hidden", "ws"]
     assert (_workspace(tmp_path) / name).read_text() == "d\n"
     assert not Path("/tmp", name).exists() and not (outside / name).exists()
     assert not Path("/var", name).exists()

@@ -3,17 +3,49 @@
 The caller (runner.py) gives a clean export of the approving commit as the
 workspace and the complete environment; this module resolves the program and
 cwd inside that workspace, applies OS limits, and returns a bounded, redacted
-record of what happened. No shell, ever.
+record of what happened. No shell, ever. docs/execution.md says what a job can
+and cannot see and do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import functools
+import os
+import re
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from mergegate.errors import Denied
+from mergegate.job import forbidden_env_name
+from mergegate.redaction import RedactedStream, Redactor
+
 Status = Literal["succeeded", "failed", "timed_out"]
+
+# What the sandbox replaces with empty directories (or /dev/null): users' files,
+# agent and container-engine sockets, and secrets a root runner could read.
+SANDBOX_HIDDEN: tuple[str, ...] = (
+    "/root", "/home", "/run/user", "/var/tmp", "/run/docker.sock", "/var/run/docker.sock",
+    "/run/containerd", "/run/podman", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
+)
+_CHUNK = 256 * 1024
+_SCAN_INTERVAL = 0.1
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_SIGNALS = {int(s): s.name for s in signal.Signals}
+_FSIZE_TEXT = re.compile(r"File too large|file size limit exceeded", re.I)
+_MEMORY_TEXT = re.compile(
+    r"MemoryError|Cannot allocate memory|out of memory|bad_alloc|failed to allocate", re.I
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +73,7 @@ class ExecRequest:
     sandbox: Literal["none", "bwrap"] = "none"
     network: bool = False
     output_dir: Path | None = None  # keep the full redacted output here when set
+    hide_paths: tuple[Path, ...] = ()  # also emptied in the sandbox, e.g. the runner's repository
 
 
 @dataclass(frozen=True)
@@ -62,8 +95,369 @@ class ExecResult:
     stderr: StreamCapture
     reason: str | None  # why it failed or timed out, naming the limit
     resolved_program: str
+    sandbox: str = "none"
+    limits_applied: tuple[tuple[str, int], ...] = ()  # what the OS actually enforced
+
+
+def build_environment(*, runner_env: Mapping[str, str], allowlist: Sequence[str],
+                      job_env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The child's complete environment: allowlisted runner names, the job's, then `extra`."""
+    env = {name: runner_env[name] for name in allowlist if name in runner_env}
+    for name, value in job_env.items():
+        if not _ENV_NAME.match(name) or forbidden_env_name(name, tuple(extra)):
+            raise Denied(
+                f"job env name {name!r} is not allowed: expected a plain name that is not PATH, "
+                "LD_*, DYLD_*, GIT_*, MERGEGATE_*, SSH_AUTH_SOCK or another loader variable"
+            )
+        env[name] = value
+    env.update(extra)
+    for name, value in env.items():
+        if "\0" in value or "=" in name or not name:
+            raise Denied(f"env {name!r}: expected a name without '=' and a value without NUL")
+    return env
+
+
+def _bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _resolve(request: ExecRequest) -> tuple[str, str, str]:
+    """(workspace root, cwd, program), all real absolute paths; Denied when outside."""
+    if not request.argv or not request.argv[0]:
+        raise Denied("expected a command with a program name, found an empty command")
+    root = os.path.realpath(request.workspace)
+    cwd = os.path.realpath(os.path.join(root, request.cwd or "."))
+    if not _inside(cwd, root):
+        raise Denied(f"cwd {request.cwd!r} resolves to {cwd}, outside the workspace {root}")
+    if not os.path.isdir(cwd):
+        raise Denied(f"cwd {request.cwd!r} is not a directory inside the workspace {root}")
+    name = request.argv[0]
+    if "/" not in name:
+        # Relative PATH entries would resolve against the runner's cwd: drop them.
+        dirs = os.pathsep.join(d for d in request.search_path.split(os.pathsep) if os.path.isabs(d))
+        found = shutil.which(name, path=dirs)
+        if found is None:
+            raise Denied(f"program {name!r} was not found on the search path {request.search_path!r}")
+        return root, cwd, os.path.abspath(found)
+    program = name if os.path.isabs(name) else os.path.realpath(os.path.join(cwd, name))
+    if not os.path.isabs(name) and not _inside(program, root):
+        raise Denied(f"program {name!r} resolves to {program}, outside the workspace {root}")
+    if not os.path.isfile(program) or not os.access(program, os.X_OK):
+        raise Denied(f"program {name!r}: expected an executable file, found none at {program}")
+    return root, cwd, program
+
+
+def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]:
+    """(name, resource, soft, hard), never above the runner's own hard limits."""
+    mib = 1024 * 1024
+    wanted = [
+        ("RLIMIT_AS", resource.RLIMIT_AS, limits.max_memory_mb and limits.max_memory_mb * mib, 0),
+        ("RLIMIT_CPU", resource.RLIMIT_CPU, limits.max_cpu_seconds, 1),  # SIGXCPU, then SIGKILL 1 s on
+        ("RLIMIT_FSIZE", resource.RLIMIT_FSIZE, limits.max_file_size_mb and limits.max_file_size_mb * mib, 0),
+        # Root is exempt from RLIMIT_NPROC; there the pids cgroup does the work (see _run).
+        ("RLIMIT_NPROC", resource.RLIMIT_NPROC, None if root_user else limits.max_processes, 0),
+        ("RLIMIT_NOFILE", resource.RLIMIT_NOFILE, limits.max_open_files, 0),
+        ("RLIMIT_CORE", resource.RLIMIT_CORE, 0, 0),  # a core dump would hold the job's secrets
+    ]
+    out = []
+    for name, res, value, slack in wanted:
+        if value is not None:
+            current = resource.getrlimit(res)[1]
+            hard = value + slack if current == resource.RLIM_INFINITY else min(value + slack, current)
+            out.append((name, res, min(value, hard), hard))
+    return out
+
+
+def _make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
+    """A pids cgroup for the job, under the runner's own so its limits still apply."""
+    bases = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                bases.append(Path("/sys/fs/cgroup/pids", path.lstrip("/")))
+            elif not controllers and path == "/":  # v2: below the root, processes and children don't mix
+                bases.append(Path("/sys/fs/cgroup"))
+    for base in bases:
+        group = base / f"mergegate-{run_id}-{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(OSError):
+            group.mkdir()
+            try:
+                if not (group / "cgroup.procs").exists():
+                    raise OSError("a plain directory, not a cgroup")
+                (group / "pids.max").write_text(str(max_processes or "max"))
+                return group
+            except OSError:
+                group.rmdir()
+    return None
+
+
+def _child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None) -> None:
+    """Runs in the child between fork and exec, so it sticks to plain os calls."""
+    if cgroup is not None:
+        fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
+        os.write(fd, b"0")
+        os.close(fd)
+    for _, res, soft, hard in rlimits:
+        resource.setrlimit(res, (soft, hard))
+
+
+def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequest) -> list[str]:
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    hidden = sorted({os.path.realpath(p) for p in (*SANDBOX_HIDDEN, *map(str, request.hide_paths))})
+    for path in ["/tmp", *hidden]:
+        if _inside(program, path) and not _inside(program, root):
+            raise Denied(f"program {program} is under {path}, which the sandbox hides; "
+                         "expected a system program or one inside the workspace")
+        if path != "/tmp" and os.path.exists(path):
+            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+    argv += ["--bind", root, root, "--chdir", cwd, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    argv += [] if request.network else ["--unshare-net"]
+    argv += ["--cap-drop", "ALL"] if os.geteuid() == 0 else []  # root inside would keep every capability
+    return [*argv, "--", program, *request.argv[1:]]
+
+
+def _proc_table() -> dict[int, tuple[int, int, bytes, int]]:
+    """pid -> (ppid, pgrp, state, start time) for every process; {} without /proc."""
+    table = {}
+    with contextlib.suppress(OSError):
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+                table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
+    return table
+
+
+class _Tracker:
+    """Everything the job started: its process group, descendants seen in /proc, its cgroup.
+
+    Descendants are collected while the job runs because an orphan that left the
+    group with setsid() is reparented to init and no longer looks like ours.
+    """
+
+    def __init__(self, pid: int, cgroup: Path | None, sandboxed: bool) -> None:
+        self.pid, self.cgroup, self.sandboxed = pid, cgroup, sandboxed
+        self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
+        self.main_running, self.cpu = True, 0.0
+
+    def reap(self) -> int | None:
+        pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+        if not pid:
+            return None
+        self.main_running, self.cpu = False, usage.ru_utime + usage.ru_stime
+        return os.waitstatus_to_exitcode(status)
+
+    def scan(self) -> dict[int, tuple[int, int, bytes, int]]:
+        table = _proc_table()
+        self.known = {p: t for p, t in self.known.items() if p in table and table[p][3] == t}
+        members: list[int] = []
+        with contextlib.suppress(OSError, ValueError):
+            members = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()] if self.cgroup else []
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, pgrp, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+            if pgrp == self.pid:
+                members.append(pid)
+        stack = [*self.known, *members, *([self.pid] if self.main_running else [])]
+        while stack:
+            pid = stack.pop()
+            for child in [pid, *children.get(pid, ())]:
+                if child in table and child not in self.known and child != os.getpid():
+                    self.known[child] = table[child][3]
+                    stack.append(child)
+        return table
+
+    def alive(self) -> bool:
+        table = self.scan()
+        if not table:  # no /proc (macOS): the process group is all that can be seen
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, 0)
+                return True
+        return any(table[p][2] not in (b"Z", b"X") for p in self.known if p in table)
+
+    def signal(self, sig: int) -> None:
+        self.scan()
+        # bwrap dies on SIGTERM and takes the sandbox down at once; spare it so the
+        # job inside gets its grace period (its init ignores SIGTERM from outside).
+        gentle = self.sandboxed and sig != signal.SIGKILL
+        for pid in [*([] if gentle else [-self.pid]), *self.known]:
+            if not (gentle and pid == self.pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)  # -pid: the whole process group
+
+    def cleanup(self) -> None:
+        for _ in range(50 if self.cgroup is not None else 0):
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.rmdir(f"{self.cgroup}")
+                return
+            time.sleep(0.02)
+
+
+def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limits: Limits,
+          tracker: _Tracker) -> bool:
+    """Read both pipes until the job and everything it left behind are gone; True on timeout.
+
+    EOF is not the end: a job may close its output and go on. Leftovers of a job
+    that exited get the same TERM, grace, KILL as a job that timed out.
+    """
+    sel = selectors.DefaultSelector()
+    for fd in sinks:
+        sel.register(fd, selectors.EVENT_READ)
+    now = time.monotonic()
+    deadline, phase, phase_end, next_scan, timed_out = now + limits.timeout_seconds, "run", 0.0, now, False
+    drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
+    while True:
+        now = time.monotonic()
+        if tracker.main_running and (code := tracker.reap()) is not None:
+            proc.returncode = code
+        if now >= next_scan:
+            tracker.scan()
+            next_scan = now + _SCAN_INTERVAL
+        if phase == "run" and (not tracker.main_running or now >= deadline):
+            timed_out = tracker.main_running
+            if tracker.main_running or tracker.alive():
+                tracker.signal(signal.SIGTERM)
+                phase, phase_end = "term", now + limits.kill_grace_seconds
+            else:
+                phase, phase_end = "drain", now + drain
+        elif phase == "term" and (now >= phase_end or not (tracker.main_running or tracker.alive())):
+            tracker.signal(signal.SIGKILL)
+            phase = "kill"
+        elif phase == "kill" and not tracker.main_running:
+            tracker.signal(signal.SIGKILL)
+            phase, phase_end = "drain", now + drain
+        if phase == "drain" and (not sel.get_map() or now >= phase_end):
+            sel.close()
+            return timed_out
+        if not sel.get_map():
+            time.sleep(0.02)
+        for key, _ in sel.select(0.02) if sel.get_map() else ():
+            data = os.read(key.fd, _CHUNK)
+            if data:
+                sinks[key.fd].write(data)
+            else:
+                sel.unregister(key.fd)
+
+
+def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) -> str:
+    sig = -rc if rc < 0 else None
+    text = f"killed by signal {-rc} ({_SIGNALS.get(-rc, '?')})" if rc < 0 else f"exited with code {rc}"
+    if sandboxed and 128 < rc <= 128 + 64:  # bwrap reports a signal death as 128 + signal
+        sig = rc - 128
+        text += f" (128 + {sig}: probably killed by {_SIGNALS.get(sig, '?')} inside the sandbox)"
+    if sig == signal.SIGXCPU and limits.max_cpu_seconds is not None:
+        return f"{text}: exceeded max_cpu_seconds={limits.max_cpu_seconds}"
+    if sig == signal.SIGKILL and limits.max_cpu_seconds is not None and cpu >= limits.max_cpu_seconds:
+        return f"{text}: exceeded max_cpu_seconds={limits.max_cpu_seconds} (at the hard limit)"
+    if sig == signal.SIGXFSZ and limits.max_file_size_mb is not None:
+        return f"{text}: exceeded max_file_size_mb={limits.max_file_size_mb}"
+    if limits.max_file_size_mb is not None and (said := _FSIZE_TEXT.search(output)):
+        # Programs that ignore SIGXFSZ (Python does) get EFBIG instead.
+        return f"{text}; max_file_size_mb={limits.max_file_size_mb} may have been exceeded (output says {said[0]})"
+    if limits.max_memory_mb is not None:
+        said = _MEMORY_TEXT.search(output)
+        if said or sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL):
+            hint = f" (output says {said[0]})" if said else ""
+            return f"{text}; max_memory_mb={limits.max_memory_mb} may have been exceeded{hint}"
+    return text
+
+
+def preflight(request: ExecRequest) -> str:
+    """Every check `run` makes before starting anything; the resolved program, or Denied.
+
+    The runner calls this before it claims a job, so a job that cannot start
+    is rejected instead of using up its one run.
+    """
+    try:
+        if not _RUN_ID.match(request.run_id):
+            raise Denied(f"run id {request.run_id!r}: expected letters, digits, '.', '_' or '-'")
+        root, cwd, program = _resolve(request)
+        if request.sandbox == "bwrap":
+            if (bwrap := _bwrap_path()) is None:
+                raise Denied("policy requires sandbox bwrap but bwrap is not installed")
+            _bwrap_argv(bwrap, root, cwd, program, request)
+        return program
+    except Denied as exc:
+        raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
 
 
 def run(request: ExecRequest) -> ExecResult:
     """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
-    raise NotImplementedError
+    try:
+        return _run(request)
+    except Denied as exc:  # messages quote job input, which may hold a secret
+        raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
+
+
+def _run(request: ExecRequest) -> ExecResult:
+    limits, sandboxed = request.limits, request.sandbox == "bwrap"
+    if not _RUN_ID.match(request.run_id):
+        raise Denied(f"run id {request.run_id!r}: expected letters, digits, '.', '_' or '-'")
+    root, cwd, program = _resolve(request)
+    argv = [program, *request.argv[1:]]
+    if sandboxed:
+        if (bwrap := _bwrap_path()) is None:
+            raise Denied("policy requires sandbox bwrap but bwrap is not installed")
+        argv = _bwrap_argv(bwrap, root, cwd, program, request)
+    root_user = os.geteuid() == 0
+    rlimits = _rlimits(limits, root_user)
+    applied = [(name, soft) for name, _, soft, _ in rlimits]
+    cgroup = _make_cgroup(request.run_id, limits.max_processes)
+    if limits.max_processes is not None and cgroup is not None:
+        applied.append(("cgroup pids.max", limits.max_processes))
+    elif limits.max_processes is not None and root_user:
+        raise Denied(f"max_processes={limits.max_processes} cannot be enforced: the runner is root "
+                     "(exempt from RLIMIT_NPROC) and no pids cgroup is writable",
+                     hint="run the runner as an unprivileged user, or give it a pids cgroup")
+    if request.output_dir is not None:
+        request.output_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = request.output_dir
+    streams = [RedactedStream(request.secrets, limits.max_output_bytes,
+                              out_dir and out_dir / f"{request.run_id}.{name}.log") for name in ("stdout", "stderr")]
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # an argv list, never a shell
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=cwd, env=dict(request.env), start_new_session=True, close_fds=True,
+            preexec_fn=functools.partial(_child_setup, rlimits, cgroup),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        if cgroup is not None:
+            cgroup.rmdir()  # still empty: nothing started
+        for stream in streams:
+            stream.close()
+        raise Denied(f"could not start {program}: {exc}") from None
+    assert proc.stdout is not None and proc.stderr is not None
+    tracker = _Tracker(proc.pid, cgroup, sandboxed)
+    sinks = {proc.stdout.fileno(): streams[0], proc.stderr.fileno(): streams[1]}
+    try:
+        timed_out = _pump(proc, sinks, limits, tracker)
+    finally:
+        if tracker.main_running:
+            tracker.signal(signal.SIGKILL)
+            proc.wait()
+        tracker.cleanup()
+        proc.stdout.close()
+        proc.stderr.close()
+    out, err = (StreamCapture(s.close(), s.count, s.raw.hexdigest(), None if s.path is None else str(s.path),
+                              None if s.path is None else s.kept.hexdigest()) for s in streams)
+    rc = proc.returncode
+    assert rc is not None
+    reason = None
+    if timed_out:
+        reason = f"exceeded timeout_seconds={limits.timeout_seconds}"
+    elif rc != 0:
+        reason = _failure(rc, limits, tracker.cpu, err.tail + out.tail, sandboxed)
+    return ExecResult(
+        status="timed_out" if timed_out else "succeeded" if rc == 0 else "failed",
+        exit_code=rc if rc >= 0 else None, signal=-rc if rc < 0 else None,
+        duration_ms=int((time.monotonic() - started) * 1000), stdout=out, stderr=err,
+        reason=reason and Redactor(request.secrets).redact_text(reason),
+        resolved_program=program, sandbox=request.sandbox, limits_applied=tuple(applied),
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mergegate import config
@@ -12,9 +12,14 @@ from mergegate.errors import ConfigError
 JOBS_DIR = "jobs/"
 JOB_SUFFIXES = (".yaml", ".yml")
 
-# Names a job may never set, whatever the policy says: they change what runs
-# (PATH, loader and interpreter paths) or reach the runner's credentials.
-_FORBIDDEN_ENV = re.compile(r"^(PATH|PYTHONPATH|PYTHONHOME|SSH_AUTH_SOCK|LD_.*|DYLD_.*|GIT_.*|MERGEGATE_.*)$")
+# Names a job may never set, whatever the policy says: they change which
+# program or library runs, or hand the job the runner's credentials.
+FORBIDDEN_ENV: frozenset[str] = frozenset({
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "SSH_AUTH_SOCK", "BASH_ENV", "ENV",
+    "IFS", "PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH",
+    "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GPG_AGENT_INFO",
+})
+FORBIDDEN_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "GIT_", "MERGEGATE_")
 
 
 def is_job_path(path: str) -> bool:
@@ -26,8 +31,10 @@ def job_stem(path: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
-def forbidden_env(name: str) -> bool:
-    return _FORBIDDEN_ENV.match(name) is not None
+def forbidden_env_name(name: str, reserved: Sequence[str] = ()) -> bool:
+    """True when a job file must not set `name` (compared case-insensitively)."""
+    upper = name.upper()
+    return upper in FORBIDDEN_ENV or upper.startswith(FORBIDDEN_ENV_PREFIXES) or upper in {r.upper() for r in reserved}
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ def parse_job(text: bytes, *, path: str, blob: str) -> Job:
     # 3. Environment names that would change what runs or reach credentials.
     env = data.get("env", {})
     for name in env:
-        if forbidden_env(name):
+        if forbidden_env_name(name):
             raise doc.error(("env", name), f"field 'env.{name}': a job may not set {name}")
     # 4. Credentials do not belong in a file that lands in git history.
     _reject_credentials(doc, data["command"], env)
@@ -117,4 +124,4 @@ def check_unique_ids(paths: list[str]) -> dict[str, str]:
     return problems
 
 
-__all__ = ["JOBS_DIR", "ConfigError", "Job", "check_unique_ids", "forbidden_env", "is_job_path", "parse_job"]
+__all__ = ["JOBS_DIR", "ConfigError", "Job", "check_unique_ids", "forbidden_env_name", "is_job_path", "parse_job"]

@@ -432,3 +432,99 @@ def test_runner_without_signing_key_refuses_when_runners_are_listed(world: World
     assert result.code == 2
     assert "lists runners" in result.err and "--signing-key" in result.err
     assert world.records() == []
+
+
+def _append_record(world: World, fields: dict[str, object]) -> None:
+    """Append a well-chained record to approved, as anyone with push access could."""
+    import json
+
+    from mergegate.audit import record_hash
+
+    records = world.records()
+    record = {"job": None, "path": None, "blob": None, "commit": None, "runner": "forger", "time": "2026-01-01T00:00:00Z",
+              **fields, "seq": len(records) + 1, "prev": records[-1]["hash"]}
+    record["hash"] = record_hash(record)
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    world.git("approver", "commit", "-qam", "audit")
+    world.git("approver", "push", "-q", "origin", "approved")
+
+
+def test_forged_scanned_record_cannot_swap_the_policy(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    assert world.run_once().code == 0
+    # mallory merges (unsigned, so rejected) a policy that trusts her and allows sh...
+    evil = policy_yaml([world.mallory.approver_entry()], [{"program": "sh"}])
+    world.propose("evil", {"policy/policy.yaml": evil}, who=world.alice)
+    evil_merge = world.merge("evil", who=world.mallory, sign=None)
+    world.run_once()
+    # ...then claims in a forged record that her policy is in force, and approves her own job.
+    _append_record(world, {"event": "scanned", "commit": evil_merge, "start": evil_merge, "policy_commit": evil_merge, "commits": 1})
+    world.propose("pwn", {"jobs/pwn.yaml": job_yaml("pwn", ["sh", "-c", "echo pwned"])}, who=world.alice)
+    world.merge("pwn", who=world.mallory, sign=world.mallory.key)
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "is not a key in the policy" in str(job["reason"])
+    assert [r["job"] for r in world.events("started")] == ["j"]
+
+
+def test_unapproved_change_to_a_script_blocks_jobs_until_approved(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["run.sh"]}]),
+                files={"run.sh": "echo safe\n"})
+    # An unsigned direct push rewrites the script that jobs execute.
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.write("approver", {"run.sh": "echo MALLORY WAS HERE\n"})
+    world.git("approver", "commit", "-qam", "tweak", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sh", "run.sh"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "run.sh (changed by" in str(job["reason"]) and "no signed approval covers" in str(job["reason"])
+    assert world.events("started") == []
+    # A signed merge that restores the script clears it (remembered across passes).
+    world.propose("fix", {"run.sh": "echo safe\n"}, who=world.alice)
+    world.signed_merge("fix", world.bob)
+    assert world.run_once().json()["jobs"] == []
+    world.propose("q", {"jobs/s2.yaml": job_yaml("s2", ["sh", "run.sh"])}, who=world.alice)
+    world.signed_merge("q", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded"
+    assert world.events("finished")[0]["stdout_tail"] == "safe\n"
+    assert world.mg("verify").code == 0
+
+
+def test_veto_seen_in_an_earlier_pass_still_applies(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    world.git("approver", "fetch", "-q")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert world.run_once().json()["jobs"] == []
+    world.signed_merge("p", world.bob)
+    job = _only_job(world)
+    assert job["status"] == "vetoed"
+    assert world.events("started") == []
+
+
+def test_second_runner_with_a_stale_view_does_not_run_again(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    world.clone("runner-b")
+    world.git("runner-b", "fetch", "-q")
+    assert world.run_once().json()["jobs"][0]["status"] == "succeeded"
+    # runner-b planned from the old tip; its claim push must notice runner A's records.
+    result = world.mg("run", "--once", "--json", "--no-fetch", "--runner-name", "b", where="runner-b")
+    assert [j["status"] for j in result.json()["jobs"]] == ["rejected"]
+    assert len(world.events("started")) == 1
+    assert world.mg("verify").code == 0

@@ -9,7 +9,7 @@ it names, and the authors and signers of a job never count toward its quorum.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -74,6 +74,10 @@ class Assessment:
     policy_changed: bool = False
     policy_adopted: bool = False
     summary: str = ""
+    # Files outside jobs/, policy/ and audit/ that this commit changed, and
+    # whether a signed merge by an approver vouched for them.
+    content: tuple[str, ...] = ()
+    content_approved: bool = False
 
 
 class Assessor:
@@ -112,18 +116,22 @@ class Assessor:
             check_append_only(self.repo, sha, audit)
             return Assessment(sha, "audit", policy, summary="audit records")
         jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
+        content = tuple(c.path for c in rest if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR))
         policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest if c.path.startswith(POLICY_DIR)}
         # 2. A veto is an empty, signed commit naming job revisions.
         if not rest and commit.trailers(VETO_TRAILER):
-            return self._veto(commit, policy)
+            return self.veto(commit, policy)
+        # 3. Only a merge signed by an approver can approve, jobs or any other file.
+        signed = self.signature(commit, policy.approver_keys()) if commit.is_merge else None
         if not jobs and not policy_files:
-            return Assessment(sha, "other", policy, summary="changes no job or policy")
-        # 3. Only a merge signed by an approver can approve.
-        if not commit.is_merge:
-            return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved")
-        signed = self.signature(commit, policy.approver_keys())
+            owner = signed.key.owner if signed is not None and signed.ok and signed.key is not None else None
+            vouched = owner is not None
+            summary = f"changes no job or policy; {'merge signed by ' + str(owner) if vouched else 'not a signed approval'}"
+            return Assessment(sha, "other", policy, summary=summary, content=content, content_approved=vouched)
+        if signed is None:
+            return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved", content)
         if not signed.ok or signed.key is None:
-            return self._reject_all(commit, policy, jobs, policy_files, f"merge {short} is not a valid approval: {_in_policy(signed.reason, policy)}")
+            return self._reject_all(commit, policy, jobs, policy_files, f"merge {short} is not a valid approval: {_in_policy(signed.reason, policy)}", content)
         votes = self.votes(policy, base=commit.parents[0], head=sha, files={**jobs, **policy_files}, signer=signed.key.owner, merge=commit)
         # 4. A policy change needs the policy quorum of the policy before it.
         new_policy, adopted, policy_reason = policy, False, ""
@@ -131,14 +139,15 @@ class Assessor:
             adopted, policy_reason, new_policy = self._policy_change(commit, policy, votes, policy_files)
             if not adopted:
                 reason = f"merge {short} changes {POLICY_DIR} without approval ({policy_reason}); nothing in it is approved"
-                result = self._reject_all(commit, policy, jobs, {}, reason)
-                return Assessment(sha, "unapproved", policy, result.decisions, policy_changed=True, summary=reason)
+                result = self._reject_all(commit, policy, jobs, {}, reason, content)
+                return Assessment(sha, "unapproved", policy, result.decisions, policy_changed=True, summary=reason, content=content)
         unique = check_unique_ids([p for _, _, p in self.repo.ls_tree(sha, "jobs/") if is_job_path(p)])
         decisions = tuple(self._decide(commit, policy, path, blob, votes.get(path, ()), unique.get(path)) for path, blob in sorted(jobs.items()))
         summary = f"approval by {signed.key.owner}"
         if policy_files:
             summary += f"; policy change {'adopted' if adopted else 'rejected'}: {policy_reason}"
-        return Assessment(sha, "approval", new_policy, decisions, policy_changed=bool(policy_files), policy_adopted=adopted, summary=summary)
+        return Assessment(sha, "approval", new_policy, decisions, policy_changed=bool(policy_files), policy_adopted=adopted,
+                          summary=summary, content=content, content_approved=True)
 
     # -- votes ------------------------------------------------------------------
     def votes(self, policy: Policy, *, base: str, head: str, files: dict[str, str], signer: str | None, merge: Commit | None) -> dict[str, tuple[Vote, ...]]:
@@ -243,7 +252,7 @@ class Assessor:
             return False, f"the new policy is invalid: {exc}", policy
         return True, quorum.reason, new
 
-    def _veto(self, commit: Commit, policy: Policy) -> Assessment:
+    def veto(self, commit: Commit, policy: Policy) -> Assessment:
         check = self.signature(commit, policy.approver_keys())
         if not check.ok or check.key is None:
             return Assessment(commit.sha, "other", policy, summary=f"veto ignored: {_in_policy(check.reason, policy)}")
@@ -253,9 +262,41 @@ class Assessor:
             vetoes.append(Veto(path, blob, check.key.owner, commit.sha))
         return Assessment(commit.sha, "veto", policy, vetoes=tuple(vetoes), summary=f"veto by {check.key.owner}")
 
-    def _reject_all(self, commit: Commit, policy: Policy, jobs: dict[str, str], policy_files: dict[str, str], reason: str) -> Assessment:
+    def _reject_all(self, commit: Commit, policy: Policy, jobs: dict[str, str], policy_files: dict[str, str], reason: str,
+                    content: tuple[str, ...]) -> Assessment:
         decisions = tuple(Decision(path, blob, commit.sha, None, False, reason) for path, blob in sorted(jobs.items()))
-        return Assessment(commit.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason)
+        return Assessment(commit.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason, content=content)
+
+
+class Walk:
+    """Judges first-parent commits in order, carrying what a walk must remember.
+
+    The policy in force changes only through an adopted policy change; files
+    that a commit which is not a signed approval changed stay "unapproved"
+    until a signed merge changes them again, and no job runs in a tree that
+    holds such a file (an unsigned push must not rewrite what a job executes).
+    """
+
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None) -> None:
+        self.assessor = assessor
+        self.policy = policy
+        self.unapproved = dict(unapproved or {})
+
+    def step(self, sha: str) -> Assessment:
+        judged_by = self.policy
+        assessment = self.assessor.assess(sha, judged_by)
+        for path in assessment.content:
+            if assessment.content_approved:
+                self.unapproved.pop(path, None)
+            else:
+                self.unapproved[path] = sha
+        self.policy = assessment.policy
+        if not self.unapproved or not any(d.runnable for d in assessment.decisions):
+            return assessment
+        tainted = ", ".join(f"{p} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
+        reason = f"the tree at {sha[:7]} holds changes that no signed approval covers: {tainted}; approve them with a signed merge first"
+        decisions = tuple(replace(d, runnable=False, reason=reason) if d.runnable else d for d in assessment.decisions)
+        return replace(assessment, decisions=decisions)
 
 
 def describe_votes(votes: Iterable[Vote]) -> str:

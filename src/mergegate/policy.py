@@ -10,7 +10,7 @@ from typing import Any
 
 from mergegate import config
 from mergegate.errors import ConfigError
-from mergegate.job import Job, forbidden_env
+from mergegate.job import Job, forbidden_env_name
 from mergegate.signatures import PublicKey, parse_public_key
 
 POLICY_DIR = "policy/"
@@ -139,7 +139,7 @@ class Policy:
         if job.timeout_seconds is not None and job.timeout_seconds > self.limits.max_timeout_seconds:
             return CommandDecision(False, None, f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds {self.limits.max_timeout_seconds} in {self.where}")
         for name, _ in job.env:
-            if forbidden_env(name) or self._reserved(name):
+            if forbidden_env_name(name) or self._reserved(name):
                 return CommandDecision(False, None, f"env {name} is reserved and may not be set by a job")
             if name not in self.env_allowlist:
                 return CommandDecision(False, None, f"env {name} is not in env_allowlist in {self.where}")

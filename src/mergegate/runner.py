@@ -22,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit, executor
-from mergegate.approvals import Assessment, Assessor, Decision, Veto, describe_votes
+from mergegate.approvals import (
+    VETO_TRAILER,
+    Assessment,
+    Assessor,
+    Decision,
+    Veto,
+    Walk,
+    describe_votes,
+)
 from mergegate.errors import Denied, GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
-from mergegate.policy import POLICY_FILE, Policy, load_policy
+from mergegate.policy import POLICY_DIR, POLICY_FILE, Policy, load_policy
 
 MAX_PUSH_ATTEMPTS = 10
 
@@ -139,26 +147,30 @@ class Plan:
     handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
     orphans: list[audit.Record] = field(default_factory=list)
     handled_policy: list[audit.Record] = field(default_factory=list)
+    unapproved: dict[str, str] = field(default_factory=dict)
+    all_vetoes: dict[tuple[str, str], Veto] | None = None
     new_commits: int = 0
 
 
 def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, runner_name: str) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way."""
     # 1. Resume after the last scanned commit, which must still be in the history.
-    start, policy_commit = root, root
+    start, unapproved = root, {}
     if tail.scanned is not None:
         scanned = str(tail.scanned["commit"])
         if not repo.is_ancestor(scanned, tip):
             raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
         if repo.is_ancestor(root, scanned):
-            start, policy_commit = scanned, str(tail.scanned.get("policy_commit") or scanned)
+            start, unapproved = scanned, dict(tail.scanned.get("unapproved") or {})
         elif not repo.is_ancestor(scanned, root):
             raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
-    # 2. The policy in force at the start: the trust root's, or the last one adopted.
-    policy = load_policy(lambda p: repo.read_file(policy_commit, p), commit=policy_commit)
-    result = Plan(tip=tip, start=start, policy=policy)
-    # 3. Judge each first-parent commit by the policy in force before it.
+    # 2. The policy in force at the start comes from the history itself (the
+    #    trust root and every policy change adopted since), never from a claim
+    #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved)
+    result = Plan(tip=tip, start=start, policy=walk.policy)
+    # 3. Judge each first-parent commit by the policy in force before it.
     chain = repo.first_parent_chain(start, tip)
     if chain and repo.commit(chain[0]).parents[:1] != (start,):
         raise IntegrityError(
@@ -166,13 +178,14 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
             hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
         )
     for sha in chain:
-        assessment = assessor.assess(sha, policy)
+        judged_by = walk.policy
+        assessment = walk.step(sha)
         result.assessments.append(assessment)
-        result.items.extend((d, policy) for d in assessment.decisions)
+        result.items.extend((d, judged_by) for d in assessment.decisions)
         result.vetoes.extend(assessment.vetoes)
         result.new_commits += assessment.kind != "audit"
-        policy = assessment.policy
-    result.policy = policy
+    result.policy = walk.policy
+    result.unapproved = walk.unapproved
     # 4. What a previous pass that stopped midway already recorded is not done again.
     finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
     for record in tail.since_scanned:
@@ -183,6 +196,23 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
         if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
             result.orphans.append(record)
     return result
+
+
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip: str) -> Policy:
+    """The trust root's policy, updated by each policy change adopted up to `upto`.
+
+    Costs one judgement per policy change, not per commit. Key lifetimes are
+    judged when the runner first recorded the change, as it did then.
+    """
+    policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
+    if upto == root:
+        return policy
+    now = assessor.at
+    for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
+        assessor.at = audit.first_recorded(repo, tip, sha) or now
+        policy = assessor.assess(sha, policy).policy
+    assessor.at = now
+    return policy
 
 
 class Runner:
@@ -230,7 +260,8 @@ class Runner:
             outcomes.append(outcome)
         else:
             if work.new_commits:
-                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start, policy_commit=work.policy.commit, commits=len(work.assessments)))
+                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
+                                           policy_commit=work.policy.commit, commits=len(work.assessments), unapproved=work.unapproved))
         if pending:
             self._publish(branch, pending)
         # Remember what was seen, so that a later rewrite of it (which may also
@@ -254,17 +285,26 @@ class Runner:
     def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
         if not decision.runnable:
             return "rejected", decision.reason
-        for veto in work.vetoes:
-            if veto.path == decision.path and veto.blob == decision.blob:
-                return "vetoed", f"vetoed by {veto.person} in commit {veto.commit[:7]}"
-        earlier = [c for c, blob in self.repo.path_blobs(decision.commit, decision.path) if blob == decision.blob and c != decision.commit]
-        if earlier and self._ran_before(work.tip, decision):
-            return "rejected", f"this exact revision of {decision.path} already ran (it was also approved at {earlier[0][:7]}); change the file to run it again"
+        veto = self._vetoes(work).get((decision.path, decision.blob))
+        if veto is not None:
+            return "vetoed", f"vetoed by {veto.person} in commit {veto.commit[:7]}"
+        ran = audit.started_before(self.repo, work.tip, decision.path, decision.blob)
+        if ran is not None:
+            return "rejected", (f"this exact revision of {decision.path} already started (seq {ran.get('seq')}, approved at "
+                                f"{str(ran.get('commit'))[:7]}); a job revision runs at most once: change the file to run it again")
         return None
 
-    def _ran_before(self, tip: str, decision: Decision) -> bool:
-        # Rare (a revert to an older blob), so reading the whole log here is fine.
-        return any(r.event == "started" and r.revision == (decision.path, decision.blob) for r in audit.read_all(self.repo, tip))
+    def _vetoes(self, work: Plan) -> dict[tuple[str, str], Veto]:
+        """Every valid veto on approved, also those a previous pass walked past."""
+        if work.all_vetoes is None:
+            found = {(v.path, v.blob): v for v in work.vetoes}
+            assessor = Assessor(self.repo, at=datetime.now(UTC))
+            grep = f"--grep=^{VETO_TRAILER}: "
+            for sha in self.repo.out("log", "--first-parent", "--extended-regexp", grep, "--format=%H", work.tip).split():
+                for veto in assessor.veto(self.repo.commit(sha), work.policy).vetoes:
+                    found.setdefault((veto.path, veto.blob), veto)
+            work.all_vetoes = found
+        return work.all_vetoes
 
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
@@ -274,23 +314,34 @@ class Runner:
         assert job is not None
         run_id = uuid.uuid4().hex
         limits = _limits(policy, job.timeout_seconds)
-        started = self._draft(
-            "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
-            rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
-            self_approved=decision.self_approved, limits=_limit_fields(limits), **_votes(decision),
-        )
-        # At most once: the claim is pushed before the process exists.
-        if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
-            return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
-        try:
-            result = self._execute(decision, policy, limits, run_id)
-        except Denied as exc:
-            reason = f"denied before start: {exc.message}"
-            finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
-            return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
-        fields = {
+        with tempfile.TemporaryDirectory(prefix="mergegate-job-") as tmp:
+            # 1. Everything that can refuse the job is checked before it is claimed.
+            try:
+                request = self._request(decision, policy, limits, run_id, Path(tmp))
+                program = executor.preflight(request)
+            except Denied as exc:
+                reason = f"denied before start: {exc.message}"
+                return Outcome(job.id, job.path, decision.commit, "rejected", reason), [*pending, self._draft("rejected", decision, reason=reason, **_votes(decision))]
+            started = self._draft(
+                "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
+                rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
+                self_approved=decision.self_approved, limits=_limit_fields(limits), resolved_program=program,
+                **_votes(decision),
+            )
+            # 2. At most once: the claim is pushed before the process exists.
+            if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
+                return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
+            # 3. Run, and keep what it said (bounded and redacted) for the finished record.
+            try:
+                result = executor.run(request)
+            except Denied as exc:
+                reason = f"denied before start: {exc.message}"
+                finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
+                return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
+        fields: dict[str, Any] = {
             "run_id": run_id, "status": result.status, "exit_code": result.exit_code, "signal": result.signal,
             "duration_ms": result.duration_ms, "reason": result.reason, "resolved_program": result.resolved_program,
+            "sandbox": result.sandbox, "limits_applied": dict(result.limits_applied),
         }
         for name, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
             fields.update({f"{name}_tail": stream.tail, f"{name}_bytes": stream.bytes, f"{name}_sha256": stream.sha256})
@@ -299,37 +350,40 @@ class Runner:
         finished = self._draft("finished", decision, **fields)
         return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
 
-    def _execute(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str) -> executor.ExecResult:
+    def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
+        """A clean export of the approving commit and the job's environment, ready to run."""
         job = decision.job
         assert job is not None
-        with tempfile.TemporaryDirectory(prefix="mergegate-job-") as tmp:
-            workspace = Path(tmp) / "workspace"
-            workspace.mkdir()
-            self.repo.export(decision.commit, workspace)
-            env = executor.build_environment(
-                runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
-                extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},
-            )
-            secrets = tuple(os.environ[n] for n in policy.secret_env if os.environ.get(n))
-            output_dir = self.options.output_dir
-            if output_dir is None and policy.keep_output:
-                output_dir = self.repo.git_dir / "mergegate" / "output"
-            if output_dir is not None:
-                output_dir.mkdir(parents=True, exist_ok=True)
-            request = executor.ExecRequest(
-                argv=job.command, workspace=workspace, cwd=job.cwd, env=env, secrets=secrets, limits=limits,
-                search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
-                sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
-                network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
-            )
-            return executor.run(request)
+        workspace = tmp / "workspace"
+        workspace.mkdir()
+        self.repo.export(decision.commit, workspace)
+        env = executor.build_environment(
+            runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
+            extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},
+        )
+        output_dir = self.options.output_dir
+        if output_dir is None and policy.keep_output:
+            output_dir = self.repo.git_dir / "mergegate" / "output"
+        return executor.ExecRequest(
+            argv=job.command, workspace=workspace, cwd=job.cwd, env=env, secrets=self.secrets(policy), limits=limits,
+            search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
+            sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
+            network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
+            hide_paths=(self.repo.path, self.repo.git_dir),
+        )
+
+    def secrets(self, policy: Policy) -> tuple[str, ...]:
+        return tuple(os.environ[n] for n in policy.secret_env if os.environ.get(n))
 
     def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: tuple[str, str, str] | None = None) -> bool:
         """Commit drafts on the branch tip and push; rebase and retry when the tip moved."""
         for _ in range(MAX_PUSH_ATTEMPTS):
             tip = branch.tip()
             tail = audit.read_tail(self.repo, tip)
-            if claim is not None and any((r.get("path"), r.get("blob"), r.get("commit")) == claim and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned):
+            if claim is not None and (
+                any((r.get("path"), r.get("blob"), r.get("commit")) == claim and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned)
+                or audit.started_before(self.repo, tip, claim[0], claim[1]) is not None
+            ):
                 drafts = [d for d in drafts if d["event"] != "started"]
                 if drafts:
                     self._publish(branch, drafts)

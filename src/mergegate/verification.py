@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.approvals import Assessor
+from mergegate.approvals import Assessor, Walk
 from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git import Repo
 from mergegate.policy import load_policy
@@ -84,14 +84,14 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     chain = repo.first_parent_chain(root, tip)
     seen = _first_seen(repo, records, set(chain))
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
-    assessor = Assessor(repo, at=datetime.now(UTC))
+    walk = Walk(Assessor(repo, at=datetime.now(UTC)), policy)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
     for sha in chain:
-        assessor.at = seen.get(sha, datetime.now(UTC))
+        walk.assessor.at = seen.get(sha, datetime.now(UTC))
         try:
-            assessment = assessor.assess(sha, policy)
+            assessment = walk.step(sha)
         except MergegateError as exc:
             violations.append(f"commit {sha[:12]}: {exc}")
             lines.append(CommitLine(sha, "tampering", str(exc)))
@@ -102,7 +102,6 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             jobs.append({"path": d.path, "blob": d.blob, "approved": d.runnable, "approvers": list(d.approvers), "reason": d.reason})
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
-        policy = assessment.policy
     violations.extend(_cross_check(records, valid, rejected, set(chain)))
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
 

@@ -528,3 +528,20 @@ def test_second_runner_with_a_stale_view_does_not_run_again(world: World) -> Non
     assert [j["status"] for j in result.json()["jobs"]] == ["rejected"]
     assert len(world.events("started")) == 1
     assert world.mg("verify").code == 0
+
+
+def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gpg_homes: list[Path]) -> None:
+    import time
+
+    home = gpg_homes[0]
+    dave = make_gpg_key(home, "dave", "dave@example.com", expire="seconds=8")
+    made = time.monotonic()
+    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE], approvals_required=2))
+    world.propose("p", JOB, who=world.alice)
+    config, env = git_signing_config_gpg(home, dave)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+    time.sleep(max(0.0, 9 - (time.monotonic() - made)))
+    result = world.mg("verify")
+    assert result.code == 0, result.err

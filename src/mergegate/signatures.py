@@ -321,7 +321,13 @@ def _verify_openpgp(
     if "REVKEYSIG" in status:
         return _refused(signer, f"key {key.fingerprint} of {key.owner} is revoked")
     if "EXPKEYSIG" in status:
-        return _refused(signer, f"key {key.fingerprint} of {key.owner} expired")
+        # gpg judges expiry at its own clock; the runner judges at `at` (when it
+        # first saw the commit), so a verifier re-checking an old approval after
+        # the key expired agrees with what the runner decided then.
+        expired = status.get("KEYEXPIRED", [""])[0]
+        if not expired.isdigit() or int(expired) <= _utc(at).timestamp():
+            return _refused(signer, f"key {key.fingerprint} of {key.owner} expired")
+        return _judge_lifetime(key, signer, at)
     if "EXPSIG" in status:
         return _refused(signer, f"signature by {who} expired")
     return _judge_lifetime(key, signer, at) if "GOODSIG" in status else unchecked

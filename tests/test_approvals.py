@@ -17,7 +17,7 @@ from tests.helpers.keys import (
     revoke_gpg_key,
     stop_gpg_agent,
 )
-from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+from tests.helpers.repos import ECHO_RULE, Person, World, job_yaml, policy_yaml
 
 JOB = {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}
 
@@ -545,3 +545,52 @@ def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gp
     time.sleep(max(0.0, 9 - (time.monotonic() - made)))
     result = world.mg("verify")
     assert result.code == 0, result.err
+
+
+def test_auditor_clone_notices_a_force_push(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    world.run_once()
+    assert world.mg("verify", where="auditor").code == 0
+    world.git("admin", "fetch", "-q")
+    world.git("admin", "push", "-q", "-f", "origin", "origin/approved~1:refs/heads/approved")
+    result = world.mg("verify", where="auditor")
+    assert result.code == 3
+    assert "was rewritten" in result.err
+    assert world.mg("status", where="auditor").code == 3
+
+
+def _reviewer(world: World, name: str, person: Person) -> Path:
+    clone = world.clone(name)
+    for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
+                 ["user.signingkey", str(person.key.private)]):
+        world.git(clone, "config", *args)
+    return clone
+
+
+def test_approve_refuses_an_approval_that_would_not_count(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    _reviewer(world, "alice-clone", world.alice)
+    result = world.mg("approve", "origin/p", where="alice-clone")
+    assert result.code == 1
+    assert "would not count: you (alice) are the author of" in result.err
+    _reviewer(world, "mallory-clone", world.mallory)
+    result = world.mg("approve", "origin/p", where="mallory-clone")
+    assert result.code == 1
+    assert "is not a key in policy/policy.yaml" in result.err
+    world.git("admin", "fetch", "-q")
+    assert world.git("admin", "log", "--format=%s", "origin/p").splitlines()[0] == "propose"
+
+
+def test_approve_moves_the_checked_out_proposal_branch(world: World) -> None:
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    clone = _reviewer(world, "carol-clone", world.carol)
+    world.git(clone, "checkout", "-q", "-b", "p", "origin/p")
+    assert world.mg("approve", "p", where="carol-clone").code == 0
+    assert world.git(clone, "rev-parse", "HEAD") == world.git(clone, "rev-parse", "origin/p")
+    assert world.git(clone, "status", "--porcelain") == ""
+    check = world.mg("check", "p", "--json", where="carol-clone")
+    assert "carol (approval commit" in check.json()["files"][0]["approvals"]

@@ -43,8 +43,27 @@ def test_init_then_run_from_a_fresh_repository(world: World) -> None:
     assert world.mg("verify").code == 0
 
 
+def test_init_without_a_git_identity_says_how(world: World) -> None:
+    result = world.mg("init", "--key", world.bob.key.public_line, where="admin")
+    assert result.code == 2
+    assert result.err.startswith("error: git does not know who you are")
+    assert 'hint: git config user.name "Your Name"' in result.err
+
+
+def test_init_keeps_an_existing_policy_and_says_which_flags_it_ignores(world: World) -> None:
+    admin = world.clone("admin")
+    world.git(admin, "config", "user.name", "bob")
+    world.git(admin, "config", "user.email", "bob@example.com")
+    world.write("admin", {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], [ECHO_RULE])})
+    result = world.mg("init", "--solo", where="admin")
+    assert result.code == 0, result.err
+    assert "ignored --solo" in result.err
+    assert "echo" in world.git(admin, "show", "approved:policy/policy.yaml")
+
+
 def test_init_without_a_key_says_how(world: World) -> None:
-    world.git("admin", "commit", "-q", "--allow-empty", "-m", "x")
+    world.git("admin", "config", "user.name", "bob")
+    world.git("admin", "config", "user.email", "bob@example.com")
     result = world.mg("init", where="admin")
     assert result.code == 2
     assert result.err.startswith("error: no approver key given")

@@ -160,7 +160,7 @@ def test_sandbox_required_but_missing_fails_closed(world: World, tmp_path: Path)
     # A PATH without bwrap: the runner must refuse, never run unsandboxed.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("git", "ssh-keygen", "sh"):
+    for tool in ("git", "ssh-keygen", "sh", "tar"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
     job = _run(world, {"jobs/sb.yaml": job_yaml("sb", ["sh", "-c", "echo ran"])}, env={"PATH": str(bin_dir)})
     assert job["status"] == "rejected"
@@ -186,3 +186,22 @@ def test_missing_program_is_rejected_before_it_is_claimed(world: World) -> None:
     (rejected,) = world.events("rejected")
     assert "was not found on the search path" in rejected["reason"]
     assert world.events("started") == []
+
+
+def test_export_keeps_modes_and_symlinks_and_leaves_out_the_audit(world: World) -> None:
+    _gate(world)
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
+    root = world.clone("proposer")
+    world.write("proposer", {"tool.sh": "#!/bin/sh\necho tool ran\n", "sub/data.txt": "d\n"})
+    (root / "tool.sh").chmod(0o755)
+    (root / "link").symlink_to("sub/data.txt")
+    script = "./tool.sh && cat link && test ! -e audit && test ! -x sub/data.txt && echo ok"
+    world.write("proposer", {"jobs/t.yaml": job_yaml("t", ["sh", "-c", script])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "t")
+    world.git("proposer", "push", "-q", "-f", "origin", "p")
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded", job
+    assert world.events("finished")[0]["stdout_tail"] == "tool ran\nd\nok\n"

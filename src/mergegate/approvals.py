@@ -177,11 +177,12 @@ class Assessor:
                     result[path].append(Vote(person, via, True, ""))
         # Separation of duties: whoever wrote or signed a change to the file does not count for it.
         for path in files:
-            excluded = self._authors(policy, base, head, path, merge)
+            excluded = self.excluded(policy, base, head, path, merge)
             result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
         return {path: tuple(v) for path, v in result.items()}
 
-    def _authors(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None) -> dict[str, str]:
+    def excluded(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None) -> dict[str, str]:
+        """Who may not count for `path`: its authors and signers, with why."""
         excluded: dict[str, str] = {}
         for sha in self.repo.commits_touching(base, head, path):
             commit = self.repo.commit(sha)

@@ -174,7 +174,8 @@ def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_ro
 @click.option("--remote", default="origin", show_default=True)
 @click.option("--no-fetch", "no_fetch", is_flag=True)
 @_repo_option
-def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: bool, repo: Path) -> int:
+@_trust_option
+def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None) -> int:
     """Sign an approval of BRANCH (with your git signing key) and push it.
 
     Shows what `check` says first and refuses invalid or denied jobs.
@@ -186,7 +187,8 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
     """
     from mergegate.proposals import approve as run_approve
 
-    result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge, fetch=not no_fetch)
+    result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge,
+                         fetch=not no_fetch, trust=trust_root)
     for f in result.report.files:
         click.echo(f"{f.state:<8} {f.path}: {f.reason}")
     click.echo(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
@@ -278,10 +280,12 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
     from mergegate.scaffold import init as run_init
 
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch)
+    _warn(result.warnings)
     for path in result.written:
         click.echo(f"wrote {path}")
     click.echo(f"created branch {result.branch} at {result.commit[:12]} (the trust root)")
-    click.echo(f"next: git push origin {result.branch}, then propose a job on a branch")
+    click.echo(f"next: git push origin HEAD {result.branch}; then propose jobs (and policy changes, such as "
+               "command rules) on branches and approve them with signed merges (docs/getting-started.md)")
     return 0
 
 

@@ -106,7 +106,9 @@ class Repo:
         return name in self.out("remote").split()
 
     def fetch(self, remote: str, branch: str) -> None:
-        proc = self.run("fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
+        # A commit-graph keeps ancestry checks back to the trust root cheap on long histories.
+        proc = self.run("-c", "fetch.writeCommitGraph=true", "fetch", "--quiet", "--no-tags", remote,
+                        f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
         if proc.returncode != 0:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
@@ -156,19 +158,6 @@ class Repo:
 
     def commits_touching(self, base: str, tip: str, path: str) -> list[str]:
         return self.out("rev-list", "--full-history", f"{base}..{tip}", "--", path).split()
-
-    def path_blobs(self, tip: str, path: str) -> list[tuple[str, str]]:
-        """(commit, blob) for every first-parent commit up to `tip` that set `path`, newest first."""
-        text = self.out("log", "--first-parent", "--format=C %H", "--raw", "--no-abbrev", "--no-renames", tip, "--", path)
-        result, commit = [], ""
-        for line in text.splitlines():
-            if line.startswith("C "):
-                commit = line[2:]
-            elif line.startswith(":"):
-                blob = line.split()[3]
-                if blob != ZERO:
-                    result.append((commit, blob))
-        return result
 
     def first_parent_adding(self, tip: str, path: str) -> str | None:
         """The oldest first-parent commit up to `tip` that added `path`."""
@@ -245,18 +234,28 @@ class Repo:
         blob = self.file_blob(commit, path)
         return None if blob is None else self.blob(blob)
 
-    def export(self, commit: str, dest: Path) -> None:
-        """Write the tree of `commit` into `dest`: no .git, no attributes, no hooks."""
-        for mode, obj, path in self.ls_tree(commit):
-            target = dest / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if mode == "120000":
-                os.symlink(self.blob(obj), target)
-            elif mode == "160000":
-                target.mkdir(exist_ok=True)
-            else:
-                target.write_bytes(self.blob(obj))
-                target.chmod(0o755 if mode == "100755" else 0o644)
+    def export(self, commit: str, dest: Path, *, exclude: tuple[str, ...] = ()) -> None:
+        """Write the tree of `commit` into `dest`: no .git, no hooks, no filters.
+
+        `git archive` piped into `tar` does the work in C (a Python loop over a
+        10,000-file tree took seconds). export-ignore and export-subst
+        attributes in the repository apply, as in any `git archive`.
+        """
+        specs = [".", *(f":(exclude){path}" for path in exclude)]
+        archive = subprocess.Popen(
+            ["git", "-C", str(self.path), "archive", "--format=tar", commit, "--", *specs],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"},
+        )
+        untar = subprocess.run(
+            ["tar", "-x", "-f", "-", "-C", str(dest), "--no-same-owner", "--no-same-permissions"],
+            stdin=archive.stdout, capture_output=True, check=False,
+        )
+        assert archive.stdout is not None and archive.stderr is not None
+        archive.stdout.close()
+        problem = archive.stderr.read().decode("utf-8", "replace").strip()
+        if archive.wait() != 0 or untar.returncode != 0:
+            what = problem or untar.stderr.decode("utf-8", "replace").strip()
+            raise GitError(f"could not export {commit[:12]}: {what.splitlines()[-1] if what else 'unknown error'}")
 
     # -- writing --------------------------------------------------------------
     def write_commit(

@@ -50,7 +50,7 @@ class Requirement:
     def describe(self) -> str:
         parts = [f"{count} from {group}" for group, count in self.slots]
         if self.total > sum(c for _, c in self.slots):
-            parts.append(f"{self.total} approval{'s' if self.total != 1 else ''} in all")
+            parts.append(f"{self.total} approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}")
         return f"{' and '.join(parts) or 'nothing'} ({self.source})"
 
 
@@ -172,11 +172,11 @@ class Policy:
         if requirement.total < 1:
             return Quorum(False, people, f"requirement {requirement.source} is empty: deny")
         if len(people) < requirement.total:
-            return Quorum(False, people, f"{len(people)} of {requirement.total} approvals needed by {requirement.describe()}")
+            return Quorum(False, people, f"{len(people)} of {requirement.total} approvals: needs {requirement.describe()}")
         slots = [group for group, count in requirement.slots for _ in range(count)]
         if not _assign(slots, people, members, set()):
             return Quorum(False, people, f"approvals by {', '.join(people) or 'nobody'} do not fill {requirement.describe()}")
-        return Quorum(True, people, f"met {requirement.describe()} with {', '.join(people)}")
+        return Quorum(True, people, f"quorum met: {requirement.describe()} by {', '.join(people)}")
 
 
 def _assign(slots: Sequence[str], people: Sequence[str], members: dict[str, tuple[str, ...]], used: set[str]) -> bool:

@@ -14,6 +14,7 @@ from mergegate.git import ZERO, Repo
 from mergegate.job import check_unique_ids, is_job_path, parse_job
 from mergegate.policy import POLICY_DIR, Policy
 from mergegate.runner import open_branch, plan, trust_root
+from mergegate.signatures import parse_public_key
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class CheckReport:
     base: str
     policy: str
     files: tuple[FileCheck, ...]
+    fork: str = ""
+    policy_in_force: Policy | None = None
 
     @property
     def exit_code(self) -> int:
@@ -71,7 +74,7 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
         for path, blob in sorted(policy_files.items()):
             results.append(FileCheck(path, blob, None, "policy", "policy change: needs the policy quorum of the policy in force",
                                      quorum.reason + " (the merge signature counts as one more)", quorum.met, votes[path]))
-    return CheckReport(ref, head, base_tip, policy.commit, tuple(results))
+    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy)
 
 
 def _policy_in_force(repo: Repo, tip: str, trust: str | None) -> Policy:
@@ -91,7 +94,7 @@ def _check_job(repo: Repo, policy: Policy, path: str, blob: str, votes: tuple[Vo
     quorum = policy.quorum(requirement, [v.person for v in votes if v.counted])
     words = f"{quorum.reason}; {describe_votes(votes)}" if votes else f"needs {requirement.describe()}; no approvals yet"
     if not quorum.met:
-        words += " (the signed merge counts as one more)"
+        words += " (a signed merge by an approver who did not write it counts as one more)"
     return FileCheck(path, blob, job.id, "allowed" if decision.allowed else "denied", decision.reason, words, quorum.met, votes)
 
 
@@ -103,15 +106,17 @@ class Approval:
     report: CheckReport
 
 
-def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge: bool, fetch: bool) -> Approval:
+def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge: bool, fetch: bool,
+            trust: str | None = None) -> Approval:
     """Sign an approval commit on the proposal (or the merge into approved) and push it."""
-    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch)
+    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch, trust=trust)
     if report.exit_code != 0:
         bad = next(f for f in report.files if f.state in ("invalid", "denied"))
         raise JobFailed(f"refusing to approve {branch_name}: {bad.path} is {bad.state}: {bad.reason}")
     if not report.files:
         raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
     repo = Repo(repo_path)
+    _would_count(repo, report)
     has_remote = repo.has_remote(remote)
     head = report.head
     if merge:
@@ -128,7 +133,9 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
         if not repo.push(remote, sha, target):
             raise GitError(f"{remote}/{target} moved while approving", hint="run the command again")
         local = repo.rev(f"refs/heads/{target}")
-        if local == old and repo.current_branch() != target:
+        # An approval commit has the tree of its parent, so moving a checked-out
+        # branch onto it leaves the working tree and index exactly as they were.
+        if local == old and (not merge or repo.current_branch() != target):
             repo.update_ref(f"refs/heads/{target}", sha, old)
         pushed = f"{remote}/{target}"
     else:
@@ -138,6 +145,49 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
             raise GitError(f"{target} moved while approving", hint="run the command again")
         pushed = target
     return Approval(sha, "merge" if merge else "approval commit", pushed, report)
+
+
+def _would_count(repo: Repo, report: CheckReport) -> None:
+    """Refuse to sign an approval that the runner would not count, and say why."""
+    policy = report.policy_in_force
+    assert policy is not None
+    person = _signing_person(repo, policy)
+    if person is None:
+        return  # an OpenPGP key or one we cannot read: the runner still judges it
+    if person not in {p.name for p in policy.approvers}:
+        raise JobFailed(f"your signing key belongs to {person}, who is not an approver in {policy.where}")
+    if policy.allow_self_approval:
+        return
+    assessor = Assessor(repo, at=datetime.now(UTC))
+    for f in report.files:
+        why = assessor.excluded(policy, report.fork, report.head, f.path, None).get(person)
+        if why is not None:
+            raise JobFailed(f"your approval of {f.path} would not count: you ({person}) are the {why}",
+                            hint="ask another approver; separation of duties is in docs/policy.md")
+
+
+def _signing_person(repo: Repo, policy: Policy) -> str | None:
+    """The policy person whose ssh key is this clone's git signing key, if any can be told."""
+    if (repo.config("gpg.format") or "openpgp") != "ssh":
+        return None
+    configured = repo.config("user.signingkey")
+    if configured is None:
+        raise UsageError("git has no signing key configured", hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
+    line = configured[len("key::"):] if configured.startswith("key::") else None
+    if line is None:
+        path = Path(configured).expanduser()
+        public = path if path.suffix == ".pub" else path.with_name(path.name + ".pub")
+        if not public.exists():
+            return None
+        line = public.read_text().strip()
+    try:
+        fingerprint = parse_public_key(line, owner="you", source="user.signingkey").fingerprint
+    except ConfigError:
+        return None
+    owner = next((k.owner for p in (*policy.approvers, *policy.proposers) for k in p.keys if k.fingerprint == fingerprint), None)
+    if owner is None:
+        raise JobFailed(f"your signing key {fingerprint} is not a key in {policy.where}")
+    return owner
 
 
 def _branch_name(name: str, remote: str) -> str:

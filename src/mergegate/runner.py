@@ -87,6 +87,21 @@ class Branch:
     def seen_ref(self) -> str:
         return f"refs/mergegate/seen/{self.remote or 'local'}/{self.branch}"
 
+    def check_not_rewritten(self, tip: str) -> str | None:
+        """IntegrityError when `tip` does not descend from the tip this clone last saw."""
+        seen = self.repo.rev(self.seen_ref)
+        if seen is not None and not self.repo.is_ancestor(seen, tip):
+            raise IntegrityError(
+                f"{self.ref} was rewritten: this clone last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
+                hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
+            )
+        return seen
+
+    def remember(self, tip: str, seen: str | None) -> None:
+        # Remember what was seen, so that a later rewrite of it (which may also
+        # erase the audit that would have told) is noticed by this clone.
+        self.repo.update_ref(self.seen_ref, tip, seen)
+
     def tip(self) -> str:
         sha = self.repo.rev(self.ref)
         if sha is None:
@@ -225,12 +240,7 @@ class Runner:
     def run_once(self) -> PassResult:
         branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
         tip = branch.tip()
-        seen = self.repo.rev(branch.seen_ref)
-        if seen is not None and not self.repo.is_ancestor(seen, tip):
-            raise IntegrityError(
-                f"{branch.ref} was rewritten: this runner last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
-                hint=f"investigate before anything runs; to accept the new history: git update-ref -d {branch.seen_ref}",
-            )
+        seen = branch.check_not_rewritten(tip)
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
         tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
@@ -266,7 +276,7 @@ class Runner:
             self._publish(branch, pending)
         # Remember what was seen, so that a later rewrite of it (which may also
         # erase the audit that would have told) stops this runner.
-        self.repo.update_ref(branch.seen_ref, branch.tip(), None if seen is None else seen)
+        branch.remember(branch.tip(), seen)
         return PassResult(tip, tuple(outcomes), tuple(warnings))
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
@@ -356,7 +366,8 @@ class Runner:
         assert job is not None
         workspace = tmp / "workspace"
         workspace.mkdir()
-        self.repo.export(decision.commit, workspace)
+        # The audit is the runner's, not the job's: it is left out of the export.
+        self.repo.export(decision.commit, workspace, exclude=(audit.AUDIT_DIR.rstrip("/"),))
         env = executor.build_environment(
             runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
             extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mergegate.errors import GitError, UsageError
 from mergegate.git import Repo
-from mergegate.policy import POLICY_FILE
+from mergegate.policy import POLICY_FILE, load_policy
 from mergegate.signatures import parse_public_key
 
 POLICY_TEMPLATE = """\
@@ -22,8 +22,10 @@ approvers:
 
 # Signed merges needed per job; the merge signer counts as one.
 approvals_required: 1
-# Changing anything under policy/ needs this many approvers (judged by the previous policy).
-policy_approvals_required: {policy_approvals}
+# Changing anything under policy/ needs this many approvers, judged by the
+# policy before the change. With one approver it must be 1; raise it to 2 in
+# the same change that adds a second approver.
+policy_approvals_required: 1
 # A solo operator may approve their own jobs; the audit then says so.
 allow_self_approval: {self_approval}
 
@@ -68,23 +70,33 @@ class InitResult:
     commit: str
     branch: str
     written: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str) -> InitResult:
     repo = Repo(repo_path)
     if repo.rev(f"refs/heads/{branch}") is not None:
         raise UsageError(f"branch {branch} already exists: this repository is already a gate", hint="see `mergegate status`")
-    key_line = _key_line(repo, key)
-    name = approver or repo.config("user.name") or "approver"
-    parse_public_key(key_line, owner=name, source="--key")
-    files = {
-        POLICY_FILE: POLICY_TEMPLATE.format(
+    if repo.config("user.email") is None or repo.config("user.name") is None:
+        raise UsageError("git does not know who you are: init commits the policy as you",
+                         hint='git config user.name "Your Name" && git config user.email you@example.com')
+    files = {"jobs/README.md": JOBS_README, "audit/README.md": AUDIT_README}
+    warnings: list[str] = []
+    existing = repo.path / POLICY_FILE
+    if existing.exists():
+        # The person wrote their own policy: check it, and say which flags it makes moot.
+        load_policy(lambda p: (repo.path / p).read_bytes() if (repo.path / p).is_file() else None, commit="0" * 40)
+        ignored = [flag for flag, value in (("--approver", approver), ("--key", key), ("--email", email), ("--solo", solo)) if value]
+        if ignored:
+            warnings.append(f"{POLICY_FILE} exists and is used as it is; ignored {', '.join(ignored)}")
+    else:
+        key_line = _key_line(repo, key)
+        name = approver or repo.config("user.name") or "approver"
+        parse_public_key(key_line, owner=name, source="--key")
+        files[POLICY_FILE] = POLICY_TEMPLATE.format(
             name=name, key_json=json.dumps(key_line), email=f"    email: {email}\n" if email else "",
-            policy_approvals=1 if solo else 2, self_approval="true" if solo else "false",
-        ),
-        "jobs/README.md": JOBS_README,
-        "audit/README.md": AUDIT_README,
-    }
+            self_approval="true" if solo else "false",
+        )
     written = []
     for path, text in files.items():
         target = repo.path / path
@@ -93,12 +105,13 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         written.append(path)
-    repo.run("add", "--", *files)
-    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *files)
+    paths = [*files, POLICY_FILE] if POLICY_FILE not in files else list(files)
+    repo.run("add", "--", *paths)
+    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *paths)
     head = repo.rev("HEAD")
     assert head is not None
     repo.run("branch", branch, head)
-    return InitResult(head, branch, tuple(written))
+    return InitResult(head, branch, tuple(written), tuple(warnings))
 
 
 def _key_line(repo: Repo, key: str | None) -> str:

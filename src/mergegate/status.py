@@ -40,7 +40,9 @@ class StatusReport:
 
 def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> StatusReport:
     repo = Repo(repo_path)
-    tip = open_branch(repo, remote=remote, branch=branch, fetch=fetch).tip()
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip = source.tip()
+    source.check_not_rewritten(tip)
     root, warnings = trust_root(repo, tip, trust)
     records = audit.read_all(repo, tip)
     latest: dict[tuple[str | None, str | None], audit.Record] = {}

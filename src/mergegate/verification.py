@@ -72,9 +72,15 @@ class VerifyReport:
 
 def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> VerifyReport:
     repo = Repo(repo_path)
-    tip = open_branch(repo, remote=remote, branch=branch, fetch=fetch).tip()
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip = source.tip()
     root, warnings = trust_root(repo, tip, trust)
     violations: list[str] = []
+    try:
+        last_seen = source.check_not_rewritten(tip)
+    except IntegrityError as exc:
+        violations.append(str(exc))
+        last_seen = tip
     records: list[audit.Record] = []
     try:
         records = audit.read_all(repo, tip)
@@ -103,6 +109,8 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
     violations.extend(_cross_check(records, valid, rejected, set(chain)))
+    if not violations:
+        source.remember(tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
 
 

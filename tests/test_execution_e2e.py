@@ -188,7 +188,7 @@ def test_missing_program_is_rejected_before_it_is_claimed(world: World) -> None:
     assert world.events("started") == []
 
 
-def test_export_keeps_modes_and_symlinks_and_leaves_out_the_audit(world: World) -> None:
+def test_export_keeps_modes_and_symlinks_and_leaves_out_audit_and_other_jobs(world: World) -> None:
     _gate(world)
     world.git("proposer", "fetch", "-q")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
@@ -196,12 +196,15 @@ def test_export_keeps_modes_and_symlinks_and_leaves_out_the_audit(world: World) 
     world.write("proposer", {"tool.sh": "#!/bin/sh\necho tool ran\n", "sub/data.txt": "d\n"})
     (root / "tool.sh").chmod(0o755)
     (root / "link").symlink_to("sub/data.txt")
-    script = "./tool.sh && cat link && test ! -e audit && test ! -x sub/data.txt && echo ok"
-    world.write("proposer", {"jobs/t.yaml": job_yaml("t", ["sh", "-c", script])})
+    script = ("./tool.sh && cat link && test ! -e audit && test ! -x sub/data.txt && test -f jobs/t.yaml"
+              " && test ! -e jobs/other.yaml && test -f jobs/helper.sh && echo ok")
+    world.write("proposer", {"jobs/t.yaml": job_yaml("t", ["sh", "-c", script]), "jobs/helper.sh": "echo\n",
+                             "jobs/other.yaml": job_yaml("other", ["echo"])})
     world.git("proposer", "add", "-A")
     world.git("proposer", "commit", "-qm", "t")
     world.git("proposer", "push", "-q", "-f", "origin", "p")
     world.signed_merge("p", world.bob)
-    (job,) = world.run_once().json()["jobs"]
-    assert job["status"] == "succeeded", job
-    assert world.events("finished")[0]["stdout_tail"] == "tool ran\nd\nok\n"
+    jobs = {j["job"]: j for j in world.run_once().json()["jobs"]}
+    assert jobs["t"]["status"] == "succeeded", jobs
+    finished = {r["job"]: r for r in world.events("finished")}
+    assert finished["t"]["stdout_tail"] == "tool ran\nd\nok\n"

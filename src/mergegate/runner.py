@@ -36,6 +36,7 @@ from mergegate.git import Repo, Signing
 from mergegate.policy import POLICY_DIR, POLICY_FILE, Policy, load_policy
 
 MAX_PUSH_ATTEMPTS = 10
+_NOT_EXPORTED = (":(exclude)audit", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
 
 
 @dataclass(frozen=True)
@@ -366,8 +367,11 @@ class Runner:
         assert job is not None
         workspace = tmp / "workspace"
         workspace.mkdir()
-        # The audit is the runner's, not the job's: it is left out of the export.
-        self.repo.export(decision.commit, workspace, exclude=(audit.AUDIT_DIR.rstrip("/"),))
+        # The audit and the other jobs' definitions are not the job's business, and
+        # leaving them out keeps the export proportional to the code, not to history.
+        self.repo.export(decision.commit, workspace, exclude=_NOT_EXPORTED)
+        (workspace / job.path).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / job.path).write_bytes(self.repo.blob(job.blob))
         env = executor.build_environment(
             runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
             extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},

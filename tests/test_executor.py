@@ -101,7 +101,7 @@ def test_grandchild_ignoring_sigterm_dies_after_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: str
 ) -> None:
     if escape == "setsid-no-cgroup":  # exercise the /proc descendant walk on its own
-        monkeypatch.setattr(executor, "_make_cgroup", lambda *_: None)
+        monkeypatch.setattr(executor, "make_cgroup", lambda *_: None)
     pidfile = tmp_path / "grandchild.pid"
     setsid = "os.setsid()" if escape != "same-group" else "pass"
     script = (

@@ -9,11 +9,12 @@ from typing import Any
 
 from mergegate import audit
 from mergegate.approvals import APPROVE_TRAILER, Assessor, Vote, describe_votes
+from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.git import ZERO, Repo
 from mergegate.job import check_unique_ids, is_job_path, parse_job
+from mergegate.planning import plan
 from mergegate.policy import POLICY_DIR, Policy
-from mergegate.runner import open_branch, plan, trust_root
 from mergegate.signatures import parse_public_key
 
 

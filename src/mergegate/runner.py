@@ -16,24 +16,18 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mergegate import audit, executor
-from mergegate.approvals import (
-    VETO_TRAILER,
-    Assessment,
-    Assessor,
-    Decision,
-    Veto,
-    Walk,
-    describe_votes,
-)
+from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
+from mergegate.branch import Branch, open_branch, trust_root
 from mergegate.errors import Denied, GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
-from mergegate.policy import POLICY_DIR, POLICY_FILE, Policy, load_policy
+from mergegate.planning import Plan, plan
+from mergegate.policy import Policy
 
 MAX_PUSH_ATTEMPTS = 10
 _NOT_EXPORTED = (":(exclude)audit", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
@@ -73,162 +67,6 @@ class PassResult:
     @property
     def exit_code(self) -> int:
         return 0 if all(o.status == "succeeded" for o in self.outcomes) else 1
-
-
-@dataclass(frozen=True)
-class Branch:
-    """Where `approved` is read from and how records are published to it."""
-
-    repo: Repo
-    ref: str
-    remote: str | None
-    branch: str
-
-    @property
-    def seen_ref(self) -> str:
-        return f"refs/mergegate/seen/{self.remote or 'local'}/{self.branch}"
-
-    def check_not_rewritten(self, tip: str) -> str | None:
-        """IntegrityError when `tip` does not descend from the tip this clone last saw."""
-        seen = self.repo.rev(self.seen_ref)
-        if seen is not None and not self.repo.is_ancestor(seen, tip):
-            raise IntegrityError(
-                f"{self.ref} was rewritten: this clone last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
-                hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
-            )
-        return seen
-
-    def remember(self, tip: str, seen: str | None) -> None:
-        # Remember what was seen, so that a later rewrite of it (which may also
-        # erase the audit that would have told) is noticed by this clone.
-        self.repo.update_ref(self.seen_ref, tip, seen)
-
-    def tip(self) -> str:
-        sha = self.repo.rev(self.ref)
-        if sha is None:
-            raise GitError(f"branch {self.ref} does not exist", hint="run `mergegate init`, or pass --remote/--branch")
-        return sha
-
-    def refresh(self) -> None:
-        if self.remote is not None:
-            self.repo.fetch(self.remote, self.branch)
-
-    def publish(self, sha: str, old: str) -> bool:
-        if self.remote is not None:
-            return self.repo.push(self.remote, sha, self.branch)
-        return self.repo.update_ref(self.ref, sha, old)
-
-
-def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
-    """origin/approved after a fetch; the local branch in a repository without that remote."""
-    if repo.has_remote(remote):
-        result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
-        if fetch:
-            result.refresh()
-        return result
-    if repo.current_branch() == branch:
-        raise GitError(f"{branch} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
-    return Branch(repo, f"refs/heads/{branch}", None, branch)
-
-
-def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:
-    """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning."""
-    given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
-    if given is None:
-        root = repo.root_commit(tip)
-        # In a repository that had history before `mergegate init`, the root
-        # commit has no policy; the first commit that brought one is the anchor.
-        if repo.file_blob(root, POLICY_FILE) is None:
-            introduced = repo.first_parent_adding(tip, POLICY_FILE)
-            root = introduced or root
-        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it with --trust-root)"]
-    sha = repo.rev(given)
-    if sha is None:
-        raise IntegrityError(f"trust root {given} is not a commit in this repository")
-    if not repo.is_ancestor(sha, tip):
-        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
-    return sha, []
-
-
-@dataclass
-class Plan:
-    """What one pass found: decisions to record or run, and where the walk ended."""
-
-    tip: str
-    start: str
-    policy: Policy  # in force at tip
-    items: list[tuple[Decision, Policy]] = field(default_factory=list)
-    assessments: list[Assessment] = field(default_factory=list)
-    vetoes: list[Veto] = field(default_factory=list)
-    handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
-    orphans: list[audit.Record] = field(default_factory=list)
-    handled_policy: list[audit.Record] = field(default_factory=list)
-    unapproved: dict[str, str] = field(default_factory=dict)
-    all_vetoes: dict[tuple[str, str], Veto] | None = None
-    new_commits: int = 0
-
-
-def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, runner_name: str) -> Plan:
-    """Walk from where the last pass stopped to tip and judge every commit on the way."""
-    # 1. Resume after the last scanned commit, which must still be in the history.
-    start, unapproved = root, {}
-    if tail.scanned is not None:
-        scanned = str(tail.scanned["commit"])
-        if not repo.is_ancestor(scanned, tip):
-            raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
-        if repo.is_ancestor(root, scanned):
-            start, unapproved = scanned, dict(tail.scanned.get("unapproved") or {})
-        elif not repo.is_ancestor(scanned, root):
-            raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
-    # 2. The policy in force at the start comes from the history itself (the
-    #    trust root and every policy change adopted since), never from a claim
-    #    in the audit, which anyone who can push might append to.
-    assessor = Assessor(repo, at=at)
-    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved)
-    result = Plan(tip=tip, start=start, policy=walk.policy)
-    # 3. Judge each first-parent commit by the policy in force before it.
-    chain = repo.first_parent_chain(start, tip)
-    if chain and repo.commit(chain[0]).parents[:1] != (start,):
-        raise IntegrityError(
-            f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
-            hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
-        )
-    for sha in chain:
-        judged_by = walk.policy
-        assessment = walk.step(sha)
-        result.assessments.append(assessment)
-        result.items.extend((d, judged_by) for d in assessment.decisions)
-        result.vetoes.extend(assessment.vetoes)
-        result.new_commits += assessment.kind != "audit"
-    result.policy = walk.policy
-    result.unapproved = walk.unapproved
-    # 4. What a previous pass that stopped midway already recorded is not done again.
-    finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
-    for record in tail.since_scanned:
-        if record.event in ("started", "rejected", "vetoed"):
-            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
-        if record.event == "policy":
-            result.handled_policy.append(record)
-        if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
-            result.orphans.append(record)
-    return result
-
-
-def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip: str) -> Policy:
-    """The trust root's policy, updated by each policy change adopted up to `upto`.
-
-    Costs one judgement per policy change, not per commit. Key lifetimes are
-    judged when the runner first recorded the change, as it did then.
-    """
-    policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
-    if upto == root:
-        return policy
-    now = assessor.at
-    for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
-        assessor.at = audit.first_recorded(repo, tip, sha) or now
-        policy = assessor.assess(sha, policy).policy
-    assessor.at = now
-    return policy
 
 
 class Runner:

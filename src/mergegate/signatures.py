@@ -8,7 +8,6 @@ the keys it is given, and throws it away afterwards.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import os
 import re
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from mergegate.armor import PGP_SIGNATURE, armor, b64, dearmor, pgp_issuer, pgp_packets
 from mergegate.errors import ConfigError, MergegateError
 
 KeyKind = Literal["ssh", "openpgp"]
@@ -59,7 +59,7 @@ _SSH_TYPES = {
 }
 _PGP_KEY = "PGP PUBLIC KEY BLOCK"
 _SSH_SIG = "SSH SIGNATURE"
-_PGP_SIG = "PGP SIGNATURE"
+_PGP_SIG = PGP_SIGNATURE
 _TIMEOUT_SECONDS = 30
 _EXPECTED = "an ssh public key line ('ssh-ed25519 AAAA...') or an armoured OpenPGP public key"
 
@@ -168,7 +168,7 @@ def _parse_ssh_key(line: str, owner: str, source: str) -> str:
     parts = line.split()
     if len(parts) < 2:
         raise _config_error(owner, f"ssh key {_prefix(line)} has no key data", source)
-    declared, blob = parts[0], _b64(parts[1])
+    declared, blob = parts[0], b64(parts[1])
     if blob is None:
         raise _config_error(owner, f"ssh key data {_prefix(parts[1])} is not valid base64", source)
     fields = _ssh_strings(blob) or [b"(unreadable)"]
@@ -190,7 +190,7 @@ def _verify_ssh(
 ) -> SignatureCheck:
     # The SSHSIG blob carries the signer's public key: it is named and matched
     # here, so ssh-keygen has only the cryptography left to do.
-    blob = _dearmor(text, _SSH_SIG) or b""
+    blob = dearmor(text, _SSH_SIG) or b""
     fields = _ssh_strings(blob[10:]) if blob[:10] == b"SSHSIG\0\0\0\1" else []
     if len(fields) != 5:
         return _refused("", "malformed ssh signature")
@@ -209,7 +209,7 @@ def _verify_ssh(
         allowed = f'k0 namespaces="git" {key_type} {base64.b64encode(public).decode()}\n'
         Path(tmp, "allowed_signers").write_text(allowed)
         # Re-armoured from the blob read above, so ssh-keygen checks just that.
-        Path(tmp, "signature").write_text(_armor(blob, _SSH_SIG))
+        Path(tmp, "signature").write_text(armor(blob, _SSH_SIG))
         argv = ["ssh-keygen", "-Y", "verify", "-f", f"{tmp}/allowed_signers", "-I", "k0"]
         result = _run([*argv, "-n", "git", "-s", f"{tmp}/signature"], payload, tmp)
     if result.returncode != 0:
@@ -231,7 +231,7 @@ def _ssh_strings(data: bytes) -> list[bytes]:
 
 def _ssh_blob(line: str) -> bytes | None:
     parts = line.split()
-    return _b64(parts[1]) if len(parts) >= 2 else None
+    return b64(parts[1]) if len(parts) >= 2 else None
 
 
 def _ssh_fingerprint(blob: bytes) -> str:
@@ -275,11 +275,11 @@ def _verify_openpgp(
     # Only a lone detached signature will do: gpg --verify, handed a signed
     # message, checks the data inside it and ignores the payload file. gpg gets
     # the very bytes checked here, so it cannot read them differently.
-    binary = _dearmor(text, _PGP_SIG) or b""
-    packets = _pgp_packets(binary)
+    binary = dearmor(text, _PGP_SIG) or b""
+    packets = pgp_packets(binary)
     if not packets:
         return _refused("", "malformed OpenPGP signature")
-    issuer = _pgp_issuer(packets[0][1]) if packets[0][0] == 2 else ""
+    issuer = pgp_issuer(packets[0][1]) if packets[0][0] == 2 else ""
     if len(packets) != 1 or packets[0][0] != 2:
         return _refused(issuer, "OpenPGP data is not a single detached signature")
     pgp_keys = [k for k in keys if k.kind == "openpgp"]
@@ -341,68 +341,6 @@ def _pgp_key_for(keys: Sequence[PublicKey], ident: str) -> PublicKey | None:
     return next((k for k in keys for f in (k.fingerprint, *k.subkeys) if f.endswith(ident)), None)
 
 
-def _pgp_packets(data: bytes) -> list[tuple[int, bytes]]:
-    """(tag, body) of each OpenPGP packet (RFC 4880 4.2); [] when not well-formed."""
-    out, pos = [], 0
-    try:
-        while pos < len(data):
-            head = data[pos]
-            if not head & 0x80:
-                return []
-            if head & 0x40:  # new-format length
-                tag, first = head & 0x3F, data[pos + 1]
-                if first < 192:
-                    length, pos = first, pos + 2
-                elif first < 224:
-                    length, pos = ((first - 192) << 8) + data[pos + 2] + 192, pos + 3
-                elif first == 255:
-                    length, pos = int.from_bytes(data[pos + 2 : pos + 6], "big"), pos + 6
-                else:
-                    return []  # partial lengths never occur in a detached signature
-            else:
-                tag, size = (head >> 2) & 0x0F, (1, 2, 4, 0)[head & 3]
-                length = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
-                length = length if size else len(data) - pos - 1
-                pos += 1 + size
-            if pos + length > len(data):
-                return []
-            out.append((tag, data[pos : pos + length]))
-            pos += length
-    except IndexError:
-        return []
-    return out
-
-
-def _pgp_issuer(body: bytes) -> str:
-    """The issuer fingerprint (or else key id) a signature packet names; "" if none."""
-    if body[:1] == b"\x03":
-        return body[7:15].hex().upper() if len(body) >= 15 else ""
-    if body[:1] != b"\x04":
-        return ""
-    hashed_end = 6 + int.from_bytes(body[4:6], "big")
-    unhashed = int.from_bytes(body[hashed_end : hashed_end + 2], "big")
-    area = body[6:hashed_end] + body[hashed_end + 2 : hashed_end + 2 + unhashed]
-    key_id, pos = "", 0
-    try:
-        while pos < len(area):
-            first = area[pos]
-            if first < 192:
-                length, pos = first, pos + 1
-            elif first < 255:
-                length, pos = ((first - 192) << 8) + area[pos + 1] + 192, pos + 2
-            else:
-                length, pos = int.from_bytes(area[pos + 1 : pos + 5], "big"), pos + 5
-            kind, data = area[pos] & 0x7F, area[pos + 1 : pos + length]
-            if kind == 33 and len(data) == 21:  # issuer fingerprint: version + v4 fingerprint
-                return data[1:].hex().upper()
-            if kind == 16 and len(data) == 8:  # issuer key id
-                key_id = data.hex().upper()
-            pos += length
-    except IndexError:
-        pass
-    return key_id
-
-
 def _gpg_argv(home: str, *args: str) -> list[str]:
     # --no-autostart: reading public keys and signatures needs no agent or dirmngr.
     return ["gpg", "--homedir", home, "--batch", "--no-tty", "--no-autostart", *args]
@@ -426,30 +364,6 @@ def _refused(signer: str, reason: str) -> SignatureCheck:
 
 def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
-def _dearmor(text: str, label: str) -> bytes | None:
-    lines = [line.strip() for line in text.strip().splitlines()]
-    if lines[:1] != [f"-----BEGIN {label}-----"] or lines[-1:] != [f"-----END {label}-----"]:
-        return None
-    body = lines[1:-1]
-    if label == _PGP_SIG:
-        body = body[body.index("") + 1 :] if "" in body else body  # headers end at a blank line
-        body = body[:-1] if body and body[-1].startswith("=") else body  # the CRC-24 line
-    return _b64("".join(body))
-
-
-def _armor(blob: bytes, label: str) -> str:
-    data = base64.b64encode(blob).decode()
-    lines = [data[i : i + 70] for i in range(0, len(data), 70)]
-    return "\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----", ""])
-
-
-def _b64(data: str) -> bytes | None:
-    try:
-        return base64.b64decode(data, validate=True) or None
-    except (binascii.Error, ValueError):
-        return None
 
 
 def _run(argv: list[str], stdin: bytes, home: str) -> subprocess.CompletedProcess[bytes]:

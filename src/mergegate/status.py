@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
+from mergegate.branch import open_branch, trust_root
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
-from mergegate.runner import open_branch, plan, trust_root
+from mergegate.planning import plan
 
 _STATE = {"started": "running", "rejected": "rejected", "vetoed": "vetoed"}
 

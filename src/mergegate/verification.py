@@ -14,10 +14,10 @@ from typing import Any
 
 from mergegate import audit
 from mergegate.approvals import Assessor, Walk
+from mergegate.branch import open_branch, trust_root
 from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git import Repo
 from mergegate.policy import load_policy
-from mergegate.runner import open_branch, trust_root
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""The approved branch: where it is read, how records are published to it, and what anchors trust."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mergegate.errors import GitError, IntegrityError
+from mergegate.git import Repo
+from mergegate.policy import POLICY_FILE
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Where `approved` is read from and how records are published to it."""
+
+    repo: Repo
+    ref: str
+    remote: str | None
+    branch: str
+
+    @property
+    def seen_ref(self) -> str:
+        return f"refs/mergegate/seen/{self.remote or 'local'}/{self.branch}"
+
+    def check_not_rewritten(self, tip: str) -> str | None:
+        """IntegrityError when `tip` does not descend from the tip this clone last saw."""
+        seen = self.repo.rev(self.seen_ref)
+        if seen is not None and not self.repo.is_ancestor(seen, tip):
+            raise IntegrityError(
+                f"{self.ref} was rewritten: this clone last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
+                hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
+            )
+        return seen
+
+    def remember(self, tip: str, seen: str | None) -> None:
+        # Remember what was seen, so that a later rewrite of it (which may also
+        # erase the audit that would have told) is noticed by this clone.
+        self.repo.update_ref(self.seen_ref, tip, seen)
+
+    def tip(self) -> str:
+        sha = self.repo.rev(self.ref)
+        if sha is None:
+            raise GitError(f"branch {self.ref} does not exist", hint="run `mergegate init`, or pass --remote/--branch")
+        return sha
+
+    def refresh(self) -> None:
+        if self.remote is not None:
+            self.repo.fetch(self.remote, self.branch)
+
+    def publish(self, sha: str, old: str) -> bool:
+        if self.remote is not None:
+            return self.repo.push(self.remote, sha, self.branch)
+        return self.repo.update_ref(self.ref, sha, old)
+
+
+def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
+    """origin/approved after a fetch; the local branch in a repository without that remote."""
+    if repo.has_remote(remote):
+        result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
+        if fetch:
+            result.refresh()
+        return result
+    if repo.current_branch() == branch:
+        raise GitError(f"{branch} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
+    return Branch(repo, f"refs/heads/{branch}", None, branch)
+
+
+def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:
+    """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning."""
+    given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
+    if given is None:
+        root = repo.root_commit(tip)
+        # In a repository that had history before `mergegate init`, the root
+        # commit has no policy; the first commit that brought one is the anchor.
+        if repo.file_blob(root, POLICY_FILE) is None:
+            introduced = repo.first_parent_adding(tip, POLICY_FILE)
+            root = introduced or root
+        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it with --trust-root)"]
+    sha = repo.rev(given)
+    if sha is None:
+        raise IntegrityError(f"trust root {given} is not a commit in this repository")
+    if not repo.is_ancestor(sha, tip):
+        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
+    return sha, []

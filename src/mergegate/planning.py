@@ -1,0 +1,97 @@
+"""Planning a pass: judge every first-parent commit since the last one processed.
+
+Read-only: `run`, `status` and `check` all start here, and only the runner
+acts on the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mergegate import audit
+from mergegate.approvals import Assessment, Assessor, Decision, Veto, Walk
+from mergegate.errors import IntegrityError
+from mergegate.git import Repo
+from mergegate.policy import POLICY_DIR, Policy, load_policy
+
+
+@dataclass
+class Plan:
+    """What one pass found: decisions to record or run, and where the walk ended."""
+
+    tip: str
+    start: str
+    policy: Policy  # in force at tip
+    items: list[tuple[Decision, Policy]] = field(default_factory=list)
+    assessments: list[Assessment] = field(default_factory=list)
+    vetoes: list[Veto] = field(default_factory=list)
+    handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
+    orphans: list[audit.Record] = field(default_factory=list)
+    handled_policy: list[audit.Record] = field(default_factory=list)
+    unapproved: dict[str, str] = field(default_factory=dict)
+    all_vetoes: dict[tuple[str, str], Veto] | None = None
+    new_commits: int = 0
+
+
+def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, runner_name: str) -> Plan:
+    """Walk from where the last pass stopped to tip and judge every commit on the way."""
+    # 1. Resume after the last scanned commit, which must still be in the history.
+    start, unapproved = root, {}
+    if tail.scanned is not None:
+        scanned = str(tail.scanned["commit"])
+        if not repo.is_ancestor(scanned, tip):
+            raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
+        if repo.is_ancestor(root, scanned):
+            start, unapproved = scanned, dict(tail.scanned.get("unapproved") or {})
+        elif not repo.is_ancestor(scanned, root):
+            raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
+    # 2. The policy in force at the start comes from the history itself (the
+    #    trust root and every policy change adopted since), never from a claim
+    #    in the audit, which anyone who can push might append to.
+    assessor = Assessor(repo, at=at)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved)
+    result = Plan(tip=tip, start=start, policy=walk.policy)
+    # 3. Judge each first-parent commit by the policy in force before it.
+    chain = repo.first_parent_chain(start, tip)
+    if chain and repo.commit(chain[0]).parents[:1] != (start,):
+        raise IntegrityError(
+            f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
+            hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
+        )
+    for sha in chain:
+        judged_by = walk.policy
+        assessment = walk.step(sha)
+        result.assessments.append(assessment)
+        result.items.extend((d, judged_by) for d in assessment.decisions)
+        result.vetoes.extend(assessment.vetoes)
+        result.new_commits += assessment.kind != "audit"
+    result.policy = walk.policy
+    result.unapproved = walk.unapproved
+    # 4. What a previous pass that stopped midway already recorded is not done again.
+    finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
+    for record in tail.since_scanned:
+        if record.event in ("started", "rejected", "vetoed"):
+            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
+        if record.event == "policy":
+            result.handled_policy.append(record)
+        if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
+            result.orphans.append(record)
+    return result
+
+
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip: str) -> Policy:
+    """The trust root's policy, updated by each policy change adopted up to `upto`.
+
+    Costs one judgement per policy change, not per commit. Key lifetimes are
+    judged when the runner first recorded the change, as it did then.
+    """
+    policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
+    if upto == root:
+        return policy
+    now = assessor.at
+    for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
+        assessor.at = audit.first_recorded(repo, tip, sha) or now
+        policy = assessor.assess(sha, policy).policy
+    assessor.at = now
+    return policy

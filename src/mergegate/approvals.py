@@ -9,13 +9,13 @@ it names, and the authors and signers of a job never count toward its quorum.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from mergegate.audit import AUDIT_DIR, check_append_only
+from mergegate.audit import AUDIT_DIR
 from mergegate.errors import ConfigError, IntegrityError
-from mergegate.git import ZERO, Commit, Repo
+from mergegate.git import ZERO, Change, Commit, Repo
 from mergegate.job import Job, check_unique_ids, is_job_path, parse_job
 from mergegate.policy import POLICY_DIR, CommandRule, Person, Policy, Requirement, load_policy
 from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
@@ -78,6 +78,7 @@ class Assessment:
     # whether a signed merge by an approver vouched for them.
     content: tuple[str, ...] = ()
     content_approved: bool = False
+    audit_changes: tuple[Change, ...] = ()  # for the walk to check they only append
 
 
 class Assessor:
@@ -113,8 +114,7 @@ class Assessor:
                 check = self.signature(commit, policy.runner_keys())
                 if not check.ok:
                     raise IntegrityError(f"audit commit {short} is not signed by a runner in {policy.where}: {check.reason}")
-            check_append_only(self.repo, sha, audit)
-            return Assessment(sha, "audit", policy, summary="audit records")
+            return Assessment(sha, "audit", policy, summary="audit records", audit_changes=tuple(audit))
         jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
         content = tuple(c.path for c in rest if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR))
         policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest if c.path.startswith(POLICY_DIR)}
@@ -267,37 +267,6 @@ class Assessor:
                     content: tuple[str, ...]) -> Assessment:
         decisions = tuple(Decision(path, blob, commit.sha, None, False, reason) for path, blob in sorted(jobs.items()))
         return Assessment(commit.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason, content=content)
-
-
-class Walk:
-    """Judges first-parent commits in order, carrying what a walk must remember.
-
-    The policy in force changes only through an adopted policy change; files
-    that a commit which is not a signed approval changed stay "unapproved"
-    until a signed merge changes them again, and no job runs in a tree that
-    holds such a file (an unsigned push must not rewrite what a job executes).
-    """
-
-    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None) -> None:
-        self.assessor = assessor
-        self.policy = policy
-        self.unapproved = dict(unapproved or {})
-
-    def step(self, sha: str) -> Assessment:
-        judged_by = self.policy
-        assessment = self.assessor.assess(sha, judged_by)
-        for path in assessment.content:
-            if assessment.content_approved:
-                self.unapproved.pop(path, None)
-            else:
-                self.unapproved[path] = sha
-        self.policy = assessment.policy
-        if not self.unapproved or not any(d.runnable for d in assessment.decisions):
-            return assessment
-        tainted = ", ".join(f"{p} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
-        reason = f"the tree at {sha[:7]} holds changes that no signed approval covers: {tainted}; approve them with a signed merge first"
-        decisions = tuple(replace(d, runnable=False, reason=reason) if d.runnable else d for d in assessment.decisions)
-        return replace(assessment, decisions=decisions)
 
 
 def describe_votes(votes: Iterable[Vote]) -> str:

@@ -6,14 +6,47 @@ acts on the result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mergegate import audit
-from mergegate.approvals import Assessment, Assessor, Decision, Veto, Walk
+from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.errors import IntegrityError
 from mergegate.git import Repo
 from mergegate.policy import POLICY_DIR, Policy, load_policy
+
+
+class Walk:
+    """Judges first-parent commits in order, carrying what a walk must remember.
+
+    The policy in force changes only through an adopted policy change; files
+    that a commit which is not a signed approval changed stay "unapproved"
+    until a signed merge changes them again, and no job runs in a tree that
+    holds such a file (an unsigned push must not rewrite what a job executes).
+    """
+
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None) -> None:
+        self.assessor = assessor
+        self.policy = policy
+        self.unapproved = dict(unapproved or {})
+
+    def step(self, sha: str) -> Assessment:
+        judged_by = self.policy
+        assessment = self.assessor.assess(sha, judged_by)
+        if assessment.audit_changes:
+            audit.check_append_only(self.assessor.repo, sha, assessment.audit_changes)
+        for path in assessment.content:
+            if assessment.content_approved:
+                self.unapproved.pop(path, None)
+            else:
+                self.unapproved[path] = sha
+        self.policy = assessment.policy
+        if not self.unapproved or not any(d.runnable for d in assessment.decisions):
+            return assessment
+        tainted = ", ".join(f"{p} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
+        reason = f"the tree at {sha[:7]} holds changes that no signed approval covers: {tainted}; approve them with a signed merge first"
+        decisions = tuple(replace(d, runnable=False, reason=reason) if d.runnable else d for d in assessment.decisions)
+        return replace(assessment, decisions=decisions)
 
 
 @dataclass

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.approvals import Assessor, Walk
+from mergegate.approvals import Assessor
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git import Repo
+from mergegate.planning import Walk
 from mergegate.policy import load_policy
 
 

@@ -594,3 +594,23 @@ def test_approve_moves_the_checked_out_proposal_branch(world: World) -> None:
     assert world.git(clone, "status", "--porcelain") == ""
     check = world.mg("check", "p", "--json", where="carol-clone")
     assert "carol (approval commit" in check.json()["files"][0]["approvals"]
+
+
+def test_openpgp_key_from_a_file_under_policy_keys(world: World, gpg_homes: list[Path]) -> None:
+    home = gpg_homes[0]
+    dave = make_gpg_key(home, "dave", "dave@example.com")
+    approvers = [world.bob.approver_entry(), {"name": "dave", "email": "dave@example.com", "keys": [{"file": "keys/dave.asc"}]}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2), files={"policy/keys/dave.asc": dave.public_armored})
+    world.propose("p", JOB, who=world.alice)
+    config, env = git_signing_config_gpg(home, dave)
+    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_missing_key_file_is_a_configuration_error(world: World) -> None:
+    approvers = [{"name": "dave", "keys": [{"file": "keys/nope.asc"}]}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE]))
+    result = world.run_once()
+    assert result.code == 2
+    assert "key file policy/keys/nope.asc does not exist" in result.err

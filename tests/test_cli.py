@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +176,42 @@ def test_bad_policy_is_a_one_line_error_with_line(world: World) -> None:
     result = world.mg("run", "--once")
     assert result.code == 2
     assert result.err.splitlines()[0] == "error: field 'commands.0': unknown key 'args'; allowed keys: args_prefix, network, program (policy/policy.yaml:4)"
+
+
+def test_runner_killed_mid_job_leaves_running_then_is_closed_not_rerun(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sleep"}]))
+    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sleep", "60"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--once"], cwd=world.clone("runner"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not world.events("started"):
+        time.sleep(0.2)
+    assert world.events("started"), "the runner never claimed the job"
+    os.killpg(proc.pid, signal.SIGKILL)  # the runner dies; so does the job in its session
+    proc.wait()
+    status = {j["job"]: j["state"] for j in world.mg("status", "--json").json()["jobs"]}
+    assert status == {"s": "running"}
+    result = world.run_once()
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "failed"
+    assert "at most once" in job["reason"]
+    assert len(world.events("started")) == 1
+    assert world.mg("audit", "verify").code == 0
+
+
+def test_output_dir_keeps_the_full_redacted_output(world: World, tmp_path: Path) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["-c"]}],
+                            limits={"max_output_bytes": 100}))
+    world.propose("p", {"jobs/o.yaml": job_yaml("o", ["sh", "-c", "seq 1 1000"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    out = tmp_path / "outputs"
+    result = world.run_once("--output-dir", str(out))
+    assert result.code == 0, result.err
+    (finished,) = world.events("finished")
+    kept = Path(finished["stdout_file"])
+    assert kept.parent == out
+    assert kept.read_text().splitlines() == [str(i) for i in range(1, 1001)]
+    assert len(finished["stdout_tail"].encode()) <= 100
+    import hashlib
+    assert finished["stdout_file_sha256"] == hashlib.sha256(kept.read_bytes()).hexdigest()

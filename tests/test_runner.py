@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 
@@ -272,3 +274,28 @@ def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
     assert result.code == 3
     assert "no longer passes through" in result.err
     assert len(world.events("started")) == 1
+
+
+def test_result_that_could_not_be_pushed_is_kept_and_pushed_next_time(world: World) -> None:
+    """No record is lost: the remote refuses the push after the job ran; the next pass delivers it."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "touch"}]))
+    block = world.tmp / "block"
+    hook = world.remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\nif [ -e {block} ]; then echo 'remote is read-only' >&2; exit 1; fi\n")
+    hook.chmod(0o755)
+    # The job itself closes the remote, between its `started` push and its `finished` push.
+    world.propose("p", {"jobs/t.yaml": job_yaml("t", ["touch", str(block)])})
+    world.signed_merge("p")
+    failed = world.run_once()
+    assert failed.code == 2
+    assert "pre-receive hook declined" in failed.err or "read-only" in failed.err
+    assert [r["event"] for r in world.records()] == ["started"]
+    block.unlink()
+    result = world.run_once()
+    assert result.code == 0, result.err
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "succeeded"
+    finished = world.events("finished")
+    assert len(finished) == 1 and finished[0]["exit_code"] == 0
+    assert "stopped while this job ran" not in json.dumps(world.records())
+    assert world.mg("audit", "verify").code == 0

@@ -133,7 +133,9 @@ class Repo:
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and "failed to update ref" in text):
             return False
-        raise GitError(f"git push to {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        said = [line for line in lines if line.startswith("remote:") or "[remote rejected]" in line or line.startswith("!")]
+        raise GitError(f"git push to {remote} failed: {'; '.join(said) or (lines[-1] if lines else proc.returncode)}")
 
     def config(self, key: str) -> str | None:
         proc = self.run("config", "--get", key, check=False)

@@ -10,7 +10,9 @@ rejected push is rebased onto the new tip and retried.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -89,7 +91,12 @@ class Runner:
                 hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
             )
         outcomes: list[Outcome] = []
-        pending = self._bookkeeping(work, outcomes)
+        # Results a previous pass could not push come first; their jobs are not orphans.
+        spooled = self._spool_load(tip)
+        recovered = {d.get("run_id") for d in spooled}
+        work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
+        outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
+        pending = [*spooled, *self._bookkeeping(work, outcomes)]
         runnable = []
         for decision, policy in work.items:
             key = (decision.path, decision.blob, decision.commit)
@@ -197,6 +204,7 @@ class Runner:
             if stream.file is not None:
                 fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
         finished = self._draft("finished", decision, **fields)
+        self._spool_add(finished)
         return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
 
     def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
@@ -245,10 +253,54 @@ class Runner:
             files = audit.append(self.repo, tip, tail, records)
             message = _message(records)
             sha = self.repo.write_commit(parent=tip, files=files, message=message, author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
-            if branch.publish(sha, tip):
+            try:
+                published = branch.publish(sha, tip)
+            except GitError as exc:
+                if any(d["event"] == "finished" for d in drafts):
+                    exc.hint = f"the job's result is kept in {self._spool_path} and pushed by the next run"
+                raise
+            if published:
+                self._spool_drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
                 return True
             branch.refresh()
         raise GitError(f"could not push audit records to {branch.ref} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
+
+    # -- the spool: a job's result is kept on disk until it is pushed --------------
+    @property
+    def _spool_path(self) -> Path:
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.options.runner_name)
+        return self.repo.git_dir / "mergegate" / "spool" / f"{name}.jsonl"
+
+    def _spool_read(self) -> list[dict[str, Any]]:
+        if not self._spool_path.exists():
+            return []
+        return [json.loads(line) for line in self._spool_path.read_text("utf-8").splitlines() if line.strip()]
+
+    def _spool_write(self, drafts: list[dict[str, Any]]) -> None:
+        if not drafts:
+            self._spool_path.unlink(missing_ok=True)
+            return
+        self._spool_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._spool_path.with_suffix(".tmp")
+        temporary.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in drafts), "utf-8")
+        os.replace(temporary, self._spool_path)  # never a half-written spool
+
+    def _spool_add(self, draft: dict[str, Any]) -> None:
+        self._spool_write([*self._spool_read(), draft])
+
+    def _spool_drop(self, run_ids: set[Any]) -> None:
+        if run_ids and self._spool_path.exists():
+            self._spool_write([d for d in self._spool_read() if d.get("run_id") not in run_ids])
+
+    def _spool_load(self, tip: str) -> list[dict[str, Any]]:
+        """Finished records a previous pass could not push, less any that did land after all."""
+        waiting = []
+        for draft in self._spool_read():
+            landed = any(r.event == "finished" and r.get("run_id") == draft.get("run_id") for r in audit.grep(self.repo, tip, str(draft.get("run_id"))))
+            if not landed:
+                waiting.append(draft)
+        self._spool_write(waiting)
+        return waiting
 
     def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None]) -> None:
         previous = {sig: signal.signal(sig, lambda *_: self.stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -275,8 +275,7 @@ def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:
     good = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
     assert good.code == 0, good.err
     # An unsigned commit appending a plausible record.
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     log = world.clone("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + log.read_text().splitlines(keepends=True)[-1])
     world.git("approver", "commit", "-qam", "audit")
@@ -358,8 +357,7 @@ def test_verify_flags_a_started_record_without_approval(world: World) -> None:
             "commit": merge, "runner": "evil", "time": "2026-01-01T00:00:00Z", "seq": len(records) + 1,
             "prev": records[-1]["hash"]}
     fake["hash"] = record_hash(fake)
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     log = world.clone("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + json.dumps(fake, sort_keys=True, separators=(",", ":")) + "\n")
     world.git("approver", "commit", "-qam", "append")
@@ -444,8 +442,7 @@ def _append_record(world: World, fields: dict[str, object]) -> None:
     record = {"job": None, "path": None, "blob": None, "commit": None, "runner": "forger", "time": "2026-01-01T00:00:00Z",
               **fields, "seq": len(records) + 1, "prev": records[-1]["hash"]}
     record["hash"] = record_hash(record)
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     log = world.clone("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
     world.git("approver", "commit", "-qam", "audit")
@@ -477,8 +474,7 @@ def test_unapproved_change_to_a_script_blocks_jobs_until_approved(world: World) 
     world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["run.sh"]}]),
                 files={"run.sh": "echo safe\n"})
     # An unsigned direct push rewrites the script that jobs execute.
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     world.write("approver", {"run.sh": "echo MALLORY WAS HERE\n"})
     world.git("approver", "commit", "-qam", "tweak", who=world.mallory)
     world.git("approver", "push", "-q", "origin", "approved")
@@ -504,8 +500,7 @@ def test_veto_seen_in_an_earlier_pass_still_applies(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
     world.propose("p", JOB, who=world.alice)
     blob = world.blob("p", "jobs/j.yaml")
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
               who=world.carol, sign=world.carol.key)
     world.git("approver", "push", "-q", "origin", "approved")

@@ -166,8 +166,7 @@ def test_policy_change_is_judged_by_the_old_policy(world: World) -> None:
 def test_direct_commit_to_approved_approves_nothing(world: World) -> None:
     _gate(world)
     world.write("approver", {})
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     world.write("approver", {"jobs/d.yaml": job_yaml("d", ["echo", "x"])})
     world.git("approver", "add", "-A")
     world.git("approver", "commit", "-q", "-S", "-m", "direct", who=world.bob, sign=world.bob.key)
@@ -193,8 +192,7 @@ def test_tampered_audit_record_fails_verify_and_stops_runner(world: World) -> No
     world.signed_merge("j")
     assert world.run_once().code == 0
     # Someone edits a record on approved (keeping the JSON valid).
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     log = world.clone("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text().replace('"exit_code":0', '"exit_code":1'))
     world.git("approver", "commit", "-qam", "fix record")
@@ -214,8 +212,7 @@ def test_truncated_audit_is_tampering(world: World) -> None:
     world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
     world.signed_merge("j")
     assert world.run_once().code == 0
-    world.git("approver", "fetch", "-q")
-    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.checkout_approved("approver")
     log = world.clone("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text().splitlines(keepends=True)[0])
     world.git("approver", "commit", "-qam", "drop records")
@@ -299,3 +296,19 @@ def test_result_that_could_not_be_pushed_is_kept_and_pushed_next_time(world: Wor
     assert len(finished) == 1 and finished[0]["exit_code"] == 0
     assert "stopped while this job ran" not in json.dumps(world.records())
     assert world.mg("audit", "verify").code == 0
+
+
+def test_reordered_audit_records_are_tampering(world: World) -> None:
+    _gate(world)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
+    world.signed_merge("j")
+    assert world.run_once().code == 0
+    log = world.checkout_approved("approver") / "audit/log-000001.jsonl"
+    first, second, *rest = log.read_text().splitlines(keepends=True)
+    log.write_text("".join([second, first, *rest]))
+    world.git("approver", "commit", "-qam", "reorder")
+    world.git("approver", "push", "-q", "origin", "approved")
+    result = world.mg("audit", "verify", "--json")
+    assert result.code == 3
+    assert result.json()["ok"] is False
+    assert "seq" in result.json()["error"]

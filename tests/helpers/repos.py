@@ -129,6 +129,12 @@ class World:
         self.git(where, "push", "-q", "origin", "approved")
         return self.git(where, "rev-parse", "HEAD")
 
+    def checkout_approved(self, where: str) -> Path:
+        """`where` on a fresh local approved, to commit to it directly (as an attacker would)."""
+        self.git(where, "fetch", "-q", "origin")
+        self.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
+        return self.clone(where)
+
     def signed_merge(self, branch: str, approver: Person | None = None) -> str:
         person = approver or self.bob
         return self.merge(branch, who=person, sign=person.key)

@@ -256,6 +256,12 @@ def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) 
     return text
 
 
+def _unenforceable(max_processes: int) -> Denied:
+    return Denied(f"max_processes={max_processes} cannot be enforced: the runner is root "
+                  "(exempt from RLIMIT_NPROC) and no pids cgroup is writable",
+                  hint="run the runner as an unprivileged user, or give it a pids cgroup")
+
+
 def preflight(request: ExecRequest) -> str:
     """Every check `run` makes before starting anything; the resolved program, or Denied.
 
@@ -270,6 +276,11 @@ def preflight(request: ExecRequest) -> str:
             if (bwrap := _bwrap_path()) is None:
                 raise Denied("policy requires sandbox bwrap but bwrap is not installed")
             _bwrap_argv(bwrap, root, cwd, program, request)
+        if request.limits.max_processes is not None and os.geteuid() == 0:
+            probe = make_cgroup(request.run_id, request.limits.max_processes)
+            if probe is None:
+                raise _unenforceable(request.limits.max_processes)
+            probe.rmdir()
         return program
     except Denied as exc:
         raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
@@ -300,9 +311,7 @@ def _run(request: ExecRequest) -> ExecResult:
     if limits.max_processes is not None and cgroup is not None:
         applied.append(("cgroup pids.max", limits.max_processes))
     elif limits.max_processes is not None and root_user:
-        raise Denied(f"max_processes={limits.max_processes} cannot be enforced: the runner is root "
-                     "(exempt from RLIMIT_NPROC) and no pids cgroup is writable",
-                     hint="run the runner as an unprivileged user, or give it a pids cgroup")
+        raise _unenforceable(limits.max_processes)
     if request.output_dir is not None:
         request.output_dir.mkdir(parents=True, exist_ok=True)
     out_dir = request.output_dir

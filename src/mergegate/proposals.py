@@ -57,6 +57,8 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     repo = Repo(repo_path)
     branch = open_branch(repo, remote=remote, branch=base, fetch=fetch)
     base_tip = branch.tip()
+    if fetch and branch.remote is not None and ref.startswith(f"{remote}/"):
+        repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
     head = repo.rev(ref)
     if head is None:
         raise GitError(f"{ref} is not a branch or commit here", hint="fetch the proposal first, or name it as origin/BRANCH")
@@ -74,7 +76,8 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
         quorum = policy.quorum(policy.policy_requirement(), people)
         for path, blob in sorted(policy_files.items()):
             results.append(FileCheck(path, blob, None, "policy", "policy change: needs the policy quorum of the policy in force",
-                                     quorum.reason + " (the merge signature counts as one more)", quorum.met, votes[path]))
+                                     quorum.reason + "; a signed merge by an approver who did not write it counts as one more",
+                                     quorum.met, votes[path]))
     return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy)
 
 
@@ -95,7 +98,7 @@ def _check_job(repo: Repo, policy: Policy, path: str, blob: str, votes: tuple[Vo
     quorum = policy.quorum(requirement, [v.person for v in votes if v.counted])
     words = f"{quorum.reason}; {describe_votes(votes)}" if votes else f"needs {requirement.describe()}; no approvals yet"
     if not quorum.met:
-        words += " (a signed merge by an approver who did not write it counts as one more)"
+        words += "; a signed merge by an approver who did not write it counts as one more"
     return FileCheck(path, blob, job.id, "allowed" if decision.allowed else "denied", decision.reason, words, quorum.met, votes)
 
 

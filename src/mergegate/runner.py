@@ -85,7 +85,7 @@ class Runner:
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
         tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
-        if work.policy.runners and self.signing is None and work.new_commits:
+        if work.policy.runners and self.signing is None:
             raise UsageError(
                 f"{work.policy.where} lists runners, so audit commits must be signed",
                 hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
@@ -157,7 +157,10 @@ class Runner:
             assessor = Assessor(self.repo, at=datetime.now(UTC))
             grep = f"--grep=^{VETO_TRAILER}: "
             for sha in self.repo.out("log", "--first-parent", "--extended-regexp", grep, "--format=%H", work.tip).split():
-                for veto in assessor.veto(self.repo.commit(sha), work.policy).vetoes:
+                commit = self.repo.commit(sha)
+                if commit.is_merge or self.repo.diff(commit.parents[0] if commit.parents else None, sha):
+                    continue  # a veto is an empty, signed commit, as the walk judges it
+                for veto in assessor.veto(commit, work.policy).vetoes:
                     found.setdefault((veto.path, veto.blob), veto)
             work.all_vetoes = found
         return work.all_vetoes

@@ -103,7 +103,10 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
         result = runner.run_once()
         show(result)
         return result.exit_code
-    runner.run_forever(interval=interval, on_pass=show)
+    def retry(exc: MergegateError) -> None:
+        click.echo(f"error: {exc} (retrying in {interval:g}s)", err=True)
+
+    runner.run_forever(interval=interval, on_pass=show, on_error=retry)
     return 0
 
 

@@ -305,11 +305,20 @@ class Runner:
         self._spool_write(waiting)
         return waiting
 
-    def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None]) -> None:
+    def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None],
+                    on_error: Callable[[GitError], None]) -> None:
+        """Poll until SIGINT/SIGTERM; the job in flight is finished and recorded first.
+
+        A git failure (the remote unreachable, a push refused) is reported and
+        retried at the next poll; integrity and configuration errors stop the loop.
+        """
         previous = {sig: signal.signal(sig, lambda *_: self.stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while not self.stop.is_set():
-                on_pass(self.run_once())
+                try:
+                    on_pass(self.run_once())
+                except GitError as exc:
+                    on_error(exc)
                 self.stop.wait(interval)
         finally:
             for sig, handler in previous.items():

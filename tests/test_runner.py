@@ -153,6 +153,7 @@ def test_policy_change_is_judged_by_the_old_policy(world: World) -> None:
     (job,) = result.json()["jobs"]
     assert job["status"] == "rejected"
     assert "'touch'" in job["reason"]
+    assert [c["status"] for c in result.json()["policy_changes"]] == ["adopted"]
     assert world.events("started") == []
     (policy_record,) = world.events("policy")
     assert policy_record["status"] == "adopted"

@@ -92,8 +92,12 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
     def show(result: PassResult) -> None:
         _warn(result.warnings)
         if as_json:
-            _emit({"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "exit_code": result.exit_code})
+            changes = [{"commit": c, "status": s, "reason": r} for c, s, r in result.policy_changes]
+            _emit({"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
+                   "exit_code": result.exit_code})
             return
+        for commit, state, _ in result.policy_changes:
+            click.echo(f"policy    {state} ({commit[:7]})")
         for o in result.outcomes:
             click.echo(f"{o.status:<10} {o.job or o.path}  ({o.commit[:7]}){': ' + o.reason if o.reason and o.status != 'succeeded' else ''}")
         if not result.outcomes and once:
@@ -103,6 +107,7 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
         result = runner.run_once()
         show(result)
         return result.exit_code
+
     def retry(exc: MergegateError) -> None:
         click.echo(f"error: {exc} (retrying in {interval:g}s)", err=True)
 

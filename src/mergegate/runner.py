@@ -65,6 +65,7 @@ class PassResult:
     tip: str
     outcomes: tuple[Outcome, ...]
     warnings: tuple[str, ...] = ()
+    policy_changes: tuple[tuple[str, str, str], ...] = ()  # (commit, adopted|rejected, why)
 
     @property
     def exit_code(self) -> int:
@@ -123,7 +124,8 @@ class Runner:
         # Remember what was seen, so that a later rewrite of it (which may also
         # erase the audit that would have told) stops this runner.
         branch.remember(branch.tip(), seen)
-        return PassResult(tip, tuple(outcomes), tuple(warnings))
+        changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
+        return PassResult(tip, tuple(outcomes), tuple(warnings), changes)
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []

@@ -609,3 +609,59 @@ def test_missing_key_file_is_a_configuration_error(world: World) -> None:
     result = world.run_once()
     assert result.code == 2
     assert "key file policy/keys/nope.asc does not exist" in result.err
+
+
+def _script_gate(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    world.setup(policy_yaml(approvers, [{"program": "sh", "args_prefix": ["run.sh"]}], approvals_required=2),
+                files={"run.sh": "echo safe\n"})
+
+
+def test_one_approver_cannot_change_a_script_a_two_person_job_runs(world: World) -> None:
+    _script_gate(world)
+    # mallory (no key) rewrites the script; only bob signs the merge.
+    world.propose("s", {"run.sh": "echo EVIL\n"}, who=world.mallory)
+    world.signed_merge("s", world.bob)
+    world.run_once()
+    # A properly two-person-approved job that runs the script must not run.
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "run.sh (changed by" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_script_change_with_its_quorum_is_approved(world: World) -> None:
+    _script_gate(world)
+    world.propose("s", {"run.sh": "echo better\n"}, who=world.mallory)
+    world.approval_commit("s", [("run.sh", world.blob("s", "run.sh"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("s", world.bob)
+    world.run_once()
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded", job
+    assert world.events("finished")[0]["stdout_tail"] == "better\n"
+
+
+def test_approver_who_wrote_the_script_does_not_count_for_it(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["run.sh"]}]),
+                files={"run.sh": "echo safe\n"})
+    world.propose("s", {"run.sh": "echo mine\n"}, who=world.bob)
+    world.propose("s", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice, base="origin/s")
+    world.signed_merge("s", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "no signed approval covers" in str(job["reason"])
+
+
+def test_check_lists_other_files_and_refuses_audit_changes(world: World) -> None:
+    _script_gate(world)
+    world.propose("s", {"run.sh": "echo x\n", "audit/log-000001.jsonl": "{}\n"}, who=world.mallory)
+    result = world.mg("check", "origin/s", "--json")
+    assert result.code == 2
+    states = {f["path"]: f["state"] for f in result.json()["files"]}
+    assert states == {"run.sh": "content", "audit/log-000001.jsonl": "invalid"}

@@ -21,6 +21,8 @@ from mergegate.policy import POLICY_DIR, CommandRule, Person, Policy, Requiremen
 from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
 
 APPROVE_TRAILER = "Mergegate-Approve"
+# Everything a job may read or execute besides job definitions and the policy.
+CONTENT_PATHSPEC = (".", ":(exclude)audit", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
 VETO_TRAILER = "Mergegate-Veto"
 Kind = Literal["audit", "approval", "veto", "unapproved", "other"]
 
@@ -116,7 +118,9 @@ class Assessor:
                     raise IntegrityError(f"audit commit {short} is not signed by a runner in {policy.where}: {check.reason}")
             return Assessment(sha, "audit", policy, summary="audit records", audit_changes=tuple(audit))
         jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
-        content = tuple(c.path for c in rest if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR))
+        content_blobs = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest
+                         if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR)}
+        content = tuple(content_blobs)
         policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest if c.path.startswith(POLICY_DIR)}
         # 2. A veto is an empty, signed commit naming job revisions.
         if not rest and commit.trailers(VETO_TRAILER):
@@ -125,8 +129,10 @@ class Assessor:
         signed = self.signature(commit, policy.approver_keys()) if commit.is_merge else None
         if not jobs and not policy_files:
             owner = signed.key.owner if signed is not None and signed.ok and signed.key is not None else None
-            vouched = owner is not None
-            summary = f"changes no job or policy; {'merge signed by ' + str(owner) if vouched else 'not a signed approval'}"
+            if owner is None:
+                return Assessment(sha, "other", policy, summary="changes no job or policy; not a signed approval", content=content)
+            vouched, why = self._content(policy, commit, owner, content_blobs)
+            summary = f"changes no job or policy; merge signed by {owner}" + (f"; other files: {why}" if content else "")
             return Assessment(sha, "other", policy, summary=summary, content=content, content_approved=vouched)
         if signed is None:
             return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved", content)
@@ -146,8 +152,44 @@ class Assessor:
         summary = f"approval by {signed.key.owner}"
         if policy_files:
             summary += f"; policy change {'adopted' if adopted else 'rejected'}: {policy_reason}"
+        vouched, why = self._content(policy, commit, signed.key.owner, content_blobs)
+        if content:
+            summary += f"; other files: {why}"
         return Assessment(sha, "approval", new_policy, decisions, policy_changed=bool(policy_files), policy_adopted=adopted,
-                          summary=summary, content=content, content_approved=True)
+                          summary=summary, content=content, content_approved=vouched)
+
+    def _content(self, policy: Policy, merge: Commit, signer: str, files: dict[str, str]) -> tuple[bool, str]:
+        """Whether the other files a merge brings (scripts a job may run) have their quorum.
+
+        Like a job, they need the highest job requirement, from people who did not
+        write them: a two-person rule must not end at the script the job calls.
+        """
+        if not files:
+            return True, ""
+        people = {signer}
+        for sha in self.repo.side_commits(merge.parents[0], merge.parents[1]):
+            commit = self.repo.commit(sha)
+            named = dict(t.rpartition(" ")[::2] for t in commit.trailers(APPROVE_TRAILER))
+            if named and all(named.get(path) == blob for path, blob in files.items()):
+                check = self.signature(commit, policy.approver_keys())
+                if check.ok and check.key is not None:
+                    people.add(check.key.owner)
+        excluded: dict[str, str] = {}
+        merge_wrote = self.repo.differs(merge.parents[1], merge.sha, *CONTENT_PATHSPEC)
+        for sha in self.repo.commits_touching(merge.parents[0], merge.sha, *CONTENT_PATHSPEC):
+            if sha == merge.sha and not merge_wrote:
+                continue
+            commit = self.repo.commit(sha)
+            for person in _people_matching(policy, commit.author_name, commit.author_email):
+                excluded.setdefault(person.name, f"author of {sha[:7]}")
+            check = self.signature(commit, policy.proposal_keys())
+            if check.ok and check.key is not None:
+                excluded.setdefault(check.key.owner, f"signed {sha[:7]}")
+        if not policy.allow_self_approval:
+            people -= set(excluded)
+        quorum = policy.quorum(policy.content_requirement(), people)
+        not_counted = "; ".join(f"{p} not counted ({why})" for p, why in sorted(excluded.items()) if not policy.allow_self_approval)
+        return quorum.met, quorum.reason + (f"; {not_counted}" if not_counted else "")
 
     # -- votes ------------------------------------------------------------------
     def votes(self, policy: Policy, *, base: str, head: str, files: dict[str, str], signer: str | None, merge: Commit | None) -> dict[str, tuple[Vote, ...]]:

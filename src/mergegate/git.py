@@ -158,8 +158,11 @@ class Repo:
         """Commits reachable from `tip` but not from `base` (a merged branch), oldest first."""
         return self.out("rev-list", "--reverse", f"{base}..{tip}").split()
 
-    def commits_touching(self, base: str, tip: str, path: str) -> list[str]:
-        return self.out("rev-list", "--full-history", f"{base}..{tip}", "--", path).split()
+    def commits_touching(self, base: str, tip: str, *pathspecs: str) -> list[str]:
+        return self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *pathspecs).split()
+
+    def differs(self, a: str, b: str, *pathspecs: str) -> bool:
+        return self.run("diff-tree", "--quiet", a, b, "--", *pathspecs, check=False).returncode != 0
 
     def first_parent_adding(self, tip: str, path: str) -> str | None:
         """The oldest first-parent commit up to `tip` that added `path`."""

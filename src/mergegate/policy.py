@@ -160,6 +160,11 @@ class Policy:
                 return rule.requirement
         return self.default_requirement
 
+    def content_requirement(self) -> Requirement:
+        """Files a job may execute (scripts, data) need what the strictest job needs."""
+        highest = max([self.default_requirement.total, *(r.requirement.total for r in self.approval_rules)])
+        return Requirement(source="other files: the highest job requirement", slots=(), total=highest)
+
     def policy_requirement(self) -> Requirement:
         highest = max([self.default_requirement.total, *(r.requirement.total for r in self.approval_rules)])
         total = max(self.policy_approvals_required, highest)

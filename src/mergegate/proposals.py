@@ -9,6 +9,7 @@ from typing import Any
 
 from mergegate import audit
 from mergegate.approvals import APPROVE_TRAILER, Assessor, Vote, describe_votes
+from mergegate.audit import AUDIT_DIR
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.git import ZERO, Repo
@@ -23,7 +24,7 @@ class FileCheck:
     path: str
     blob: str
     job: str | None
-    state: str  # "allowed", "denied", "invalid", "policy"
+    state: str  # "allowed", "denied", "invalid", "policy", "content"
     reason: str
     approvals: str  # quorum so far, in words
     approved: bool  # quorum already met by approval commits on the proposal
@@ -78,6 +79,13 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
             results.append(FileCheck(path, blob, None, "policy", "policy change: needs the policy quorum of the policy in force",
                                      quorum.reason + "; a signed merge by an approver who did not write it counts as one more",
                                      quorum.met, votes[path]))
+    needs = f"needs {policy.content_requirement().describe()}, from approvers who did not write it"
+    for c in changes:
+        if c.path.startswith(AUDIT_DIR):
+            results.append(FileCheck(c.path, c.new_blob, None, "invalid", "a proposal may not change audit/: merging it would be tampering", "", False))
+        elif not is_job_path(c.path) and not c.path.startswith(POLICY_DIR):
+            blob = c.new_blob if c.status != "D" else ZERO
+            results.append(FileCheck(c.path, blob, None, "content", "other file (a job may run or read it)", needs, False))
     return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy)
 
 

@@ -665,3 +665,16 @@ def test_check_lists_other_files_and_refuses_audit_changes(world: World) -> None
     assert result.code == 2
     states = {f["path"]: f["state"] for f in result.json()["files"]}
     assert states == {"run.sh": "content", "audit/log-000001.jsonl": "invalid"}
+
+
+def test_veto_command_stops_the_job(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    _reviewer(world, "carol-clone", world.carol)
+    result = world.mg("veto", "jobs/j.yaml", where="carol-clone")
+    assert result.code == 0, result.err
+    assert "signed veto" in result.out
+    job = _only_job(world)
+    assert job["status"] == "vetoed"
+    assert "vetoed by carol" in str(job["reason"])

@@ -204,6 +204,27 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 
 
 @cli.command()
+@click.argument("path")
+@click.option("--blob", default=None, help="The revision to veto (default: the file as it is on approved).")
+@_branch_options
+def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_fetch: bool) -> int:
+    """Stop an approved job that has not started: push a signed veto to approved.
+
+    Signed with your git signing key, which must be an approver key. A veto
+    that arrives after the job started has no effect.
+
+    \b
+    Example:
+      mergegate veto jobs/deploy.yaml
+    """
+    from mergegate.proposals import veto as run_veto
+
+    result = run_veto(repo_path=repo, path=path, blob=blob, remote=remote, branch=branch, fetch=not no_fetch)
+    click.echo(f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to {result.pushed_to}")
+    return 0
+
+
+@cli.command()
 @_branch_options
 @_trust_option
 @_json_option

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.approvals import APPROVE_TRAILER, Assessor, Vote, describe_votes
+from mergegate.approvals import APPROVE_TRAILER, VETO_TRAILER, Assessor, Vote, describe_votes
 from mergegate.audit import AUDIT_DIR
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
@@ -205,3 +205,26 @@ def _signing_person(repo: Repo, policy: Policy) -> str | None:
 def _branch_name(name: str, remote: str) -> str:
     prefix = f"{remote}/"
     return name[len(prefix):] if name.startswith(prefix) else name
+
+
+@dataclass(frozen=True)
+class VetoResult:
+    commit: str
+    path: str
+    blob: str
+    pushed_to: str
+
+
+def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool) -> VetoResult:
+    """Push a signed, empty commit on approved that vetoes one job revision (before it starts)."""
+    repo = Repo(repo_path)
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip = source.tip()
+    target = blob or repo.file_blob(tip, path)
+    if target is None:
+        raise UsageError(f"{path} is not on {branch}", hint="name the job file as it is on approved, or pass --blob")
+    message = f"mergegate: veto {path}\n\n{VETO_TRAILER}: {path} {target}\n"
+    sha = repo.commit_tree(tree=repo.commit(tip).tree, parents=(tip,), message=message, author=None, sign=True)
+    if not source.publish(sha, tip):
+        raise GitError(f"{branch} moved while vetoing", hint="run the command again")
+    return VetoResult(sha, path, target, source.ref)

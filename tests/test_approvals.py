@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -531,12 +532,16 @@ def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gp
     home = gpg_homes[0]
     dave = make_gpg_key(home, "dave", "dave@example.com", expire="seconds=8")
     made = time.monotonic()
-    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE], approvals_required=2))
+    # Record times are trusted only from runner-signed audit commits.
+    runner_key = make_ssh_key(world.tmp / "keys", "runner")
+    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE],
+                            approvals_required=2, runners=[{"name": "ci", "key": runner_key.public_line}]))
     world.propose("p", JOB, who=world.alice)
     config, env = git_signing_config_gpg(home, dave)
     world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
     world.signed_merge("p", world.bob)
-    assert _only_job(world)["status"] == "succeeded"
+    (job,) = world.run_once("--signing-key", str(runner_key.private)).json()["jobs"]
+    assert job["status"] == "succeeded"
     time.sleep(max(0.0, 9 - (time.monotonic() - made)))
     result = world.mg("verify")
     assert result.code == 0, result.err
@@ -678,3 +683,132 @@ def test_veto_command_stops_the_job(world: World) -> None:
     job = _only_job(world)
     assert job["status"] == "vetoed"
     assert "vetoed by carol" in str(job["reason"])
+
+
+# -- regressions from a red-team review ---------------------------------------------
+
+
+def test_key_file_swapped_by_an_unapproved_push_is_not_adopted_later(world: World) -> None:
+    keys = world.tmp / "keys"
+    fake_bob, fake_carol = make_ssh_key(keys, "k1"), make_ssh_key(keys, "k2")
+    approvers = [world.alice.approver_entry(),
+                 {"name": "bob", "email": "bob@example.com", "key": {"file": "keys/bob.pub"}},
+                 {"name": "carol", "email": "carol@example.com", "key": {"file": "keys/carol.pub"}}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2, policy_approvals_required=2),
+                files={"policy/keys/bob.pub": world.bob.key.public_line + "\n", "policy/keys/carol.pub": world.carol.key.public_line + "\n"})
+    # An unsigned push swaps the key files (rejected as a policy change, but the bytes stay).
+    clone = world.checkout_approved("approver")
+    (clone / "policy/keys/bob.pub").write_text(fake_bob.public_line + "\n")
+    (clone / "policy/keys/carol.pub").write_text(fake_carol.public_line + "\n")
+    world.git("approver", "commit", "-qam", "tidy key comments", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.run_once()
+    # An honest policy change, approved by carol and bob, must not adopt the swapped keys.
+    text = (world.clone("approver") / "policy/policy.yaml").read_text().replace("approvals_required: 2\npolicy", "approvals_required: 2\nallow_self_approval: false\npolicy")
+    world.propose("pol", {"policy/policy.yaml": text}, who=world.alice)
+    world.approval_commit("pol", [("policy/policy.yaml", world.blob("pol", "policy/policy.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("pol", world.bob)
+    result = world.run_once()
+    (change,) = result.json()["policy_changes"]
+    assert change["status"] == "rejected"
+    assert "policy/keys/bob.pub" in change["reason"] and "nobody approved them" in change["reason"]
+
+
+def test_forged_record_time_does_not_revive_an_expired_key(world: World) -> None:
+    old = make_ssh_key(world.tmp / "keys", "xold")
+    approvers = [world.alice.approver_entry(), world.bob.approver_entry(), world.mallory.approver_entry(),
+                 {"name": "xold", "keys": [{"key": old.public_line, "valid_before": "2024-01-01T00:00:00Z"}]}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2, policy_approvals_required=2))
+    lowered = policy_yaml(approvers, [ECHO_RULE, {"program": "sh"}], approvals_required=1, policy_approvals_required=1)
+    world.propose("pol", {"policy/policy.yaml": lowered}, who=world.carol)
+    world.approval_commit("pol", [("policy/policy.yaml", world.blob("pol", "policy/policy.yaml"))], who=world.carol, sign=old)
+    merge = world.signed_merge("pol", world.mallory)
+    first = world.run_once()
+    assert [c["status"] for c in first.json()["policy_changes"]] == ["rejected"]
+    # A forged record claims the change was first seen in 2023, inside the key's window.
+    _append_record(world, {"event": "policy", "commit": merge, "time": "2023-01-01T00:00:00Z"})
+    world.propose("pwn", {"jobs/pwn.yaml": job_yaml("pwn", ["sh", "-c", "echo PWNED"])}, who=world.carol)
+    world.signed_merge("pwn", world.mallory)
+    # A fresh runner clone has no memory of when the change was judged: the forged time must not count.
+    (job,) = world.mg("run", "--once", "--json", where="fresh-runner").json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "1 of 2 approvals" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_worktree_gitattributes_cannot_blind_the_at_most_once_check(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.mallory.approver_entry()], [ECHO_RULE]))
+    world.propose("add", JOB, who=world.alice)
+    world.signed_merge("add", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+    # The runner's working tree gets an attributes file that marks the audit binary.
+    (world.clone("runner") / ".gitattributes").write_text("audit/** -diff\n")
+    # Someone deletes the job with a direct push, then merges the same bytes back.
+    clone = world.checkout_approved("approver")
+    world.git("approver", "rm", "-q", "jobs/j.yaml")
+    world.git("approver", "commit", "-qm", "rm", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert clone.exists()
+    world.propose("again", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=world.alice)
+    world.signed_merge("again", world.mallory)
+    job = _only_job(world)
+    assert job["status"] == "rejected"
+    assert "already started" in str(job["reason"])
+    assert len(world.events("started")) == 1
+
+
+def test_author_who_pushed_straight_to_approved_still_does_not_count(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.mallory.approver_entry()], [ECHO_RULE], approvals_required=2))
+    # mallory writes the job in a commit pushed straight to approved (rejected: not a merge)...
+    clone = world.checkout_approved("approver")
+    (clone / "jobs").mkdir(exist_ok=True)
+    (clone / "jobs/j.yaml").write_text(job_yaml("j", ["echo", "ran"]))
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "job", who=world.mallory)
+    authored = world.git("approver", "rev-parse", "HEAD")
+    world.git("approver", "rm", "-q", "jobs/j.yaml")
+    world.git("approver", "commit", "-qm", "rm", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert authored
+    # ...then has someone outside the policy re-add the same bytes, and merges that with bob's approval.
+    eve = Person("eve", "eve@example.com", world.mallory.key)
+    world.propose("back", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=eve)
+    world.approval_commit("back", [("jobs/j.yaml", world.blob("back", "jobs/j.yaml"))], who=world.bob, sign=world.bob.key)
+    world.signed_merge("back", world.mallory)
+    jobs = {j["job"]: j for j in world.run_once().json()["jobs"]}
+    assert jobs["j"]["status"] == "rejected"
+    assert "mallory" in str(jobs["j"]["reason"]) and "author of" in str(jobs["j"]["reason"])
+    assert world.events("started") == []
+
+
+@pytest.mark.parametrize("trailer", ["mergegate-veto: ", "Mergegate-Veto:"])
+def test_veto_in_any_spelling_the_walk_accepts_is_honoured_later(world: World, trailer: str) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    world.checkout_approved("approver")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"{trailer}jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.run_once()
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "vetoed"
+
+
+def test_non_utf8_job_path_does_not_crash_the_runner(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    clone = world.checkout_approved("approver")
+    (clone / "jobs").mkdir(exist_ok=True)
+    (clone / "jobs" / "x.yaml").write_text(job_yaml("x", ["echo", "x"]))
+    os.rename(clone / "jobs" / "x.yaml", os.fsencode(clone / "jobs") + b"/\xff.yaml")
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "odd", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    result = world.run_once()
+    assert result.code == 1, result.err
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "rejected"
+    assert job["path"] == "jobs/\ufffd.yaml"
+    again = world.run_once()
+    assert again.code == 0 and again.json()["jobs"] == []
+    assert world.mg("audit", "verify").code == 0

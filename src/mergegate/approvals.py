@@ -175,16 +175,14 @@ class Assessor:
                 if check.ok and check.key is not None:
                     people.add(check.key.owner)
         excluded: dict[str, str] = {}
-        merge_wrote = self.repo.differs(merge.parents[1], merge.sha, *CONTENT_PATHSPEC)
-        for sha in self.repo.commits_touching(merge.parents[0], merge.sha, *CONTENT_PATHSPEC):
+        # The merge wrote these files itself only where they differ from the merged branch.
+        literal = [f":(literal){path}" for path in files]
+        merge_wrote = self.repo.differs(merge.parents[1], merge.sha, *literal)
+        producers = {sha for shas in self.repo.producers(merge.sha, files).values() for sha in shas}
+        for sha in [*self.repo.commits_touching(merge.parents[0], merge.sha, *literal), *sorted(producers)]:
             if sha == merge.sha and not merge_wrote:
                 continue
-            commit = self.repo.commit(sha)
-            for person in _people_matching(policy, commit.author_name, commit.author_email):
-                excluded.setdefault(person.name, f"author of {sha[:7]}")
-            check = self.signature(commit, policy.proposal_keys())
-            if check.ok and check.key is not None:
-                excluded.setdefault(check.key.owner, f"signed {sha[:7]}")
+            self._exclude_people(policy, self.repo.commit(sha), excluded)
         if not policy.allow_self_approval:
             people -= set(excluded)
         quorum = policy.quorum(policy.content_requirement(), people)
@@ -213,29 +211,40 @@ class Assessor:
                     continue
                 if not check.ok:
                     result[path].append(Vote(person, via, False, _in_policy(check.reason, policy)))
+                elif len(blob) != 40:
+                    result[path].append(Vote(person, via, False, f"names blob {blob!r}, not a full 40-hex id"))
                 elif blob != files[path]:
                     result[path].append(Vote(person, via, False, f"stale: approves blob {blob[:7]}, merged blob is {files[path][:7]}"))
                 else:
                     result[path].append(Vote(person, via, True, ""))
         # Separation of duties: whoever wrote or signed a change to the file does not count for it.
+        producers = self.repo.producers(head, files)
         for path in files:
-            excluded = self.excluded(policy, base, head, path, merge)
+            excluded = self.excluded(policy, base, head, path, merge, producers.get(path, []))
             result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
         return {path: tuple(v) for path, v in result.items()}
 
-    def excluded(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None) -> dict[str, str]:
-        """Who may not count for `path`: its authors and signers, with why."""
+    def excluded(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None,
+                 producers: list[str] | None = None) -> dict[str, str]:
+        """Who may not count for `path`: authors and signers of the changes being merged, and of
+        any commit anywhere in history that wrote these exact bytes (a blob pushed straight to
+        approved, deleted, then merged back must not lose its author)."""
+        if producers is None:
+            producers = self.repo.producers(head, {path: self.repo.file_blob(head, path) or ZERO}).get(path, [])
         excluded: dict[str, str] = {}
-        for sha in self.repo.commits_touching(base, head, path):
+        for sha in [*self.repo.commits_touching(base, head, path), *producers]:
             commit = self.repo.commit(sha)
             if merge is not None and sha == merge.sha and self._merge_kept(merge, path):
                 continue
-            for person in _people_matching(policy, commit.author_name, commit.author_email):
-                excluded.setdefault(person.name, f"author of {sha[:7]}")
-            check = self.signature(commit, policy.proposal_keys())
-            if check.ok and check.key is not None:
-                excluded.setdefault(check.key.owner, f"signed {sha[:7]}, which changes the file")
+            self._exclude_people(policy, commit, excluded)
         return excluded
+
+    def _exclude_people(self, policy: Policy, commit: Commit, excluded: dict[str, str]) -> None:
+        for person in _people_matching(policy, commit.author_name, commit.author_email):
+            excluded.setdefault(person.name, f"author of {commit.sha[:7]}")
+        check = self.signature(commit, policy.proposal_keys())
+        if check.ok and check.key is not None:
+            excluded.setdefault(check.key.owner, f"signed {commit.sha[:7]}, which changes the file")
 
     def _merge_kept(self, merge: Commit, path: str) -> bool:
         # The merge itself wrote the file only if its blob differs from the merged branch's.
@@ -257,7 +266,7 @@ class Assessor:
         if not_unique:
             return Decision(path, blob, commit.sha, job=job, runnable=False, reason=not_unique, votes=votes)
         if policy.require_signed_proposals:
-            unsigned = self._unsigned_proposals(policy, commit, path)
+            unsigned = self._unsigned_proposals(policy, commit, path, blob)
             if unsigned:
                 return Decision(path, blob, commit.sha, job=job, runnable=False, reason=f"require_signed_proposals: {unsigned}", votes=votes)
         requirement = policy.requirement_for(job)
@@ -271,8 +280,9 @@ class Assessor:
         self_approved = any("self-approved" in v.via for v in votes if v.counted)
         return Decision(path, blob, commit.sha, job=job, runnable=True, reason=f"{quorum.reason}; {command.reason}", votes=votes, requirement=requirement, rule=command.rule, self_approved=self_approved)
 
-    def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str) -> str:
-        for sha in self.repo.commits_touching(commit.parents[0], commit.sha, path):
+    def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str, blob: str) -> str:
+        producers = self.repo.producers(commit.sha, {path: blob}).get(path, [])
+        for sha in [*self.repo.commits_touching(commit.parents[0], commit.sha, path), *producers]:
             if sha == commit.sha and self._merge_kept(commit, path):
                 continue
             check = self.signature(self.repo.commit(sha), policy.proposal_keys())
@@ -289,6 +299,13 @@ class Assessor:
         if not quorum.met:
             details = "; ".join(f"{p}: {describe_votes(votes[p])}" for p in sorted(files))
             return False, f"{quorum.reason}; {details}", policy
+        # The new policy is every file under policy/ in this tree, so every file that
+        # differs from the policy in force must be one this merge's voters approved:
+        # a key file swapped by an unapproved push must not ride in with it.
+        drift = sorted(c.path for c in self.repo.diff(policy.commit, commit.sha, POLICY_DIR) if c.path not in files)
+        if drift:
+            return False, (f"{', '.join(drift)} differ from the policy in force ({policy.where}) but this merge does not "
+                           "change them, so nobody approved them"), policy
         try:
             new = load_policy(lambda p: self.repo.read_file(commit.sha, p), commit=commit.sha)
         except ConfigError as exc:

@@ -201,7 +201,8 @@ def grep(repo: Repo, commit: str, needle: str) -> list[Record]:
     Used where a forged record can only make the runner more careful: a
     `started` that stops a rerun, or the time a commit was first recorded.
     """
-    proc = repo.run("grep", "-h", "-F", "--no-color", "-e", needle, commit, "--", AUDIT_DIR, check=False)
+    # -a: a match is a match, whatever attributes say about the file being binary.
+    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-e", needle, commit, "--", AUDIT_DIR, check=False)
     records = []
     for line in proc.stdout.splitlines():
         try:
@@ -222,8 +223,14 @@ def started_before(repo: Repo, commit: str, path: str, blob: str) -> Record | No
 
 
 def first_recorded(repo: Repo, commit: str, sha: str) -> datetime | None:
-    times = [str(r.get("time")) for r in grep(repo, commit, sha) if r.get("commit") == sha and r.get("time")]
-    return datetime.fromisoformat(min(times)) if times else None
+    times = []
+    for record in grep(repo, commit, sha):
+        if record.get("commit") == sha:
+            try:
+                times.append(datetime.fromisoformat(str(record.get("time"))))
+            except ValueError:
+                continue  # a record with a bad time tells nothing about when
+    return min(times) if times else None
 
 
 def append(repo: Repo, commit: str, tail: Tail, records: Sequence[Record]) -> dict[str, bytes]:

@@ -41,7 +41,7 @@ class Commit:
 
     def trailers(self, key: str) -> tuple[str, ...]:
         """Values of `Key: value` lines in the message's last paragraph."""
-        last = self.message.strip().split("\n\n")[-1]
+        last = self.message.replace("\r\n", "\n").strip().split("\n\n")[-1]
         prefix = key.lower() + ":"
         return tuple(line.split(":", 1)[1].strip() for line in last.splitlines() if line.lower().startswith(prefix))
 
@@ -80,10 +80,20 @@ class Repo:
         self._repo.close()
 
     # -- running git ------------------------------------------------------
-    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
+            worktree: bool = False) -> subprocess.CompletedProcess[bytes]:
+        """Run git on the repository itself, not its working tree (unless `worktree`).
+
+        Without a working tree, a `.gitattributes` someone checked out there (say,
+        `audit/** -diff`, which turns `git grep` matches into "Binary file
+        matches") cannot change what git tells the runner.
+        """
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        where = ["-C", str(self.path)] if worktree else ["--git-dir", str(self.git_dir)]
+        if not worktree:
+            full_env.pop("GIT_WORK_TREE", None)
         proc = subprocess.run(
-            ["git", "-C", str(self.path), *args],
+            ["git", *where, *args],
             input=input,
             capture_output=True,
             env=full_env,
@@ -164,6 +174,30 @@ class Repo:
     def differs(self, a: str, b: str, *pathspecs: str) -> bool:
         return self.run("diff-tree", "--quiet", a, b, "--", *pathspecs, check=False).returncode != 0
 
+    def producers(self, tip: str, files: Mapping[str, str]) -> dict[str, list[str]]:
+        """For each path, every non-merge commit up to `tip` that set it to exactly its blob in `files`."""
+        wanted = {(path, blob) for path, blob in files.items() if blob != ZERO}
+        found: dict[str, list[str]] = {path: [] for path, _ in wanted}
+        if not wanted:
+            return found
+        paths = sorted({path for path, _ in wanted})
+        proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip, "--", *paths)
+        commit = ""
+        fields = proc.stdout.split(b"\0")
+        i = 0
+        while i < len(fields):
+            item = fields[i].strip(b"\n")
+            if item.startswith(b"C") and len(item) == 41:
+                commit = item[1:].decode()
+            elif item.startswith(b":") and i + 1 < len(fields):
+                blob = item.decode().split()[3]
+                path = fields[i + 1].decode("utf-8", "replace")
+                if (path, blob) in wanted:
+                    found[path].append(commit)
+                i += 1
+            i += 1
+        return found
+
     def first_parent_adding(self, tip: str, path: str) -> str | None:
         """The oldest first-parent commit up to `tip` that added `path`."""
         shas = self.out("log", "--first-parent", "--reverse", "--diff-filter=A", "--format=%H", tip, "--", path).split()
@@ -207,14 +241,16 @@ class Repo:
     def blob(self, sha: str) -> bytes:
         return self._object(sha, "blob")
 
-    def diff(self, parent: str | None, sha: str) -> list[Change]:
+    def diff(self, parent: str | None, sha: str, *pathspecs: str) -> list[Change]:
         args = ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id"]
         args += ["--root", sha] if parent is None else [parent, sha]
+        args += ["--", *pathspecs] if pathspecs else []
         fields = self.run(*args).stdout.split(b"\0")
         changes = []
         for i in range(0, len(fields) - 1, 2):
             meta = fields[i].decode().lstrip(":").split()
-            changes.append(Change(meta[4][0], fields[i + 1].decode("utf-8", "surrogateescape"), meta[2], meta[3]))
+            # A path that is not UTF-8 cannot go into a JSON record; U+FFFD keeps it visible.
+            changes.append(Change(meta[4][0], fields[i + 1].decode("utf-8", "replace"), meta[2], meta[3]))
         return changes
 
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -228,7 +264,7 @@ class Repo:
                 continue
             meta, path = item.split(b"\t", 1)
             mode, _, obj = meta.decode().split()
-            entries.append((mode, obj, path.decode("utf-8", "surrogateescape")))
+            entries.append((mode, obj, path.decode("utf-8", "replace")))
         return entries
 
     def file_blob(self, commit: str, path: str) -> str | None:
@@ -248,7 +284,7 @@ class Repo:
         """
         specs = [".", *exclude]
         archive = subprocess.Popen(
-            ["git", "-C", str(self.path), "archive", "--format=tar", commit, "--", *specs],
+            ["git", "--git-dir", str(self.git_dir), "archive", "--format=tar", commit, "--", *specs],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"},
         )
         untar = subprocess.run(

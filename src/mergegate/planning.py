@@ -6,8 +6,11 @@ acts on the result.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 
 from mergegate import audit
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
@@ -101,6 +104,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
         result.new_commits += assessment.kind != "audit"
     result.policy = walk.policy
     result.unapproved = walk.unapproved
+    remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
     # 4. What a previous pass that stopped midway already recorded is not done again.
     finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
     for record in tail.since_scanned:
@@ -117,14 +121,44 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip
     """The trust root's policy, updated by each policy change adopted up to `upto`.
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
-    judged when the runner first recorded the change, as it did then.
+    judged at the time the change was first judged: this clone's own memory of
+    it first, else the audit's first record of it, but only when audit commits
+    are authenticated (the policy lists runners); else the clock now. A forged
+    record time must not bring an expired key back to life.
     """
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     if upto == root:
         return policy
     now = assessor.at
+    judged = judged_times(repo)
     for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
-        assessor.at = audit.first_recorded(repo, tip, sha) or now
+        recorded = audit.first_recorded(repo, tip, sha) if policy.runners else None
+        assessor.at = judged.get(sha) or recorded or now
         policy = assessor.assess(sha, policy).policy
     assessor.at = now
     return policy
+
+
+def _judged_path(repo: Repo) -> Path:
+    return repo.git_dir / "mergegate" / "judged.json"
+
+
+def judged_times(repo: Repo) -> dict[str, datetime]:
+    """When this clone first judged each policy change (local state nobody else can push)."""
+    try:
+        data = json.loads(_judged_path(repo).read_text("utf-8"))
+        return {sha: datetime.fromisoformat(when) for sha, when in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def remember_judged(repo: Repo, shas: list[str], at: datetime) -> None:
+    judged = judged_times(repo)
+    new = {sha: at for sha in shas if sha not in judged}
+    if not new:
+        return
+    path = _judged_path(repo)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True), "utf-8")
+    os.replace(temporary, path)

@@ -157,8 +157,10 @@ class Runner:
         if work.all_vetoes is None:
             found = {(v.path, v.blob): v for v in work.vetoes}
             assessor = Assessor(self.repo, at=datetime.now(UTC))
-            grep = f"--grep=^{VETO_TRAILER}: "
-            for sha in self.repo.out("log", "--first-parent", "--extended-regexp", grep, "--format=%H", work.tip).split():
+            # As loose as the trailer parser (any case, any spacing), so that no veto
+            # the walk would honour is missed here; the parser then decides.
+            grep = f"--grep=^{VETO_TRAILER}:"
+            for sha in self.repo.out("log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", work.tip).split():
                 commit = self.repo.commit(sha)
                 if commit.is_merge or self.repo.diff(commit.parents[0] if commit.parents else None, sha):
                     continue  # a veto is an empty, signed commit, as the walk judges it

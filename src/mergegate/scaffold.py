@@ -106,8 +106,8 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
         target.write_text(text)
         written.append(path)
     paths = [*files, POLICY_FILE] if POLICY_FILE not in files else list(files)
-    repo.run("add", "--", *paths)
-    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *paths)
+    repo.run("add", "--", *paths, worktree=True)
+    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *paths, worktree=True)
     head = repo.rev("HEAD")
     assert head is not None
     repo.run("branch", branch, head)

@@ -91,12 +91,14 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     chain = repo.first_parent_chain(root, tip)
     seen = _first_seen(repo, records, set(chain))
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
-    walk = Walk(Assessor(repo, at=datetime.now(UTC)), policy)
+    now = datetime.now(UTC)
+    walk = Walk(Assessor(repo, at=now), policy)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
     for sha in chain:
-        walk.assessor.at = seen.get(sha, datetime.now(UTC))
+        # Record times are trustworthy only when runners sign the audit commits.
+        walk.assessor.at = seen.get(sha, now) if walk.policy.runners else now
         try:
             assessment = walk.step(sha)
         except MergegateError as exc:

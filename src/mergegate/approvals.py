@@ -8,7 +8,7 @@ it names, and the authors and signers of a job never count toward its quorum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -86,9 +86,13 @@ class Assessment:
 class Assessor:
     """Judges first-parent commits; caches signature checks across one walk."""
 
-    def __init__(self, repo: Repo, *, at: datetime) -> None:
+    def __init__(self, repo: Repo, *, at: datetime, known: Callable[[str, str], bool] | None = None) -> None:
         self.repo = repo
         self.at = at
+        # Whether a (path, blob) may have been written before, outside the merged
+        # range. Searching all history for its authors is costly on long histories,
+        # so a walk narrows it to what the audit or its own memory has seen.
+        self.known = known or (lambda path, blob: True)
         self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
@@ -178,7 +182,8 @@ class Assessor:
         # The merge wrote these files itself only where they differ from the merged branch.
         literal = [f":(literal){path}" for path in files]
         merge_wrote = self.repo.differs(merge.parents[1], merge.sha, *literal)
-        producers = {sha for shas in self.repo.producers(merge.sha, files).values() for sha in shas}
+        suspects = {p: b for p, b in files.items() if self.known(p, b)}
+        producers = {sha for shas in self.repo.producers(merge.sha, suspects).values() for sha in shas}
         for sha in [*self.repo.commits_touching(merge.parents[0], merge.sha, *literal), *sorted(producers)]:
             if sha == merge.sha and not merge_wrote:
                 continue
@@ -218,7 +223,7 @@ class Assessor:
                 else:
                     result[path].append(Vote(person, via, True, ""))
         # Separation of duties: whoever wrote or signed a change to the file does not count for it.
-        producers = self.repo.producers(head, files)
+        producers = self.repo.producers(head, {p: b for p, b in files.items() if self.known(p, b)})
         for path in files:
             excluded = self.excluded(policy, base, head, path, merge, producers.get(path, []))
             result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
@@ -230,7 +235,8 @@ class Assessor:
         any commit anywhere in history that wrote these exact bytes (a blob pushed straight to
         approved, deleted, then merged back must not lose its author)."""
         if producers is None:
-            producers = self.repo.producers(head, {path: self.repo.file_blob(head, path) or ZERO}).get(path, [])
+            blob = self.repo.file_blob(head, path) or ZERO
+            producers = self.repo.producers(head, {path: blob}).get(path, []) if self.known(path, blob) else []
         excluded: dict[str, str] = {}
         for sha in [*self.repo.commits_touching(base, head, path), *producers]:
             commit = self.repo.commit(sha)
@@ -281,7 +287,7 @@ class Assessor:
         return Decision(path, blob, commit.sha, job=job, runnable=True, reason=f"{quorum.reason}; {command.reason}", votes=votes, requirement=requirement, rule=command.rule, self_approved=self_approved)
 
     def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str, blob: str) -> str:
-        producers = self.repo.producers(commit.sha, {path: blob}).get(path, [])
+        producers = self.repo.producers(commit.sha, {path: blob}).get(path, []) if self.known(path, blob) else []
         for sha in [*self.repo.commits_touching(commit.parents[0], commit.sha, path), *producers]:
             if sha == commit.sha and self._merge_kept(commit, path):
                 continue

@@ -222,6 +222,11 @@ def started_before(repo: Repo, commit: str, path: str, blob: str) -> Record | No
     return None
 
 
+def mentions(repo: Repo, commit: str, path: str, blob: str) -> bool:
+    """Whether any record names this exact job revision."""
+    return blob != "0" * 40 and any(r.revision == (path, blob) for r in grep(repo, commit, blob))
+
+
 def first_recorded(repo: Repo, commit: str, sha: str) -> datetime | None:
     times = []
     for record in grep(repo, commit, sha):

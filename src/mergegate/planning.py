@@ -28,10 +28,16 @@ class Walk:
     holds such a file (an unsigned push must not rewrite what a job executes).
     """
 
-    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None) -> None:
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, tip: str) -> None:
         self.assessor = assessor
         self.policy = policy
         self.unapproved = dict(unapproved or {})
+        self.seen: set[tuple[str, str]] = set()
+        # Bytes merged back after an earlier life on approved (a job revision this walk
+        # or the audit has seen, a file an unapproved commit changed) get their full
+        # authorship checked; searching all history for every file would cost seconds.
+        assessor.known = lambda path, blob: (
+            path in self.unapproved or (path, blob) in self.seen or audit.mentions(assessor.repo, tip, path, blob))
 
     def step(self, sha: str) -> Assessment:
         judged_by = self.policy
@@ -44,6 +50,7 @@ class Walk:
             else:
                 self.unapproved[path] = sha
         self.policy = assessment.policy
+        self.seen.update((d.path, d.blob) for d in assessment.decisions)
         if not self.unapproved or not any(d.runnable for d in assessment.decisions):
             return assessment
         tainted = ", ".join(f"{p} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
@@ -86,7 +93,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at)
-    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved, tip=tip)
     result = Plan(tip=tip, start=start, policy=walk.policy)
     # 3. Judge each first-parent commit by the policy in force before it.
     chain = repo.first_parent_chain(start, tip)
@@ -131,6 +138,8 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip
         return policy
     now = assessor.at
     judged = judged_times(repo)
+    # As the walk that first judged them: full authorship search only for bytes the audit has seen.
+    assessor.known = lambda path, blob: audit.mentions(repo, tip, path, blob)
     for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
         recorded = audit.first_recorded(repo, tip, sha) if policy.runners else None
         assessor.at = judged.get(sha) or recorded or now

@@ -92,7 +92,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     seen = _first_seen(repo, records, set(chain))
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     now = datetime.now(UTC)
-    walk = Walk(Assessor(repo, at=now), policy)
+    walk = Walk(Assessor(repo, at=now), policy, tip=tip)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}

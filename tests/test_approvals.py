@@ -816,3 +816,17 @@ def test_non_utf8_job_path_does_not_crash_the_runner(world: World) -> None:
     again = world.run_once()
     assert again.code == 0 and again.json()["jobs"] == []
     assert world.mg("audit", "verify").code == 0
+
+
+def test_runner_signs_with_an_openpgp_key(world: World, gpg_homes: list[Path]) -> None:
+    home = gpg_homes[0]
+    runner = make_gpg_key(home, "ci", "ci@example.com")
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE],
+                            runners=[{"name": "ci", "key": runner.public_armored}]))
+    for name in ("p", "q"):
+        world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
+        world.signed_merge(name, world.bob)
+        result = world.run_once("--signing-key", runner.fingerprint, env={"GNUPGHOME": str(home)})
+        assert result.code == 0, result.err
+    assert world.mg("verify").code == 0
+    assert len(world.events("finished")) == 2

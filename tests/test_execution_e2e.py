@@ -208,3 +208,12 @@ def test_export_keeps_modes_and_symlinks_and_leaves_out_audit_and_other_jobs(wor
     assert jobs["t"]["status"] == "succeeded", jobs
     finished = {r["job"]: r for r in world.events("finished")}
     assert finished["t"]["stdout_tail"] == "tool ran\nd\nok\n"
+
+
+def test_policy_keep_output_writes_next_to_the_runner(world: World) -> None:
+    _gate(world, keep_output=True)
+    _run(world, {"jobs/k.yaml": job_yaml("k", ["sh", "-c", "echo kept"])})
+    (finished,) = world.events("finished")
+    kept = Path(finished["stdout_file"])
+    assert kept.is_relative_to(world.clone("runner") / ".git" / "mergegate" / "output")
+    assert kept.read_text() == "kept\n"

@@ -830,3 +830,16 @@ def test_runner_signs_with_an_openpgp_key(world: World, gpg_homes: list[Path]) -
         assert result.code == 0, result.err
     assert world.mg("verify").code == 0
     assert len(world.events("finished")) == 2
+
+
+def test_runner_with_a_key_the_policy_does_not_list_pushes_nothing(world: World) -> None:
+    runner_key, other = make_ssh_key(world.tmp / "keys", "runner"), make_ssh_key(world.tmp / "keys", "other")
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=[{"name": "ci", "key": runner_key.public_line}]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once("--signing-key", str(other.private))
+    assert result.code == 2
+    assert "does not make a signature the policy accepts" in result.err
+    assert world.records() == []
+    # The right key still works afterwards: nothing was pushed that would stop the gate.
+    assert world.run_once("--signing-key", str(runner_key.private)).code == 0

@@ -30,6 +30,7 @@ from mergegate.errors import Denied, GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
 from mergegate.planning import Plan, plan
 from mergegate.policy import Policy
+from mergegate.signatures import PublicKey
 
 MAX_PUSH_ATTEMPTS = 10
 _NOT_EXPORTED = (":(exclude)audit", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
@@ -78,6 +79,7 @@ class Runner:
         self.repo = Repo(options.repo)
         self.stop = stop or threading.Event()
         self.signing = Signing(options.signing_key) if options.signing_key else None
+        self._runner_keys: tuple[PublicKey, ...] = ()
 
     def run_once(self) -> PassResult:
         branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
@@ -86,6 +88,7 @@ class Runner:
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
         tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
+        self._runner_keys = work.policy.runner_keys()
         if work.policy.runners and self.signing is None:
             raise UsageError(
                 f"{work.policy.where} lists runners, so audit commits must be signed",
@@ -260,6 +263,7 @@ class Runner:
             files = audit.append(self.repo, tip, tail, records)
             message = _message(records)
             sha = self.repo.write_commit(parent=tip, files=files, message=message, author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
+            self._check_own_signature(sha)
             try:
                 published = branch.publish(sha, tip)
             except GitError as exc:
@@ -271,6 +275,15 @@ class Runner:
                 return True
             branch.refresh()
         raise GitError(f"could not push audit records to {branch.ref} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
+
+    def _check_own_signature(self, sha: str) -> None:
+        """A commit the next pass would call tampering is never pushed: it would stop the gate for good."""
+        if not self._runner_keys:
+            return
+        check = Assessor(self.repo, at=datetime.now(UTC)).signature(self.repo.commit(sha), self._runner_keys)
+        if not check.ok:
+            raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
+                             hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
 
     # -- the spool: a job's result is kept on disk until it is pushed --------------
     @property

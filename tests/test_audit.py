@@ -1,0 +1,83 @@
+"""The audit log as files: rotation, reading the tail back, the chain across files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mergegate import audit
+from mergegate.errors import IntegrityError
+from mergegate.git import Repo
+
+
+def _repo(tmp_path: Path) -> Repo:
+    path = tmp_path / "gate"
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "README").write_text("x\n")
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "root"], check=True)
+    return Repo(path)
+
+
+def _append(repo: Repo, tip: str, drafts: list[dict[str, object]]) -> str:
+    tail = audit.read_tail(repo, tip)
+    records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
+    files = audit.append(repo, tip, tail, records)
+    return repo.write_commit(parent=tip, files=files, message="audit\n", author=("t", "t@x"), signing=None)
+
+
+def test_rotation_keeps_one_chain_across_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit, "RECORDS_PER_FILE", 3)
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    for batch in range(4):
+        drafts = [audit.draft("rejected", runner="r", path=f"jobs/{batch}-{i}.yaml", reason="x") for i in range(2)]
+        tip = _append(repo, tip, drafts)
+    tip = _append(repo, tip, [audit.draft("scanned", runner="r", commit=tip)])
+    names = [p for p, _ in audit.log_files(repo, tip)]
+    assert names == [f"audit/log-{n:06d}.jsonl" for n in range(1, 4)]
+    records = audit.read_all(repo, tip)
+    assert [r.seq for r in records] == list(range(1, 10))
+    tail = audit.read_tail(repo, tip)
+    assert tail.last_seq == 9 and tail.scanned is not None and tail.scanned.seq == 9
+    assert tail.since_scanned == ()
+
+
+def test_tail_reads_back_past_a_fresh_file_to_the_last_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    tip = _append(repo, tip, [audit.draft("scanned", runner="r", commit=tip)])
+    tip = _append(repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(3)])
+    tail = audit.read_tail(repo, tip)
+    assert tail.scanned is not None and tail.scanned.seq == 1
+    assert [r.seq for r in tail.since_scanned] == [2, 3, 4]
+
+
+def test_hash_is_the_documented_one(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    tip = _append(repo, tip, [audit.draft("scanned", runner="r", commit=tip)])
+    line = (repo.read_file(tip, "audit/log-000001.jsonl") or b"").decode()
+    record = json.loads(line)
+    body = {k: v for k, v in record.items() if k != "hash"}
+    import hashlib
+
+    expected = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    assert record["hash"] == expected
+    assert record["prev"] == "0" * 64 and record["seq"] == 1
+
+
+def test_a_gap_in_file_numbers_is_tampering(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    tip = repo.write_commit(parent=tip, files={"audit/log-000002.jsonl": b"{}\n"}, message="x\n", author=("t", "t@x"), signing=None)
+    with pytest.raises(IntegrityError, match="not numbered"):
+        audit.log_files(repo, tip)

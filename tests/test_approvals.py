@@ -799,23 +799,33 @@ def test_veto_in_any_spelling_the_walk_accepts_is_honoured_later(world: World, t
     assert _only_job(world)["status"] == "vetoed"
 
 
-def test_non_utf8_job_path_does_not_crash_the_runner(world: World) -> None:
-    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+def test_non_utf8_names_neither_crash_the_runner_nor_collide(world: World) -> None:
+    """Two different non-UTF-8 names must not share one entry of the unapproved list."""
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()],
+                            [{"program": "sh", "args_prefix": ["-c"]}]), files={"hooks.d/README": "hooks\n"})
     clone = world.checkout_approved("approver")
-    (clone / "jobs").mkdir(exist_ok=True)
-    (clone / "jobs" / "x.yaml").write_text(job_yaml("x", ["echo", "x"]))
-    os.rename(clone / "jobs" / "x.yaml", os.fsencode(clone / "jobs") + b"/\xff.yaml")
+    hooks = os.fsencode(clone / "hooks.d")
+    with open(hooks + b"/\xfe.sh", "w") as f:
+        f.write("echo EVIL\n")
     world.git("approver", "add", "-A")
     world.git("approver", "commit", "-qm", "odd", who=world.mallory)
     world.git("approver", "push", "-q", "origin", "approved")
-    result = world.run_once()
-    assert result.code == 1, result.err
-    (job,) = result.json()["jobs"]
+    assert world.run_once().code == 0  # no crash, nothing to run
+    # A reviewed file whose name differs only in the byte that is not UTF-8.
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
+    with open(os.fsencode(world.clone("proposer") / "hooks.d") + b"/\xff.sh", "w") as f:
+        f.write("echo benign\n")
+    world.write("proposer", {"jobs/h.yaml": job_yaml("h", ["sh", "-c", "cat hooks.d/*"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "hook", who=world.alice)
+    world.git("proposer", "push", "-q", "-f", "origin", "p")
+    world.signed_merge("p", world.carol)
+    (job,) = world.run_once().json()["jobs"]
     assert job["status"] == "rejected"
-    assert job["path"] == "jobs/\ufffd.yaml"
-    again = world.run_once()
-    assert again.code == 0 and again.json()["jobs"] == []
+    assert "no signed approval covers" in str(job["reason"])
     assert world.mg("audit", "verify").code == 0
+    assert world.mg("verify").code == 0
 
 
 def test_runner_signs_with_an_openpgp_key(world: World, gpg_homes: list[Path]) -> None:
@@ -843,3 +853,109 @@ def test_runner_with_a_key_the_policy_does_not_list_pushes_nothing(world: World)
     assert world.records() == []
     # The right key still works afterwards: nothing was pushed that would stop the gate.
     assert world.run_once("--signing-key", str(runner_key.private)).code == 0
+
+
+def test_tree_approval_covers_scripts_and_unnameable_files(world: World) -> None:
+    _script_gate(world)
+    # An unapproved push leaves a file whose name no trailer can hold.
+    clone = world.checkout_approved("approver")
+    (clone / "odd\nname.sh").write_text("echo EVIL\n")
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "odd", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.run_once()
+    # A proposal removes it and changes the script; carol approves the whole tree, bob merges.
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "fix", "origin/approved")
+    world.git("proposer", "rm", "-q", "odd\nname.sh")
+    world.write("proposer", {"run.sh": "echo fixed\n"})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "fix", who=world.alice)
+    world.git("proposer", "push", "-q", "-f", "origin", "fix")
+    tree = world.git("proposer", "rev-parse", "HEAD^{tree}")
+    world.git("proposer", "commit", "-q", "--allow-empty", "-S", "-m", "approve", "-m", f"Mergegate-Approve-Tree: {tree}",
+              who=world.carol, sign=world.carol.key)
+    world.git("proposer", "push", "-q", "origin", "fix")
+    world.signed_merge("fix", world.bob)
+    world.run_once()
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "succeeded", job
+    assert world.events("finished")[0]["stdout_tail"] == "fixed\n"
+
+
+def test_stale_tree_approval_does_not_count_for_scripts(world: World) -> None:
+    _script_gate(world)
+    world.propose("s", {"run.sh": "echo reviewed\n"}, who=world.mallory)
+    tree = world.git("proposer", "rev-parse", "HEAD^{tree}")
+    world.git("proposer", "commit", "-q", "--allow-empty", "-S", "-m", "approve", "-m", f"Mergegate-Approve-Tree: {tree}",
+              who=world.carol, sign=world.carol.key)
+    world.write("proposer", {"run.sh": "echo changed after review\n"})
+    world.git("proposer", "commit", "-qam", "sneak", who=world.mallory)
+    world.git("proposer", "push", "-q", "-f", "origin", "s")
+    world.signed_merge("s", world.bob)
+    world.run_once()
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "run.sh (changed by" in str(job["reason"])
+
+
+def test_merge_of_many_files_does_not_crash(world: World) -> None:
+    """Thousands of long names: more than one git command line holds (about 3 MB of pathspecs)."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+
+    def vendor(where: Path, text: str) -> None:
+        folder = where / "vendor" / ("a" * 200) / ("b" * 200) / ("c" * 200)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(3_600):
+            (folder / f"{i:05d}-{'x' * 180}.txt").write_text(f"{text} {i}\n")
+
+    # First an unsigned push (all of them unapproved), then a signed merge that changes them all.
+    vendor(world.checkout_approved("approver"), "v1")
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "vendor", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert world.run_once().code == 0
+    world.git("proposer", "fetch", "-q")
+    world.git("proposer", "checkout", "-q", "-B", "big", "origin/approved")
+    vendor(world.clone("proposer"), "v2")
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "vendor v2", who=world.alice)
+    world.git("proposer", "push", "-q", "-f", "origin", "big")
+    world.signed_merge("big", world.bob)
+    result = world.run_once()
+    assert result.code == 0, result.err
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+    assert world.mg("verify").code == 0
+
+
+def test_require_signed_proposals_covers_policy_files_and_scripts(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    world.setup(policy_yaml(approvers, [{"program": "sh", "args_prefix": ["run.sh"]}], approvals_required=2,
+                            policy_approvals_required=2, require_signed_proposals=True), files={"run.sh": "echo safe\n"})
+    # An unsigned commit (author faked) changes the policy: not adopted.
+    widened = policy_yaml(approvers, [{"program": "sh", "args_prefix": ["run.sh"]}, {"program": "curl"}], approvals_required=2,
+                          policy_approvals_required=2, require_signed_proposals=True)
+    world.propose("pol", {"policy/policy.yaml": widened}, who=world.alice)
+    world.approval_commit("pol", [("policy/policy.yaml", world.blob("pol", "policy/policy.yaml"))], who=world.bob, sign=world.bob.key)
+    world.signed_merge("pol", world.carol)
+    (change,) = world.run_once().json()["policy_changes"]
+    assert change["status"] == "rejected" and "require_signed_proposals" in change["reason"]
+    # An unsigned commit changes the script: it stays unapproved.
+    world.propose("s", {"run.sh": "echo payload\n"}, who=world.alice)
+    world.approval_commit("s", [("run.sh", world.blob("s", "run.sh"))], who=world.bob, sign=world.bob.key)
+    world.signed_merge("s", world.carol)
+    world.run_once()
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice, sign=world.alice.key)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.bob, sign=world.bob.key)
+    world.signed_merge("p", world.carol)
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected"
+    assert "run.sh (changed by" in str(job["reason"])

@@ -15,12 +15,13 @@ from typing import Literal
 
 from mergegate.audit import AUDIT_DIR
 from mergegate.errors import ConfigError, IntegrityError
-from mergegate.git import ZERO, Change, Commit, Repo
+from mergegate.git import ZERO, Change, Commit, Repo, literal
 from mergegate.job import Job, check_unique_ids, is_job_path, parse_job
 from mergegate.policy import POLICY_DIR, CommandRule, Person, Policy, Requirement, load_policy
 from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
 
 APPROVE_TRAILER = "Mergegate-Approve"
+APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
 # Everything a job may read or execute besides job definitions and the policy.
 CONTENT_PATHSPEC = (".", ":(exclude)audit", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
 VETO_TRAILER = "Mergegate-Veto"
@@ -170,24 +171,23 @@ class Assessor:
         """
         if not files:
             return True, ""
-        people = {signer}
-        for sha in self.repo.side_commits(merge.parents[0], merge.parents[1]):
-            commit = self.repo.commit(sha)
-            named = dict(t.rpartition(" ")[::2] for t in commit.trailers(APPROVE_TRAILER))
-            if named and all(named.get(path) == blob for path, blob in files.items()):
-                check = self.signature(commit, policy.approver_keys())
-                if check.ok and check.key is not None:
-                    people.add(check.key.owner)
+        # Who approved all of them: per-file trailers or a tree approval, at the merged bytes.
+        approvals = self._approval_votes(policy, merge.parents[0], merge.parents[1], files)
+        people = {signer} | set.intersection(*({v.person for v in votes if v.counted} for votes in approvals.values()))
         excluded: dict[str, str] = {}
         # The merge wrote these files itself only where they differ from the merged branch.
-        literal = [f":(literal){path}" for path in files]
-        merge_wrote = self.repo.differs(merge.parents[1], merge.sha, *literal)
+        branch = self.repo.tree_blobs(merge.parents[1])
+        merge_wrote = any(branch.get(path, ZERO) != blob for path, blob in files.items())
         suspects = {p: b for p, b in files.items() if self.known(p, b)}
         producers = {sha for shas in self.repo.producers(merge.sha, suspects).values() for sha in shas}
-        for sha in [*self.repo.commits_touching(merge.parents[0], merge.sha, *literal), *sorted(producers)]:
+        # Any merged commit that changed other files (a superset of these): one git call, not one per file.
+        for sha in [*self.repo.commits_touching(merge.parents[0], merge.sha, *CONTENT_PATHSPEC), *sorted(producers)]:
             if sha == merge.sha and not merge_wrote:
                 continue
-            self._exclude_people(policy, self.repo.commit(sha), excluded)
+            commit = self.repo.commit(sha)
+            if policy.require_signed_proposals and not self.signature(commit, policy.proposal_keys()).ok:
+                return False, f"require_signed_proposals: commit {sha[:7]} that changes other files is not signed by a key in {policy.where}"
+            self._exclude_people(policy, commit, excluded)
         if not policy.allow_self_approval:
             people -= set(excluded)
         quorum = policy.quorum(policy.content_requirement(), people)
@@ -201,18 +201,42 @@ class Assessor:
         if signer is not None and merge is not None:
             for path in files:
                 result[path].append(Vote(signer, f"merge signature of {merge.sha[:7]}", True, ""))
-        side = self.repo.side_commits(base, merge.parents[1] if merge is not None else head)
-        for sha in side:
+        for path, votes in self._approval_votes(policy, base, merge.parents[1] if merge is not None else head, files).items():
+            result[path] += votes
+        # Separation of duties: whoever wrote or signed a change to the file does not count for it.
+        producers = self.repo.producers(head, {p: b for p, b in files.items() if self.known(p, b)})
+        for path in files:
+            excluded = self.excluded(policy, base, head, path, merge, producers.get(path, []))
+            result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
+        return {path: tuple(v) for path, v in result.items()}
+
+    def _approval_votes(self, policy: Policy, base: str, tip: str, files: dict[str, str]) -> dict[str, list[Vote]]:
+        """Votes of the signed approval commits between `base` and `tip`, for each file.
+
+        `Mergegate-Approve: <path> <blob>` approves one file's bytes;
+        `Mergegate-Approve-Tree: <tree>` (the approval commit's own tree) approves
+        every file as it is in that tree, names git cannot put in a trailer included.
+        """
+        result: dict[str, list[Vote]] = {path: [] for path in files}
+        for sha in self.repo.side_commits(base, tip):
             commit = self.repo.commit(sha)
-            trailers = commit.trailers(APPROVE_TRAILER)
-            if not trailers:
+            named, trees = commit.trailers(APPROVE_TRAILER), commit.trailers(APPROVE_TREE_TRAILER)
+            if not named and not trees:
                 continue
             check = self.signature(commit, policy.approver_keys())
             person = check.key.owner if check.ok and check.key else (check.signer or "unknown")
             via = f"approval commit {sha[:7]}"
-            for trailer in trailers:
+            approved: dict[str, str] = {}
+            if commit.tree in trees:
+                approved = self.repo.tree_blobs(sha)
+                for path in files:
+                    approved.setdefault(path, ZERO)  # absent from the approved tree: its deletion is approved
+            for trailer in named:
                 path, _, blob = trailer.rpartition(" ")
-                if path not in result:
+                if path in files:
+                    approved.setdefault(path, blob)
+            for path, blob in approved.items():
+                if path not in files:
                     continue
                 if not check.ok:
                     result[path].append(Vote(person, via, False, _in_policy(check.reason, policy)))
@@ -222,12 +246,10 @@ class Assessor:
                     result[path].append(Vote(person, via, False, f"stale: approves blob {blob[:7]}, merged blob is {files[path][:7]}"))
                 else:
                     result[path].append(Vote(person, via, True, ""))
-        # Separation of duties: whoever wrote or signed a change to the file does not count for it.
-        producers = self.repo.producers(head, {p: b for p, b in files.items() if self.known(p, b)})
-        for path in files:
-            excluded = self.excluded(policy, base, head, path, merge, producers.get(path, []))
-            result[path] = [self._exclude(v, excluded, policy) for v in result[path]]
-        return {path: tuple(v) for path, v in result.items()}
+            if trees and commit.tree not in trees:
+                for path in files:
+                    result[path].append(Vote(person, via, False, "its Mergegate-Approve-Tree does not name its own tree"))
+        return result
 
     def excluded(self, policy: Policy, base: str, head: str, path: str, merge: Commit | None,
                  producers: list[str] | None = None) -> dict[str, str]:
@@ -238,7 +260,7 @@ class Assessor:
             blob = self.repo.file_blob(head, path) or ZERO
             producers = self.repo.producers(head, {path: blob}).get(path, []) if self.known(path, blob) else []
         excluded: dict[str, str] = {}
-        for sha in [*self.repo.commits_touching(base, head, path), *producers]:
+        for sha in [*self.repo.commits_touching(base, head, literal(path)), *producers]:
             commit = self.repo.commit(sha)
             if merge is not None and sha == merge.sha and self._merge_kept(merge, path):
                 continue
@@ -288,7 +310,7 @@ class Assessor:
 
     def _unsigned_proposals(self, policy: Policy, commit: Commit, path: str, blob: str) -> str:
         producers = self.repo.producers(commit.sha, {path: blob}).get(path, []) if self.known(path, blob) else []
-        for sha in [*self.repo.commits_touching(commit.parents[0], commit.sha, path), *producers]:
+        for sha in [*self.repo.commits_touching(commit.parents[0], commit.sha, literal(path)), *producers]:
             if sha == commit.sha and self._merge_kept(commit, path):
                 continue
             check = self.signature(self.repo.commit(sha), policy.proposal_keys())
@@ -297,6 +319,11 @@ class Assessor:
         return ""
 
     def _policy_change(self, commit: Commit, policy: Policy, votes: dict[str, tuple[Vote, ...]], files: dict[str, str]) -> tuple[bool, str, Policy]:
+        if policy.require_signed_proposals:
+            for path, blob in files.items():
+                unsigned = self._unsigned_proposals(policy, commit, path, blob)
+                if unsigned:
+                    return False, f"require_signed_proposals: {unsigned}", policy
         people: set[str] | None = None
         for path in files:
             counted = {v.person for v in votes[path] if v.counted}

@@ -21,6 +21,36 @@ import git as gitpython
 from mergegate.errors import GitError
 
 ZERO = "0" * 40
+_BATCH = 256  # pathspecs per git call: a merge may bring more files than one command line holds
+
+
+def path_text(raw: bytes) -> str:
+    """A path as text: UTF-8, or NUL + hex for a name that is not UTF-8.
+
+    No git path contains NUL, so the two forms never collide, and two
+    different raw names never share a text (as U+FFFD replacement would).
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\0" + raw.hex()
+
+
+def path_arg(path: str) -> str:
+    """A path as git's command line takes it (raw bytes survive as surrogates)."""
+    return os.fsdecode(bytes.fromhex(path[1:])) if path.startswith("\0") else path
+
+
+def path_display(path: str) -> str:
+    return f"<name not UTF-8: {path[1:]}>" if path.startswith("\0") else path
+
+
+def literal(path: str) -> str:
+    return ":(literal)" + path_arg(path)
+
+
+def _batches(items: list[str]) -> list[list[str]]:
+    return [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] or [[]]
 
 
 @dataclass(frozen=True)
@@ -169,10 +199,18 @@ class Repo:
         return self.out("rev-list", "--reverse", f"{base}..{tip}").split()
 
     def commits_touching(self, base: str, tip: str, *pathspecs: str) -> list[str]:
-        return self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *pathspecs).split()
+        found: dict[str, None] = {}
+        for batch in _batches(list(pathspecs)):
+            found.update(dict.fromkeys(self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *batch).split()))
+        return list(found)
 
     def differs(self, a: str, b: str, *pathspecs: str) -> bool:
-        return self.run("diff-tree", "--quiet", a, b, "--", *pathspecs, check=False).returncode != 0
+        return any(self.run("diff-tree", "--quiet", a, b, "--", *batch, check=False).returncode != 0
+                   for batch in _batches(list(pathspecs)))
+
+    def tree_blobs(self, commit: str) -> dict[str, str]:
+        """path -> blob of every file at `commit`."""
+        return {path: blob for _, blob, path in self.ls_tree(commit)}
 
     def producers(self, tip: str, files: Mapping[str, str]) -> dict[str, list[str]]:
         """For each path, every non-merge commit up to `tip` that set it to exactly its blob in `files`."""
@@ -180,10 +218,12 @@ class Repo:
         found: dict[str, list[str]] = {path: [] for path, _ in wanted}
         if not wanted:
             return found
-        paths = sorted({path for path, _ in wanted})
-        proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip, "--", *paths)
+        paths = sorted({literal(path) for path, _ in wanted})
+        fields: list[bytes] = []
+        for batch in _batches(paths):
+            proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip, "--", *batch)
+            fields += proc.stdout.split(b"\0")
         commit = ""
-        fields = proc.stdout.split(b"\0")
         i = 0
         while i < len(fields):
             item = fields[i].strip(b"\n")
@@ -191,7 +231,7 @@ class Repo:
                 commit = item[1:].decode()
             elif item.startswith(b":") and i + 1 < len(fields):
                 blob = item.decode().split()[3]
-                path = fields[i + 1].decode("utf-8", "replace")
+                path = path_text(fields[i + 1])
                 if (path, blob) in wanted:
                     found[path].append(commit)
                 i += 1
@@ -249,8 +289,7 @@ class Repo:
         changes = []
         for i in range(0, len(fields) - 1, 2):
             meta = fields[i].decode().lstrip(":").split()
-            # A path that is not UTF-8 cannot go into a JSON record; U+FFFD keeps it visible.
-            changes.append(Change(meta[4][0], fields[i + 1].decode("utf-8", "replace"), meta[2], meta[3]))
+            changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3]))
         return changes
 
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -264,11 +303,11 @@ class Repo:
                 continue
             meta, path = item.split(b"\t", 1)
             mode, _, obj = meta.decode().split()
-            entries.append((mode, obj, path.decode("utf-8", "replace")))
+            entries.append((mode, obj, path_text(path)))
         return entries
 
     def file_blob(self, commit: str, path: str) -> str | None:
-        proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path}", check=False)
+        proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path_arg(path)}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def read_file(self, commit: str, path: str) -> bytes | None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from mergegate import audit
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.errors import IntegrityError
-from mergegate.git import Repo
+from mergegate.git import Repo, path_display
+from mergegate.job import is_job_path
 from mergegate.policy import POLICY_DIR, Policy, load_policy
 
 
@@ -36,8 +37,10 @@ class Walk:
         # Bytes merged back after an earlier life on approved (a job revision this walk
         # or the audit has seen, a file an unapproved commit changed) get their full
         # authorship checked; searching all history for every file would cost seconds.
+        # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
         assessor.known = lambda path, blob: (
-            path in self.unapproved or (path, blob) in self.seen or audit.mentions(assessor.repo, tip, path, blob))
+            path in self.unapproved or (path, blob) in self.seen
+            or (is_job_path(path) and audit.mentions(assessor.repo, tip, path, blob)))
 
     def step(self, sha: str) -> Assessment:
         judged_by = self.policy
@@ -53,7 +56,7 @@ class Walk:
         self.seen.update((d.path, d.blob) for d in assessment.decisions)
         if not self.unapproved or not any(d.runnable for d in assessment.decisions):
             return assessment
-        tainted = ", ".join(f"{p} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
+        tainted = ", ".join(f"{path_display(p)} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
         reason = f"the tree at {sha[:7]} holds changes that no signed approval covers: {tainted}; approve them with a signed merge first"
         decisions = tuple(replace(d, runnable=False, reason=reason) if d.runnable else d for d in assessment.decisions)
         return replace(assessment, decisions=decisions)

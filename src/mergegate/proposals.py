@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.approvals import APPROVE_TRAILER, VETO_TRAILER, Assessor, Vote, describe_votes
+from mergegate.approvals import (
+    APPROVE_TRAILER,
+    APPROVE_TREE_TRAILER,
+    VETO_TRAILER,
+    Assessor,
+    Vote,
+    describe_votes,
+)
 from mergegate.audit import AUDIT_DIR
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
@@ -137,9 +144,13 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
         sha = repo.commit_tree(tree=tree, parents=(report.base, head), message=message, author=None, sign=True)
         target, old = base, report.base
     else:
-        trailers = "".join(f"{APPROVE_TRAILER}: {f.path} {f.blob}\n" for f in report.files)
-        message = f"mergegate: approve {len(report.files)} file(s)\n\n{trailers}"
-        sha = repo.commit_tree(tree=repo.commit(head).tree, parents=(head,), message=message, author=None, sign=True)
+        tree = repo.commit(head).tree
+        # One line per job and policy file for the reader; the tree line approves
+        # every file as it is (scripts too, and names no trailer could hold).
+        named = "".join(f"{APPROVE_TRAILER}: {f.path} {f.blob}\n" for f in report.files
+                        if f.state != "content" and "\n" not in f.path and not f.path.startswith("\0"))
+        message = f"mergegate: approve {len(report.files)} file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
+        sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
         target, old = _branch_name(branch_name, remote), head
     if has_remote:
         if not repo.push(remote, sha, target):

@@ -34,7 +34,7 @@ def _branch_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--trust-root", "trust_root", envvar="MERGEGATE_TRUST_ROOT", default=None, metavar="COMMIT",
-                        help="Pinned trust root (default: the root commit of approved, with a warning).")(f)
+                        help="Pinned trust root (default: the first commit of approved with a policy, with a warning).")(f)
 
 
 def _json_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,9 +59,13 @@ def cli(debug: bool) -> None:
     \b
     Example:
       mergegate init --key ~/.ssh/id_ed25519.pub
-      mergegate check feature/backup-job
+      mergegate check origin/add-backup-job
+      mergegate approve origin/add-backup-job --merge
       mergegate run --once
-      mergegate audit verify
+      mergegate verify
+
+    Exit codes: 0 ok, 1 a job failed or was refused, 2 bad input, 3 integrity.
+    Docs: docs/getting-started.md, docs/cli.md.
     """
     global _debug
     _debug = debug

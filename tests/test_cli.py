@@ -175,7 +175,7 @@ def test_bad_policy_is_a_one_line_error_with_line(world: World) -> None:
     world.setup("version: 1\napprovers: []\ncommands:\n  - program: echo\n    args: [x]\n")
     result = world.mg("run", "--once")
     assert result.code == 2
-    assert result.err.splitlines()[0] == "error: field 'commands.0': unknown key 'args'; allowed keys: args_prefix, network, program (policy/policy.yaml:4)"
+    assert result.err.splitlines()[0] == "error: field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program (policy/policy.yaml:5)"
 
 
 def test_runner_killed_mid_job_leaves_running_then_is_closed_not_rerun(world: World) -> None:
@@ -215,3 +215,37 @@ def test_output_dir_keeps_the_full_redacted_output(world: World, tmp_path: Path)
     assert len(finished["stdout_tail"].encode()) <= 100
     import hashlib
     assert finished["stdout_file_sha256"] == hashlib.sha256(kept.read_bytes()).hexdigest()
+
+
+def test_check_helps_with_common_mistakes(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("only-remote", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"])}, who=world.alice)
+    # A branch that exists only on the remote is read from there.
+    result = world.mg("check", "only-remote", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["ref"] == "origin/only-remote"
+    # A job file outside jobs/ is pointed out.
+    world.propose("misplaced", {"job/x.yaml": job_yaml("x", ["echo", "x"])}, who=world.alice)
+    out = world.mg("check", "origin/misplaced").out
+    assert "looks like a job file, but jobs live under jobs/" in out
+    # A branch with no common history.
+    world.git("proposer", "checkout", "-q", "--orphan", "stray")
+    world.write("proposer", {"jobs/s.yaml": job_yaml("s", ["echo"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "stray")
+    world.git("proposer", "push", "-q", "origin", "stray")
+    stray = world.mg("check", "origin/stray")
+    assert stray.code == 2
+    assert "shares no history with approved" in stray.err and "hint: start proposals from origin/approved" in stray.err
+    # A trust root that does not resolve is bad input, not an integrity failure.
+    bad = world.mg("status", "--trust-root", "no-such-commit")
+    assert bad.code == 2 and "does not name a commit" in bad.err
+
+
+def test_approve_without_a_signing_key_says_how(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
+    result = world.mg("approve", "origin/p", where="someone")
+    assert result.code == 2
+    assert result.err.startswith("error: git has no signing key configured")
+    assert "hint: git config gpg.format ssh" in result.err

@@ -41,8 +41,14 @@ def test_duplicate_key_is_an_error_with_both_lines() -> None:
 
 def test_unknown_key_is_rejected() -> None:
     err = _error("id: x\ncommand: [echo]\nshell: true\n")
-    assert err.line == 1
+    assert err.line == 3
     assert "unknown key 'shell'" in err.message
+
+
+def test_misspelt_key_is_named_with_a_suggestion_at_its_line() -> None:
+    err = _error("id: x\ncomand: [echo]\n")
+    assert err.line == 2
+    assert err.message.startswith("field 'comand': unknown key 'comand' (did you mean 'command'?)")
 
 
 def test_command_must_be_a_list_not_a_shell_string() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mergegate.errors import GitError, IntegrityError
+from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.git import Repo
 from mergegate.policy import POLICY_FILE
 
@@ -59,7 +59,12 @@ def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
     if repo.has_remote(remote):
         result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
         if fetch:
-            result.refresh()
+            try:
+                result.refresh()
+            except GitError as exc:
+                if "does not exist" in exc.message:
+                    exc.hint = f"after `mergegate init`, publish it: git push {remote} HEAD {branch}"
+                raise
         return result
     if repo.current_branch() == branch:
         raise GitError(f"{branch} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
@@ -79,7 +84,8 @@ def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]
         return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it with --trust-root)"]
     sha = repo.rev(given)
     if sha is None:
-        raise IntegrityError(f"trust root {given} is not a commit in this repository")
+        raise UsageError(f"trust root {given!r} does not name a commit in this repository",
+                         hint="pass the full id of the commit whose policy you reviewed (fetch it first)")
     if not repo.is_ancestor(sha, tip):
         raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
     return sha, []

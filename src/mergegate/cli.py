@@ -34,7 +34,7 @@ def _branch_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--trust-root", "trust_root", envvar="MERGEGATE_TRUST_ROOT", default=None, metavar="COMMIT",
-                        help="Pinned trust root (default: the first commit of approved with a policy, with a warning).")(f)
+                        help="Pinned trust root, or MERGEGATE_TRUST_ROOT (default: the first commit of approved with a policy, with a warning).")(f)
 
 
 def _json_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -149,15 +149,17 @@ def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
 @cli.command()
 @click.argument("ref", default="HEAD")
 @click.option("--base", default="approved", show_default=True, help="The approved branch to compare with.")
-@click.option("--remote", default="origin", show_default=True)
-@click.option("--no-fetch", "no_fetch", is_flag=True)
+@click.option("--remote", default="origin", show_default=True, help="Remote to fetch the base (and REF, if remote) from.")
+@click.option("--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are.")
 @_repo_option
 @_trust_option
 @_json_option
 def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
     """Validate the jobs REF adds or changes and judge them by the policy in force.
 
-    Exit 0 if all would be allowed, 1 if any would be denied, 2 if a file is invalid.
+    REF defaults to HEAD (the current branch); a branch that only exists on the
+    remote is read from there. Exit 0 if all would be allowed, 1 if any would be
+    denied, 2 if a file is invalid.
 
     \b
     Example (a pull request check):
@@ -182,12 +184,14 @@ def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_ro
 @cli.command()
 @click.argument("branch_name", metavar="BRANCH")
 @click.option("--merge", is_flag=True, help="Make the signed merge into approved instead of an approval commit.")
-@click.option("--base", default="approved", show_default=True)
-@click.option("--remote", default="origin", show_default=True)
-@click.option("--no-fetch", "no_fetch", is_flag=True)
+@click.option("--base", default="approved", show_default=True, help="The approved branch.")
+@click.option("--remote", default="origin", show_default=True, help="Remote to fetch from and push to.")
+@click.option("--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are.")
 @_repo_option
 @_trust_option
-def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None) -> int:
+@_json_option
+def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None,
+            as_json: bool) -> int:
     """Sign an approval of BRANCH (with your git signing key) and push it.
 
     Shows what `check` says first and refuses invalid or denied jobs.
@@ -201,6 +205,10 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 
     result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge,
                          fetch=not no_fetch, trust=trust_root)
+    if as_json:
+        _emit({"commit": result.commit, "kind": result.kind, "pushed_to": result.pushed_to,
+               "files": [f.as_json() for f in result.report.files]})
+        return 0
     for f in result.report.files:
         click.echo(f"{f.state:<8} {f.path}: {f.reason}")
     click.echo(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
@@ -211,7 +219,8 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 @click.argument("path")
 @click.option("--blob", default=None, help="The revision to veto (default: the file as it is on approved).")
 @_branch_options
-def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_fetch: bool) -> int:
+@_json_option
+def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_fetch: bool, as_json: bool) -> int:
     """Stop an approved job that has not started: push a signed veto to approved.
 
     Signed with your git signing key, which must be an approver key. A veto
@@ -224,6 +233,9 @@ def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_f
     from mergegate.proposals import veto as run_veto
 
     result = run_veto(repo_path=repo, path=path, blob=blob, remote=remote, branch=branch, fetch=not no_fetch)
+    if as_json:
+        _emit({"commit": result.commit, "path": result.path, "blob": result.blob, "pushed_to": result.pushed_to})
+        return 0
     click.echo(f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to {result.pushed_to}")
     return 0
 
@@ -305,6 +317,10 @@ def audit_verify(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: 
 @click.option("--branch", default="approved", show_default=True)
 def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str) -> int:
     """Write a deny-by-default policy, jobs/ and audit/, and create the approved branch.
+
+    An existing policy/policy.yaml is validated and kept as it is (then
+    --approver, --key, --email and --solo are ignored, with a warning). The
+    commit init makes is the trust root.
 
     \b
     Example:

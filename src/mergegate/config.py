@@ -7,6 +7,7 @@ every value so that an error can point at it.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -132,10 +133,19 @@ def validate(doc: Document, *, schema: str) -> None:
     errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
         return
-    error = jsonschema.exceptions.best_match(errors)
+    # An unknown key explains most other errors (a typo'd `comand` is why `command`
+    # is missing), so it is reported first, at the line of the key itself.
+    unknown = [e for e in errors if e.validator == "additionalProperties"]
+    error = unknown[0] if unknown else jsonschema.exceptions.best_match(errors)
     path: Path_ = tuple(error.absolute_path)
-    field = ".".join(str(p) for p in path) or "(top level)"
-    raise doc.error(path, f"field '{field}': {_describe(error)}")
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        extra = sorted(set(error.instance) - set(known))
+        if extra:
+            path = (*path, extra[0])
+    field = ".".join(str(p) for p in path)
+    prefix = f"field '{field}': " if field else ""
+    raise doc.error(path, prefix + _describe(error))
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -144,7 +154,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         known = schema.get("properties", {})
         extra = sorted(set(instance) - set(known))
-        return f"unknown key {', '.join(map(repr, extra))}; allowed keys: {', '.join(sorted(known))}"
+        guess = difflib.get_close_matches(extra[0], list(known), n=1) if extra else []
+        hint = f" (did you mean '{guess[0]}'?)" if guess else ""
+        return f"unknown key {', '.join(map(repr, extra))}{hint}; allowed keys: {', '.join(sorted(known))}"
     if error.validator == "required":
         return str(error.message).replace("is a required property", "is required")
     if error.validator == "pattern":

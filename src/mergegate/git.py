@@ -101,7 +101,7 @@ class Repo:
         try:
             self._repo = gitpython.Repo(path, search_parent_directories=True)
         except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
-            raise GitError(f"{path} is not a git repository", hint="run inside a clone, or pass --repo DIR") from None
+            raise GitError(f"{path} is not a git repository", hint="run inside a clone of the gate repository, or point --repo at one") from None
         self.path = Path(self._repo.working_tree_dir or self._repo.git_dir)
         self.git_dir = Path(self._repo.git_dir)
         self._commit = lru_cache(maxsize=4096)(self._read_commit)
@@ -152,7 +152,7 @@ class Repo:
         if proc.returncode != 0:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
-                raise GitError(f"branch {branch} does not exist on {remote}", hint=f"run `mergegate init`, then `git push {remote} {branch}`")
+                raise GitError(f"branch {branch} does not exist on {remote}", hint=f"`git ls-remote --heads {remote}` lists the branches it has")
             raise GitError(f"git fetch {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
 
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:

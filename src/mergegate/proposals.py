@@ -68,10 +68,18 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     if fetch and branch.remote is not None and ref.startswith(f"{remote}/"):
         repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
     head = repo.rev(ref)
+    if head is None and branch.remote is not None and repo.rev(f"refs/remotes/{remote}/{ref}") is not None:
+        ref = f"{remote}/{ref}"  # only on the remote: check what was pushed
+        if fetch:
+            repo.fetch(remote, ref[len(remote) + 1 :])
+        head = repo.rev(ref)
     if head is None:
-        raise GitError(f"{ref} is not a branch or commit here", hint="fetch the proposal first, or name it as origin/BRANCH")
+        raise GitError(f"{ref} is not a branch or commit here", hint=f"fetch the proposal first (git fetch {remote}), or name it as {remote}/BRANCH")
     policy = _policy_in_force(repo, base_tip, trust)
-    fork = repo.merge_base(base_tip, head) or base_tip
+    fork = repo.merge_base(base_tip, head)
+    if fork is None:
+        start = f"{remote}/{base}" if branch.remote is not None else base
+        raise UsageError(f"{ref} shares no history with {base}", hint=f"start proposals from {start}: git switch -c NAME {start}")
     changes = repo.diff(fork, head)
     jobs = {c.path: c.new_blob for c in changes if is_job_path(c.path) and c.status != "D"}
     policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in changes if c.path.startswith(POLICY_DIR)}
@@ -92,8 +100,15 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
             results.append(FileCheck(c.path, c.new_blob, None, "invalid", "a proposal may not change audit/: merging it would be tampering", "", False))
         elif not is_job_path(c.path) and not c.path.startswith(POLICY_DIR):
             blob = c.new_blob if c.status != "D" else ZERO
-            results.append(FileCheck(c.path, blob, None, "content", "other file (a job may run or read it)", needs, False))
+            what = "other file (a job may run or read it)"
+            if blob != ZERO and c.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(blob)):
+                what += "; it looks like a job file, but jobs live under jobs/"
+            results.append(FileCheck(c.path, blob, None, "content", what, needs, False))
     return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy)
+
+
+def _looks_like_job(text: bytes) -> bool:
+    return b"\ncommand:" in b"\n" + text and b"\nid:" in b"\n" + text
 
 
 def _policy_in_force(repo: Repo, tip: str, trust: str | None) -> Policy:
@@ -135,6 +150,7 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
     if not report.files:
         raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
     repo = Repo(repo_path)
+    _can_sign(repo)
     _would_count(repo, report)
     has_remote = repo.has_remote(remote)
     head = report.head
@@ -168,6 +184,15 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
             raise GitError(f"{target} moved while approving", hint="run the command again")
         pushed = target
     return Approval(sha, "merge" if merge else "approval commit", pushed, report)
+
+
+def _can_sign(repo: Repo) -> None:
+    if (repo.config("gpg.format") or "openpgp") == "ssh" and repo.config("user.signingkey") is None:
+        raise UsageError("git is set to sign with ssh but has no signing key",
+                         hint="git config user.signingkey ~/.ssh/id_ed25519")
+    if repo.config("gpg.format") is None and repo.config("user.signingkey") is None:
+        raise UsageError("git has no signing key configured: approvals must be signed",
+                         hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
 
 
 def _would_count(repo: Repo, report: CheckReport) -> None:
@@ -209,7 +234,8 @@ def _signing_person(repo: Repo, policy: Policy) -> str | None:
         return None
     owner = next((k.owner for p in (*policy.approvers, *policy.proposers) for k in p.keys if k.fingerprint == fingerprint), None)
     if owner is None:
-        raise JobFailed(f"your signing key {fingerprint} is not a key in {policy.where}")
+        raise JobFailed(f"your signing key {fingerprint} is not a key in {policy.where}",
+                        hint="sign with the key the policy lists for you, or have it added by a policy change")
     return owner
 
 
@@ -229,6 +255,7 @@ class VetoResult:
 def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool) -> VetoResult:
     """Push a signed, empty commit on approved that vetoes one job revision (before it starts)."""
     repo = Repo(repo_path)
+    _can_sign(repo)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
     target = blob or repo.file_blob(tip, path)

@@ -390,3 +390,12 @@ def test_missing_bwrap_is_denied_not_run_unsandboxed(tmp_path: Path, monkeypatch
     with pytest.raises(Denied, match=r"^policy requires sandbox bwrap but bwrap is not installed$"):
         _run(tmp_path, ["touch", "ran"], sandbox="bwrap")
     assert not (_workspace(tmp_path) / "ran").exists()
+
+
+def test_runner_is_not_dumpable_while_jobs_run(tmp_path: Path) -> None:
+    """A same-user job cannot read the runner's environment (its secrets) from /proc/<pid>/environ."""
+    import ctypes
+
+    _run(tmp_path, ["true"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE

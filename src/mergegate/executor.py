@@ -25,7 +25,7 @@ from typing import Literal
 
 from mergegate.errors import Denied
 from mergegate.job import forbidden_env_name
-from mergegate.processes import Tracker, child_setup, make_cgroup
+from mergegate.processes import Tracker, child_setup, harden_runner, make_cgroup
 from mergegate.redaction import RedactedStream, Redactor
 
 Status = Literal["succeeded", "failed", "timed_out"]
@@ -288,6 +288,7 @@ def preflight(request: ExecRequest) -> str:
 
 def run(request: ExecRequest) -> ExecResult:
     """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
+    harden_runner()
     try:
         return _run(request)
     except Denied as exc:  # messages quote job input, which may hold a secret

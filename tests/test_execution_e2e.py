@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -217,3 +218,33 @@ def test_policy_keep_output_writes_next_to_the_runner(world: World) -> None:
     kept = Path(finished["stdout_file"])
     assert kept.is_relative_to(world.clone("runner") / ".git" / "mergegate" / "output")
     assert kept.read_text() == "kept\n"
+
+
+def test_export_applies_no_export_subst(world: World) -> None:
+    _gate(world)
+    files = {".gitattributes": "stamp.txt export-subst\n", "stamp.txt": "built from $Format:%s$\n",
+             "jobs/s.yaml": job_yaml("s", ["sh", "-c", "cat stamp.txt"])}
+    _run(world, files)
+    (finished,) = world.events("finished")
+    assert finished["stdout_tail"] == "built from $Format:%s$\n"
+
+
+def test_multi_line_secret_is_redacted_line_by_line(world: World) -> None:
+    _gate(world, env_allowlist=["PATH", "CERT"], secret_env=["CERT"])
+    secret = "line-one-SECRET\nline-two-SECRET"
+    job = _run(world, {"jobs/m.yaml": job_yaml("m", ["sh", "-c", "echo $CERT; echo \"$CERT\" | head -n 1"])}, env={"CERT": secret})
+    assert job["status"] == "succeeded"
+    (finished,) = world.events("finished")
+    assert "line-one-SECRET" not in finished["stdout_tail"] and "line-two-SECRET" not in finished["stdout_tail"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_sandbox_hides_run_and_the_runner_home(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [SH], sandbox="bwrap"))
+    home = Path(os.environ["HOME"])
+    (home / "secret-key").write_text("PRIVATE\n")
+    script = f"ls -A /run | wc -l; cat {home}/secret-key 2>/dev/null || echo hidden; head -c 400000000 /dev/zero > /tmp/big 2>/dev/null || echo capped"
+    job = _run(world, {"jobs/h.yaml": job_yaml("h", ["sh", "-c", script])})
+    assert job["status"] == "succeeded", job
+    (finished,) = world.events("finished")
+    assert finished["stdout_tail"].split() == ["0", "hidden", "capped"]

@@ -218,10 +218,10 @@ def test_denied_message_is_redacted(tmp_path: Path) -> None:
 
 def test_forbidden_env_names() -> None:
     for name in ("PATH", "LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "PYTHONPATH",
-                 "GIT_DIR", "SSH_AUTH_SOCK", "MERGEGATE_JOB_ID", "BASH_ENV"):
+                 "GIT_DIR", "SSH_AUTH_SOCK", "MERGEGATE_JOB_ID", "BASH_ENV", "HOME", "PYTHONUSERBASE"):
         assert forbidden_env_name(name), name
     assert forbidden_env_name("DEPLOY_TARGET", reserved=("DEPLOY_TARGET",))
-    for name in ("HOME", "LANG", "CI", "MY_PATH_SUFFIX"):
+    for name in ("LANG", "CI", "MY_PATH_SUFFIX"):
         assert not forbidden_env_name(name), name
     with pytest.raises(Denied, match="job env name 'LD_PRELOAD' is not allowed"):
         build_environment(runner_env={}, allowlist=(), job_env={"LD_PRELOAD": "/x.so"}, extra={})

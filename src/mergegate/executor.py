@@ -36,6 +36,7 @@ SANDBOX_HIDDEN: tuple[str, ...] = (
     "/root", "/home", "/run/user", "/var/tmp", "/run/docker.sock", "/var/run/docker.sock",
     "/run/containerd", "/run/podman", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
 )
+SANDBOX_SCRATCH_MB = 256  # size of the sandbox's /tmp and /dev/shm without max_file_size_mb
 _CHUNK = 256 * 1024
 _SCAN_INTERVAL = 0.1
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -172,14 +173,25 @@ def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]
 
 
 def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequest) -> list[str]:
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    hidden = sorted({os.path.realpath(p) for p in (*SANDBOX_HIDDEN, *map(str, request.hide_paths))})
-    for path in ["/tmp", *hidden]:
+    # Scratch space is memory: sized, so a job cannot fill the host's RAM through it.
+    scratch = str((request.limits.max_file_size_mb or SANDBOX_SCRATCH_MB) * 1024 * 1024)
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--size", scratch, "--tmpfs", "/tmp", "--size", scratch, "--tmpfs", "/dev/shm"]
+    # Without network, also no UNIX sockets: /run holds the host's daemons (dbus, systemd, ...).
+    extra = () if request.network else ("/run", "/var/run")
+    hidden = sorted({os.path.realpath(p) for p in (*SANDBOX_HIDDEN, *extra, *map(str, request.hide_paths))} - {"/"})
+    outer = [p for p in hidden if not any(_inside(p, q) and p != q for q in hidden if os.path.isdir(q))]
+    for path in ["/tmp", *outer]:
         if _inside(program, path) and not _inside(program, root):
             raise Denied(f"program {program} is under {path}, which the sandbox hides; "
                          "expected a system program or one inside the workspace")
-        if path != "/tmp" and os.path.exists(path):
-            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        if path == "/tmp" or not os.path.exists(path):
+            continue
+        if os.path.isdir(path):
+            argv += ["--size", "65536", "--tmpfs", path]
+            argv += [] if _inside(root, path) else ["--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
     argv += ["--bind", root, root, "--chdir", cwd, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     argv += [] if request.network else ["--unshare-net"]

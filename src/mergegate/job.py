@@ -18,6 +18,11 @@ FORBIDDEN_ENV: frozenset[str] = frozenset({
     "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "SSH_AUTH_SOCK", "BASH_ENV", "ENV",
     "IFS", "PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH",
     "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GPG_AGENT_INFO",
+    # Where allowed programs read their own configuration and code from: a job
+    # that sets these changes what an allowed program does (a ~/.gitconfig
+    # with core.pager, a .pth file in the user site, an OpenSSL engine).
+    "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "PERLLIB", "PYTHONUSERBASE", "PYTHONWARNINGS",
+    "PYTHONINSPECT", "OPENSSL_CONF", "LOCPATH", "CURL_HOME", "WGETRC",
 })
 FORBIDDEN_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "GIT_", "MERGEGATE_")
 

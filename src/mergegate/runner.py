@@ -10,10 +10,14 @@ rejected push is rebased onto the new tip and retried.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
+import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import uuid
@@ -28,12 +32,17 @@ from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe
 from mergegate.branch import Branch, open_branch, trust_root
 from mergegate.errors import Denied, GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
+from mergegate.job import is_job_path
 from mergegate.planning import Plan, plan
 from mergegate.policy import Policy
 from mergegate.signatures import PublicKey
 
 MAX_PUSH_ATTEMPTS = 10
-_NOT_EXPORTED = (":(exclude)audit", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
+
+
+def _not_exported(path: str) -> bool:
+    # The audit and the other jobs' definitions are not a job's business (its own file is written after).
+    return path.startswith(audit.AUDIT_DIR) or is_job_path(path)
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,8 @@ class Runner:
         assert job is not None
         run_id = uuid.uuid4().hex
         limits = _limits(policy, job.timeout_seconds)
-        with tempfile.TemporaryDirectory(prefix="mergegate-job-") as tmp:
+        tmp = tempfile.mkdtemp(prefix="mergegate-job-")
+        try:
             # 1. Everything that can refuse the job is checked before it is claimed.
             try:
                 request = self._request(decision, policy, limits, run_id, Path(tmp))
@@ -204,6 +214,8 @@ class Runner:
                 reason = f"denied before start: {exc.message}"
                 finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
                 return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
+        finally:
+            _remove_tree(Path(tmp))
         fields: dict[str, Any] = {
             "run_id": run_id, "status": result.status, "exit_code": result.exit_code, "signal": result.signal,
             "duration_ms": result.duration_ms, "reason": result.reason, "resolved_program": result.resolved_program,
@@ -225,7 +237,7 @@ class Runner:
         workspace.mkdir()
         # The audit and the other jobs' definitions are not the job's business, and
         # leaving them out keeps the export proportional to the code, not to history.
-        self.repo.export(decision.commit, workspace, exclude=_NOT_EXPORTED)
+        self.repo.export(decision.commit, workspace, skip=_not_exported)
         (workspace / job.path).parent.mkdir(parents=True, exist_ok=True)
         (workspace / job.path).write_bytes(self.repo.blob(job.blob))
         env = executor.build_environment(
@@ -240,11 +252,26 @@ class Runner:
             search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
             sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
             network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
-            hide_paths=(self.repo.path, self.repo.git_dir),
+            hide_paths=self._private_paths(output_dir),
         )
 
+    def _private_paths(self, output_dir: Path | None) -> tuple[Path, ...]:
+        """What a sandboxed job must not see: the runner's repository, home, keys and other jobs' logs."""
+        paths = [self.repo.path, self.repo.git_dir, self.repo.common_dir, Path(pwd.getpwuid(os.geteuid()).pw_dir), Path.home()]
+        if self.options.signing_key and os.path.exists(self.options.signing_key):
+            paths.append(Path(self.options.signing_key))
+        if os.environ.get("GNUPGHOME"):
+            paths.append(Path(os.environ["GNUPGHOME"]))
+        if output_dir is not None:
+            paths.append(output_dir)
+        return tuple(paths)
+
     def secrets(self, policy: Policy) -> tuple[str, ...]:
-        return tuple(os.environ[n] for n in policy.secret_env if os.environ.get(n))
+        """Secret values, and each line of a multi-line one (a shell may print them apart)."""
+        values = [os.environ[n] for n in policy.secret_env if os.environ.get(n)]
+        lines = [line.strip() for value in values if "\n" in value for line in value.splitlines() if len(line.strip()) >= 4]
+        joined = [" ".join(value.split()) for value in values if "\n" in value]
+        return tuple(dict.fromkeys([*values, *lines, *joined]))
 
     def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: tuple[str, str, str] | None = None) -> bool:
         """Commit drafts on the branch tip and push; rebase and retry when the tip moved."""
@@ -340,6 +367,16 @@ class Runner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a job's workspace, however deep it made it (shutil.rmtree recurses and
+    raises RecursionError on a few thousand levels, which would lose the job's result)."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True)
+    except OSError:  # no rm on PATH
+        with contextlib.suppress(RecursionError):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _read_tail(repo: Repo, tip: str) -> audit.Tail:

@@ -209,10 +209,6 @@ class Repo:
             found.update(dict.fromkeys(self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *batch).split()))
         return list(found)
 
-    def differs(self, a: str, b: str, *pathspecs: str) -> bool:
-        return any(self.run("diff-tree", "--quiet", a, b, "--", *batch, check=False).returncode != 0
-                   for batch in _batches(list(pathspecs)))
-
     def tree_blobs(self, commit: str) -> dict[str, str]:
         """path -> blob of every file at `commit`."""
         return {path: blob for _, blob, path in self.ls_tree(commit)}

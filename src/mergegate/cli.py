@@ -45,6 +45,11 @@ def _emit(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def _brief(text: str, limit: int = 140) -> str:
+    """One screen line for a list; the whole reason is in --json and the audit."""
+    return text if len(text) <= limit else text[: limit - 12].rstrip() + "… (--json)"
+
+
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -140,7 +145,7 @@ def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
         _emit({"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in report.jobs]})
         return 0
     for j in report.jobs:
-        click.echo(f"{j.state:<10} {j.job:<30} {j.path}{'  ' + j.reason if j.reason and j.state not in ('succeeded',) else ''}")
+        click.echo(f"{j.state:<10} {j.job:<30} {j.path}{'  ' + _brief(j.reason) if j.reason and j.state != 'succeeded' else ''}")
     if not report.jobs:
         click.echo("no jobs on approved")
     return 0

@@ -249,3 +249,27 @@ def test_approve_without_a_signing_key_says_how(world: World) -> None:
     assert result.code == 2
     assert result.err.startswith("error: git has no signing key configured")
     assert "hint: git config gpg.format ssh" in result.err
+
+
+def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sleep"}, ECHO_RULE]))
+    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sleep", "60"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--once", "--runner-name", "a"], cwd=world.clone("runner"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not world.events("started"):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # Runner b processes something new and writes its own `scanned` record.
+    world.propose("q", {"jobs/e.yaml": job_yaml("e", ["echo", "e"])}, who=world.alice)
+    world.signed_merge("q", world.bob)
+    assert world.mg("run", "--once", "--runner-name", "b", where="runner-b").code == 0
+    # Runner a comes back: its job is closed, not left `running` and not run again.
+    result = world.mg("run", "--once", "--json", "--runner-name", "a")
+    jobs = {j["job"]: j for j in result.json()["jobs"]}
+    assert jobs["s"]["status"] == "failed" and "at most once" in jobs["s"]["reason"]
+    states = {j["job"]: j["state"] for j in world.mg("status", "--json").json()["jobs"]}
+    assert states == {"s": "failed", "e": "succeeded"}
+    assert len([r for r in world.events("started") if r["job"] == "s"]) == 1

@@ -38,6 +38,7 @@ from mergegate.policy import Policy
 from mergegate.signatures import PublicKey
 
 MAX_PUSH_ATTEMPTS = 10
+ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
 
 
 def _not_exported(path: str) -> bool:
@@ -142,7 +143,7 @@ class Runner:
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []
         for record in work.orphans:
-            reason = "the runner stopped while this job ran; it is not run again (at most once)"
+            reason = ORPHANED
             pending.append({**audit.draft("finished", runner=self.options.runner_name, status="failed", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
             outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "failed", reason, record.get("run_id")))
         recorded = {r.get("commit") for r in work.handled_policy}
@@ -204,15 +205,19 @@ class Runner:
                 self_approved=decision.self_approved, limits=_limit_fields(limits), resolved_program=program,
                 **_votes(decision),
             )
-            # 2. At most once: the claim is pushed before the process exists.
+            # 2. At most once: the claim is pushed before the process exists. Until the
+            #    real result replaces it, the spool holds a "runner stopped" result, so
+            #    a runner that dies mid-job closes it on its next pass, whoever ran since.
             if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
                 return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
+            self._spool_put(self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=ORPHANED))
             # 3. Run, and keep what it said (bounded and redacted) for the finished record.
             try:
                 result = executor.run(request)
             except Denied as exc:
                 reason = f"denied before start: {exc.message}"
                 finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
+                self._spool_put(finished)
                 return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
         finally:
             _remove_tree(Path(tmp))
@@ -226,7 +231,7 @@ class Runner:
             if stream.file is not None:
                 fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
         finished = self._draft("finished", decision, **fields)
-        self._spool_add(finished)
+        self._spool_put(finished)
         return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
 
     def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
@@ -332,8 +337,9 @@ class Runner:
         temporary.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in drafts), "utf-8")
         os.replace(temporary, self._spool_path)  # never a half-written spool
 
-    def _spool_add(self, draft: dict[str, Any]) -> None:
-        self._spool_write([*self._spool_read(), draft])
+    def _spool_put(self, draft: dict[str, Any]) -> None:
+        """Keep `draft` (replacing any earlier one of the same run) until it is pushed."""
+        self._spool_write([*(d for d in self._spool_read() if d.get("run_id") != draft.get("run_id")), draft])
 
     def _spool_drop(self, run_ids: set[Any]) -> None:
         if run_ids and self._spool_path.exists():

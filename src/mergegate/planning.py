@@ -23,10 +23,10 @@ from mergegate.policy import POLICY_DIR, Policy, load_policy
 class Walk:
     """Judges first-parent commits in order, carrying what a walk must remember.
 
-    The policy in force changes only through an adopted policy change; files
-    that a commit which is not a signed approval changed stay "unapproved"
-    until a signed merge changes them again, and no job runs in a tree that
-    holds such a file (an unsigned push must not rewrite what a job executes).
+    The policy in force changes only through an adopted policy change; other
+    files changed without their quorum (by an unsigned push, or a merge whose
+    approvers wrote them) stay "unapproved" until a merge with that quorum
+    changes them again, and no job runs in a tree that holds such a file.
     """
 
     def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, tip: str) -> None:

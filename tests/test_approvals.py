@@ -622,6 +622,15 @@ def _script_gate(world: World) -> None:
                 files={"run.sh": "echo safe\n"})
 
 
+def _two_person_script_job(world: World) -> dict[str, object]:
+    """alice proposes a job that runs run.sh; carol approves it, bob merges; one pass."""
+    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    return job
+
+
 def test_one_approver_cannot_change_a_script_a_two_person_job_runs(world: World) -> None:
     _script_gate(world)
     # mallory (no key) rewrites the script; only bob signs the merge.
@@ -629,10 +638,7 @@ def test_one_approver_cannot_change_a_script_a_two_person_job_runs(world: World)
     world.signed_merge("s", world.bob)
     world.run_once()
     # A properly two-person-approved job that runs the script must not run.
-    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
-    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
-    world.signed_merge("p", world.bob)
-    (job,) = world.run_once().json()["jobs"]
+    job = _two_person_script_job(world)
     assert job["status"] == "rejected"
     assert "run.sh (changed by" in str(job["reason"])
     assert world.events("started") == []
@@ -644,10 +650,7 @@ def test_script_change_with_its_quorum_is_approved(world: World) -> None:
     world.approval_commit("s", [("run.sh", world.blob("s", "run.sh"))], who=world.carol, sign=world.carol.key)
     world.signed_merge("s", world.bob)
     world.run_once()
-    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
-    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
-    world.signed_merge("p", world.bob)
-    (job,) = world.run_once().json()["jobs"]
+    job = _two_person_script_job(world)
     assert job["status"] == "succeeded", job
     assert world.events("finished")[0]["stdout_tail"] == "better\n"
 
@@ -878,10 +881,7 @@ def test_tree_approval_covers_scripts_and_unnameable_files(world: World) -> None
     world.git("proposer", "push", "-q", "origin", "fix")
     world.signed_merge("fix", world.bob)
     world.run_once()
-    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
-    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
-    world.signed_merge("p", world.bob)
-    (job,) = world.run_once().json()["jobs"]
+    job = _two_person_script_job(world)
     assert job["status"] == "succeeded", job
     assert world.events("finished")[0]["stdout_tail"] == "fixed\n"
 
@@ -897,10 +897,7 @@ def test_stale_tree_approval_does_not_count_for_scripts(world: World) -> None:
     world.git("proposer", "push", "-q", "-f", "origin", "s")
     world.signed_merge("s", world.bob)
     world.run_once()
-    world.propose("p", {"jobs/r.yaml": job_yaml("r", ["sh", "run.sh"])}, who=world.alice)
-    world.approval_commit("p", [("jobs/r.yaml", world.blob("p", "jobs/r.yaml"))], who=world.carol, sign=world.carol.key)
-    world.signed_merge("p", world.bob)
-    (job,) = world.run_once().json()["jobs"]
+    job = _two_person_script_job(world)
     assert job["status"] == "rejected"
     assert "run.sh (changed by" in str(job["reason"])
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from perfdoc import write_section
+
 from mergegate import executor
 
 SECTION = "## Runner memory while a job prints 1 GiB"
@@ -119,19 +121,7 @@ def render(rows: list[dict[str, object]], size: int) -> list[str]:
 
 
 def write_docs(path: Path, generated: list[str]) -> None:
-    """Replace the generated part of our section (or add the section at the end), keeping notes."""
-    text = path.read_text() if path.exists() else "# Performance\n"
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
-    if start is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.rstrip("\n") + "\n\n" + "\n".join([SECTION, "", *generated, END_MARKER]) + "\n")
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    marker = next((i for i in range(start + 1, end) if lines[i].strip() == END_MARKER), None)
-    kept = lines[marker + 1:end] if marker is not None else ([""] if end < len(lines) else [])
-    new = [*lines[:start], SECTION, "", *generated, END_MARKER, *kept, *lines[end:]]
-    path.write_text("\n".join(new).rstrip("\n") + "\n")
+    write_section(path, SECTION, END_MARKER, generated)
 
 
 def main() -> None:

@@ -49,6 +49,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from perfdoc import write_section
+
 from mergegate import audit
 from mergegate.git import Repo
 
@@ -502,20 +504,7 @@ def interpretation(n: int, a: tuple[bool, str], b: tuple[bool, str]) -> str:
 
 
 def write_docs(path: Path, generated: list[str]) -> None:
-    """Replace the generated part of our section (or add the section at the end), keeping notes."""
-    text = path.read_text() if path.exists() else "# Performance\n"
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
-    if start is None:
-        body = text.rstrip("\n") + "\n\n" + "\n".join([SECTION, "", *generated, END_MARKER]) + "\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    marker = next((i for i in range(start + 1, end) if lines[i].strip() == END_MARKER), None)
-    kept = lines[marker + 1:end] if marker is not None else ([""] if end < len(lines) else [])
-    new = [*lines[:start], SECTION, "", *generated, END_MARKER, *kept, *lines[end:]]
-    path.write_text("\n".join(new).rstrip("\n") + "\n")
+    write_section(path, SECTION, END_MARKER, generated)
 
 
 def main(argv: list[str] | None = None) -> int:

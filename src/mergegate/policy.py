@@ -166,8 +166,7 @@ class Policy:
         return Requirement(source="other files: the highest job requirement", slots=(), total=highest)
 
     def policy_requirement(self) -> Requirement:
-        highest = max([self.default_requirement.total, *(r.requirement.total for r in self.approval_rules)])
-        total = max(self.policy_approvals_required, highest)
+        total = max(self.policy_approvals_required, self.content_requirement().total)
         return Requirement(source="policy_approvals_required", slots=(), total=total)
 
     def quorum(self, requirement: Requirement, approvers: Iterable[str]) -> Quorum:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -96,7 +96,6 @@ class Tail:
     last_file_bytes: int
     scanned: Record | None  # the last `scanned` record: where the previous pass stopped
     since_scanned: tuple[Record, ...]  # records after it (a pass that stopped midway)
-    files: tuple[str, ...] = field(default=())
 
 
 def log_files(repo: Repo, commit: str) -> list[tuple[str, str]]:
@@ -179,7 +178,6 @@ def read_tail(repo: Repo, commit: str) -> Tail:
         last_file_bytes=last_bytes,
         scanned=flat[scanned_index] if scanned_index is not None else None,
         since_scanned=tuple(flat[scanned_index + 1:] if scanned_index is not None else flat),
-        files=tuple(p for p, _ in files),
     )
 
 

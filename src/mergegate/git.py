@@ -111,9 +111,6 @@ class Repo:
         self.common_dir = Path(self._repo.common_dir)  # differs from git_dir in a linked worktree
         self._commit = lru_cache(maxsize=4096)(self._read_commit)
 
-    def close(self) -> None:
-        self._repo.close()
-
     # -- running git ------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
             worktree: bool = False) -> subprocess.CompletedProcess[bytes]:

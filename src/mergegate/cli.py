@@ -1,12 +1,12 @@
-"""Command line: parse, call one function, print, return an exit code.
+"""Command line: parse, call one `mergegate.commands.<name>.main`, map errors to exit codes.
 
-This is the only module that imports click. One handler turns every
-MergegateError into `error: <what> (<file>:<line>)` and a `hint:`.
+Each command's glue (calling the domain, printing) lives in its own module
+under `mergegate/commands/`; this module only declares the options. One
+handler turns every MergegateError into `error: <what> (<file>:<line>)` and a `hint:`.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -39,20 +39,6 @@ def _trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable format).")(f)
-
-
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
-
-
-def _brief(text: str, limit: int = 140) -> str:
-    """One screen line for a list; the whole reason is in --json and the audit."""
-    return text if len(text) <= limit else text[: limit - 12].rstrip() + "… (--json)"
-
-
-def _warn(warnings: tuple[str, ...] | list[str]) -> None:
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,35 +79,11 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
     Example:
       mergegate run --once --runner-name ci-1 --json
     """
-    from mergegate.runner import Options, PassResult, Runner
+    from mergegate.commands import run as command
 
-    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, runner_name=runner_name,
-                            trust_root=trust_root, signing_key=signing_key, output_dir=output_dir))
-
-    def show(result: PassResult) -> None:
-        _warn(result.warnings)
-        if as_json:
-            changes = [{"commit": c, "status": s, "reason": r} for c, s, r in result.policy_changes]
-            _emit({"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
-                   "exit_code": result.exit_code})
-            return
-        for commit, state, _ in result.policy_changes:
-            click.echo(f"policy    {state} ({commit[:7]})")
-        for o in result.outcomes:
-            click.echo(f"{o.status:<10} {o.job or o.path}  ({o.commit[:7]}){': ' + o.reason if o.reason and o.status != 'succeeded' else ''}")
-        if not result.outcomes and once:
-            click.echo("nothing to run")
-
-    if once:
-        result = runner.run_once()
-        show(result)
-        return result.exit_code
-
-    def retry(exc: MergegateError) -> None:
-        click.echo(f"error: {exc} (retrying in {interval:g}s)", err=True)
-
-    runner.run_forever(interval=interval, on_pass=show, on_error=retry)
-    return 0
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                        as_json=as_json, once=once, interval=interval, runner_name=runner_name,
+                        signing_key=signing_key, output_dir=output_dir)
 
 
 @cli.command()
@@ -137,18 +99,10 @@ def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
     Example:
       mergegate status --json
     """
-    from mergegate.status import status as get_status
+    from mergegate.commands import status as command
 
-    report = get_status(repo_path=repo, remote=remote, branch=branch, fetch=not no_fetch, trust=trust_root)
-    _warn(report.warnings)
-    if as_json:
-        _emit({"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in report.jobs]})
-        return 0
-    for j in report.jobs:
-        click.echo(f"{j.state:<10} {j.job:<30} {j.path}{'  ' + _brief(j.reason) if j.reason and j.state != 'succeeded' else ''}")
-    if not report.jobs:
-        click.echo("no jobs on approved")
-    return 0
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                        as_json=as_json)
 
 
 @cli.command()
@@ -170,20 +124,10 @@ def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_ro
     Example (a pull request check):
       mergegate check origin/add-backup-job --json
     """
-    from mergegate.proposals import check as run_check
+    from mergegate.commands import check as command
 
-    report = run_check(repo_path=repo, ref=ref, base=base, remote=remote, fetch=not no_fetch, trust=trust_root)
-    if as_json:
-        _emit({"ref": report.ref, "head": report.head, "base": report.base, "policy_commit": report.policy,
-               "files": [f.as_json() for f in report.files], "exit_code": report.exit_code})
-        return report.exit_code
-    for f in report.files:
-        click.echo(f"{f.state:<8} {f.path}: {f.reason}")
-        if f.approvals:
-            click.echo(f"         approvals: {f.approvals}")
-    if not report.files:
-        click.echo(f"{ref} changes no job or policy file relative to {base}")
-    return report.exit_code
+    return command.main(ref=ref, base=base, remote=remote, fetch=not no_fetch, repo=repo, trust_root=trust_root,
+                        as_json=as_json)
 
 
 @cli.command()
@@ -206,18 +150,10 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
       mergegate approve add-backup-job          # approval commit on the branch
       mergegate approve add-backup-job --merge  # signed merge into approved
     """
-    from mergegate.proposals import approve as run_approve
+    from mergegate.commands import approve as command
 
-    result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge,
-                         fetch=not no_fetch, trust=trust_root)
-    if as_json:
-        _emit({"commit": result.commit, "kind": result.kind, "pushed_to": result.pushed_to,
-               "files": [f.as_json() for f in result.report.files]})
-        return 0
-    for f in result.report.files:
-        click.echo(f"{f.state:<8} {f.path}: {f.reason}")
-    click.echo(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
-    return 0
+    return command.main(branch_name=branch_name, merge=merge, base=base, remote=remote, fetch=not no_fetch, repo=repo,
+                        trust_root=trust_root, as_json=as_json)
 
 
 @cli.command()
@@ -235,14 +171,10 @@ def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_f
     Example:
       mergegate veto jobs/deploy.yaml
     """
-    from mergegate.proposals import veto as run_veto
+    from mergegate.commands import veto as command
 
-    result = run_veto(repo_path=repo, path=path, blob=blob, remote=remote, branch=branch, fetch=not no_fetch)
-    if as_json:
-        _emit({"commit": result.commit, "path": result.path, "blob": result.blob, "pushed_to": result.pushed_to})
-        return 0
-    click.echo(f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to {result.pushed_to}")
-    return 0
+    return command.main(path=path, blob=blob, repo=repo, remote=remote, branch=branch, fetch=not no_fetch,
+                        as_json=as_json)
 
 
 @cli.command()
@@ -258,23 +190,10 @@ def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
     Example (an auditor on a fresh clone):
       mergegate verify --trust-root 1a2b3c4 --json
     """
-    from mergegate.verification import verify_history
+    from mergegate.commands import verify as command
 
-    report = verify_history(repo_path=repo, remote=remote, branch=branch, fetch=not no_fetch, trust=trust_root)
-    _warn(report.warnings)
-    if as_json:
-        _emit({"trust_root": report.trust_root, "tip": report.tip, "records": report.records,
-               "commits": [c.as_json() for c in report.commits], "violations": list(report.violations),
-               "ok": not report.violations})
-        return report.exit_code
-    for c in report.commits:
-        click.echo(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
-        for j in c.jobs:
-            click.echo(f"        {'approved' if j['approved'] else 'rejected'} {j['path']}: {j['reason']}")
-    for v in report.violations:
-        click.echo(f"violation: {v}", err=True)
-    click.echo(f"{'ok' if not report.violations else 'FAILED'}: {len(report.commits)} commits, {report.records} records")
-    return report.exit_code
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                        as_json=as_json)
 
 
 @cli.group()
@@ -297,20 +216,9 @@ def audit_verify(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: 
     Example:
       mergegate audit verify --json
     """
-    from mergegate.errors import IntegrityError
-    from mergegate.verification import verify_audit
+    from mergegate.commands import audit_verify as command
 
-    try:
-        report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=not no_fetch)
-    except IntegrityError as exc:
-        if as_json:
-            _emit({"ok": False, "error": exc.message, "file": exc.file, "line": exc.line})
-        raise
-    if as_json:
-        _emit({"ok": True, "records": report.records, "files": report.files, "tip": report.tip})
-    else:
-        click.echo(f"ok: {report.records} records in {report.files} file(s) verified at {report.tip[:12]}")
-    return 0
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, as_json=as_json)
 
 
 @cli.command()
@@ -331,16 +239,9 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
     Example:
       mergegate init --approver alice --key ~/.ssh/id_ed25519.pub
     """
-    from mergegate.scaffold import init as run_init
+    from mergegate.commands import init as command
 
-    result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch)
-    _warn(result.warnings)
-    for path in result.written:
-        click.echo(f"wrote {path}")
-    click.echo(f"created branch {result.branch} at {result.commit[:12]} (the trust root)")
-    click.echo(f"next: git push origin HEAD {result.branch}; then propose jobs (and policy changes, such as "
-               "command rules) on branches and approve them with signed merges (docs/getting-started.md)")
-    return 0
+    return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch)
 
 
 def main(argv: list[str] | None = None) -> int:

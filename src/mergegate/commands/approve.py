@@ -1,0 +1,22 @@
+"""`mergegate approve BRANCH`: sign an approval commit (or the merge) and push it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mergegate.commands import output
+from mergegate.proposals import approve as run_approve
+
+
+def main(*, branch_name: str, merge: bool, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None,
+         as_json: bool) -> int:
+    result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge,
+                         fetch=fetch, trust=trust_root)
+    if as_json:
+        output.emit({"commit": result.commit, "kind": result.kind, "pushed_to": result.pushed_to,
+                     "files": [f.as_json() for f in result.report.files]})
+        return 0
+    for f in result.report.files:
+        output.line(f"{f.state:<8} {f.path}: {f.reason}")
+    output.line(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
+    return 0

@@ -1,0 +1,23 @@
+"""`mergegate check REF`: judge a proposal before it is merged (a pull request check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mergegate.commands import output
+from mergegate.proposals import check as run_check
+
+
+def main(*, ref: str, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+    report = run_check(repo_path=repo, ref=ref, base=base, remote=remote, fetch=fetch, trust=trust_root)
+    if as_json:
+        output.emit({"ref": report.ref, "head": report.head, "base": report.base, "policy_commit": report.policy,
+                     "files": [f.as_json() for f in report.files], "exit_code": report.exit_code})
+        return report.exit_code
+    for f in report.files:
+        output.line(f"{f.state:<8} {f.path}: {f.reason}")
+        if f.approvals:
+            output.line(f"         approvals: {f.approvals}")
+    if not report.files:
+        output.line(f"{ref} changes no job or policy file relative to {base}")
+    return report.exit_code

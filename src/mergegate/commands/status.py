@@ -1,0 +1,22 @@
+"""`mergegate status`: every job on approved with its state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mergegate.commands import output
+from mergegate.status import status as get_status
+
+
+def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:
+    report = get_status(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
+    output.warn(report.warnings)
+    if as_json:
+        output.emit({"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in report.jobs]})
+        return 0
+    for j in report.jobs:
+        reason = "  " + output.brief(j.reason) if j.reason and j.state != "succeeded" else ""
+        output.line(f"{j.state:<10} {j.job:<30} {j.path}{reason}")
+    if not report.jobs:
+        output.line("no jobs on approved")
+    return 0

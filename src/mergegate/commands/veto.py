@@ -1,0 +1,17 @@
+"""`mergegate veto PATH`: push a signed veto of an approved job that has not started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mergegate.commands import output
+from mergegate.proposals import veto as run_veto
+
+
+def main(*, path: str, blob: str | None, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:
+    result = run_veto(repo_path=repo, path=path, blob=blob, remote=remote, branch=branch, fetch=fetch)
+    if as_json:
+        output.emit({"commit": result.commit, "path": result.path, "blob": result.blob, "pushed_to": result.pushed_to})
+        return 0
+    output.line(f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to {result.pushed_to}")
+    return 0

@@ -64,3 +64,12 @@ class IntegrityError(MergegateError):
 
 class Denied(JobFailed):
     """A job was refused before it started (policy, workspace or credential check)."""
+
+
+class NotYet(MergegateError):
+    """Evidence is missing for now (an API down, a rate limit, a lock held): never a yes.
+
+    The job waits and is judged again on the next pass; nothing runs.
+    """
+
+    exit_code = 1

@@ -1,0 +1,248 @@
+"""The one HTTP client: every request mergegate makes goes through `Client`.
+
+Built on httpx. What this module adds is what a gate needs from it:
+- every request has a timeout, and a body is read only up to a bound;
+- a rate limit (`403`/`429` with `retry-after` or `x-ratelimit-reset`) is waited
+  out only within a bound, else it is a "not yet" for this pass;
+- every failure is an `Unavailable` (a `NotYet`): missing evidence is never a yes;
+- the token goes in one header and nowhere else: not in errors, logs, `Response`
+  values or URLs, and it is sent only to the API's own origin (a `Link` header or
+  a redirect pointing elsewhere is refused, not followed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from mergegate import __version__
+from mergegate.errors import NotYet
+
+DEFAULT_TIMEOUT = 15.0  # seconds, per connect/read/write
+DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; a reviews page of 100 is well under 1 MiB
+DEFAULT_MAX_WAIT = 60.0  # seconds a pass may wait out one rate limit
+_RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one quick retry
+
+
+class Unavailable(NotYet):
+    """An HTTP answer that is not (yet) usable evidence."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.url = url
+        self.status = status
+
+
+class Unreachable(Unavailable):
+    """No answer: connection refused, DNS, TLS, or a timeout."""
+
+
+class BadStatus(Unavailable):
+    """An answer with a status other than 2xx (401, 404, 5xx...)."""
+
+
+class RateLimited(BadStatus):
+    """A rate limit whose reset is further away than this pass may wait."""
+
+    def __init__(self, message: str, *, url: str, status: int, reset_in: float | None) -> None:
+        super().__init__(message, url=url, status=status, hint="the next pass retries; a token with a higher limit helps")
+        self.reset_in = reset_in
+
+
+class Malformed(Unavailable):
+    """An answer whose body is not what the API documents (not JSON, wrong shape, too large)."""
+
+
+@dataclass(frozen=True)
+class Response:
+    """One answer, as evidence: what was asked, what came back, when, and its hash."""
+
+    url: str  # without query secrets: mergegate never puts a token in a URL
+    status: int
+    request_id: str  # x-github-request-id, "" when absent
+    at: str  # RFC 3339 UTC time the answer arrived
+    body: bytes
+    link: str = ""  # the Link header, for pagination
+    retry_after: float | None = None  # seconds, from retry-after
+    ratelimit_remaining: str | None = None
+    ratelimit_reset: float | None = None  # epoch seconds, from x-ratelimit-reset
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Malformed(f"GET {self.url}: the body is not JSON ({exc.__class__.__name__})", url=self.url, status=self.status) from None
+
+    def next_url(self) -> str | None:
+        """The `rel="next"` target of the Link header (RFC 8288), if any."""
+        for part in self.link.split(","):
+            target, _, params = part.strip().partition(";")
+            target = target.strip()
+            if not (target.startswith("<") and target.endswith(">")):
+                continue
+            rels = [p.strip() for p in params.split(";")]
+            if any(r.replace(" ", "") in ('rel="next"', "rel=next") for r in rels):
+                return target[1:-1]
+        return None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Client:
+    """A small JSON-over-HTTPS client for one API origin."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 max_body: int = DEFAULT_MAX_BODY, max_wait: float = DEFAULT_MAX_WAIT,
+                 sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = _now,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        if not base_url.startswith(("https://", "http://")):
+            raise Unreachable(f"API URL {base_url!r} is not an http(s) URL", url=base_url)
+        self.base_url = base_url.rstrip("/")
+        self._origin = _origin(self.base_url)
+        self.max_body = max_body
+        self.max_wait = max_wait
+        self._sleep = sleep
+        self._now = now
+        headers = {"accept": "application/vnd.github+json", "x-github-api-version": "2022-11-28",
+                   "user-agent": f"mergegate/{__version__}"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        # follow_redirects=False: a redirect is an answer we refuse, so the token never travels.
+        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout), follow_redirects=False,
+                                  transport=transport, trust_env=False)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def url(self, path: str) -> str:
+        """An absolute URL for an API path; absolute URLs must be on the API's origin."""
+        url = path if "://" in path else urljoin(self.base_url + "/", path.lstrip("/"))
+        if _origin(url) != self._origin:
+            raise Malformed(f"refusing to send a request to {_origin(url)}, which is not the API's origin {self._origin}", url=url)
+        return url
+
+    def get(self, path: str, *, params: Mapping[str, str | int] | None = None) -> Response:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, *, body: Any) -> Response:
+        return self.request("POST", path, body=body)
+
+    def request(self, method: str, path: str, *, params: Mapping[str, str | int] | None = None, body: Any = None) -> Response:
+        url = self.url(path)
+        if params:
+            url = str(httpx.URL(url).copy_merge_params(dict(params)))
+        waited = 0.0
+        retried = False
+        while True:
+            response = self._once(method, url, body)
+            if 200 <= response.status < 300:
+                return response
+            wait = self._rate_limit_wait(response)
+            if wait is not None:
+                if waited + wait > self.max_wait:
+                    raise RateLimited(f"{method} {url}: rate limited ({response.status}), resets in {wait:.0f}s, "
+                                      f"more than this pass waits ({self.max_wait:.0f}s)", url=url, status=response.status, reset_in=wait)
+                self._sleep(wait)
+                waited += wait
+                continue
+            if response.status in _RETRY_STATUSES and not retried:
+                retried = True
+                self._sleep(min(1.0, max(0.0, self.max_wait - waited)))
+                continue
+            raise BadStatus(f"{method} {url}: HTTP {response.status}{_message(response)}", url=url, status=response.status,
+                            hint="the next pass asks again" if response.status >= 500 else _status_hint(response.status))
+
+    def _once(self, method: str, url: str, body: Any) -> Response:
+        content = None if body is None else json.dumps(body).encode()
+        try:
+            with self._http.stream(method, url, content=content,
+                                   headers={"content-type": "application/json"} if content is not None else None) as raw:
+                data = bytearray()
+                for chunk in raw.iter_bytes():
+                    data += chunk
+                    if len(data) > self.max_body:
+                        raise Malformed(f"{method} {url}: the body is larger than {self.max_body} bytes", url=url, status=raw.status_code)
+                return _response(raw, url, bytes(data), self._now())
+        except httpx.TimeoutException:
+            raise Unreachable(f"{method} {url}: timed out", url=url, hint="the next pass asks again") from None
+        except httpx.TransportError as exc:
+            # The exception text names the host and the OS error, never a header.
+            raise Unreachable(f"{method} {url}: {exc.__class__.__name__}: {exc}", url=url, hint="the next pass asks again") from None
+
+    def _rate_limit_wait(self, response: Response) -> float | None:
+        """Seconds to wait before asking again, when the answer is a rate limit."""
+        if response.status not in (403, 429):
+            return None
+        if response.retry_after is not None:
+            return max(0.0, response.retry_after)
+        if response.ratelimit_remaining == "0" and response.ratelimit_reset is not None:
+            return max(0.0, response.ratelimit_reset - self._now().timestamp()) + 1.0
+        if response.status == 429:
+            return 60.0  # rate limited without saying until when: GitHub asks for at least a minute
+        return None  # a plain 403: permission, not a limit
+
+
+def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Response:
+    headers = raw.headers
+    retry_after: float | None = None
+    if "retry-after" in headers:
+        value = headers["retry-after"].strip()
+        try:
+            retry_after = float(value)
+        except ValueError:
+            try:
+                retry_after = (parsedate_to_datetime(value) - now).total_seconds()
+            except (TypeError, ValueError):
+                retry_after = None
+    reset: float | None = None
+    try:
+        reset = float(headers["x-ratelimit-reset"]) if "x-ratelimit-reset" in headers else None
+    except ValueError:
+        reset = None
+    return Response(url=url, status=raw.status_code, request_id=headers.get("x-github-request-id", ""),
+                    at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), body=body, link=headers.get("link", ""),
+                    retry_after=retry_after, ratelimit_remaining=headers.get("x-ratelimit-remaining"), ratelimit_reset=reset)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _message(response: Response) -> str:
+    """GitHub's own one-line `message`, bounded, when the body has one."""
+    try:
+        data = json.loads(response.body)
+    except (UnicodeDecodeError, ValueError):
+        return ""
+    message = data.get("message") if isinstance(data, dict) else None
+    return f": {message[:200]}" if isinstance(message, str) and message else ""
+
+
+def _status_hint(status: int) -> str:
+    if status == 401:
+        return "GITHUB_TOKEN (or GH_TOKEN) is missing, expired or wrong"
+    if status in (403, 404):
+        return "the token cannot read this repository (in Actions: permissions: pull-requests: read, contents: read)"
+    return "the next pass asks again"

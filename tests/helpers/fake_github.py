@@ -1,0 +1,323 @@
+"""A loopback GitHub REST API (127.0.0.1, ephemeral port) for tests, with faults.
+
+It serves the endpoints mergegate reads, with GitHub's documented field names and
+shapes (pull request, simple user, review, pull request commit, timeline event),
+and GitHub's pagination: `per_page`/`page` query parameters and a `Link` header
+with `rel="next"` / `rel="last"`. Tests describe pull requests with `PullRequest`
+and inject faults with `fail(...)`; every request is logged (path and headers) so
+a test can assert what was asked and that no token leaked anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+REPOSITORY = "acme/gate"
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(minutes: float) -> str:
+    return iso(datetime.now(UTC) - timedelta(minutes=minutes))
+
+
+def user(uid: int, login: str | None = None, *, kind: str = "User") -> dict[str, Any]:
+    """A `simple-user`, as GitHub returns it inside other objects."""
+    login = login or f"user{uid}"
+    return {"login": login, "id": uid, "node_id": f"U_{uid}", "type": kind, "site_admin": False,
+            "url": f"https://api.github.com/users/{login}", "html_url": f"https://github.com/{login}"}
+
+
+@dataclass
+class Review:
+    uid: int
+    state: str  # APPROVED, CHANGES_REQUESTED, COMMENTED, DISMISSED, PENDING
+    commit_id: str
+    submitted_at: str
+    kind: str = "User"
+    id: int = 0
+
+    def body(self, number: int) -> dict[str, Any]:
+        return {"id": self.id, "node_id": f"PRR_{self.id}", "user": user(self.uid, kind=self.kind),
+                "body": "", "state": self.state, "commit_id": self.commit_id, "submitted_at": self.submitted_at,
+                "html_url": f"https://github.com/{REPOSITORY}/pull/{number}#pullrequestreview-{self.id}",
+                "pull_request_url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{number}",
+                "author_association": "MEMBER",
+                "_links": {"html": {"href": ""}, "pull_request": {"href": ""}}}
+
+
+@dataclass
+class PrCommit:
+    sha: str
+    author_id: int | None  # None: GitHub could not map the git author to an account
+    committer_id: int | None
+    author_date: str = ""
+    message: str = "change"
+    tree: str = ""
+
+    def body(self) -> dict[str, Any]:
+        person = {"name": "someone", "email": "someone@example.com", "date": self.author_date or ago(60)}
+        return {"sha": self.sha, "node_id": f"C_{self.sha[:8]}",
+                "commit": {"author": person, "committer": person, "message": self.message,
+                           "tree": {"sha": self.tree or "0" * 40, "url": ""}, "comment_count": 0},
+                "author": user(self.author_id) if self.author_id is not None else None,
+                "committer": user(self.committer_id) if self.committer_id is not None else None,
+                "parents": [], "url": "", "html_url": ""}
+
+
+@dataclass
+class PullRequest:
+    number: int
+    author: int
+    head_sha: str
+    merge_commit_sha: str
+    base_ref: str = "approved"
+    base_repo: str = REPOSITORY
+    head_ref: str = "feature"
+    merged: bool = True
+    reviews: list[Review] = field(default_factory=list)
+    commits: list[PrCommit] = field(default_factory=list)
+    force_pushes: list[str] = field(default_factory=list)  # created_at of head_ref_force_pushed events
+    merged_at: str = ""
+    title: str = "Add a job"
+    body_text: str = ""
+
+    def simple(self) -> dict[str, Any]:
+        return {"url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{self.number}", "id": 1000 + self.number,
+                "number": self.number, "state": "closed" if self.merged else "open", "locked": False, "title": self.title,
+                "user": user(self.author), "body": self.body_text, "created_at": ago(120), "updated_at": ago(1),
+                "closed_at": self.merged_at or ago(1) if self.merged else None,
+                "merged_at": (self.merged_at or ago(1)) if self.merged else None,
+                "merge_commit_sha": self.merge_commit_sha, "draft": False,
+                "head": {"label": f"acme:{self.head_ref}", "ref": self.head_ref, "sha": self.head_sha,
+                         "user": user(self.author), "repo": {"id": 7, "full_name": REPOSITORY, "name": "gate"}},
+                "base": {"label": f"acme:{self.base_ref}", "ref": self.base_ref, "sha": "0" * 40,
+                         "user": user(1), "repo": {"id": 7, "full_name": self.base_repo, "name": self.base_repo.split("/")[-1]}},
+                "author_association": "MEMBER"}
+
+    def full(self) -> dict[str, Any]:
+        return {**self.simple(), "merged": self.merged, "mergeable": None, "merged_by": user(1) if self.merged else None,
+                "comments": 0, "review_comments": 0, "commits": len(self.commits), "additions": 1, "deletions": 0,
+                "changed_files": 1}
+
+    def timeline(self) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for commit in self.commits:
+            events.append({"event": "committed", "sha": commit.sha, "node_id": f"C_{commit.sha[:8]}",
+                           "author": {"name": "someone", "email": "someone@example.com", "date": commit.author_date or ago(60)},
+                           "committer": {"name": "someone", "email": "someone@example.com", "date": commit.author_date or ago(60)},
+                           "message": commit.message, "tree": {"sha": commit.tree or "0" * 40}, "parents": []})
+        for index, when in enumerate(self.force_pushes):
+            events.append({"id": 9000 + index, "node_id": f"HRFPE_{index}", "event": "head_ref_force_pushed",
+                           "actor": user(self.author), "commit_id": None, "commit_url": None, "created_at": when})
+        for review in self.reviews:
+            events.append({"id": review.id, "event": "reviewed", "user": user(review.uid, kind=review.kind),
+                           "state": review.state.lower(), "commit_id": review.commit_id, "submitted_at": review.submitted_at})
+        return events
+
+
+@dataclass
+class Fault:
+    """Answer the next `times` requests whose path contains `path` with this fault."""
+
+    path: str
+    kind: str  # "status", "rate", "timeout", "malformed", "bad-next", "empty", "truncated"
+    status: int = 500
+    times: int = 1
+    reset_in: float = 0.0  # seconds until x-ratelimit-reset / retry-after
+    header: str = "x-ratelimit-reset"  # or "retry-after"
+
+
+class FakeGitHub:
+    """State plus a server thread; use as a context manager or via the `fake_github` fixture."""
+
+    def __init__(self) -> None:
+        self.pulls: dict[int, PullRequest] = {}
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path+query, headers)
+        self.created: list[dict[str, Any]] = []  # POST /pulls bodies
+        self.hang_seconds = 3.0
+        self._lock = threading.Lock()
+        self._next_review = 1
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeGitHub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeGitHub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- describing the world -----------------------------------------------------
+    def add_pull(self, pr: PullRequest) -> PullRequest:
+        for review in pr.reviews:
+            self._number(review)
+        self.pulls[pr.number] = pr
+        return pr
+
+    def review(self, number: int, uid: int, state: str, commit_id: str, *, minutes_ago: float = 5.0, kind: str = "User") -> Review:
+        review = self._number(Review(uid, state, commit_id, ago(minutes_ago), kind))
+        self.pulls[number].reviews.append(review)
+        return review
+
+    def _number(self, review: Review) -> Review:
+        if not review.id:
+            review.id = self._next_review
+            self._next_review += 1
+        return review
+
+    def fail(self, path: str, kind: str = "status", **options: Any) -> Fault:
+        fault = Fault(path, kind, **options)
+        self.faults.append(fault)
+        return fault
+
+    def env(self, token: str = "ghs_test_token_0123456789abcdef") -> dict[str, str]:
+        return {"GITHUB_API_URL": self.url, "GITHUB_REPOSITORY": REPOSITORY, "GITHUB_TOKEN": token}
+
+    def paths(self) -> list[str]:
+        return [path for _, path, _ in self.requests]
+
+    # -- answering ----------------------------------------------------------------
+    def _fault_for(self, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.times > 0 and fault.path in path:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any, dict[str, str]]:
+        prefix = f"/repos/{REPOSITORY}/"
+        if not path.startswith(prefix):
+            return 404, {"message": "Not Found"}, {}
+        rest = path[len(prefix):].strip("/").split("/")
+        if method == "POST" and rest == ["pulls"]:
+            data = json.loads(body)
+            self.created.append(data)
+            number = max(self.pulls, default=0) + 1
+            pr = PullRequest(number=number, author=1, head_sha=data.get("head", ""), merge_commit_sha="", merged=False,
+                             head_ref=data.get("head", ""), base_ref=data.get("base", ""), title=data.get("title", ""),
+                             body_text=data.get("body", ""))
+            self.pulls[number] = pr
+            return 201, pr.full(), {}
+        if method == "GET" and len(rest) == 3 and rest[0] == "commits" and rest[2] == "pulls":
+            sha = rest[1]
+            found = [pr.simple() for pr in self.pulls.values() if sha in (pr.merge_commit_sha, pr.head_sha)
+                     or any(c.sha == sha for c in pr.commits)]
+            return self._page(path, query, found)
+        if method == "GET" and rest[0] == "pulls" and len(rest) >= 2 and rest[1].isdigit():
+            pr = self.pulls.get(int(rest[1]))
+            if pr is None:
+                return 404, {"message": "Not Found"}, {}
+            if len(rest) == 2:
+                return 200, pr.full(), {}
+            if rest[2:] == ["reviews"]:
+                return self._page(path, query, [r.body(pr.number) for r in pr.reviews])
+            if rest[2:] == ["commits"]:
+                return self._page(path, query, [c.body() for c in pr.commits])
+        if method == "GET" and rest[0] == "issues" and len(rest) == 3 and rest[2] == "timeline":
+            pr = self.pulls.get(int(rest[1])) if rest[1].isdigit() else None
+            if pr is None:
+                return 404, {"message": "Not Found"}, {}
+            return self._page(path, query, pr.timeline())
+        return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
+
+    def _page(self, path: str, query: dict[str, list[str]], items: list[Any]) -> tuple[int, Any, dict[str, str]]:
+        per_page = min(100, int(query.get("per_page", ["30"])[0]))
+        page = int(query.get("page", ["1"])[0])
+        last = max(1, -(-len(items) // per_page))
+        chunk = items[(page - 1) * per_page: page * per_page]
+        links = []
+        if page < last:
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"')
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={last}>; rel="last"')
+        if page > 1:
+            links.append(f'<{self.url}{path}?per_page={per_page}&page=1>; rel="first"')
+        return 200, chunk, ({"link": ", ".join(links)} if links else {})
+
+
+def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def _serve(self, method: str) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            fake.requests.append((method, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            fault = fake._fault_for(parts.path)
+            status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
+            raw = json.dumps(data).encode()
+            if fault is not None:
+                if fault.kind == "timeout":
+                    time.sleep(fake.hang_seconds)
+                elif fault.kind == "status":
+                    status, raw, headers = fault.status, b'{"message": "Server Error"}', {}
+                elif fault.kind == "rate":
+                    status = fault.status if fault.status in (403, 429) else 403
+                    raw = b'{"message": "API rate limit exceeded"}'
+                    if fault.header == "retry-after":
+                        headers = {"retry-after": str(int(fault.reset_in))}
+                    else:
+                        headers = {"x-ratelimit-remaining": "0", "x-ratelimit-limit": "5000",
+                                   "x-ratelimit-reset": str(int(time.time() + fault.reset_in))}
+                elif fault.kind == "malformed":
+                    raw = b'{"truncated": '
+                elif fault.kind == "empty":
+                    raw = b"[]"
+                elif fault.kind == "bad-next":
+                    # A next link that points back at this very page: pagination that never ends.
+                    headers = {"link": f'<{fake.url}{self.path}>; rel="next"'}
+                elif fault.kind == "foreign-next":
+                    headers = {"link": '<https://evil.example/steal?page=2>; rel="next"'}
+            self.send_response(status)
+            self.send_header("content-type", "application/json; charset=utf-8")
+            self.send_header("x-github-request-id", f"FAKE:{len(fake.requests):04d}")
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            try:
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    return Handler
+
+
+def serve() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as fake:
+        yield fake

@@ -17,7 +17,33 @@ import click
 from mergegate import __version__
 from mergegate.errors import MergegateError, UsageError
 
-_debug = False
+
+class _Flags:
+    """What the error handler must know about the parsed command line."""
+
+    debug = False
+    as_json = False
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        _Flags.debug = True
+
+
+def _set_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        _Flags.as_json = True
+    return value
+
+
+class _Group(click.Group):
+    """Every subcommand also accepts --debug, so it works after the command name too."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if not isinstance(cmd, click.Group):
+            cmd.params.append(click.Option(["--debug"], is_flag=True, expose_value=False, callback=_set_debug,
+                                           help="Show tracebacks."))
+        super().add_command(cmd, name)
 
 
 def _repo_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,13 +64,14 @@ def _trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable format).")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_set_json,
+                        help="Print one JSON object (stable format); errors too.")(f)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="mergegate")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
-def cli(debug: bool) -> None:
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="mergegate")
+@click.option("--debug", is_flag=True, callback=_set_debug, expose_value=False, help="Show tracebacks.")
+def cli() -> None:
     """mergegate: run a job only after a signed, policy-checked merge into `approved`.
 
     \b
@@ -58,8 +85,6 @@ def cli(debug: bool) -> None:
     Exit codes: 0 ok, 1 a job failed or was refused, 2 bad input, 3 integrity.
     Docs: docs/getting-started.md, docs/cli.md.
     """
-    global _debug
-    _debug = debug
 
 
 @cli.command()
@@ -196,7 +221,7 @@ def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
                         as_json=as_json)
 
 
-@cli.group()
+@cli.group(cls=_Group)
 def audit() -> None:
     """Inspect the audit log.
 
@@ -245,34 +270,48 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
 
 
 def main(argv: list[str] | None = None) -> int:
+    _Flags.debug = _Flags.as_json = False
     try:
         code = cli.main(args=argv, prog_name="mergegate", standalone_mode=False)
     except MergegateError as exc:
-        if _debug:
+        if _Flags.debug:
             raise
         from mergegate.redaction import redact_text
 
-        click.echo(f"error: {redact_text(str(exc))}", err=True)
-        if exc.hint:
-            click.echo(f"hint: {exc.hint}", err=True)
+        message, hint = redact_text(str(exc)), redact_text(exc.hint) if exc.hint else None
+        click.echo(f"error: {message}", err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+        _json_error(redact_text(exc.message), file=exc.file, line=exc.line, hint=hint)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
+        _json_error(exc.format_message(), hint="see --help")
         return UsageError.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one line for the person; the traceback is for --debug
-        if _debug:
+        if _Flags.debug:
             raise
+        hint = "run again with --debug for a traceback, and report it"
         click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-        click.echo("hint: run again with --debug for a traceback, and report it", err=True)
+        click.echo(f"hint: {hint}", err=True)
+        _json_error(f"unexpected {type(exc).__name__}: {exc}", hint=hint)
         return 1
     return int(code) if isinstance(code, int) else 0
+
+
+def _json_error(message: str, *, file: str | None = None, line: int | None = None, hint: str | None = None) -> None:
+    """With --json, the error is also one JSON object on stdout, so a script never parses stderr."""
+    if _Flags.as_json:
+        from mergegate.commands import output
+
+        output.emit({"error": message, "file": file, "line": line, "hint": hint, "ok": False})
 
 
 def entry() -> None:

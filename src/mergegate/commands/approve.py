@@ -17,6 +17,6 @@ def main(*, branch_name: str, merge: bool, base: str, remote: str, fetch: bool, 
                      "files": [f.as_json() for f in result.report.files]})
         return 0
     for f in result.report.files:
-        output.line(f"{f.state:<8} {f.path}: {f.reason}")
+        output.line(f"{output.state(f.state, 8)} {f.path}: {f.reason}")
     output.line(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
     return 0

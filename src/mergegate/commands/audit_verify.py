@@ -5,17 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.errors import IntegrityError
 from mergegate.verification import verify_audit
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:
-    try:
-        report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=fetch)
-    except IntegrityError as exc:
-        if as_json:
-            output.emit({"ok": False, "error": exc.message, "file": exc.file, "line": exc.line})
-        raise
+    # With --json an integrity error is printed by the one error handler as
+    # {"ok": false, "error", "file", "line", "hint"}.
+    report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=fetch)
     if as_json:
         output.emit({"ok": True, "records": report.records, "files": report.files, "tip": report.tip})
     else:

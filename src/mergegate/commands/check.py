@@ -15,7 +15,7 @@ def main(*, ref: str, base: str, remote: str, fetch: bool, repo: Path, trust_roo
                      "files": [f.as_json() for f in report.files], "exit_code": report.exit_code})
         return report.exit_code
     for f in report.files:
-        output.line(f"{f.state:<8} {f.path}: {f.reason}")
+        output.line(f"{output.state(f.state, 8)} {f.path}: {f.reason}")
         if f.approvals:
             output.line(f"         approvals: {f.approvals}")
     if not report.files:

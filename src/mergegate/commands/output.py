@@ -7,6 +7,8 @@ warnings and line shortening behave the same everywhere.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,3 +32,28 @@ def warn(warnings: Iterable[str]) -> None:
 def brief(text: str, limit: int = 140) -> str:
     """One screen line for a list; the whole reason is in --json and the audit."""
     return text if len(text) <= limit else text[: limit - 12].rstrip() + "… (--json)"
+
+
+_COLOURS = {
+    "succeeded": "green", "ok": "green", "allowed": "green", "adopted": "green", "approved": "green",
+    "failed": "red", "timed_out": "red", "rejected": "red", "denied": "red", "invalid": "red", "vetoed": "red",
+    "FAILED": "red", "violation": "red",
+    "queued": "yellow", "running": "yellow", "pending": "yellow", "would run": "yellow",
+}
+
+
+def use_colour(*, err: bool = False) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    stream = sys.stderr if err else sys.stdout
+    return stream.isatty()
+
+
+def state(text: str, width: int = 0) -> str:
+    """A state word padded to `width`, coloured by what it means when colour is on."""
+    padded = text.ljust(width)
+    colour = _COLOURS.get(text)
+    if colour is None or not use_colour():
+        return padded
+    return click.style(text, fg=colour) + padded[len(text):]

@@ -37,9 +37,9 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
                      "exit_code": result.exit_code})
         return
     for commit, state, _ in result.policy_changes:
-        output.line(f"policy    {state} ({commit[:7]})")
+        output.line(f"policy    {output.state(state)} ({commit[:7]})")
     for o in result.outcomes:
         reason = ": " + o.reason if o.reason and o.status != "succeeded" else ""
-        output.line(f"{o.status:<10} {o.job or o.path}  ({o.commit[:7]}){reason}")
+        output.line(f"{output.state(o.status, 10)} {o.job or o.path}  ({o.commit[:7]}){reason}")
     if not result.outcomes and once:
         output.line("nothing to run")

@@ -16,7 +16,7 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
         return 0
     for j in report.jobs:
         reason = "  " + output.brief(j.reason) if j.reason and j.state != "succeeded" else ""
-        output.line(f"{j.state:<10} {j.job:<30} {j.path}{reason}")
+        output.line(f"{output.state(j.state, 10)} {j.job:<30} {j.path}{reason}")
     if not report.jobs:
         output.line("no jobs on approved")
     return 0

@@ -22,5 +22,5 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
             output.line(f"        {'approved' if j['approved'] else 'rejected'} {j['path']}: {j['reason']}")
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
-    output.line(f"{'ok' if not report.violations else 'FAILED'}: {len(report.commits)} commits, {report.records} records")
+    output.line(f"{output.state('ok' if not report.violations else 'FAILED')}: {len(report.commits)} commits, {report.records} records")
     return report.exit_code

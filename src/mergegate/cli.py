@@ -269,6 +269,28 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
     return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch)
 
 
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--repo", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="Where the working tree is (default: the one holding the current directory).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
+@_json_option
+def lint(files: tuple[Path, ...], root: Path, quiet: bool, as_json: bool) -> int:
+    """Validate job and policy files offline: schema, ids, paths, credential shapes.
+
+    The same parsers the runner uses; whether the policy in force allows a
+    command is `mergegate check`'s question. Exit 0 if all are valid, 2 if not.
+    A pre-commit hook: id `mergegate-lint` in this repository's .pre-commit-hooks.yaml.
+
+    \b
+    Example:
+      mergegate lint jobs/backup.yaml policy/policy.yaml
+    """
+    from mergegate.commands import lint as command
+
+    return command.main(files=files, root=root, as_json=as_json, quiet=quiet)
+
+
 def main(argv: list[str] | None = None) -> int:
     _Flags.debug = _Flags.as_json = False
     try:

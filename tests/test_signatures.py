@@ -494,8 +494,8 @@ def test_missing_tools_raise(
     ssh_policy = _ssh_policy(ssh_keys["ed25519"])
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
 
-    with pytest.raises(MergegateError, match="ssh-keygen is not installed"):
-        verify_signature(*ssh_split, [ssh_policy], at=NOW)
+    # ssh signatures are checked in-process: no tool needed.
+    assert verify_signature(*ssh_split, [ssh_policy], at=NOW).ok
     with pytest.raises(MergegateError, match="gpg is not installed"):
         parse_public_key(gpg_keys["alice"].public_armored, owner="alice", source=SOURCE)
 

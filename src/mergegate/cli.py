@@ -115,19 +115,24 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
 @_branch_options
 @_trust_option
 @_json_option
-def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool) -> int:
+@click.option("--state", "states", multiple=True, metavar="STATE",
+              type=click.Choice(["queued", "running", "succeeded", "failed", "timed_out", "rejected", "vetoed", "not run"]),
+              help="Only jobs in this state (repeatable).")
+def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool,
+           states: tuple[str, ...]) -> int:
     """Show every job on approved with its state.
 
     States: queued, running, succeeded, failed, timed_out, rejected, vetoed, not run.
 
     \b
     Example:
+      mergegate status --state queued --state running
       mergegate status --json
     """
     from mergegate.commands import status as command
 
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
-                        as_json=as_json)
+                        as_json=as_json, states=states)
 
 
 @cli.command()
@@ -227,6 +232,7 @@ def audit() -> None:
 
     \b
     Example:
+      mergegate audit log --job backup
       mergegate audit verify
     """
 
@@ -244,6 +250,28 @@ def audit_verify(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: 
     from mergegate.commands import audit_verify as command
 
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, as_json=as_json)
+
+
+@audit.command("log")
+@_branch_options
+@click.option("--job", "job", default=None, metavar="ID", help="Only records of this job.")
+@click.option("--since", default=None, metavar="DATE", help="Only records at or after DATE (YYYY-MM-DD or ISO 8601, UTC).")
+@click.option("--event", "events", multiple=True, type=click.Choice(["started", "finished", "rejected", "vetoed", "scanned", "policy"]),
+              help="Only these events (repeatable).")
+@_json_option
+def audit_log(repo: Path, remote: str, branch: str, no_fetch: bool, job: str | None, since: str | None,
+              events: tuple[str, ...], as_json: bool) -> int:
+    """Print the records, oldest first, after checking the whole chain.
+
+    \b
+    Example:
+      mergegate audit log --job backup --since 2026-12-01
+      mergegate audit log --event finished --json
+    """
+    from mergegate.commands import audit_log as command
+
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, job=job, since=since,
+                        events=events, as_json=as_json)
 
 
 @cli.command()

@@ -8,13 +8,18 @@ from mergegate.commands import output
 from mergegate.status import status as get_status
 
 
-def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:
+def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
+         states: tuple[str, ...] = ()) -> int:
     report = get_status(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
     output.warn(report.warnings)
+    jobs = [j for j in report.jobs if not states or j.state in states]
     if as_json:
-        output.emit({"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in report.jobs]})
+        output.emit({"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in jobs]})
         return 0
-    for j in report.jobs:
+    if states and not jobs and report.jobs:
+        output.line(f"no job is {' or '.join(states)} ({len(report.jobs)} on approved)")
+        return 0
+    for j in jobs:
         reason = "  " + output.brief(j.reason) if j.reason and j.state != "succeeded" else ""
         output.line(f"{output.state(j.state, 10)} {j.job:<30} {j.path}{reason}")
     if not report.jobs:

@@ -9,6 +9,7 @@ runner never touches a person's working tree, index or checked-out branch.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
@@ -132,9 +133,34 @@ class Repo:
             check=False,
         )
         if check and proc.returncode != 0:
-            what = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            text = proc.stderr.decode("utf-8", "replace")
+            known = self._explain(text)
+            if known is not None:
+                raise GitError(known[0], hint=known[1])
+            what = text.strip().splitlines()
             raise GitError(f"git {args[0]} failed: {what[-1] if what else 'exit ' + str(proc.returncode)}")
         return proc
+
+    def _explain(self, stderr: str) -> tuple[str, str] | None:
+        """git's common signing failures as one line a person can act on, and a hint that leads somewhere."""
+        missing = re.search(r"Couldn't load public key (.+?): No such file or directory", stderr)
+        if missing and not os.path.basename(missing.group(1)).startswith(".git_signing_key_tmp"):
+            return (f"git could not sign: the signing key file {missing.group(1)} does not exist",
+                    "point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls ~/.ssh/*.pub lists yours)")
+        if missing:  # a key line git could not use
+            return ("git could not sign: user.signingkey holds a key line ssh-keygen cannot read",
+                    "git config user.signingkey ~/.ssh/id_ed25519.pub (a key file path is simplest)")
+        if "user.signingkey or gpg.ssh.defaultKeyCommand needs to be configured" in stderr:
+            return ("git could not sign: gpg.format is ssh but no signing key is set",
+                    "git config user.signingkey ~/.ssh/id_ed25519.pub")
+        if "gpg failed to sign the data" in stderr:
+            key = self.config("user.signingkey") or ""
+            if self.config("gpg.format") is None and (key.startswith(("ssh-", "/", "~", "key::")) or key.endswith(".pub")):
+                return (f"git could not sign: user.signingkey is an ssh key ({key[:40]}) but gpg.format is unset, so git ran gpg",
+                        "git config gpg.format ssh")
+            return ("git could not sign: gpg failed to sign the data",
+                    "check the key: gpg --list-secret-keys; for ssh signing: git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519.pub")
+        return None
 
     def out(self, *args: str) -> str:
         return self.run(*args).stdout.decode("utf-8", "replace").strip()
@@ -333,10 +359,11 @@ class Repo:
         parent: str,
         files: Mapping[str, bytes],
         message: str,
-        author: tuple[str, str],
+        author: tuple[str, str] | None,
         signing: Signing | None,
+        sign: bool = False,
     ) -> str:
-        """A commit on `parent` that sets `files`, built with a private index."""
+        """A commit on `parent` that sets `files`, built with a private index (author None: the person's own)."""
         with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             self.run("read-tree", parent, env=env)
@@ -346,7 +373,7 @@ class Repo:
                 lines.append(f"100644 {blob}\t{path}\n")
             self.run("update-index", "--index-info", input="".join(lines).encode(), env=env)
             tree = self.run("write-tree", env=env).stdout.decode().strip()
-        return self.commit_tree(tree=tree, parents=(parent,), message=message, author=author, signing=signing)
+        return self.commit_tree(tree=tree, parents=(parent,), message=message, author=author, signing=signing, sign=sign)
 
     def commit_tree(
         self,

@@ -1,0 +1,34 @@
+"""`mergegate propose ID -- ARGV...`: a job on a branch from approved, judged as `check` judges it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mergegate.commands import output
+from mergegate.proposer import Draft, parse_env, propose
+
+
+def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: int | None, cwd: str | None,
+         env: tuple[str, ...], branch: str | None, push: bool, open_pr: bool, base: str, remote: str, fetch: bool,
+         repo: Path, trust_root: str | None, as_json: bool) -> int:
+    draft = Draft(job=job, command=argv, description=description, timeout_seconds=timeout, cwd=cwd, env=parse_env(env))
+    result = propose(draft, repo_path=repo, base=base, remote=remote, branch=branch, push=push or open_pr,
+                     fetch=fetch, trust=trust_root)
+    if as_json:
+        output.emit(result.as_json())
+        return 0
+    for f in result.report.files:
+        output.line(f"{output.state(f.state, 8)} {f.path}: {f.reason}")
+        if f.approvals:
+            output.line(f"         approvals: {f.approvals}")
+    signed = "signed" if result.signed else "unsigned"
+    if result.created:
+        output.line(f"proposed {result.path} on branch {result.branch} ({result.commit[:12]}, {signed})")
+    else:
+        output.line(f"already proposed: {result.path} with this content is on branch {result.branch} ({result.commit[:12]})")
+    if result.pushed_to:
+        output.line(f"pushed to {result.pushed_to}")
+        output.line(f"next: an approver reviews it and runs `mergegate approve {result.pushed_to} --merge`")
+    else:
+        output.line(f"next: git push {remote} {result.branch} (or propose again with --push)")
+    return 0

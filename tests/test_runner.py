@@ -50,7 +50,8 @@ def test_unsigned_merge_is_rejected_and_never_runs(world: World) -> None:
     assert "unsigned" in job["reason"]
     assert world.events("started") == []
     (rejected,) = world.events("rejected")
-    assert rejected["job"] is None or rejected["path"] == "jobs/touch.yaml"
+    assert (rejected["job"], rejected["path"]) == ("touch", "jobs/touch.yaml")
+    assert "is not a valid approval: unsigned" in rejected["reason"]
 
 
 def test_merge_signed_by_unknown_key_is_rejected(world: World) -> None:

@@ -123,14 +123,25 @@ class Assessor:
                     raise IntegrityError(f"audit commit {short} is not signed by a runner in {policy.where}: {check.reason}")
             return Assessment(sha, "audit", policy, summary="audit records", audit_changes=tuple(audit))
         jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
+        modes = {c.path: c.new_mode for c in rest}
         content_blobs = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest
                          if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR)}
         content = tuple(content_blobs)
         policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest if c.path.startswith(POLICY_DIR)}
-        # 2. A veto is an empty, signed commit naming job revisions.
+        # 2. A commit git could read differently from us approves nothing: the header
+        #    must be git's own (tree, parents, author, committer, once each, in place).
+        malformed = commit.malformed or (commit.is_merge and self.repo.git_parents(sha) != commit.parents
+                                         and "git reads other parents than its header lists")
+        if malformed:
+            reason = f"commit {short} is malformed ({malformed}); it approves nothing"
+            return self._reject_all(commit, policy, jobs, policy_files, reason, content, modes)
+        # 3. A veto is an empty, signed commit naming job revisions.
         if not rest and commit.trailers(VETO_TRAILER):
             return self.veto(commit, policy)
-        # 3. Only a merge signed by an approver can approve, jobs or any other file.
+        if len(commit.parents) > 2:
+            reason = f"merge {short} has {len(commit.parents)} parents: octopus merges are not approvals"
+            return self._reject_all(commit, policy, jobs, policy_files, reason, content, modes)
+        # 4. Only a merge signed by an approver can approve, jobs or any other file.
         signed = self.signature(commit, policy.approver_keys()) if commit.is_merge else None
         if not jobs and not policy_files:
             owner = signed.key.owner if signed is not None and signed.ok and signed.key is not None else None
@@ -140,20 +151,21 @@ class Assessor:
             summary = f"changes no job or policy; merge signed by {owner}" + (f"; other files: {why}" if content else "")
             return Assessment(sha, "other", policy, summary=summary, content=content, content_approved=vouched)
         if signed is None:
-            return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved", content)
+            return self._reject_all(commit, policy, jobs, policy_files, f"commit {short} is not a merge: approvals are signed merges into approved", content, modes)
         if not signed.ok or signed.key is None:
-            return self._reject_all(commit, policy, jobs, policy_files, f"merge {short} is not a valid approval: {_in_policy(signed.reason, policy)}", content)
+            return self._reject_all(commit, policy, jobs, policy_files, f"merge {short} is not a valid approval: {_in_policy(signed.reason, policy)}", content, modes)
         votes = self.votes(policy, base=commit.parents[0], head=sha, files={**jobs, **policy_files}, signer=signed.key.owner, merge=commit)
-        # 4. A policy change needs the policy quorum of the policy before it.
+        # 5. A policy change needs the policy quorum of the policy before it.
         new_policy, adopted, policy_reason = policy, False, ""
         if policy_files:
             adopted, policy_reason, new_policy = self._policy_change(commit, policy, votes, policy_files)
             if not adopted:
                 reason = f"merge {short} changes {POLICY_DIR} without approval ({policy_reason}); nothing in it is approved"
-                result = self._reject_all(commit, policy, jobs, {}, reason, content)
+                result = self._reject_all(commit, policy, jobs, {}, reason, content, modes)
                 return Assessment(sha, "unapproved", policy, result.decisions, policy_changed=True, summary=reason, content=content)
         unique = check_unique_ids([p for _, _, p in self.repo.ls_tree(sha, "jobs/") if is_job_path(p)])
-        decisions = tuple(self._decide(commit, policy, path, blob, votes.get(path, ()), unique.get(path)) for path, blob in sorted(jobs.items()))
+        decisions = tuple(self._decide(commit, policy, path, blob, votes.get(path, ()), unique.get(path), modes.get(path, "100644"))
+                          for path, blob in sorted(jobs.items()))
         summary = f"approval by {signed.key.owner}"
         if policy_files:
             summary += f"; policy change {'adopted' if adopted else 'rejected'}: {policy_reason}"
@@ -286,11 +298,11 @@ class Assessor:
         return Vote(vote.person, vote.via, False, excluded[vote.person])
 
     # -- decisions ----------------------------------------------------------------
-    def _decide(self, commit: Commit, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> Decision:
-        try:
-            job = parse_job(self.repo.blob(blob), path=path, blob=blob)
-        except ConfigError as exc:
-            return Decision(path, blob, commit.sha, job=None, runnable=False, reason=f"invalid job file: {exc}", votes=votes)
+    def _decide(self, commit: Commit, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None,
+                mode: str = "100644") -> Decision:
+        job, invalid = read_job(self.repo, path, blob, mode)
+        if job is None:
+            return Decision(path, blob, commit.sha, job=None, runnable=False, reason=f"invalid job file: {invalid}", votes=votes)
         if not_unique:
             return Decision(path, blob, commit.sha, job=job, runnable=False, reason=not_unique, votes=votes)
         if policy.require_signed_proposals:
@@ -339,10 +351,15 @@ class Assessor:
         if drift:
             return False, (f"{', '.join(drift)} differ from the policy in force ({policy.where}) but this merge does not "
                            "change them, so nobody approved them"), policy
+        odd = [f"{p} ({_MODES.get(m, 'mode ' + m)})" for m, _, p in self.repo.ls_tree(commit.sha, POLICY_DIR) if m not in REGULAR]
+        if odd:
+            return False, f"the new policy is invalid: {', '.join(odd)} under {POLICY_DIR} is not a regular file", policy
         try:
             new = load_policy(lambda p: self.repo.read_file(commit.sha, p), commit=commit.sha)
         except ConfigError as exc:
             return False, f"the new policy is invalid: {exc}", policy
+        except Exception as exc:  # no content may stop later passes: any parser failure rejects the change
+            return False, f"the new policy is invalid: it cannot be read ({type(exc).__name__})", policy
         return True, quorum.reason, new
 
     def veto(self, commit: Commit, policy: Policy) -> Assessment:
@@ -356,9 +373,33 @@ class Assessor:
         return Assessment(commit.sha, "veto", policy, vetoes=tuple(vetoes), summary=f"veto by {check.key.owner}")
 
     def _reject_all(self, commit: Commit, policy: Policy, jobs: dict[str, str], policy_files: dict[str, str], reason: str,
-                    content: tuple[str, ...]) -> Assessment:
-        decisions = tuple(Decision(path, blob, commit.sha, None, False, reason) for path, blob in sorted(jobs.items()))
+                    content: tuple[str, ...], modes: dict[str, str] | None = None) -> Assessment:
+        modes = modes or {}
+        # The job's id, when the file is valid, names what was refused in the record.
+        decisions = tuple(Decision(path, blob, commit.sha, read_job(self.repo, path, blob, modes.get(path, "100644"))[0], False, reason)
+                          for path, blob in sorted(jobs.items()))
         return Assessment(commit.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason, content=content)
+
+
+REGULAR = ("100644", "100755")
+_MODES = {"120000": "a symlink", "160000": "a gitlink (submodule)"}
+
+
+def read_job(repo: Repo, path: str, blob: str, mode: str) -> tuple[Job | None, str]:
+    """The job at (path, mode, blob), or None and why it is not a valid job file.
+
+    Anything but a regular file at a job path, and any failure to parse (not
+    only the ones the parser reports), rejects this one file: no content of
+    any commit may make later passes fail.
+    """
+    if mode not in REGULAR:
+        return None, f"{path} is {_MODES.get(mode, 'mode ' + mode)}, not a regular file ({path})"
+    try:
+        return parse_job(repo.blob(blob), path=path, blob=blob), ""
+    except ConfigError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, f"it cannot be read ({type(exc).__name__}) ({path})"
 
 
 def describe_votes(votes: Iterable[Vote]) -> str:

@@ -24,6 +24,9 @@ from mergegate.errors import ConfigError
 Path_ = tuple[str | int, ...]
 
 MAX_YAML_BYTES = 1024 * 1024
+# Deeper documents are refused before they are composed: PyYAML's composer
+# recurses once per level, and a few thousand levels raise RecursionError.
+MAX_YAML_DEPTH = 64
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
@@ -63,6 +66,7 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=file) from None
     try:
+        _check_depth(text, file)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -76,6 +80,19 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
     lines: dict[Path_, int] = {}
     data = _convert(node, (), lines, file, set())
     return Document(file=file, data=data, lines=lines)
+
+
+def _check_depth(text: str, file: str) -> None:
+    """ConfigError when collections nest deeper than MAX_YAML_DEPTH (the parser itself does not recurse)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else None
+                raise ConfigError(f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=file, line=line)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, seen: set[int]) -> Any:

@@ -69,6 +69,7 @@ class Commit:
     committer_email: str
     message: str
     raw: bytes  # the whole commit object, for signature checks
+    malformed: str = ""  # why git could read this commit's header differently ("" when well-formed)
 
     @property
     def is_merge(self) -> bool:
@@ -87,6 +88,8 @@ class Change:
     path: str
     old_blob: str
     new_blob: str
+    old_mode: str = ""  # "100644", "100755", "120000" (symlink), "160000" (gitlink); "000000" when absent
+    new_mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -278,17 +281,12 @@ class Repo:
     def _read_commit(self, sha: str) -> Commit:
         raw = self._object(sha, "commit")
         header, _, body = raw.partition(b"\n\n")
-        parents, tree, author, committer = [], "", ("", ""), ("", "")
-        for line in header.split(b"\n"):
-            if line.startswith(b"tree "):
-                tree = line[5:].decode()
-            elif line.startswith(b"parent "):
-                parents.append(line[7:].decode())
-            elif line.startswith(b"author "):
-                author = _ident(line[7:])
-            elif line.startswith(b"committer "):
-                committer = _ident(line[10:])
-        return Commit(sha, tuple(parents), tree, *author, *committer, body.decode("utf-8", "replace"), raw)
+        tree, parents, author, committer, malformed = parse_commit_header(header)
+        return Commit(sha, parents, tree, *author, *committer, body.decode("utf-8", "replace"), raw, malformed=malformed)
+
+    def git_parents(self, sha: str) -> tuple[str, ...]:
+        """The parents as git itself reads them (to cross-check the parser on commits that approve)."""
+        return tuple(self.out("rev-list", "--no-walk", "--parents", "-n", "1", sha).split()[1:])
 
     def _object(self, sha: str, kind: str) -> bytes:
         try:
@@ -313,7 +311,7 @@ class Repo:
         changes = []
         for i in range(0, len(fields) - 1, 2):
             meta = fields[i].decode().lstrip(":").split()
-            changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3]))
+            changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1]))
         return changes
 
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -402,6 +400,56 @@ class Repo:
         if proc.returncode != 0:
             raise GitError(f"merging {theirs[:7]} into {ours[:7]} has conflicts", hint="rebase the proposal on approved first")
         return proc.stdout.decode().split()[0]
+
+
+_HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+# Headers git itself reads (and only at their one place): anywhere else they are
+# ambiguous, because git and a looser reader would disagree on what the commit says.
+_FIXED = (b"tree", b"parent", b"author", b"committer")
+_ONCE = (b"encoding", b"gpgsig", b"gpgsig-sha256")
+
+
+def parse_commit_header(header: bytes) -> tuple[str, tuple[str, ...], tuple[str, str], tuple[str, str], str]:
+    """(tree, parents, author, committer, malformed) as git's parse_commit_buffer() reads them.
+
+    git takes the tree from the first line and parents only from the lines right
+    after it; author and committer follow. A `parent` line anywhere else is
+    ignored by git but not by a looser reader, so any misplaced or repeated
+    header makes the commit malformed (`malformed` says why): it approves nothing.
+    """
+    lines = header.split(b"\n")
+    names = [line.split(b" ", 1)[0] for line in lines if not line.startswith(b" ")]
+    tree = lines[0][5:].decode("ascii", "replace") if lines[0].startswith(b"tree ") else ""
+    index, parents = 1, []
+    while index < len(lines) and lines[index].startswith(b"parent "):
+        parents.append(lines[index][7:].decode("ascii", "replace"))
+        index += 1
+    author = _ident(lines[index][7:]) if index < len(lines) and lines[index].startswith(b"author ") else ("", "")
+    committer = ("", "")
+    if index + 1 < len(lines) and lines[index + 1].startswith(b"committer "):
+        committer = _ident(lines[index + 1][10:])
+    return tree, tuple(parents), author, committer, _malformed(lines, names, index, len(tree))
+
+
+def _malformed(lines: list[bytes], names: list[bytes], index: int, id_length: int) -> str:
+    if not lines[0].startswith(b"tree ") or not _HEX.fullmatch(lines[0][5:]):
+        return "its first header is not `tree <id>`"
+    for number, line in enumerate(lines[1:index], start=2):
+        if not _HEX.fullmatch(line[7:]) or len(line) - 7 != id_length:
+            return f"header line {number} is not `parent <id>`"
+    if index >= len(lines) or not lines[index].startswith(b"author "):
+        return f"header line {index + 1} is not `author`, which git expects right after tree and parents"
+    if index + 1 >= len(lines) or not lines[index + 1].startswith(b"committer "):
+        return f"header line {index + 2} is not `committer`, which git expects right after author"
+    for name in _FIXED:
+        if names.count(name) != (index - 1 if name == b"parent" else 1):
+            return f"header `{name.decode()}` appears where git does not read it (misplaced or repeated)"
+    for name in _ONCE:
+        if names.count(name) > 1:
+            return f"header `{name.decode()}` appears more than once"
+    if index + 2 < len(lines) and lines[index + 2].startswith(b" "):
+        return "its committer header has a continuation line"
+    return ""
 
 
 def _ident(value: bytes) -> tuple[str, str]:

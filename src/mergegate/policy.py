@@ -223,6 +223,8 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         CommandRule(i, r["program"], tuple(r.get("args_prefix", ())), bool(r.get("network", False)), doc.line_of(("commands", i)))
         for i, r in enumerate(data.get("commands", []))
     )
+    policy_approvals = data.get("policy_approvals_required", max(1, min(DEFAULT_POLICY_APPROVALS, len(approvers))))
+    _meetable(doc, data, approvers, groups, (default, *(r.requirement for r in rules)), policy_approvals)
     allowlist = tuple(data.get("env_allowlist", DEFAULT_ENV_ALLOWLIST))
     for index, name in enumerate(data.get("secret_env", [])):
         if name not in allowlist:
@@ -235,7 +237,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         groups=tuple(sorted(groups.items())),
         default_requirement=default,
         approval_rules=rules,
-        policy_approvals_required=data.get("policy_approvals_required", DEFAULT_POLICY_APPROVALS),
+        policy_approvals_required=policy_approvals,
         allow_self_approval=data.get("allow_self_approval", False),
         require_signed_proposals=data.get("require_signed_proposals", False),
         commands=commands,
@@ -247,6 +249,34 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         sandbox=data.get("sandbox", "none"),
         keep_output=data.get("keep_output", False),
     )
+
+
+def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Person, ...], groups: dict[str, tuple[str, ...]],
+              requirements: tuple[Requirement, ...], policy_approvals: int) -> None:
+    """A requirement the listed people can never fill is a configuration error, not a gate
+    that can never approve (or never change) again."""
+    count = len(approvers)
+    people = f"the policy lists {count} approver{'s' if count != 1 else ''}"
+    if "policy_approvals_required" in data and policy_approvals > count:
+        raise doc.error(("policy_approvals_required",), f"field 'policy_approvals_required': {policy_approvals} approvals "
+                        f"can never be met: {people}, so the policy could never change again")
+    for requirement in requirements:
+        where: tuple[str | int, ...] = ("approvals_required",)
+        if requirement.source.startswith("approval_rules["):
+            where = ("approval_rules", int(requirement.source[len("approval_rules["):].split("]")[0]))
+        elif "approvals_required" not in data:
+            continue  # the default of 1 with no approvers: a deny-all policy, as written
+        field = ".".join(map(str, where))
+        if requirement.total > count:
+            raise doc.error(where, f"field '{field}': {requirement.total} approvals can never be met: {people}")
+        for group, needed in requirement.slots:
+            if needed > len(groups.get(group, ())):
+                raise doc.error(where, f"field '{field}': {needed} from group '{group}' can never be met: "
+                                f"the group has {len(groups.get(group, ()))} member(s)")
+        slots = [group for group, needed in requirement.slots for _ in range(needed)]
+        if not _assign(slots, [p.name for p in approvers], groups, set()):
+            raise doc.error(where, f"field '{field}': {requirement.describe()} can never be met: "
+                            f"the groups do not have {len(slots)} distinct people for it")
 
 
 def _unique_names(doc: config.Document, field: str, people: tuple[Person, ...]) -> None:

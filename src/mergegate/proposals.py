@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,7 @@ class CheckReport:
     files: tuple[FileCheck, ...]
     fork: str = ""
     policy_in_force: Policy | None = None
+    resolved: str = ""  # the full ref name (or commit id) REF was resolved as
 
     @property
     def exit_code(self) -> int:
@@ -67,14 +69,8 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     base_tip = branch.tip()
     if fetch and branch.remote is not None and ref.startswith(f"{remote}/"):
         repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
-    head = repo.rev(ref)
-    if head is None and branch.remote is not None and repo.rev(f"refs/remotes/{remote}/{ref}") is not None:
-        ref = f"{remote}/{ref}"  # only on the remote: check what was pushed
-        if fetch:
-            repo.fetch(remote, ref[len(remote) + 1 :])
-        head = repo.rev(ref)
-    if head is None:
-        raise GitError(f"{ref} is not a branch or commit here", hint=f"fetch the proposal first (git fetch {remote}), or name it as {remote}/BRANCH")
+    resolved, head = resolve_proposal(repo, ref, remote=remote if branch.remote is not None else None, fetch=fetch)
+    ref = resolved.removeprefix("refs/heads/").removeprefix("refs/remotes/")
     policy = _policy_in_force(repo, base_tip, trust)
     fork = repo.merge_base(base_tip, head)
     if fork is None:
@@ -104,7 +100,46 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
             if blob != ZERO and c.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(blob)):
                 what += "; it looks like a job file, but jobs live under jobs/"
             results.append(FileCheck(c.path, blob, None, "content", what, needs, False))
-    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy)
+    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy, resolved)
+
+
+def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -> tuple[str, str]:
+    """(full ref name or commit id, commit) of a proposal named as a branch, a remote-tracking
+    branch or a full commit id; never a tag.
+
+    rev-parse would prefer a tag `feature` (fetched along with everything else) to
+    the branch `feature` the approver reviewed, and sign that instead.
+    """
+    if ref == "HEAD":
+        current = repo.current_branch()
+        if current is None:
+            head = repo.rev("HEAD")
+            if head is None:
+                raise GitError("HEAD names no commit here", hint="name the proposal branch")
+            return head, head
+        ref = current
+    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", ref):
+        head = repo.rev(ref)
+        if head is None:
+            raise GitError(f"commit {ref} is not in this repository", hint="fetch the proposal first")
+        return ref, head
+    names = [ref] if ref.startswith(("refs/heads/", "refs/remotes/")) else [f"refs/heads/{ref}", f"refs/remotes/{ref}"]
+    found = {name: sha for name in names if (sha := repo.rev(name)) is not None}
+    if not found and remote is not None and not ref.startswith("refs/"):
+        name = f"refs/remotes/{remote}/{ref}"  # only on the remote: check what was pushed
+        if fetch and repo.rev(name) is not None:
+            repo.fetch(remote, ref)
+        sha = repo.rev(name)
+        found = {name: sha} if sha is not None else {}
+    if len(set(found.values())) > 1:
+        both = " and ".join(f"{name} ({sha[:12]})" for name, sha in found.items())
+        raise UsageError(f"{ref} is ambiguous: {both}", hint="name the one you reviewed in full, e.g. refs/heads/NAME")
+    if not found:
+        raise GitError(f"{ref} is not a branch or commit here: a proposal is a branch, a remote-tracking branch or a "
+                       "full commit id (never a tag)",
+                       hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH")
+    name, head = next(iter(found.items()))
+    return name, head
 
 
 def _looks_like_job(text: bytes) -> bool:
@@ -167,7 +202,7 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
                         if f.state != "content" and "\n" not in f.path and not f.path.startswith("\0"))
         message = f"mergegate: approve {len(report.files)} file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
         sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
-        target, old = _branch_name(branch_name, remote), head
+        target, old = _branch_name(report.resolved, remote), head
     if has_remote:
         if not repo.push(remote, sha, target):
             raise GitError(f"{remote}/{target} moved while approving", hint="run the command again")
@@ -239,9 +274,13 @@ def _signing_person(repo: Repo, policy: Policy) -> str | None:
     return owner
 
 
-def _branch_name(name: str, remote: str) -> str:
-    prefix = f"{remote}/"
-    return name[len(prefix):] if name.startswith(prefix) else name
+def _branch_name(ref: str, remote: str) -> str:
+    """The branch an approval commit goes on: the one the proposal was resolved as."""
+    for prefix in (f"refs/remotes/{remote}/", "refs/heads/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix):]
+    raise UsageError(f"{ref} is not a branch, so an approval commit has nowhere to go",
+                     hint="name the proposal branch, or approve with --merge")
 
 
 @dataclass(frozen=True)

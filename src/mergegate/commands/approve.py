@@ -18,5 +18,6 @@ def main(*, branch_name: str, merge: bool, base: str, remote: str, fetch: bool, 
         return 0
     for f in result.report.files:
         output.line(f"{output.state(f.state, 8)} {f.path}: {f.reason}")
-    output.line(f"signed {result.kind} {result.commit[:12]} pushed to {result.pushed_to}")
+    # Full ids: what was signed, and the proposal commit it approves, leave no room for a look-alike.
+    output.line(f"signed {result.kind} {result.commit} of {result.report.head} pushed to {result.pushed_to}")
     return 0

@@ -1,0 +1,210 @@
+"""Issue 8: every way a job ran without the approvals its policy demands, closed one by one.
+
+Each test builds the attack with real git, real keys and real signed merges,
+asserts the job did not run and that the reason names the rule, and fails on
+the code before the fix.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.helpers.keys import SshKey
+from tests.helpers.repos import ECHO_RULE, Person, World, job_yaml, policy_yaml
+
+JOB = {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}
+
+
+def _ident(person: Person) -> str:
+    return f"{person.name} <{person.email}> 1700000000 +0000"
+
+
+def raw_commit(world: World, where: str, headers: list[str], message: str, *, sign: SshKey | None) -> str:
+    """Write a commit object byte for byte (headers as given), signed over git's payload."""
+    cwd = world.clone(where)
+    payload = ("\n".join(headers) + "\n\n" + message).encode()
+    lines = list(headers)
+    if sign is not None:
+        signature = subprocess.run(["ssh-keygen", "-Y", "sign", "-q", "-f", str(sign.private), "-n", "git"],
+                                   input=payload, capture_output=True, check=True).stdout.decode()
+        lines.append("gpgsig " + "\n ".join(signature.strip().splitlines()))
+    data = ("\n".join(lines) + "\n\n" + message).encode()
+    proc = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--literally", "--stdin"], cwd=cwd, input=data,
+                          capture_output=True, check=True)
+    return proc.stdout.decode().strip()
+
+
+def _jobs(world: World, *args: str, where: str = "runner") -> dict[str, dict[str, object]]:
+    result = world.mg("run", "--once", "--json", *args, where=where)
+    assert result.code in (0, 1), result.err
+    return {str(j["path"]): j for j in result.json()["jobs"]}
+
+
+# -- bypass 4: the commit parser agrees with git -----------------------------------
+
+
+def test_parent_header_after_committer_makes_the_commit_malformed(world: World) -> None:
+    """git reads parents only right after `tree`; a later `parent` line must not make a merge."""
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], require_signed_proposals=True, proposers=[world.alice.approver_entry()]))
+    # An unsigned proposal (its author could be anyone): require_signed_proposals must refuse it.
+    proposal = world.propose("p", JOB, who=world.alice)
+    world.git("approver", "fetch", "-q", "origin")
+    tip = world.git("approver", "rev-parse", "origin/approved")
+    tree = world.git("approver", "merge-tree", "--write-tree", tip, proposal).split()[0]
+    # bob commits the job himself on approved, and names the proposal as a parent git never reads.
+    headers = [f"tree {tree}", f"parent {tip}", f"author {_ident(world.bob)}", f"committer {_ident(world.bob)}", f"parent {proposal}"]
+    sha = raw_commit(world, "approver", headers, "merge p\n", sign=world.bob.key)
+    assert world.git("approver", "rev-list", "--parents", "-n", "1", sha).split() == [sha, tip]
+    world.git("approver", "push", "-q", "origin", f"{sha}:refs/heads/approved")
+    job = _jobs(world)["jobs/j.yaml"]
+    assert job["status"] == "rejected"
+    assert f"commit {sha[:7]} is malformed" in str(job["reason"]) and "parent" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_repeated_author_header_makes_the_commit_malformed(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    proposal = world.propose("p", JOB, who=world.bob)
+    world.git("approver", "fetch", "-q", "origin")
+    tip = world.git("approver", "rev-parse", "origin/approved")
+    tree = world.git("approver", "merge-tree", "--write-tree", tip, proposal).split()[0]
+    # A second author line: a reader that takes the last one would see carol, git shows bob.
+    headers = [f"tree {tree}", f"parent {tip}", f"parent {proposal}", f"author {_ident(world.carol)}",
+               f"committer {_ident(world.carol)}", f"author {_ident(world.bob)}"]
+    sha = raw_commit(world, "approver", headers, "merge p\n", sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", f"{sha}:refs/heads/approved")
+    job = _jobs(world)["jobs/j.yaml"]
+    assert job["status"] == "rejected"
+    assert "malformed" in str(job["reason"]) and "author" in str(job["reason"])
+
+
+# -- bypass 10: octopus merges ---------------------------------------------------------
+
+
+def test_octopus_merge_approves_nothing(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
+    world.propose("q", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "merge", "-q", "-S", "--no-ff", "-m", "octopus", "origin/p", "origin/q", who=world.bob, sign=world.bob.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    jobs = _jobs(world)
+    assert set(jobs) == {"jobs/a.yaml", "jobs/b.yaml"}
+    for job in jobs.values():
+        assert job["status"] == "rejected"
+        assert "octopus merges are not approvals" in str(job["reason"])
+    assert world.events("started") == []
+
+
+# -- bypass 7: no content can stop later passes -----------------------------------------
+
+
+def test_deeply_nested_job_file_is_rejected_and_later_jobs_run(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    deep = "id: deep\ncommand: [echo]\ndescription: " + "[" * 5000 + "]" * 5000 + "\n"
+    world.propose("deep", {"jobs/deep.yaml": deep}, who=world.alice)
+    world.signed_merge("deep")
+    job = _jobs(world)["jobs/deep.yaml"]
+    assert job["status"] == "rejected"
+    assert "nests deeper than 64 levels" in str(job["reason"])
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p")
+    assert _jobs(world)["jobs/j.yaml"]["status"] == "succeeded"
+    assert world.mg("verify").code == 0
+
+
+def test_gitlink_at_a_job_path_is_rejected_and_later_jobs_run(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.git("proposer", "fetch", "-q", "origin")
+    world.git("proposer", "checkout", "-q", "-B", "sub", "origin/approved")
+    root = world.git("proposer", "rev-parse", "HEAD")
+    world.git("proposer", "update-index", "--add", "--cacheinfo", f"160000,{root},jobs/sub.yaml")
+    world.git("proposer", "commit", "-qm", "a submodule where a job goes", who=world.alice)
+    world.git("proposer", "push", "-q", "origin", "sub")
+    world.signed_merge("sub")
+    job = _jobs(world)["jobs/sub.yaml"]
+    assert job["status"] == "rejected"
+    assert "is a gitlink (submodule), not a regular file" in str(job["reason"])
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p")
+    assert _jobs(world)["jobs/j.yaml"]["status"] == "succeeded"
+
+
+# -- bypass 3: tags never shadow proposal branches ----------------------------------------
+
+
+def _signing_clone(world: World, name: str, person: Person) -> Path:
+    clone = world.clone(name)
+    for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
+                 ["user.signingkey", str(person.key.private)]):
+        world.git(clone, "config", *args)
+    return clone
+
+
+def test_tag_named_like_the_branch_is_not_what_approve_signs(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    reviewed = world.propose("feature", JOB, who=world.alice)
+    # mallory tags another proposal `origin/feature`; an ordinary fetch brings tags along.
+    evil = world.propose("other", {"jobs/j.yaml": job_yaml("j", ["echo", "EVIL"])}, who=world.mallory)
+    world.git("proposer", "tag", "origin/feature", evil)
+    world.git("proposer", "push", "-q", "origin", "refs/tags/origin/feature")
+    clone = _signing_clone(world, "bob-clone", world.bob)
+    world.git(clone, "fetch", "-q", "--tags", "origin")
+    assert world.git(clone, "rev-parse", "origin/feature") == evil  # what rev-parse order would sign
+    result = world.mg("approve", "origin/feature", "--merge", where="bob-clone")
+    assert result.code == 0, result.err
+    world.git("admin", "fetch", "-q", "origin")
+    merged = world.git("admin", "rev-parse", "origin/approved^2")
+    assert merged == reviewed
+    signed = world.git("admin", "rev-parse", "origin/approved")
+    assert f"signed merge {signed} of {reviewed}" in result.out
+
+
+def test_ambiguous_proposal_name_is_refused_naming_both(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    reviewed = world.propose("feature", JOB, who=world.alice)
+    clone = _signing_clone(world, "bob-clone", world.bob)
+    world.git(clone, "fetch", "-q", "origin")
+    other = world.git(clone, "rev-parse", "origin/approved")
+    world.git(clone, "update-ref", "refs/heads/origin/feature", other)
+    result = world.mg("check", "origin/feature", "--no-fetch", where="bob-clone")
+    assert result.code == 2
+    assert "origin/feature is ambiguous" in result.err
+    assert f"refs/heads/origin/feature ({other[:12]})" in result.err
+    assert f"refs/remotes/origin/feature ({reviewed[:12]})" in result.err
+
+
+# -- a quorum nobody can meet is a configuration error -----------------------------------
+
+
+def test_unmeetable_policy_quorum_is_a_configuration_error(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=3))
+    result = world.run_once()
+    assert result.code == 2
+    assert "'policy_approvals_required': 3 approvals can never be met: the policy lists 2 approvers" in result.err
+    assert "policy/policy.yaml:" in result.err
+
+
+def test_unmeetable_rule_count_is_a_configuration_error(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    rules = [{"name": "prod", "paths": ["jobs/prod/*"], "require": [{"group": "sre", "count": 2}]}]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], groups={"sre": ["bob"]}, approval_rules=rules))
+    result = world.run_once()
+    assert result.code == 2
+    assert "'approval_rules.0': 2 from group 'sre' can never be met: the group has 1 member(s)" in result.err
+
+
+def test_policy_change_to_an_unmeetable_quorum_is_rejected_with_the_reason(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
+    frozen = policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=5)
+    world.propose("pol", {"policy/policy.yaml": frozen}, who=world.alice)
+    world.signed_merge("pol")
+    result = world.run_once()
+    (change,) = result.json()["policy_changes"]
+    assert change["status"] == "rejected"
+    assert "5 approvals can never be met" in change["reason"]

@@ -135,9 +135,9 @@ def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -
         both = " and ".join(f"{name} ({sha[:12]})" for name, sha in found.items())
         raise UsageError(f"{ref} is ambiguous: {both}", hint="name the one you reviewed in full, e.g. refs/heads/NAME")
     if not found:
-        raise GitError(f"{ref} is not a branch or commit here: a proposal is a branch, a remote-tracking branch or a "
-                       "full commit id (never a tag)",
-                       hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH")
+        raise GitError(f"{ref} is not a branch or commit here",
+                       hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH; "
+                       "a proposal is a branch, a remote-tracking branch or a full commit id, never a tag")
     name, head = next(iter(found.items()))
     return name, head
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mergegate.errors import GitError, IntegrityError, UsageError
+from mergegate.errors import GitError, IntegrityError, StateError, UsageError
 from mergegate.git import Repo
 from mergegate.policy import POLICY_FILE
 
@@ -34,9 +34,30 @@ class Branch:
         return seen
 
     def remember(self, tip: str, seen: str | None) -> None:
-        # Remember what was seen, so that a later rewrite of it (which may also
-        # erase the audit that would have told) is noticed by this clone.
-        self.repo.update_ref(self.seen_ref, tip, seen)
+        """Remember what was seen, so that a later rewrite of it (which may also
+        erase the audit that would have told) is noticed by this clone.
+
+        This write is what rewrite detection rests on: when it fails (a lock in
+        the way, permissions, a full disk) the pass stops, naming the ref.
+        """
+        for _ in range(3):
+            if tip == seen:
+                return
+            try:
+                if self.repo.update_ref(self.seen_ref, tip, seen):
+                    return
+            except GitError as exc:
+                raise StateError(f"cannot record the tip this clone has seen in {self.seen_ref}: {exc.message}",
+                                 file=exc.file or str(self.repo.git_dir / self.seen_ref),
+                                 hint=exc.hint or "the runner detects a rewritten branch with it; fix the cause and run again") from None
+            # Another process (a `verify`, a `status`) moved it meanwhile: fine if along the same line.
+            now = self.repo.rev(self.seen_ref)
+            if now is not None and self.repo.is_ancestor(tip, now):
+                return
+            if now is not None and not self.repo.is_ancestor(now, tip):
+                self.check_not_rewritten(tip)
+            seen = now
+        raise StateError(f"{self.seen_ref} keeps changing while this pass runs", hint="one pass at a time per clone")
 
     def tip(self) -> str:
         sha = self.repo.rev(self.ref)

@@ -96,19 +96,33 @@ def cli() -> None:
 @click.option("--runner-name", default="runner", show_default=True, help="Name written into every record.")
 @click.option("--signing-key", default=None, help="Sign audit commits: ssh private key path or OpenPGP key id.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Keep full redacted output here.")
+@click.option("--shutdown-grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+              help="On SIGINT/SIGTERM, let the job in flight run this long before its process tree is killed.")
+@click.option("--lock-wait", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another pass in this clone to finish before refusing.")
+@click.option("--max-backoff", type=click.FloatRange(min=0.1), default=300.0, show_default=True, metavar="SECONDS",
+              help="Longest wait between polls while the remote is unreachable (the loop).")
 def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, once: bool,
-        interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None) -> int:
+        interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None, shutdown_grace: float,
+        lock_wait: float, max_backoff: float) -> int:
     """Run every newly approved job and push its audit records.
+
+    The first SIGINT or SIGTERM stops claiming; the job in flight gets
+    --shutdown-grace seconds, then is killed and recorded `interrupted`, and
+    the records are pushed before the runner exits. With --json, each pass
+    (and, in the loop, each outage and recovery) is one JSON object per line.
 
     \b
     Example:
       mergegate run --once --runner-name ci-1 --json
+      mergegate run --interval 30 --runner-name host-1   # the poll loop
     """
     from mergegate.commands import run as command
 
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
                         as_json=as_json, once=once, interval=interval, runner_name=runner_name,
-                        signing_key=signing_key, output_dir=output_dir)
+                        signing_key=signing_key, output_dir=output_dir, shutdown_grace=shutdown_grace,
+                        lock_wait=lock_wait, max_backoff=max_backoff)
 
 
 @cli.command()

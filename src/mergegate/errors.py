@@ -53,7 +53,27 @@ class ConfigError(UsageError):
 
 
 class GitError(UsageError):
-    """git could not do what was asked (missing ref, no repository)."""
+    """git could not do what was asked (missing ref, no repository).
+
+    `detail` keeps what git said in full (bounded), for logs and --json; the
+    message is the part that says why.
+    """
+
+    detail: str | None = None
+
+
+class StateError(MergegateError):
+    """A write the runner relies on for safety failed (a lock, permissions, a full disk).
+
+    The pass stops before it can do anything that would need that write; nothing
+    was decided, so the exit code is that of bad input or a git failure.
+    """
+
+    exit_code = 2
+
+
+class Busy(StateError):
+    """Not yet: another process holds what this one needs (the clone's pass lock)."""
 
 
 class IntegrityError(MergegateError):

@@ -18,17 +18,18 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from mergegate.errors import Denied
 from mergegate.job import forbidden_env_name
-from mergegate.processes import Tracker, child_setup, harden_runner, make_cgroup
+from mergegate.processes import Tracker, Watchdog, child_setup, harden_runner, make_cgroup
 from mergegate.redaction import RedactedStream, Redactor
+from mergegate.shutdown import KILL_AFTER, Shutdown
 
-Status = Literal["succeeded", "failed", "timed_out"]
+Status = Literal["succeeded", "failed", "timed_out", "interrupted"]
 
 # What the sandbox replaces with empty directories (or /dev/null): users' files,
 # agent and container-engine sockets, and secrets a root runner could read.
@@ -74,6 +75,8 @@ class ExecRequest:
     network: bool = False
     output_dir: Path | None = None  # keep the full redacted output here when set
     hide_paths: tuple[Path, ...] = ()  # also emptied in the sandbox, e.g. the runner's repository
+    shutdown: Shutdown | None = None  # the runner's stop request: grace, then kill and `interrupted`
+    on_start: Callable[[int], None] | None = None  # told the job's pid once it exists (for the spool)
 
 
 @dataclass(frozen=True)
@@ -200,17 +203,19 @@ def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequ
 
 
 def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limits: Limits,
-          tracker: Tracker) -> bool:
-    """Read both pipes until the job and everything it left behind are gone; True on timeout.
+          tracker: Tracker, shutdown: Shutdown | None = None) -> str | None:
+    """Read both pipes until the job and everything it left behind are gone.
 
-    EOF is not the end: a job may close its output and go on. Leftovers of a job
-    that exited get the same TERM, grace, KILL as a job that timed out.
+    Returns "timed_out", "interrupted" (the runner was stopped and the grace ran
+    out) or None. EOF is not the end: a job may close its output and go on.
+    Leftovers of a job that exited get the same TERM, grace, KILL as a job that
+    timed out.
     """
     sel = selectors.DefaultSelector()
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     now = time.monotonic()
-    deadline, phase, phase_end, next_scan, timed_out = now + limits.timeout_seconds, "run", 0.0, now, False
+    deadline, phase, phase_end, next_scan, ended = now + limits.timeout_seconds, "run", 0.0, now, None
     drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
     while True:
         now = time.monotonic()
@@ -219,13 +224,19 @@ def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limit
         if now >= next_scan:
             tracker.scan()
             next_scan = now + _SCAN_INTERVAL
-        if phase == "run" and (not tracker.main_running or now >= deadline):
-            timed_out = tracker.main_running
+        stopping = shutdown is not None and shutdown.kill_due(now)
+        if phase == "run" and (not tracker.main_running or now >= deadline or stopping):
+            if tracker.main_running:
+                ended = "interrupted" if stopping and now < deadline else "timed_out"
             if tracker.main_running or tracker.alive():
                 tracker.signal(signal.SIGTERM)
-                phase, phase_end = "term", now + limits.kill_grace_seconds
+                grace = KILL_AFTER if ended == "interrupted" else limits.kill_grace_seconds
+                phase, phase_end = "term", now + grace
             else:
                 phase, phase_end = "drain", now + drain
+        elif phase == "term" and stopping and shutdown is not None and shutdown.urgent.is_set():
+            tracker.signal(signal.SIGKILL)  # a second signal: no more waiting
+            phase = "kill"
         elif phase == "term" and (now >= phase_end or not (tracker.main_running or tracker.alive())):
             tracker.signal(signal.SIGKILL)
             phase = "kill"
@@ -234,7 +245,7 @@ def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limit
             phase, phase_end = "drain", now + drain
         if phase == "drain" and (not sel.get_map() or now >= phase_end):
             sel.close()
-            return timed_out
+            return ended
         if not sel.get_map():
             time.sleep(0.02)
         for key, _ in sel.select(0.02) if sel.get_map() else ():
@@ -332,10 +343,11 @@ def _run(request: ExecRequest) -> ExecResult:
                               out_dir and out_dir / f"{request.run_id}.{name}.log") for name in ("stdout", "stderr")]
     started = time.monotonic()
     try:
+        Watchdog.get().start()  # before the job exists: nothing runs that could outlive the runner
         proc = subprocess.Popen(  # an argv list, never a shell
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=cwd, env=dict(request.env), start_new_session=True, close_fds=True,
-            preexec_fn=functools.partial(child_setup, rlimits, cgroup),
+            preexec_fn=functools.partial(child_setup, rlimits, cgroup, os.getpid()),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         if cgroup is not None:
@@ -344,10 +356,12 @@ def _run(request: ExecRequest) -> ExecResult:
             stream.close()
         raise Denied(f"could not start {program}: {exc}") from None
     assert proc.stdout is not None and proc.stderr is not None
-    tracker = Tracker(proc.pid, cgroup, sandboxed)
+    tracker = Tracker(proc.pid, cgroup, sandboxed, run_id=request.run_id)
     sinks = {proc.stdout.fileno(): streams[0], proc.stderr.fileno(): streams[1]}
     try:
-        timed_out = _pump(proc, sinks, limits, tracker)
+        if request.on_start is not None:
+            request.on_start(proc.pid)
+        ended = _pump(proc, sinks, limits, tracker, request.shutdown)
     finally:
         if tracker.main_running:
             tracker.signal(signal.SIGKILL)
@@ -360,12 +374,15 @@ def _run(request: ExecRequest) -> ExecResult:
     rc = proc.returncode
     assert rc is not None
     reason = None
-    if timed_out:
-        reason = f"exceeded timeout_seconds={limits.timeout_seconds}"
+    status: Status = "succeeded" if rc == 0 else "failed"
+    if ended == "timed_out":
+        status, reason = "timed_out", f"exceeded timeout_seconds={limits.timeout_seconds}"
+    elif ended == "interrupted" and request.shutdown is not None:
+        status, reason = "interrupted", request.shutdown.describe()
     elif rc != 0:
         reason = _failure(rc, limits, tracker.cpu, err.tail + out.tail, sandboxed)
     return ExecResult(
-        status="timed_out" if timed_out else "succeeded" if rc == 0 else "failed",
+        status=status,
         exit_code=rc if rc >= 0 else None, signal=-rc if rc < 0 else None,
         duration_ms=int((time.monotonic() - started) * 1000), stdout=out, stderr=err,
         reason=reason and Redactor(request.secrets).redact_text(reason),

@@ -23,6 +23,12 @@ from mergegate.errors import GitError
 
 ZERO = "0" * 40
 _BATCH = 256  # pathspecs per git call: a merge may bring more files than one command line holds
+_LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+_DETAIL_BYTES = 4096
+# The runner's fetches and pushes create no lock they do not need: no commit-graph,
+# no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
+QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                "-c", "fetch.recurseSubmodules=false")
 
 
 def path_text(raw: bytes) -> str:
@@ -52,6 +58,36 @@ def path_display(path: str) -> str:
 
 def literal(path: str) -> str:
     return ":(literal)" + path_arg(path)
+
+
+def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
+    """A GitError that says why: a lock in the way named with a hint, else every fatal/error line.
+
+    git's last line alone is often advice ("and the repository exists.",
+    "remove the file manually to continue."); the whole text is kept as `detail`.
+    """
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    locked = _LOCKED.search(text)
+    if locked:
+        lock = locked[1]
+        error = GitError(f"{what} failed: a lock is in the way", file=lock,
+                         hint=f"another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'")
+    else:
+        said = [line for line in lines if line.startswith(("fatal:", "error:", "remote:", "!", "To "))]
+        said = [line for line in said if not line.startswith("To ")] or said
+        summary = "; ".join(dict.fromkeys(said)) or (lines[-1] if lines else str(fallback))
+        error = GitError(f"{what} failed: {summary}")
+    error.detail = text[-_DETAIL_BYTES:] or None
+    return error
+
+
+def _verb(args: tuple[str, ...]) -> str:
+    """The git command in `args`, past global options such as `-c k=v` and `--work-tree DIR`."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in ("-c", "-C", "--work-tree", "--git-dir") else 1
+    return args[i] if i < len(args) else args[0]
 
 
 def _batches(items: list[str]) -> list[list[str]]:
@@ -140,8 +176,7 @@ class Repo:
             known = self._explain(text)
             if known is not None:
                 raise GitError(known[0], hint=known[1])
-            what = text.strip().splitlines()
-            raise GitError(f"git {args[0]} failed: {what[-1] if what else 'exit ' + str(proc.returncode)}")
+            raise failure(f"git {_verb(args)}", text, f"exit {proc.returncode}")
         return proc
 
     def _explain(self, stderr: str) -> tuple[str, str] | None:
@@ -177,19 +212,29 @@ class Repo:
         return name in self.out("remote").split()
 
     def fetch(self, remote: str, branch: str) -> None:
-        # A commit-graph keeps ancestry checks back to the trust root cheap on long histories.
-        proc = self.run("-c", "fetch.writeCommitGraph=true", "fetch", "--quiet", "--no-tags", remote,
+        # No commit-graph write here (it would take commit-graph-chain.lock, which a
+        # killed fetch leaves behind); operators who want one run `git maintenance`.
+        proc = self.run(*QUIET_WRITES, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote,
                         f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
         if proc.returncode != 0:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
                 raise GitError(f"branch {branch} does not exist on {remote}", hint=f"`git ls-remote --heads {remote}` lists the branches it has")
-            raise GitError(f"git fetch {remote} failed: {text.strip().splitlines()[-1] if text.strip() else proc.returncode}")
+            raise failure(f"git fetch {remote}", text, proc.returncode)
 
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
-        """Move `ref` to `new` only if it still points at `old` (compare and swap)."""
+        """Move `ref` to `new` only if it still points at `old` (compare and swap).
+
+        False when it no longer points at `old`; any other failure (a lock in the
+        way, permissions, a full disk) raises, naming the file.
+        """
         proc = self.run("update-ref", ref, new, old or ZERO, check=False)
-        return proc.returncode == 0
+        if proc.returncode == 0:
+            return True
+        text = proc.stderr.decode("utf-8", "replace")
+        if _LOCKED.search(text) or not ("but expected" in text or "reference already exists" in text or "unable to resolve" in text):
+            raise failure(f"updating {ref}", text, proc.returncode)
+        return False
 
     def current_branch(self) -> str | None:
         proc = self.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
@@ -197,16 +242,14 @@ class Repo:
 
     def push(self, remote: str, sha: str, branch: str) -> bool:
         """Push without force; False when the remote moved (fetch, rebase, retry)."""
-        proc = self.run("push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
+        proc = self.run(*QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
         if proc.returncode == 0:
             self.run("update-ref", f"refs/remotes/{remote}/{branch}", sha)
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and "failed to update ref" in text):
             return False
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        said = [line for line in lines if line.startswith("remote:") or "[remote rejected]" in line or line.startswith("!")]
-        raise GitError(f"git push to {remote} failed: {'; '.join(said) or (lines[-1] if lines else proc.returncode)}")
+        raise failure(f"git push to {remote}", text, proc.returncode)
 
     def config(self, key: str) -> str | None:
         proc = self.run("config", "--get", key, check=False)

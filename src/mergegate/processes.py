@@ -3,17 +3,30 @@
 A job may fork, daemonise or setsid() away from its process group; the
 Tracker follows its descendants through /proc (and its cgroup, when there is
 one) so that a timeout or the end of the job leaves nothing behind.
+
+A job never outlives its runner: its main process gets a parent-death signal
+(SIGKILL), and everything the Tracker sees is reported to the runner's
+watchdog (watchdog.py), which kills it all when the runner dies, however it dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import signal
+import subprocess
+import sys
+import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
@@ -40,8 +53,23 @@ def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
     return None
 
 
-def child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None) -> None:
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # resolved before any fork: the child only calls it
+
+
+def child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None, parent: int) -> None:
     """Runs in the child between fork and exec, so it sticks to plain os calls."""
+    if _LIBC is not None:
+        # SIGKILL when the runner (the forking thread) dies; it survives exec.
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the runner died before prctl took effect
+            os._exit(127)
     if cgroup is not None:
         fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
         os.write(fd, b"0")
@@ -68,10 +96,15 @@ class Tracker:
     group with setsid() is reparented to init and no longer looks like ours.
     """
 
-    def __init__(self, pid: int, cgroup: Path | None, sandboxed: bool) -> None:
+    def __init__(self, pid: int, cgroup: Path | None, sandboxed: bool, *, run_id: str = "job") -> None:
         self.pid, self.cgroup, self.sandboxed = pid, cgroup, sandboxed
         self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
         self.main_running, self.cpu = True, 0.0
+        self.run_id = run_id
+        self.watchdog = Watchdog.get()
+        self.watchdog.tell(f"+ {run_id} g {pid}")
+        if cgroup is not None:
+            self.watchdog.tell(f"+ {run_id} c {cgroup}")
 
     def reap(self) -> int | None:
         pid, status, usage = os.wait4(self.pid, os.WNOHANG)
@@ -97,6 +130,7 @@ class Tracker:
             for child in [pid, *children.get(pid, ())]:
                 if child in table and child not in self.known and child != os.getpid():
                     self.known[child] = table[child][3]
+                    self.watchdog.tell(f"+ {self.run_id} p {child} {table[child][3]}")
                     stack.append(child)
         return table
 
@@ -119,12 +153,120 @@ class Tracker:
                     os.kill(pid, sig)  # -pid: the whole process group
 
     def cleanup(self) -> None:
-        for _ in range(50 if self.cgroup is not None else 0):
-            self.signal(signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.rmdir(f"{self.cgroup}")
+        try:
+            for _ in range(50 if self.cgroup is not None else 0):
+                self.signal(signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.rmdir(f"{self.cgroup}")
+                    return
+                time.sleep(0.02)
+        finally:
+            self.watchdog.tell(f"- {self.run_id}")
+
+
+class Watchdog:
+    """The runner's side of watchdog.py: one per runner process, started at the first job."""
+
+    _instance: Watchdog | None = None
+    _create = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = os.getpid()
+
+    @classmethod
+    def get(cls) -> Watchdog:
+        with cls._create:
+            if cls._instance is None or cls._instance._owner != os.getpid():
+                cls._instance = Watchdog()
+            return cls._instance
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        """Start the watchdog (idempotent); OSError when it cannot be started."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
                 return
-            time.sleep(0.02)
+            # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "mergegate.watchdog"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            )
+
+    def tell(self, line: str) -> None:
+        with self._lock:
+            if self._proc is None or self._proc.stdin is None:
+                return
+            with contextlib.suppress(OSError, ValueError):
+                self._proc.stdin.write(line.encode() + b"\n")
+                self._proc.stdin.flush()
+
+
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (with the pid, it names one process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rpartition(b")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """One process, told apart from a later one that reuses its pid (or a pid after a reboot)."""
+
+    pid: int
+    start: int
+    boot: str
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessId | None:
+        start = start_time(pid)
+        return None if start is None else cls(pid, start, boot_id())
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start": self.start, "boot": self.boot}
+
+    @classmethod
+    def from_json(cls, data: object) -> ProcessId | None:
+        if not isinstance(data, dict):
+            return None
+        pid, start, boot = data.get("pid"), data.get("start"), data.get("boot")
+        if isinstance(pid, int) and isinstance(start, int) and isinstance(boot, str):
+            return cls(pid, start, boot)
+        return None
+
+    def alive(self) -> bool:
+        """Whether this very process still runs (a zombie does not); False after a reboot."""
+        if self.boot != boot_id():
+            return False
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            return False
+        return int(fields[19]) == self.start and fields[0] not in (b"Z", b"X")
+
+    def group_alive(self) -> bool:
+        """Whether any process younger than this one is still in its process group (pgid = pid)."""
+        if self.boot != boot_id():
+            return False
+        return any(pgrp == self.pid and start >= self.start and state not in (b"Z", b"X")
+                   for _, pgrp, state, start in _proc_table().values())
 
 
 def harden_runner() -> None:
@@ -134,8 +276,6 @@ def harden_runner() -> None:
     Linux only; elsewhere, and against a root job, the sandbox is the protection.
     """
     with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 

@@ -11,31 +11,39 @@ rejected push is rebased onto the new tip and retried.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
-import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mergegate import audit, executor
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
+from mergegate.backoff import Backoff
 from mergegate.branch import Branch, open_branch, trust_root
-from mergegate.errors import Denied, GitError, IntegrityError, UsageError
+from mergegate.errors import (
+    Denied,
+    GitError,
+    IntegrityError,
+    MergegateError,
+    StateError,
+    UsageError,
+)
 from mergegate.git import Repo, Signing
 from mergegate.job import is_job_path
+from mergegate.lock import DEFAULT_WAIT, pass_lock
 from mergegate.planning import Plan, plan
 from mergegate.policy import Policy
+from mergegate.processes import ProcessId
+from mergegate.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.signatures import PublicKey
+from mergegate.spool import Entry, Spool
 
 MAX_PUSH_ATTEMPTS = 10
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
@@ -56,6 +64,8 @@ class Options:
     trust_root: str | None = None
     signing_key: str | None = None
     output_dir: Path | None = None
+    shutdown_grace: float = DEFAULT_GRACE
+    lock_wait: float = DEFAULT_WAIT
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class Outcome:
     job: str | None
     path: str
     commit: str
-    status: str  # succeeded, failed, timed_out, rejected, vetoed
+    status: str  # succeeded, failed, timed_out, interrupted, rejected, vetoed
     reason: str | None
     run_id: str | None = None
 
@@ -77,6 +87,7 @@ class PassResult:
     outcomes: tuple[Outcome, ...]
     warnings: tuple[str, ...] = ()
     policy_changes: tuple[tuple[str, str, str], ...] = ()  # (commit, adopted|rejected, why)
+    stopped_by: str | None = None  # the signal that stopped the pass, if one did
 
     @property
     def exit_code(self) -> int:
@@ -84,17 +95,29 @@ class PassResult:
 
 
 class Runner:
-    def __init__(self, options: Options, *, stop: threading.Event | None = None) -> None:
+    def __init__(self, options: Options, *, shutdown: Shutdown | None = None) -> None:
         self.options = options
         self.repo = Repo(options.repo)
-        self.stop = stop or threading.Event()
+        self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self._runner_keys: tuple[PublicKey, ...] = ()
+        self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
 
     def run_once(self) -> PassResult:
+        """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
+        with self.shutdown.handling(), pass_lock(self.repo.common_dir, runner_name=self.options.runner_name,
+                                                 wait=self.options.lock_wait):
+            return self._pass()
+
+    def _pass(self) -> PassResult:
+        self.spool.warnings.clear()
         branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
         tip = branch.tip()
         seen = branch.check_not_rewritten(tip)
+        # Before anything runs: a rewrite later must be seen against this tip, so a
+        # seen ref that cannot be written stops the pass here (StateError, naming it).
+        branch.remember(tip, seen)
+        seen = tip
         root, warnings = trust_root(self.repo, tip, self.options.trust_root)
         tail = _read_tail(self.repo, tip)
         work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
@@ -105,10 +128,15 @@ class Runner:
                 hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
             )
         outcomes: list[Outcome] = []
-        # Results a previous pass could not push come first; their jobs are not orphans.
-        spooled = self._spool_load(tip)
-        recovered = {d.get("run_id") for d in spooled}
+        # Results a previous pass could not push come first; their jobs are not orphans,
+        # and a job whose process may still run is not closed yet.
+        spooled, running = self._spool_load(tip)
+        recovered = {d.get("run_id") for d in spooled} | {e.run_id for e in running}
         work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
+        for entry in running:
+            where = f" as pid {entry.job.pid}" if entry.job else ""
+            warnings.append(f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
+                            f"that stopped; it is closed once its process is gone ({self.spool.path})")
         outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
         pending = [*spooled, *self._bookkeeping(work, outcomes)]
         runnable = []
@@ -124,7 +152,7 @@ class Runner:
             else:
                 runnable.append((decision, policy))
         for decision, policy in runnable:
-            if self.stop.is_set():
+            if self.shutdown.is_set():
                 break  # the next pass starts from the last scanned commit and finds these again
             outcome, pending = self._run_job(branch, decision, policy, pending)
             outcomes.append(outcome)
@@ -138,7 +166,8 @@ class Runner:
         # erase the audit that would have told) stops this runner.
         branch.remember(branch.tip(), seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
-        return PassResult(tip, tuple(outcomes), tuple(warnings), changes)
+        stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
+        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings]), changes, stopped)
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []
@@ -208,16 +237,30 @@ class Runner:
             # 2. At most once: the claim is pushed before the process exists. Until the
             #    real result replaces it, the spool holds a "runner stopped" result, so
             #    a runner that dies mid-job closes it on its next pass, whoever ran since.
+            #    It is written before the claim: a claim it could not account for is never made.
+            provisional = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=ORPHANED)
+            me = ProcessId.of(os.getpid())
+            self.spool.put(Entry(provisional, None, me))
             if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
+                self.spool.drop({run_id})
                 return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
-            self._spool_put(self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=ORPHANED))
+            if self.shutdown.is_set():  # stopped while claiming: the job is not started now, nor ever
+                reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
+                finished = self._draft("finished", decision, run_id=run_id, status="interrupted", exit_code=None, reason=reason)
+                self.spool.put(Entry(finished, None, me, done=True))
+                return Outcome(job.id, job.path, decision.commit, "interrupted", reason, run_id), [finished]
+
+            def on_start(pid: int) -> None:
+                self.spool.put(Entry(provisional, ProcessId.of(pid), me))
+
+            request = replace(request, shutdown=self.shutdown, on_start=on_start)
             # 3. Run, and keep what it said (bounded and redacted) for the finished record.
             try:
                 result = executor.run(request)
             except Denied as exc:
                 reason = f"denied before start: {exc.message}"
                 finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
-                self._spool_put(finished)
+                self.spool.put(Entry(finished, None, me, done=True))
                 return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
         finally:
             _remove_tree(Path(tmp))
@@ -231,7 +274,7 @@ class Runner:
             if stream.file is not None:
                 fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
         finished = self._draft("finished", decision, **fields)
-        self._spool_put(finished)
+        self.spool.put(Entry(finished, None, ProcessId.of(os.getpid()), done=True))
         return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
 
     def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
@@ -300,10 +343,10 @@ class Runner:
                 published = branch.publish(sha, tip)
             except GitError as exc:
                 if any(d["event"] == "finished" for d in drafts):
-                    exc.hint = f"the job's result is kept in {self._spool_path} and pushed by the next run"
+                    exc.hint = f"the job's result is kept in {self.spool.path} and pushed by the next run"
                 raise
             if published:
-                self._spool_drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
+                self.spool.drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
                 return True
             branch.refresh()
         raise GitError(f"could not push audit records to {branch.ref} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
@@ -318,61 +361,51 @@ class Runner:
                              hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
 
     # -- the spool: a job's result is kept on disk until it is pushed --------------
-    @property
-    def _spool_path(self) -> Path:
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.options.runner_name)
-        return self.repo.git_dir / "mergegate" / "spool" / f"{name}.jsonl"
+    def _spool_load(self, tip: str) -> tuple[list[dict[str, Any]], list[Entry]]:
+        """Finished records a previous pass could not push, and runs that may still be running.
 
-    def _spool_read(self) -> list[dict[str, Any]]:
-        if not self._spool_path.exists():
-            return []
-        return [json.loads(line) for line in self._spool_path.read_text("utf-8").splitlines() if line.strip()]
-
-    def _spool_write(self, drafts: list[dict[str, Any]]) -> None:
-        if not drafts:
-            self._spool_path.unlink(missing_ok=True)
-            return
-        self._spool_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._spool_path.with_suffix(".tmp")
-        temporary.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in drafts), "utf-8")
-        os.replace(temporary, self._spool_path)  # never a half-written spool
-
-    def _spool_put(self, draft: dict[str, Any]) -> None:
-        """Keep `draft` (replacing any earlier one of the same run) until it is pushed."""
-        self._spool_write([*(d for d in self._spool_read() if d.get("run_id") != draft.get("run_id")), draft])
-
-    def _spool_drop(self, run_ids: set[Any]) -> None:
-        if run_ids and self._spool_path.exists():
-            self._spool_write([d for d in self._spool_read() if d.get("run_id") not in run_ids])
-
-    def _spool_load(self, tip: str) -> list[dict[str, Any]]:
-        """Finished records a previous pass could not push, less any that did land after all."""
-        waiting = []
-        for draft in self._spool_read():
-            landed = any(r.event == "finished" and r.get("run_id") == draft.get("run_id") for r in audit.grep(self.repo, tip, str(draft.get("run_id"))))
-            if not landed:
-                waiting.append(draft)
-        self._spool_write(waiting)
-        return waiting
+        Entries that landed after all, and provisional ones whose claim never
+        landed (the runner stopped before or while pushing it), are dropped.
+        """
+        waiting: list[Entry] = []
+        running: list[Entry] = []
+        for entry in self.spool.read():
+            said = audit.grep(self.repo, tip, str(entry.run_id))
+            if any(r.event == "finished" and r.get("run_id") == entry.run_id for r in said):
+                continue
+            if not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said) and not entry.done:
+                continue  # never claimed: nothing to close
+            (waiting if entry.gone() else running).append(entry)
+        self.spool.write([*waiting, *running])
+        return [e.record for e in waiting], running
 
     def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None],
-                    on_error: Callable[[GitError], None]) -> None:
-        """Poll until SIGINT/SIGTERM; the job in flight is finished and recorded first.
+                    on_error: Callable[[MergegateError, float, int], None],
+                    on_recover: Callable[[int, float], None] | None = None, max_backoff: float = 300.0) -> None:
+        """Poll until SIGINT/SIGTERM; the job in flight gets its grace and is recorded first.
 
-        A git failure (the remote unreachable, a push refused) is reported and
-        retried at the next poll; integrity and configuration errors stop the loop.
+        A git failure (the remote unreachable, a push refused) or a local one (a
+        lock held) is retried with exponential backoff and jitter, capped at
+        `max_backoff` and reset by a pass that succeeds; `on_error(exc, delay,
+        failures)` and `on_recover(failures, seconds)` let the caller say so once
+        per change, not once per poll. Integrity and configuration errors stop the loop.
         """
-        previous = {sig: signal.signal(sig, lambda *_: self.stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            while not self.stop.is_set():
+        backoff = Backoff(base=interval, cap=max(interval, max_backoff))
+        with self.shutdown.handling():
+            while not self.shutdown.is_set():
                 try:
-                    on_pass(self.run_once())
-                except GitError as exc:
-                    on_error(exc)
-                self.stop.wait(interval)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                    result = self.run_once()
+                except (GitError, StateError) as exc:
+                    on_error(exc, backoff.failed(), backoff.failures)
+                    self.shutdown.wait(backoff.delay)
+                    continue
+                if backoff.failures and on_recover is not None:
+                    on_recover(backoff.failures, backoff.outage_seconds())
+                backoff.reset()
+                on_pass(result)
+                if result.stopped_by:
+                    return
+                self.shutdown.wait(interval)
 
 
 def _remove_tree(path: Path) -> None:

@@ -34,7 +34,23 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool) -> A
     tip = open_branch(repo, remote=remote, branch=branch, fetch=fetch).tip()
     records = audit.read_all(repo, tip)
     _append_only_history(repo, tip)
+    for problem in _finished_twice(records):
+        raise IntegrityError(problem)
     return AuditReport(tip, len(records), len(audit.log_files(repo, tip)))
+
+
+def _finished_twice(records: list[audit.Record]) -> list[str]:
+    """A run has one result: two `finished` records for one run id (two passes at once) contradict."""
+    first: dict[str, int] = {}
+    problems = []
+    for record in records:
+        run_id = record.get("run_id")
+        if record.event != "finished" or not isinstance(run_id, str):
+            continue
+        if run_id in first:
+            problems.append(f"seq {record.seq}: run {run_id} has 2 finished records (first at seq {first[run_id]})")
+        first.setdefault(run_id, record.seq)
+    return problems
 
 
 def _append_only_history(repo: Repo, tip: str) -> None:
@@ -148,4 +164,4 @@ def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], 
         if revision in started:
             problems.append(f"seq {record.seq}: {key[0]} at {key[1][:7]} started twice (first at seq {started[revision]})")
         started.setdefault(revision, record.seq)
-    return problems
+    return [*problems, *_finished_twice(records)]

@@ -20,6 +20,11 @@ def emit(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def emit_line(data: Any) -> None:
+    """One JSON object on one line (keys sorted): for streams of objects, such as the poll loop's."""
+    click.echo(json.dumps(data, sort_keys=True, ensure_ascii=False))
+
+
 def line(text: str = "", *, err: bool = False) -> None:
     click.echo(text, err=err)
 

@@ -5,27 +5,59 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.errors import MergegateError
+from mergegate.errors import GitError, MergegateError
 from mergegate.runner import Options, PassResult, Runner
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
-         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None) -> int:
+         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None,
+         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0) -> int:
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
-                            trust_root=trust_root, signing_key=signing_key, output_dir=output_dir))
+                            trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
+                            shutdown_grace=shutdown_grace, lock_wait=lock_wait))
 
     def show(result: PassResult) -> None:
         _show(result, as_json=as_json, once=once)
+        if result.stopped_by:
+            interrupted = sum(o.status == "interrupted" for o in result.outcomes)
+            output.line(f"stopped by {result.stopped_by}: no more jobs claimed, {interrupted} interrupted, "
+                        "records pushed", err=True)
 
     if once:
         result = runner.run_once()
         show(result)
         return result.exit_code
 
-    def retry(exc: MergegateError) -> None:
-        output.line(f"error: {exc} (retrying in {interval:g}s)", err=True)
+    outage: list[str] = []  # the cause of the outage in progress, if any
 
-    runner.run_forever(interval=interval, on_pass=show, on_error=retry)
+    def failed(exc: MergegateError, delay: float, failures: int) -> None:
+        # One line when the state changes (first failure, or a different cause), not one per poll.
+        cause = str(exc)
+        if outage and outage[0] == cause:
+            return
+        outage[:] = [cause]
+        detail = exc.detail if isinstance(exc, GitError) else None
+        if as_json:
+            output.emit_line({"event": "outage", "error": exc.message, "file": exc.file, "hint": exc.hint,
+                              "detail": detail, "failures": failures, "retry_in": round(delay, 3),
+                              "spool": str(runner.spool.path)})
+            return
+        output.line(f"error: {cause}", err=True)
+        if exc.hint:
+            output.line(f"hint: {exc.hint}", err=True)
+        if detail and detail.strip() not in cause:
+            output.line("git said: " + " | ".join(line.strip() for line in detail.strip().splitlines() if line.strip()), err=True)
+        output.line(f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s apart); "
+                    f"results not yet pushed are kept in {runner.spool.path}", err=True)
+
+    def recovered(failures: int, seconds: float) -> None:
+        outage.clear()
+        if as_json:
+            output.emit_line({"event": "recovered", "failures": failures, "seconds": round(seconds, 3)})
+        else:
+            output.line(f"recovered after {failures} failed poll(s) over {seconds:.0f}s", err=True)
+
+    runner.run_forever(interval=interval, on_pass=show, on_error=failed, on_recover=recovered, max_backoff=max_backoff)
     return 0
 
 
@@ -33,8 +65,10 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     output.warn(result.warnings)
     if as_json:
         changes = [{"commit": c, "status": s, "reason": r} for c, s, r in result.policy_changes]
-        output.emit({"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
-                     "exit_code": result.exit_code})
+        data = {"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
+                "exit_code": result.exit_code, "stopped_by": result.stopped_by}
+        # The loop prints a stream: one object per line, so a JSON-lines reader can follow it.
+        (output.emit if once else output.emit_line)(data if once else {"event": "pass", **data})
         return
     for commit, state, _ in result.policy_changes:
         output.line(f"policy    {output.state(state)} ({commit[:7]})")

@@ -1,0 +1,420 @@
+"""Runner reliability (issue 9): kills, signals, locks, torn state, outages. Real processes, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+
+RULES = [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}]
+
+
+def _gate(world: World, **extra: object) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], RULES, **extra))
+
+
+def _merge_jobs(world: World, branch: str, jobs: dict[str, list[str]]) -> str:
+    world.propose(branch, {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()}, who=world.alice)
+    return world.signed_merge(branch, world.bob)
+
+
+def _marker() -> str:
+    """A sleep duration no other process on the machine has: how the test finds the job's processes."""
+    return f"300.{uuid.uuid4().int % 10**9:09d}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _with(marker: str) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{entry}/cmdline").read_bytes().decode("utf-8", "replace") and _alive(int(entry)):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1]) == pid:
+                out.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _until(what: Callable[[], object], timeout: float = 30.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(step)
+
+
+def _start_runner(world: World, *args: str, where: str = "runner") -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "mergegate", "run", *args], cwd=world.clone(where), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=dict(os.environ))
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# -- defect 5: a job never outlives its runner -----------------------------------------------
+
+def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: World) -> None:
+    _gate(world)
+    marker = _marker()
+    # The job leaves a background child in its group and one in a session of its own.
+    _merge_jobs(world, "p", {"tree": ["sh", "-c", f"sleep {marker} & setsid sleep {marker} & sleep {marker}"]})
+    runner = _start_runner(world, "--once")
+    try:
+        _until(lambda: len(_with(marker)) == 4)  # sh and its three sleeps
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        killed = time.monotonic()
+        _until(lambda: not _with(marker), timeout=1.0, step=0.02)
+        assert time.monotonic() - killed < 1.0
+    finally:
+        _kill_all(_with(marker))
+    # The next pass in the same clone closes it, once, and never runs it again.
+    again = world.run_once()
+    assert again.code == 1, again.err
+    (job,) = again.json()["jobs"]
+    assert job["status"] == "failed" and "at most once" in job["reason"]
+    assert len(world.events("started")) == 1 and len(world.events("finished")) == 1
+
+
+def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> None:
+    """The runner and its watchdog die together (say, an OOM kill of both): a child of the job
+    survives in the job's process group. The next pass must not close the job while it runs."""
+    _gate(world)
+    marker = _marker()
+    _merge_jobs(world, "p", {"stay": ["sh", "-c", f"sleep {marker} & wait"]})
+    runner = _start_runner(world, "--once")
+    try:
+        _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
+        watchdogs = [p for p in _children(runner.pid) if b"mergegate.watchdog" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(watchdogs) == 1
+        os.kill(watchdogs[0], signal.SIGKILL)
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        _until(lambda: not _alive(watchdogs[0]))
+        assert len(_with(marker)) == 1  # the job's leader died (parent-death signal); its child did not
+        early = world.run_once()
+        assert early.code == 0, early.err
+        assert early.json()["jobs"] == []
+        assert "may still be running" in early.err
+        assert world.events("finished") == []
+        states = {j["job"]: j["state"] for j in world.mg("status", "--json").json()["jobs"]}
+        assert states == {"stay": "running"}
+    finally:
+        _kill_all(_with(marker))
+    _until(lambda: not _with(marker))
+    late = world.run_once()
+    (job,) = late.json()["jobs"]
+    assert job["status"] == "failed" and "at most once" in job["reason"]
+    assert len(world.events("started")) == 1 and len(world.events("finished")) == 1
+
+
+def test_spool_entry_is_gone_only_when_its_processes_are(tmp_path: Path) -> None:
+    from mergegate.processes import ProcessId
+    from mergegate.spool import Entry
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        job = ProcessId.of(child.pid)
+        assert job is not None
+        entry = Entry({"event": "finished", "run_id": "r1"}, job, None)
+        assert not entry.gone()
+        assert not Entry({"event": "finished", "run_id": "r1"}, None, ProcessId.of(os.getppid())).gone()  # its runner lives
+        assert Entry({"event": "finished", "run_id": "r1"}, ProcessId(job.pid, job.start, "another-boot"), None).gone()
+    finally:
+        child.kill()
+        child.wait()
+    assert entry.gone()
+
+
+# -- defect 4: signals ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_interrupted(world: World, sig: int) -> None:
+    _gate(world)
+    marker = _marker()
+    _merge_jobs(world, "p", {"a-long": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], "b-next": ["echo", "b"]})
+    runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "1")
+    try:
+        _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
+        os.kill(runner.pid, sig)
+        signalled = time.monotonic()
+        out, err = runner.communicate(timeout=15)
+        elapsed = time.monotonic() - signalled
+        assert not _with(marker)
+    finally:
+        _kill_all(_with(marker))
+    assert 1.0 <= elapsed < 5.0, (elapsed, err)
+    assert runner.returncode == 1, err
+    assert [(j["job"], j["status"]) for j in json.loads(out)["jobs"]] == [("a-long", "interrupted")]
+    lines = [line for line in err.splitlines() if line.startswith("stopped by")]
+    assert lines == [f"stopped by {signal.Signals(sig).name}: no more jobs claimed, 1 interrupted, records pushed"]
+    (finished,) = world.events("finished")
+    assert finished["status"] == "interrupted" and "--shutdown-grace=1s" in finished["reason"]
+    assert [r["job"] for r in world.events("started")] == ["a-long"]  # b-next was not claimed
+    # The next pass runs what was not claimed, and never the interrupted job again.
+    nxt = world.run_once()
+    assert [(j["job"], j["status"]) for j in nxt.json()["jobs"]] == [("b-next", "succeeded")]
+
+
+def test_a_job_that_ends_within_the_grace_keeps_its_real_result(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {"short": ["sh", "-c", "sleep 1.5; echo done"]})
+    runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "5")
+    _until(lambda: world.events("started"))
+    time.sleep(0.3)
+    os.kill(runner.pid, signal.SIGTERM)
+    _out, err = runner.communicate(timeout=15)
+    assert runner.returncode == 0, err
+    (finished,) = world.events("finished")
+    assert (finished["status"], finished["stdout_tail"]) == ("succeeded", "done\n")
+    assert "stopped by SIGTERM: no more jobs claimed, 0 interrupted, records pushed" in err
+
+
+def test_sigterm_stops_the_poll_loop_the_same_way(world: World) -> None:
+    _gate(world)
+    marker = _marker()
+    _merge_jobs(world, "p", {"long": ["sleep", marker]})
+    runner = _start_runner(world, "--interval", "0.2", "--json", "--shutdown-grace", "0.5")
+    try:
+        _until(lambda: len(_with(marker)) == 1)
+        os.kill(runner.pid, signal.SIGTERM)
+        out, err = runner.communicate(timeout=15)
+    finally:
+        _kill_all(_with(marker))
+    assert runner.returncode == 0, err
+    objects = [json.loads(line) for line in out.splitlines()]  # one JSON object per line
+    assert [o["event"] for o in objects] == ["pass"]
+    assert objects[0]["stopped_by"] == "SIGTERM" and objects[0]["jobs"][0]["status"] == "interrupted"
+    assert [r["status"] for r in world.events("finished")] == ["interrupted"]
+
+
+# -- defect 3: one pass at a time per clone ---------------------------------------------------
+
+def test_a_second_pass_in_the_same_clone_is_refused_naming_the_lock(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {"slow": ["sh", "-c", "sleep 2; exit 3"]})
+    first = _start_runner(world, "--once", "--json")
+    _until(lambda: world.events("started"))
+    second = world.mg("run", "--once", "--json", "--lock-wait", "0.2")
+    first.communicate(timeout=30)
+    assert second.code == 2
+    assert "another mergegate pass holds this clone's lock" in second.err
+    assert ".git/mergegate/run.lock" in second.err and "hint:" in second.err
+    finished = world.events("finished")
+    assert [(f["status"], f["exit_code"]) for f in finished] == [("failed", 3)]
+    # Waiting works too: a pass that starts while one runs waits for it and then has nothing to do.
+    assert world.run_once("--lock-wait", "10").json()["jobs"] == []
+
+
+def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    assert world.run_once().code == 0
+    # A second `finished` for the same run, appended through the runner's own code path,
+    # as two passes in one clone used to write it.
+    from mergegate import audit
+    from mergegate.git import Repo
+
+    clone = world.clone("runner")
+    repo = Repo(clone)
+    world.git("runner", "fetch", "-q", "origin")
+    tip = repo.rev("refs/remotes/origin/approved")
+    assert tip is not None
+    (finished,) = world.events("finished")
+    tail = audit.read_tail(repo, tip)
+    draft = audit.draft("finished", runner="runner", job="j", path=finished["path"], blob=finished["blob"],
+                        commit=finished["commit"], run_id=finished["run_id"], status="failed", exit_code=None, reason="again")
+    records = audit.seal([draft], after_seq=tail.last_seq, after_hash=tail.last_hash)
+    sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message="again\n",
+                            author=("runner", "runner@mergegate.invalid"), signing=None)
+    world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/approved")
+    verified = world.mg("verify")
+    assert verified.code == 3
+    assert f"run {finished['run_id']} has 2 finished records" in verified.err
+    audited = world.mg("audit", "verify")
+    assert audited.code == 3 and f"run {finished['run_id']} has 2 finished records" in audited.err
+
+
+# -- defect 1: safety writes fail loudly ------------------------------------------------------
+
+def test_a_seen_ref_that_cannot_be_written_stops_the_pass_before_anything_runs(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    lock = world.clone("runner") / ".git/refs/mergegate/seen/origin/approved.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    result = world.run_once()
+    assert result.code == 2
+    assert f"({lock})" in result.err and "refs/mergegate/seen/origin/approved" in result.err
+    assert f"hint: another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'" in result.err
+    assert world.events("started") == []
+    lock.unlink()
+    assert [j["status"] for j in world.run_once().json()["jobs"]] == ["succeeded"]
+
+
+def test_a_spool_that_cannot_be_written_claims_nothing(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    spool = world.clone("runner") / ".git/mergegate/spool/runner.jsonl"
+    (spool.parent / "runner.jsonl.tmp").mkdir(parents=True)  # where the atomic write would go
+    result = world.run_once()
+    assert result.code == 2
+    assert result.err.startswith(f"error: cannot write the spool: Is a directory ({spool})")
+    assert world.events("started") == []
+
+
+# -- defect 10: a torn spool line -------------------------------------------------------------
+
+def test_a_torn_spool_line_is_set_aside_with_a_warning_and_the_pass_goes_on(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    path = world.clone("runner") / ".git/mergegate/spool/runner.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"event": "finished", "run_id": "0123", "status": "fai')
+    result = world.run_once()
+    assert result.code == 0, result.err
+    assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
+    assert f"warning: spool {path}: line(s) 1 could not be read (a torn write?); moved to {path}.corrupt" in result.err
+    assert b'"status": "fai' in Path(f"{path}.corrupt").read_bytes()
+    assert not path.exists()
+    assert world.run_once().code == 0
+
+
+def test_spool_survives_any_bytes(tmp_path: Path) -> None:
+    from mergegate.spool import Entry, Spool
+
+    spool = Spool(tmp_path / "s.jsonl")
+    good = Entry({"event": "finished", "run_id": "ok"}, None, None, done=True)
+    spool.write([good])
+    with open(spool.path, "ab") as f:
+        f.write(b"\xff\xfe[1,2]\n{}\n\n" + b'{"record": {"event": "finished"}}\n')
+    assert [e.run_id for e in spool.read()] == ["ok"]
+    assert len(spool.warnings) == 1 and "line(s) 2, 3, 5" in spool.warnings[0]
+    assert [e.run_id for e in Spool(spool.path).read()] == ["ok"]  # set aside once, not again
+
+
+# -- defect 7: locks the runner does not need, and locks named --------------------------------
+
+def test_a_stale_commit_graph_lock_does_not_stop_the_runner(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    graphs = world.clone("runner") / ".git/objects/info/commit-graphs"
+    graphs.mkdir(parents=True, exist_ok=True)
+    (graphs / "commit-graph-chain.lock").write_text("")
+    (world.clone("runner") / ".git/objects/info/commit-graph.lock").write_text("")
+    result = world.run_once()
+    assert result.code == 0, result.err
+    assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
+    assert not (world.clone("runner") / ".git/FETCH_HEAD").exists()  # the runner's fetches write none
+    assert not list(graphs.glob("*.graph"))
+
+
+def test_a_stale_ref_lock_is_named_with_a_hint(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    lock = world.clone("runner") / ".git/refs/remotes/origin/approved.lock"
+    lock.write_text("")
+    result = world.run_once()
+    assert result.code == 2
+    first = result.err.splitlines()[0]
+    assert first == f"error: git fetch origin failed: a lock is in the way ({lock})"
+    assert f"rm '{lock}'" in result.err
+    assert world.events("started") == []
+
+
+# -- defect 9 (part): outages in the poll loop ------------------------------------------------
+
+def test_backoff_grows_with_jitter_is_capped_and_resets() -> None:
+    import random
+
+    from mergegate.backoff import Backoff
+
+    b = Backoff(base=1.0, cap=8.0, rng=random.Random(7))
+    delays = [b.failed() for _ in range(6)]
+    for n, delay in enumerate(delays, start=1):
+        step = min(8.0, 2.0 ** (n - 1))
+        assert step / 2 <= delay <= step
+    assert len({round(d, 6) for d in delays}) == 6  # jittered
+    assert b.failures == 6
+    b.reset()
+    assert b.failures == 0 and b.failed() <= 1.0
+
+
+def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    moved = world.tmp / "remote-away.git"
+    world.remote.rename(moved)
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.4")
+    try:
+        time.sleep(3)  # about a dozen polls at the cap
+        moved.rename(world.remote)
+        _merge_jobs(world, "p", {"after": ["echo", "after"]})
+        _until(lambda: world.events("finished"), timeout=30)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        _out, err = runner.communicate(timeout=15)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "does not appear to be a git repository" in errors[0]
+    assert "retrying with backoff" in err and ".git/mergegate/spool/runner.jsonl" in err
+    assert len([line for line in err.splitlines() if line.startswith("recovered after")]) == 1
+    assert [r["status"] for r in world.events("finished")] == ["succeeded"]
+
+
+def test_loop_json_is_one_object_per_line(world: World) -> None:
+    _gate(world)
+    world.clone("runner")
+    away = world.tmp / "away.git"
+    world.remote.rename(away)
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.2", "--json")
+    assert runner.stdout is not None
+    first = runner.stdout.readline()  # the outage, once
+    time.sleep(1.0)
+    away.rename(world.remote)
+    time.sleep(1.5)
+    runner.send_signal(signal.SIGINT)
+    out, _err = runner.communicate(timeout=15)
+    objects = [json.loads(line) for line in [first, *out.splitlines()]]
+    events = [o["event"] for o in objects]
+    assert events[0] == "outage" and events.count("outage") == 1 and "recovered" in events
+    assert "pass" in events
+    outage = objects[0]
+    assert outage["spool"].endswith(".git/mergegate/spool/runner.jsonl")
+    assert "does not appear to be a git repository" in outage["detail"]

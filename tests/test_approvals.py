@@ -276,11 +276,9 @@ def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:
     good = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
     assert good.code == 0, good.err
     # An unsigned commit appending a plausible record.
-    world.checkout_approved("approver")
-    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log = world.checkout_audit("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + log.read_text().splitlines(keepends=True)[-1])
-    world.git("approver", "commit", "-qam", "audit")
-    world.git("approver", "push", "-q", "origin", "approved")
+    world.commit_audit("approver", "audit")
     world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
     world.signed_merge("q", world.bob)
     result = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
@@ -358,11 +356,9 @@ def test_verify_flags_a_started_record_without_approval(world: World) -> None:
             "commit": merge, "runner": "evil", "time": "2026-01-01T00:00:00Z", "seq": len(records) + 1,
             "prev": records[-1]["hash"]}
     fake["hash"] = record_hash(fake)
-    world.checkout_approved("approver")
-    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log = world.checkout_audit("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + json.dumps(fake, sort_keys=True, separators=(",", ":")) + "\n")
-    world.git("approver", "commit", "-qam", "append")
-    world.git("approver", "push", "-q", "origin", "approved")
+    world.commit_audit("approver", "append")
     assert world.mg("audit", "verify").code == 0
     result = world.mg("verify")
     assert result.code == 3
@@ -443,11 +439,9 @@ def _append_record(world: World, fields: dict[str, object]) -> None:
     record = {"job": None, "path": None, "blob": None, "commit": None, "runner": "forger", "time": "2026-01-01T00:00:00Z",
               **fields, "seq": len(records) + 1, "prev": records[-1]["hash"]}
     record["hash"] = record_hash(record)
-    world.checkout_approved("approver")
-    log = world.clone("approver") / "audit/log-000001.jsonl"
+    log = world.checkout_audit("approver") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
-    world.git("approver", "commit", "-qam", "audit")
-    world.git("approver", "push", "-q", "origin", "approved")
+    world.commit_audit("approver", "audit")
 
 
 def test_forged_scanned_record_cannot_swap_the_policy(world: World) -> None:
@@ -666,13 +660,14 @@ def test_approver_who_wrote_the_script_does_not_count_for_it(world: World) -> No
     assert "no signed approval covers" in str(job["reason"])
 
 
-def test_check_lists_other_files_and_refuses_audit_changes(world: World) -> None:
+def test_check_lists_other_files_and_audit_is_one_of_them(world: World) -> None:
+    """Records live on mergegate/audit: on approved, audit/ is content like any other file."""
     _script_gate(world)
     world.propose("s", {"run.sh": "echo x\n", "audit/log-000001.jsonl": "{}\n"}, who=world.mallory)
     result = world.mg("check", "origin/s", "--json")
-    assert result.code == 2
+    assert result.code == 0, result.err
     states = {f["path"]: f["state"] for f in result.json()["files"]}
-    assert states == {"run.sh": "content", "audit/log-000001.jsonl": "invalid"}
+    assert states == {"run.sh": "content", "audit/log-000001.jsonl": "content"}
 
 
 def test_veto_command_stops_the_job(world: World) -> None:

@@ -119,12 +119,13 @@ def test_repository_without_remote_uses_the_local_branch(world: World) -> None:
     proc = subprocess.run([sys.executable, "-m", "mergegate", "run", "--once", "--repo", str(local)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "succeeded" in proc.stdout
-    log = subprocess.run(["git", "-C", str(local), "show", "approved:audit/log-000001.jsonl"], capture_output=True, text=True)
+    log = subprocess.run(["git", "-C", str(local), "show", "mergegate/audit:audit/log-000001.jsonl"], capture_output=True, text=True)
     assert '"event":"finished"' in log.stdout
+    assert subprocess.run(["git", "-C", str(local), "ls-tree", "approved", "audit/"], capture_output=True, text=True).stdout == ""
 
 
-def test_push_race_is_rebased_not_forced(world: World) -> None:
-    """While the job runs, someone else pushes to approved: the records land on top of it."""
+def test_approved_moving_during_a_pass_is_left_alone(world: World) -> None:
+    """While the job runs, someone else pushes to approved: the records go to the audit branch, approved is theirs."""
     world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["-c"]}]))
     other = world.clone("other")
     world.git(other, "checkout", "-q", "-B", "work", "origin/main")
@@ -137,10 +138,10 @@ def test_push_race_is_rebased_not_forced(world: World) -> None:
     result = world.run_once()
     assert result.code == 0, result.out + result.err
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded", "succeeded"]
-    # carol's commit is in approved's first-parent history, below the runner's later records.
+    # carol's commit is approved's tip: the runner wrote nothing there.
     world.git("admin", "fetch", "-q")
     subjects = world.git("admin", "log", "--first-parent", "--format=%an", "origin/approved").splitlines()
-    assert "carol" in subjects and subjects[0] == "runner"
+    assert subjects[0] == "carol" and "runner" not in subjects
     assert world.mg("audit", "verify").code == 0
     records = world.records()
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))

@@ -178,52 +178,6 @@ def test_direct_commit_to_approved_approves_nothing(world: World) -> None:
     assert "is not a merge" in job["reason"]
 
 
-def test_approval_merge_that_touches_audit_is_tampering(world: World) -> None:
-    _gate(world)
-    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"]), "audit/log-000001.jsonl": "{}\n"})
-    world.signed_merge("j")
-    result = world.run_once()
-    assert result.code == 3
-    assert "tampering" in result.err
-    assert world.events("started") == []
-
-
-def test_tampered_audit_record_fails_verify_and_stops_runner(world: World) -> None:
-    _gate(world)
-    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
-    world.signed_merge("j")
-    assert world.run_once().code == 0
-    # Someone edits a record on approved (keeping the JSON valid).
-    world.checkout_approved("approver")
-    log = world.clone("approver") / "audit/log-000001.jsonl"
-    log.write_text(log.read_text().replace('"exit_code":0', '"exit_code":1'))
-    world.git("approver", "commit", "-qam", "fix record")
-    world.git("approver", "push", "-q", "origin", "approved")
-    verified = world.mg("audit", "verify")
-    assert verified.code == 3
-    assert "seq" in verified.err
-    world.propose("k", {"jobs/k.yaml": job_yaml("k", ["echo", "y"])})
-    world.signed_merge("k")
-    result = world.run_once()
-    assert result.code == 3
-    assert len(world.events("started")) == 1
-
-
-def test_truncated_audit_is_tampering(world: World) -> None:
-    _gate(world)
-    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
-    world.signed_merge("j")
-    assert world.run_once().code == 0
-    world.checkout_approved("approver")
-    log = world.clone("approver") / "audit/log-000001.jsonl"
-    log.write_text(log.read_text().splitlines(keepends=True)[0])
-    world.git("approver", "commit", "-qam", "drop records")
-    world.git("approver", "push", "-q", "origin", "approved")
-    result = world.mg("audit", "verify")
-    assert result.code == 3
-    assert "rewrites existing audit records" in result.err
-
-
 def test_invalid_job_file_is_rejected_with_file_and_line(world: World) -> None:
     _gate(world)
     world.propose("j", {"jobs/bad.yaml": "id: bad\ncommand: [echo, a]\ncommand: [echo, b]\n"})
@@ -298,19 +252,3 @@ def test_result_that_could_not_be_pushed_is_kept_and_pushed_next_time(world: Wor
     assert len(finished) == 1 and finished[0]["exit_code"] == 0
     assert "stopped while this job ran" not in json.dumps(world.records())
     assert world.mg("audit", "verify").code == 0
-
-
-def test_reordered_audit_records_are_tampering(world: World) -> None:
-    _gate(world)
-    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
-    world.signed_merge("j")
-    assert world.run_once().code == 0
-    log = world.checkout_approved("approver") / "audit/log-000001.jsonl"
-    first, second, *rest = log.read_text().splitlines(keepends=True)
-    log.write_text("".join([second, first, *rest]))
-    world.git("approver", "commit", "-qam", "reorder")
-    world.git("approver", "push", "-q", "origin", "approved")
-    result = world.mg("audit", "verify", "--json")
-    assert result.code == 3
-    assert result.json()["ok"] is False
-    assert "seq" in result.json()["error"]

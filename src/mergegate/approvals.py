@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from mergegate.audit import AUDIT_DIR
-from mergegate.errors import ConfigError, IntegrityError
-from mergegate.git import ZERO, Change, Commit, Repo, literal
+from mergegate.errors import ConfigError
+from mergegate.git import ZERO, Commit, Repo, literal
 from mergegate.job import Job, check_unique_ids, is_job_path, parse_job
 from mergegate.policy import POLICY_DIR, CommandRule, Person, Policy, Requirement, load_policy
 from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
@@ -23,9 +22,9 @@ from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit,
 APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
 # Everything a job may read or execute besides job definitions and the policy.
-CONTENT_PATHSPEC = (".", ":(exclude)audit", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
+CONTENT_PATHSPEC = (".", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
 VETO_TRAILER = "Mergegate-Veto"
-Kind = Literal["audit", "approval", "veto", "unapproved", "other"]
+Kind = Literal["approval", "veto", "unapproved", "other"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,6 @@ class Assessment:
     # whether a signed merge by an approver vouched for them.
     content: tuple[str, ...] = ()
     content_approved: bool = False
-    audit_changes: tuple[Change, ...] = ()  # for the walk to check they only append
 
 
 class Assessor:
@@ -109,19 +107,9 @@ class Assessor:
     def assess(self, sha: str, policy: Policy) -> Assessment:
         commit = self.repo.commit(sha)
         parent = commit.parents[0] if commit.parents else None
-        changes = self.repo.diff(parent, sha)
-        audit = [c for c in changes if c.path.startswith(AUDIT_DIR)]
-        rest = [c for c in changes if not c.path.startswith(AUDIT_DIR)]
+        # Records live on the audit branch: on approved, audit/ is a directory like any other.
+        rest = self.repo.diff(parent, sha)
         short = sha[:7]
-        # 1. Runner commits touch only audit/, append only, and are signed when runners are listed.
-        if audit:
-            if rest or commit.is_merge:
-                raise IntegrityError(f"commit {short} changes audit/ together with other files or as a merge: tampering", file=audit[0].path)
-            if policy.runners:
-                check = self.signature(commit, policy.runner_keys())
-                if not check.ok:
-                    raise IntegrityError(f"audit commit {short} is not signed by a runner in {policy.where}: {check.reason}")
-            return Assessment(sha, "audit", policy, summary="audit records", audit_changes=tuple(audit))
         jobs = {c.path: c.new_blob for c in rest if is_job_path(c.path) and c.status != "D"}
         modes = {c.path: c.new_mode for c in rest}
         content_blobs = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in rest

@@ -1,8 +1,13 @@
 """Audit records: build, hash, append, read back and verify.
 
-The log is JSON Lines under audit/, split into files of at most
-RECORDS_PER_FILE records (or MAX_FILE_BYTES) so no file grows without bound;
-the hash chain runs across files in name order. See docs/audit-format.md.
+Records live on the branch `mergegate/audit`, never on `approved`. The log is
+JSON Lines under audit/, split into files of at most RECORDS_PER_FILE records
+(or MAX_FILE_BYTES) so no file grows without bound; the hash chain runs across
+files in name order. Next to the log, audit/evidence/<sha256>.json holds
+add-only, content-addressed files that records refer to by hash (state too big
+for a record, such as the map of unapproved files). See docs/audit-format.md.
+
+Every reader takes the audit branch's tip, or None before the branch exists.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ from types import MappingProxyType
 from typing import Any
 
 from mergegate.errors import IntegrityError
-from mergegate.git import Change, Repo
+from mergegate.git import Repo
 
 AUDIT_DIR = "audit/"
+EVIDENCE_DIR = "audit/evidence/"
 GENESIS = "0" * 64
 RECORDS_PER_FILE = 1000
 MAX_FILE_BYTES = 4 * 1024 * 1024
 EVENTS = ("started", "finished", "rejected", "vetoed", "scanned", "policy")
 _FILE = re.compile(r"^audit/log-(\d{6})\.jsonl$")
+_EVIDENCE = re.compile(r"^audit/evidence/([0-9a-f]{64})\.json$")
 _COMMON = ("event", "job", "path", "blob", "commit", "runner")
 
 
@@ -96,16 +103,29 @@ class Tail:
     last_file_bytes: int
     scanned: Record | None  # the last `scanned` record: where the previous pass stopped
     since_scanned: tuple[Record, ...]  # records after it (a pass that stopped midway)
+    scanned_file: str | None = None  # the log file that holds it,
+    scanned_end: int = 0  # and the byte offset where its line ends
 
 
-def log_files(repo: Repo, commit: str) -> list[tuple[str, str]]:
-    """(path, blob) of the log files at `commit`, in chain order; IntegrityError on strays."""
+def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
+    """(path, blob) of the log files at `commit`, in chain order; IntegrityError on strays.
+
+    The audit branch's tree holds audit/ and nothing else; audit/ holds the log
+    files and audit/evidence/. Anything else is tampering.
+    """
+    if commit is None:
+        return []
+    for mode, _, path in repo.ls_tree_flat(commit):
+        if path != "audit" or mode != "040000":
+            raise IntegrityError(f"unexpected file {path} on the audit branch at {commit[:12]}: its tree holds only audit/", file=path)
     entries = []
-    for _, blob, path in repo.ls_tree(commit, AUDIT_DIR):
-        if path.endswith(".jsonl"):
-            if not _FILE.match(path):
-                raise IntegrityError(f"unexpected audit file {path}: log files are named audit/log-NNNNNN.jsonl", file=path)
-            entries.append((path, blob))
+    for mode, blob, name in repo.ls_tree_flat(commit, AUDIT_DIR):
+        path = AUDIT_DIR + name
+        if path == EVIDENCE_DIR.rstrip("/") and mode == "040000":
+            continue
+        if not _FILE.match(path) or mode != "100644":
+            raise IntegrityError(f"unexpected audit file {path} at {commit[:12]}: log files are named audit/log-NNNNNN.jsonl", file=path)
+        entries.append((path, blob))
     entries.sort()
     for index, (path, _) in enumerate(entries, start=1):
         if int(_FILE.match(path).group(1)) != index:  # type: ignore[union-attr]
@@ -144,20 +164,24 @@ def check_links(records: Sequence[Record], *, prev_seq: int | None, prev_hash: s
         prev_seq, prev_hash = record.seq, record["hash"]
 
 
-def read_tail(repo: Repo, commit: str) -> Tail:
+def read_tail(repo: Repo, commit: str | None) -> Tail:
     """Read log files from the newest back to the last `scanned` record, checking links."""
     files = log_files(repo, commit)
     if not files:
         return Tail(0, GENESIS, None, 0, 0, None, ())
     chunks: list[tuple[str, list[Record]]] = []
     last_bytes = 0
+    scanned_at: tuple[str, int] | None = None
     for path, blob in reversed(files):
         data = repo.blob(blob)
         if not chunks:
             last_bytes = len(data)
         records = parse_file(data, path)
         chunks.insert(0, (path, records))
-        if any(r.event == "scanned" for r in records):
+        numbers = [n for n, r in enumerate(records, start=1) if r.event == "scanned"]
+        if numbers:
+            lines = data.split(b"\n")
+            scanned_at = (path, sum(len(line) + 1 for line in lines[: numbers[-1]]))
             break
     flat: list[Record] = []
     where: dict[int, tuple[str, int]] = {}
@@ -178,10 +202,12 @@ def read_tail(repo: Repo, commit: str) -> Tail:
         last_file_bytes=last_bytes,
         scanned=flat[scanned_index] if scanned_index is not None else None,
         since_scanned=tuple(flat[scanned_index + 1:] if scanned_index is not None else flat),
+        scanned_file=scanned_at[0] if scanned_at else None,
+        scanned_end=scanned_at[1] if scanned_at else 0,
     )
 
 
-def read_all(repo: Repo, commit: str) -> list[Record]:
+def read_all(repo: Repo, commit: str | None) -> list[Record]:
     """Every record at `commit`, with the whole chain verified from seq 1."""
     flat: list[Record] = []
     where: dict[int, tuple[str, int]] = {}
@@ -193,14 +219,16 @@ def read_all(repo: Repo, commit: str) -> list[Record]:
     return flat
 
 
-def grep(repo: Repo, commit: str, needle: str) -> list[Record]:
+def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
     """Records at `commit` whose line contains `needle` (git grep: fast, but not chain-checked).
 
     Used where a forged record can only make the runner more careful: a
     `started` that stops a rerun, or the time a commit was first recorded.
     """
+    if commit is None:
+        return []
     # -a: a match is a match, whatever attributes say about the file being binary.
-    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-e", needle, commit, "--", AUDIT_DIR, check=False)
+    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-e", needle, commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
     records = []
     for line in proc.stdout.splitlines():
         try:
@@ -212,7 +240,7 @@ def grep(repo: Repo, commit: str, needle: str) -> list[Record]:
     return records
 
 
-def started_before(repo: Repo, commit: str, path: str, blob: str) -> Record | None:
+def started_before(repo: Repo, commit: str | None, path: str, blob: str) -> Record | None:
     """The first `started` record for this job revision, if it ever started."""
     for record in grep(repo, commit, blob):
         if record.get("event") == "started" and record.revision == (path, blob):
@@ -220,12 +248,12 @@ def started_before(repo: Repo, commit: str, path: str, blob: str) -> Record | No
     return None
 
 
-def mentions(repo: Repo, commit: str, path: str, blob: str) -> bool:
+def mentions(repo: Repo, commit: str | None, path: str, blob: str) -> bool:
     """Whether any record names this exact job revision."""
     return blob != "0" * 40 and any(r.revision == (path, blob) for r in grep(repo, commit, blob))
 
 
-def first_recorded(repo: Repo, commit: str, sha: str) -> datetime | None:
+def first_recorded(repo: Repo, commit: str | None, sha: str) -> datetime | None:
     times = []
     for record in grep(repo, commit, sha):
         if record.get("commit") == sha:
@@ -236,13 +264,13 @@ def first_recorded(repo: Repo, commit: str, sha: str) -> datetime | None:
     return min(times) if times else None
 
 
-def append(repo: Repo, commit: str, tail: Tail, records: Sequence[Record]) -> dict[str, bytes]:
+def append(repo: Repo, commit: str | None, tail: Tail, records: Sequence[Record]) -> dict[str, bytes]:
     """New contents of the log files that `records` extend, rotating full files."""
     files: dict[str, bytes] = {}
     path = tail.last_file
     count, size = tail.last_file_records, tail.last_file_bytes
     current = b""
-    if path is not None:
+    if path is not None and commit is not None:
         current = repo.read_file(commit, path) or b""
     for record in records:
         line = record.line()
@@ -256,30 +284,64 @@ def append(repo: Repo, commit: str, tail: Tail, records: Sequence[Record]) -> di
     return files
 
 
-def check_append_only(repo: Repo, commit: str, changes: Sequence[Change], *, logs_only: bool = False) -> None:
-    """An audit commit may only add lines at the end of log files; anything else is tampering.
+# -- evidence: add-only files named by the SHA-256 of their bytes -----------------
+@dataclass(frozen=True)
+class Evidence:
+    sha256: str
+    data: bytes
 
-    With `logs_only`, changes to other files under audit/ (its README) are
-    not judged: that is how a whole history, including `init`, is checked.
+    @property
+    def path(self) -> str:
+        return f"{EVIDENCE_DIR}{self.sha256}.json"
+
+
+def evidence(value: Any) -> Evidence:
+    """A JSON value as an evidence file (canonical bytes, so equal values share one file)."""
+    data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    return Evidence(hashlib.sha256(data).hexdigest(), data)
+
+
+def is_evidence_path(path: str) -> str | None:
+    """The SHA-256 an evidence file's name claims, or None if it is not named like one."""
+    match = _EVIDENCE.match(path)
+    return match.group(1) if match else None
+
+
+def read_evidence(repo: Repo, commit: str | None, sha256: str) -> bytes:
+    """The bytes of evidence file `sha256` at `commit`; IntegrityError if missing or not what its name says."""
+    path = f"{EVIDENCE_DIR}{sha256}.json"
+    data = repo.read_file(commit, path) if commit is not None and re.fullmatch(r"[0-9a-f]{64}", sha256) else None
+    if data is None:
+        raise IntegrityError(f"a record refers to evidence {sha256[:12]}, which is not on the audit branch", file=path)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise IntegrityError(f"evidence file {path} does not hash to its name (edited)", file=path)
+    return data
+
+
+# -- the unapproved map, recorded once by reference -------------------------------
+def unapproved_fields(files: Mapping[str, str]) -> tuple[dict[str, Any], Evidence | None]:
+    """A `scanned` record's reference to the unapproved map, and the evidence file holding it.
+
+    The map can hold every file of an unsigned push (thousands), so a record
+    carries only its count and hash; the same map is the same file, written once.
     """
-    for change in changes:
-        short = commit[:7]
-        if logs_only and not change.path.endswith(".jsonl"):
-            continue
-        if not _FILE.match(change.path):
-            raise IntegrityError(f"commit {short} touches {change.path}: audit commits may only append to audit/log-NNNNNN.jsonl", file=change.path)
-        if change.status == "D":
-            raise IntegrityError(f"commit {short} deletes audit file {change.path}", file=change.path)
-        if change.status == "A":
-            continue
-        old, new = repo.blob(change.old_blob), repo.blob(change.new_blob)
-        if not new.startswith(old):
-            line = _first_difference(old, new)
-            raise IntegrityError(f"commit {short} rewrites existing audit records in {change.path}", file=change.path, line=line)
+    if not files:
+        return {"unapproved_count": 0, "unapproved_file": None}, None
+    held = evidence({"kind": "unapproved", "files": dict(sorted(files.items()))})
+    return {"unapproved_count": len(files), "unapproved_file": held.sha256}, held
 
 
-def _first_difference(old: bytes, new: bytes) -> int:
-    for number, (a, b) in enumerate(zip(old.splitlines(), new.splitlines(), strict=False), start=1):
-        if a != b:
-            return number
-    return min(old.count(b"\n"), new.count(b"\n")) + 1
+def read_unapproved(repo: Repo, commit: str | None, record: Record) -> dict[str, str]:
+    """The unapproved map a `scanned` record refers to."""
+    digest = record.get("unapproved_file")
+    if not digest:
+        return {}
+    try:
+        value = json.loads(read_evidence(repo, commit, str(digest)))
+        files = value["files"]
+        if value.get("kind") != "unapproved" or not isinstance(files, dict) or len(files) != record.get("unapproved_count"):
+            raise ValueError(digest)
+    except (ValueError, KeyError, TypeError):
+        raise IntegrityError(f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map of "
+                             f"{record.get('unapproved_count')} paths", file=f"{EVIDENCE_DIR}{digest}.json") from None
+    return {str(k): str(v) for k, v in files.items()}

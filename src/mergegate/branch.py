@@ -1,63 +1,102 @@
-"""The approved branch: where it is read, how records are published to it, and what anchors trust."""
+"""The two branches of a gate: `approved` (people merge into it) and `mergegate/audit` (runners append to it).
+
+The runner reads `approved` and never writes it; it appends records to the
+audit branch. Both are read from one fetch, both are covered by the seen
+refs, and the trust root anchors both.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from mergegate.errors import GitError, IntegrityError, StateError, UsageError
 from mergegate.git import Repo
 from mergegate.policy import POLICY_FILE
 
+AUDIT_BRANCH = "mergegate/audit"  # fixed: every runner, `status` and `verify` agree on it without a flag
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What this clone last saw of each branch (None: never, or no seen ref yet)."""
+
+    approved: str | None
+    records: str | None
+
 
 @dataclass(frozen=True)
 class Branch:
-    """Where `approved` is read from and how records are published to it."""
+    """Where `approved` and the audit branch are read from, and how records are published."""
 
     repo: Repo
-    ref: str
+    ref: str  # approved: refs/remotes/<remote>/approved, or refs/heads/approved without a remote
     remote: str | None
     branch: str
+
+    @property
+    def audit_ref(self) -> str:
+        return f"refs/remotes/{self.remote}/{AUDIT_BRANCH}" if self.remote is not None else f"refs/heads/{AUDIT_BRANCH}"
 
     @property
     def seen_ref(self) -> str:
         return f"refs/mergegate/seen/{self.remote or 'local'}/{self.branch}"
 
-    def check_not_rewritten(self, tip: str) -> str | None:
-        """IntegrityError when `tip` does not descend from the tip this clone last saw."""
-        seen = self.repo.rev(self.seen_ref)
-        if seen is not None and not self.repo.is_ancestor(seen, tip):
+    @property
+    def seen_audit_ref(self) -> str:
+        return f"refs/mergegate/seen/{self.remote or 'local'}/{AUDIT_BRANCH}"
+
+    def check_not_rewritten(self, tip: str, records: str | None) -> Seen:
+        """IntegrityError when a branch does not descend from the tip this clone last saw of it."""
+        seen = Seen(self.repo.rev(self.seen_ref), self.repo.rev(self.seen_audit_ref))
+        if seen.approved is not None and not self.repo.is_ancestor(seen.approved, tip):
             raise IntegrityError(
-                f"{self.ref} was rewritten: this clone last saw {seen[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
+                f"{self.ref} was rewritten: this clone last saw {seen.approved[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
                 hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
+            )
+        if seen.records is not None and (records is None or not self.repo.is_ancestor(seen.records, records)):
+            now = "was deleted" if records is None else f"is now at {records[:12]}, which does not descend from it"
+            raise IntegrityError(
+                f"the audit branch {AUDIT_BRANCH} was rewritten: this clone last saw {seen.records[:12]}, and {self.audit_ref} {now} (force-push?)",
+                hint=f"records are never rewritten; investigate before trusting it; to accept the new history: git update-ref -d {self.seen_audit_ref}",
             )
         return seen
 
-    def remember(self, tip: str, seen: str | None) -> None:
-        """Remember what was seen, so that a later rewrite of it (which may also
-        erase the audit that would have told) is noticed by this clone.
+    def remember(self, tip: str, records: str | None, seen: Seen) -> Seen:
+        """Remember what was seen of both branches, so that a later rewrite of either
+        (which may also erase the records that would have told) is noticed by this clone.
 
-        This write is what rewrite detection rests on: when it fails (a lock in
-        the way, permissions, a full disk) the pass stops, naming the ref.
+        These writes are what rewrite detection rests on: when one fails (a lock in
+        the way, permissions, a full disk) the pass stops, naming the ref. Call it for
+        the audit branch only once its new commits are checked: the seen ref is where
+        the next pass starts checking.
         """
+        self._remember(self.seen_ref, tip, seen.approved)
+        if records is not None:
+            self._remember(self.seen_audit_ref, records, seen.records)
+        return Seen(tip, records if records is not None else seen.records)
+
+    def _remember(self, ref: str, new: str, old: str | None) -> None:
         for _ in range(3):
-            if tip == seen:
+            if new == old:
                 return
             try:
-                if self.repo.update_ref(self.seen_ref, tip, seen):
+                if self.repo.update_ref(ref, new, old):
                     return
             except GitError as exc:
-                raise StateError(f"cannot record the tip this clone has seen in {self.seen_ref}: {exc.message}",
-                                 file=exc.file or str(self.repo.git_dir / self.seen_ref),
+                raise StateError(f"cannot record the tip this clone has seen in {ref}: {exc.message}",
+                                 file=exc.file or str(self.repo.git_dir / ref),
                                  hint=exc.hint or "the runner detects a rewritten branch with it; fix the cause and run again") from None
             # Another process (a `verify`, a `status`) moved it meanwhile: fine if along the same line.
-            now = self.repo.rev(self.seen_ref)
-            if now is not None and self.repo.is_ancestor(tip, now):
+            now = self.repo.rev(ref)
+            if now is not None and self.repo.is_ancestor(new, now):
                 return
-            if now is not None and not self.repo.is_ancestor(now, tip):
-                self.check_not_rewritten(tip)
-            seen = now
-        raise StateError(f"{self.seen_ref} keeps changing while this pass runs", hint="one pass at a time per clone")
+            if now is not None and not self.repo.is_ancestor(now, new):
+                raise IntegrityError(f"{ref} moved to {now[:12]}, which is not an ancestor of {new[:12]}: a branch was rewritten (force-push?)",
+                                     hint=f"investigate before trusting it; to accept the new history: git update-ref -d {ref}")
+            old = now
+        raise StateError(f"{ref} keeps changing while this pass runs", hint="one pass at a time per clone")
 
     def tip(self) -> str:
         sha = self.repo.rev(self.ref)
@@ -65,18 +104,30 @@ class Branch:
             raise GitError(f"branch {self.ref} does not exist", hint="run `mergegate init`, or pass --remote/--branch")
         return sha
 
+    def audit_tip(self) -> str | None:
+        """The audit branch's tip; None before the first runner pass created it."""
+        return self.repo.rev(self.audit_ref)
+
     def refresh(self) -> None:
+        """One fetch of both branches (the audit branch may not exist yet)."""
         if self.remote is not None:
-            self.repo.fetch(self.remote, self.branch)
+            self.repo.fetch(self.remote, self.branch, also=(AUDIT_BRANCH,))
 
     def publish(self, sha: str, old: str) -> bool:
+        """Move `approved` (a person's veto; the runner never does this)."""
         if self.remote is not None:
             return self.repo.push(self.remote, sha, self.branch)
         return self.repo.update_ref(self.ref, sha, old)
 
+    def publish_records(self, sha: str, old: str | None) -> bool:
+        """Append an audit commit: a plain push (or compare-and-swap); None creates the branch, create-only."""
+        if self.remote is not None:
+            return self.repo.push(self.remote, sha, AUDIT_BRANCH)
+        return self.repo.update_ref(self.audit_ref, sha, old)
+
 
 def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
-    """origin/approved after a fetch; the local branch in a repository without that remote."""
+    """origin/approved and origin/mergegate/audit after one fetch; the local branches without that remote."""
     if repo.has_remote(remote):
         result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
         if fetch:
@@ -87,9 +138,23 @@ def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
                     exc.hint = f"after `mergegate init`, publish it: git push {remote} HEAD {branch}"
                 raise
         return result
-    if repo.current_branch() == branch:
-        raise GitError(f"{branch} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
+    if repo.current_branch() == AUDIT_BRANCH:
+        raise GitError(f"{AUDIT_BRANCH} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
     return Branch(repo, f"refs/heads/{branch}", None, branch)
+
+
+def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
+    """A 0.1 gate kept its records on approved: say where they live now, in one line.
+
+    Only before the audit branch exists: afterwards a file under audit/ on
+    approved is a file like any other, and no push to approved can stop the runner.
+    """
+    if records is not None:
+        return
+    old = [name for mode, _, name in repo.ls_tree_flat(tip, "audit/") if re.fullmatch(r"log-\d{6}\.jsonl", name)]
+    if old:
+        raise UsageError(f"approved holds audit records (audit/{old[0]}): records now live on the branch {AUDIT_BRANCH}, not on approved",
+                         file=f"audit/{old[0]}", hint="this gate was made by mergegate 0.1; see docs/audit-format.md (where records live)")
 
 
 def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:

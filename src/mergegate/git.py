@@ -29,6 +29,8 @@ _DETAIL_BYTES = 4096
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
 QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                 "-c", "fetch.recurseSubmodules=false")
+# How receive-pack says another push updated (or created) the ref first.
+_LOST_RACE = re.compile(r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ but")
 
 
 def path_text(raw: bytes) -> str:
@@ -211,11 +213,20 @@ class Repo:
     def has_remote(self, name: str) -> bool:
         return name in self.out("remote").split()
 
-    def fetch(self, remote: str, branch: str) -> None:
+    def fetch(self, remote: str, branch: str, *, also: tuple[str, ...] = ()) -> None:
+        """Fetch `branch` into refs/remotes/<remote>/<branch>, and the branches in `also` if they exist.
+
+        One fetch for all of them, so what is read is one moment of the remote.
+        Each of `also` is fetched with a glob refspec (a branch that does not exist
+        yet is no error) and pruned (a branch deleted on the remote disappears here
+        too, so the seen ref notices that it is gone).
+        """
+        specs = [f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"]
+        specs += [f"+refs/heads/{name}*:refs/remotes/{remote}/{name}*" for name in also]
         # No commit-graph write here (it would take commit-graph-chain.lock, which a
         # killed fetch leaves behind); operators who want one run `git maintenance`.
-        proc = self.run(*QUIET_WRITES, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote,
-                        f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}", check=False)
+        proc = self.run(*QUIET_WRITES, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", *(["--prune"] if also else []),
+                        remote, *specs, check=False)
         if proc.returncode != 0:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
@@ -241,13 +252,18 @@ class Repo:
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def push(self, remote: str, sha: str, branch: str) -> bool:
-        """Push without force; False when the remote moved (fetch, rebase, retry)."""
+        """Push without force; False when the remote moved (fetch, rebase, retry).
+
+        A branch that does not exist on the remote yet is created; if another
+        process created it first, a new root is not a fast-forward of theirs and
+        is refused like any other stale push (create-only, without force).
+        """
         proc = self.run(*QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
         if proc.returncode == 0:
             self.run("update-ref", f"refs/remotes/{remote}/{branch}", sha)
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
-        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and "failed to update ref" in text):
+        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and _LOST_RACE.search(text)):
             return False
         raise failure(f"git push to {remote}", text, proc.returncode)
 
@@ -371,9 +387,31 @@ class Repo:
             entries.append((mode, obj, path_text(path)))
         return entries
 
+    def ls_tree_flat(self, commit: str, directory: str = "") -> list[tuple[str, str, str]]:
+        """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`; [] if absent."""
+        proc = self.run("ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False)
+        entries = []
+        for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
+            if item:
+                meta, name = item.split(b"\t", 1)
+                mode, _, obj = meta.decode().split()
+                entries.append((mode, obj, path_text(name)))
+        return entries
+
     def file_blob(self, commit: str, path: str) -> str | None:
         proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path_arg(path)}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+    def blob_size(self, commit: str, path: str) -> int | None:
+        """The size of `path` at `commit` without reading it; None if absent."""
+        blob = self.file_blob(commit, path)
+        if blob is None:
+            return None
+        try:
+            size: int = self._repo.odb.info(bytes.fromhex(blob)).size
+        except (ValueError, gitpython.BadName, gitpython.BadObject):
+            return None
+        return size
 
     def read_file(self, commit: str, path: str) -> bytes | None:
         blob = self.file_blob(commit, path)
@@ -397,24 +435,25 @@ class Repo:
     def write_commit(
         self,
         *,
-        parent: str,
+        parent: str | None,
         files: Mapping[str, bytes],
         message: str,
         author: tuple[str, str] | None,
         signing: Signing | None,
         sign: bool = False,
     ) -> str:
-        """A commit on `parent` that sets `files`, built with a private index (author None: the person's own)."""
+        """A commit on `parent` (a root commit if None) that sets `files`, built with a private index
+        (author None: the person's own)."""
         with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self.run("read-tree", parent, env=env)
+            self.run("read-tree", *([parent] if parent else ["--empty"]), env=env)
             lines = []
             for path, data in sorted(files.items()):
                 blob = self.run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
                 lines.append(f"100644 {blob}\t{path}\n")
             self.run("update-index", "--index-info", input="".join(lines).encode(), env=env)
             tree = self.run("write-tree", env=env).stdout.decode().strip()
-        return self.commit_tree(tree=tree, parents=(parent,), message=message, author=author, signing=signing, sign=sign)
+        return self.commit_tree(tree=tree, parents=(parent,) if parent else (), message=message, author=author, signing=signing, sign=sign)
 
     def commit_tree(
         self,

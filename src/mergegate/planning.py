@@ -1,19 +1,23 @@
 """Planning a pass: judge every first-parent commit since the last one processed.
 
 Read-only: `run`, `status` and `check` all start here, and only the runner
-acts on the result.
+acts on the result. Commits come from `approved`; what the previous passes
+did (and where they stopped) comes from the records on the audit branch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 from mergegate import audit
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
+from mergegate.audit_branch import Checker, explain, unchecked
+from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError
 from mergegate.git import Repo, path_display
 from mergegate.job import is_job_path
@@ -29,7 +33,7 @@ class Walk:
     changes them again, and no job runs in a tree that holds such a file.
     """
 
-    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, tip: str) -> None:
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, records: str | None) -> None:
         self.assessor = assessor
         self.policy = policy
         self.unapproved = dict(unapproved or {})
@@ -40,13 +44,11 @@ class Walk:
         # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
         assessor.known = lambda path, blob: (
             path in self.unapproved or (path, blob) in self.seen
-            or (is_job_path(path) and audit.mentions(assessor.repo, tip, path, blob)))
+            or (is_job_path(path) and audit.mentions(assessor.repo, records, path, blob)))
 
     def step(self, sha: str) -> Assessment:
         judged_by = self.policy
         assessment = self.assessor.assess(sha, judged_by)
-        if assessment.audit_changes:
-            audit.check_append_only(self.assessor.repo, sha, assessment.audit_changes)
         for path in assessment.content:
             if assessment.content_approved:
                 self.unapproved.pop(path, None)
@@ -69,6 +71,7 @@ class Plan:
     tip: str
     start: str
     policy: Policy  # in force at tip
+    start_policy: Policy  # in force at start
     items: list[tuple[Decision, Policy]] = field(default_factory=list)
     assessments: list[Assessment] = field(default_factory=list)
     vetoes: list[Veto] = field(default_factory=list)
@@ -80,24 +83,27 @@ class Plan:
     new_commits: int = 0
 
 
-def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, runner_name: str) -> Plan:
-    """Walk from where the last pass stopped to tip and judge every commit on the way."""
+def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str) -> Plan:
+    """Walk from where the last pass stopped to tip and judge every commit on the way.
+
+    `records` is the audit branch's tip (None before the first pass), `tail` its end.
+    """
     # 1. Resume after the last scanned commit, which must still be in the history.
     start, unapproved = root, {}
     if tail.scanned is not None:
         scanned = str(tail.scanned["commit"])
-        if not repo.is_ancestor(scanned, tip):
+        if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
             raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
         if repo.is_ancestor(root, scanned):
-            start, unapproved = scanned, dict(tail.scanned.get("unapproved") or {})
+            start, unapproved = scanned, audit.read_unapproved(repo, records, tail.scanned)
         elif not repo.is_ancestor(scanned, root):
             raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
     # 2. The policy in force at the start comes from the history itself (the
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at)
-    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, tip=tip), unapproved, tip=tip)
-    result = Plan(tip=tip, start=start, policy=walk.policy)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records), unapproved, records=records)
+    result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
     # 3. Judge each first-parent commit by the policy in force before it.
     chain = repo.first_parent_chain(start, tip)
     if chain and repo.commit(chain[0]).parents[:1] != (start,):
@@ -111,7 +117,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
         result.assessments.append(assessment)
         result.items.extend((d, judged_by) for d in assessment.decisions)
         result.vetoes.extend(assessment.vetoes)
-        result.new_commits += assessment.kind != "audit"
+    result.new_commits = len(chain)
     result.policy = walk.policy
     result.unapproved = walk.unapproved
     remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
@@ -127,7 +133,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, at: datetime, run
     return result
 
 
-def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip: str) -> Policy:
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None) -> Policy:
     """The trust root's policy, updated by each policy change adopted up to `upto`.
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
@@ -142,13 +148,79 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, tip
     now = assessor.at
     judged = judged_times(repo)
     # As the walk that first judged them: full authorship search only for bytes the audit has seen.
-    assessor.known = lambda path, blob: audit.mentions(repo, tip, path, blob)
+    assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
     for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
-        recorded = audit.first_recorded(repo, tip, sha) if policy.runners else None
+        recorded = audit.first_recorded(repo, records, sha) if policy.runners else None
         assessor.at = judged.get(sha) or recorded or now
         policy = assessor.assess(sha, policy).policy
     assessor.at = now
     return policy
+
+
+def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | None,
+                  known: dict[str, Policy] | None = None) -> Callable[[str], Policy]:
+    """`policy_at(sha)`: the policy in force at an approved commit (after judging it).
+
+    For the runner-signature rule of the audit branch. `known` holds what a walk
+    already computed; anything else costs one judgement per policy change.
+    """
+    cache = dict(known or {})
+
+    def policy_at(sha: str) -> Policy:
+        if sha not in cache:
+            if repo.is_ancestor(sha, root):
+                cache[sha] = load_policy(lambda p: repo.read_file(root, p), commit=root)
+            else:
+                at = assessor.at
+                cache[sha] = policy_in_force(repo, assessor, root=root, upto=sha, records=records)
+                assessor.at = at
+        return cache[sha]
+
+    return policy_at
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Both branches as one command reads them: one fetch, the seen refs checked."""
+
+    branch: Branch
+    tip: str  # approved
+    records: str | None  # the audit branch (None before the first pass)
+    seen: Seen
+    root: str
+    warnings: tuple[str, ...]
+    tail: audit.Tail
+
+
+def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None) -> Gate:
+    """Fetch both branches once, refuse rewrites and a 0.1 layout, and read the audit's tail."""
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip = source.tip()
+    records = source.audit_tip()
+    seen = source.check_not_rewritten(tip, records)
+    refuse_old_layout(repo, tip, records)
+    root, warnings = trust_root(repo, tip, trust)
+    tail = read_tail(repo, records, seen=seen.records)
+    return Gate(source, tip, records, seen, root, tuple(warnings), tail)
+
+
+def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> audit.Tail:
+    """The audit's tail; if it is broken, the error names the audit commit that broke it."""
+    try:
+        return audit.read_tail(repo, records)
+    except IntegrityError as exc:
+        assert records is not None
+        raise explain(repo, records, seen, exc) from None
+
+
+def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime) -> None:
+    """Check the audit commits new since the last complete pass (or since this clone last saw the branch)."""
+    shas = unchecked(repo, gate.records, seen=gate.seen.records, tail=gate.tail)
+    if not shas:
+        return
+    known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
+    assessor = Assessor(repo, at=at)
+    Checker(repo, assessor, gate.tip, policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)).check(shas)
 
 
 def _judged_path(repo: Repo) -> Path:

@@ -17,7 +17,6 @@ from mergegate.approvals import (
     Vote,
     describe_votes,
 )
-from mergegate.audit import AUDIT_DIR
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.git import ZERO, Repo
@@ -71,7 +70,7 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
         repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
     resolved, head = resolve_proposal(repo, ref, remote=remote if branch.remote is not None else None, fetch=fetch)
     ref = resolved.removeprefix("refs/heads/").removeprefix("refs/remotes/")
-    policy = _policy_in_force(repo, base_tip, trust)
+    policy = _policy_in_force(repo, base_tip, branch.audit_tip(), trust)
     fork = repo.merge_base(base_tip, head)
     if fork is None:
         start = f"{remote}/{base}" if branch.remote is not None else base
@@ -92,9 +91,7 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
                                      quorum.met, votes[path]))
     needs = f"needs {policy.content_requirement().describe()}, from approvers who did not write it"
     for c in changes:
-        if c.path.startswith(AUDIT_DIR):
-            results.append(FileCheck(c.path, c.new_blob, None, "invalid", "a proposal may not change audit/: merging it would be tampering", "", False))
-        elif not is_job_path(c.path) and not c.path.startswith(POLICY_DIR):
+        if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR):
             blob = c.new_blob if c.status != "D" else ZERO
             what = "other file (a job may run or read it)"
             if blob != ZERO and c.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(blob)):
@@ -146,9 +143,9 @@ def _looks_like_job(text: bytes) -> bool:
     return b"\ncommand:" in b"\n" + text and b"\nid:" in b"\n" + text
 
 
-def _policy_in_force(repo: Repo, tip: str, trust: str | None) -> Policy:
+def _policy_in_force(repo: Repo, tip: str, records: str | None, trust: str | None) -> Policy:
     root, _ = trust_root(repo, tip, trust)
-    return plan(repo, tip, root, audit.read_tail(repo, tip), at=datetime.now(UTC), runner_name="check").policy
+    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=datetime.now(UTC), runner_name="check").policy
 
 
 def _check_job(repo: Repo, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> FileCheck:
@@ -296,6 +293,8 @@ def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: s
     repo = Repo(repo_path)
     _can_sign(repo)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    if source.remote is None and repo.current_branch() == branch:
+        raise GitError(f"{branch} is checked out here; the veto would move it under your working tree", hint="git switch to another branch first")
     tip = source.tip()
     target = blob or repo.file_blob(tip, path)
     if target is None:

@@ -1,11 +1,13 @@
 """Orchestration: discover -> decide -> claim -> execute -> record -> push.
 
-One pass reads `approved`, walks the first-parent commits that are new since
-the last `scanned` record, judges each with the policy in force before it,
-and for every runnable job pushes a `started` record *before* the process
-starts (at most once), runs it, and pushes its `finished` record. Records are
-committed with plumbing on top of the branch tip and pushed without force; a
-rejected push is rebased onto the new tip and retried.
+One pass reads `approved` and the audit branch `mergegate/audit` (one fetch),
+walks the first-parent commits of approved that are new since the last
+`scanned` record, judges each with the policy in force before it, and for
+every runnable job pushes a `started` record to the audit branch *before* the
+process starts (at most once), runs it, and pushes its `finished` record. The
+runner never writes to approved. Records are committed with plumbing on top of
+the audit branch's tip and pushed without force; a rejected push fetches both
+branches, re-checks the claim (records and vetoes), rebases and retries.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,10 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, executor
+from mergegate import audit, audit_branch, executor
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
-from mergegate.branch import Branch, open_branch, trust_root
+from mergegate.branch import AUDIT_BRANCH, Branch
 from mergegate.errors import (
     Denied,
     GitError,
@@ -38,20 +41,35 @@ from mergegate.errors import (
 from mergegate.git import Repo, Signing
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
-from mergegate.planning import Plan, plan
+from mergegate.planning import Plan, check_new_records, plan, policy_lookup, read_gate, read_tail
 from mergegate.policy import Policy
 from mergegate.processes import ProcessId
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
-from mergegate.signatures import PublicKey
 from mergegate.spool import Entry, Spool
 
 MAX_PUSH_ATTEMPTS = 10
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
+# A claim is pushed only after a look at both branches at most this old: a veto
+# merged while earlier jobs of the pass ran must still stop the next one.
+FRESH_SECONDS = 1.0
 
 
 def _not_exported(path: str) -> bool:
-    # The audit and the other jobs' definitions are not a job's business (its own file is written after).
-    return path.startswith(audit.AUDIT_DIR) or is_job_path(path)
+    # The other jobs' definitions are not a job's business (its own file is written after).
+    return is_job_path(path)
+
+
+@dataclass
+class _State:
+    """What one pass knows while it publishes: the approved tip it judged and what it checked."""
+
+    work: Plan
+    judged: str  # the tip of approved the pass judged (each audit commit's Mergegate-Approved)
+    checked: str | None  # the audit branch tip up to which every commit was checked
+    checker: audit_branch.Checker
+    veto_tip: str  # vetoes on approved were searched up to here
+    fetched: float  # time.monotonic() of the last look at both branches
+    files: dict[str, bytes]  # evidence files the next audit commit adds
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,6 @@ class Runner:
         self.repo = Repo(options.repo)
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
-        self._runner_keys: tuple[PublicKey, ...] = ()
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
 
     def run_once(self) -> PassResult:
@@ -111,26 +128,30 @@ class Runner:
 
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()
-        branch = open_branch(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch)
-        tip = branch.tip()
-        seen = branch.check_not_rewritten(tip)
-        # Before anything runs: a rewrite later must be seen against this tip, so a
+        now = datetime.now(UTC)
+        gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
+                         trust=self.options.trust_root)
+        branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
+        work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name)
+        # Records other runners (or anyone who can push) appended since the last complete pass.
+        check_new_records(self.repo, gate, work, at=now)
+        # Before anything runs: a rewrite later must be seen against these tips, so a
         # seen ref that cannot be written stops the pass here (StateError, naming it).
-        branch.remember(tip, seen)
-        seen = tip
-        root, warnings = trust_root(self.repo, tip, self.options.trust_root)
-        tail = _read_tail(self.repo, tip)
-        work = plan(self.repo, tip, root, tail, at=datetime.now(UTC), runner_name=self.options.runner_name)
-        self._runner_keys = work.policy.runner_keys()
+        # (The audit tip only now: it is where the next pass starts checking.)
+        seen = branch.remember(tip, gate.records, gate.seen)
         if work.policy.runners and self.signing is None:
             raise UsageError(
                 f"{work.policy.where} lists runners, so audit commits must be signed",
                 hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
             )
+        assessor = Assessor(self.repo, at=now)
+        known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
+        checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
+        self._state = _State(work, tip, gate.records, checker, tip, time.monotonic(), {})
         outcomes: list[Outcome] = []
         # Results a previous pass could not push come first; their jobs are not orphans,
         # and a job whose process may still run is not closed yet.
-        spooled, running = self._spool_load(tip)
+        spooled, running = self._spool_load(gate.records)
         recovered = {d.get("run_id") for d in spooled} | {e.run_id for e in running}
         work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
         for entry in running:
@@ -144,7 +165,7 @@ class Runner:
             key = (decision.path, decision.blob, decision.commit)
             if key in work.handled:
                 continue
-            refusal = self._refusal(decision, work)
+            refusal = self._refusal(decision, work, gate.records)
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
@@ -158,13 +179,18 @@ class Runner:
             outcomes.append(outcome)
         else:
             if work.new_commits:
+                # The unapproved map can hold thousands of paths: it goes into an
+                # evidence file (written once per distinct map), the record names it.
+                fields, held = audit.unapproved_fields(work.unapproved)
+                if held is not None:
+                    self._state.files[held.path] = held.data
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           policy_commit=work.policy.commit, commits=len(work.assessments), unapproved=work.unapproved))
+                                           policy_commit=work.policy.commit, commits=len(work.assessments), **fields))
         if pending:
             self._publish(branch, pending)
-        # Remember what was seen, so that a later rewrite of it (which may also
-        # erase the audit that would have told) stops this runner.
-        branch.remember(branch.tip(), seen)
+        # Remember what was seen (all of it checked), so that a later rewrite of
+        # either branch (which may also erase the records that would have told) stops this runner.
+        branch.remember(branch.tip(), self._state.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings]), changes, stopped)
@@ -182,13 +208,13 @@ class Runner:
                 pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary, policy_commit=assessment.policy.commit))
         return pending
 
-    def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
+    def _refusal(self, decision: Decision, work: Plan, records: str | None) -> tuple[str, str] | None:
         if not decision.runnable:
             return "rejected", decision.reason
         veto = self._vetoes(work).get((decision.path, decision.blob))
         if veto is not None:
-            return "vetoed", f"vetoed by {veto.person} in commit {veto.commit[:7]}"
-        ran = audit.started_before(self.repo, work.tip, decision.path, decision.blob)
+            return "vetoed", _vetoed(veto)
+        ran = audit.started_before(self.repo, records, decision.path, decision.blob)
         if ran is not None:
             return "rejected", (f"this exact revision of {decision.path} already started (seq {ran.get('seq')}, approved at "
                                 f"{str(ran.get('commit'))[:7]}); a job revision runs at most once: change the file to run it again")
@@ -198,18 +224,24 @@ class Runner:
         """Every valid veto on approved, also those a previous pass walked past."""
         if work.all_vetoes is None:
             found = {(v.path, v.blob): v for v in work.vetoes}
-            assessor = Assessor(self.repo, at=datetime.now(UTC))
-            # As loose as the trailer parser (any case, any spacing), so that no veto
-            # the walk would honour is missed here; the parser then decides.
-            grep = f"--grep=^{VETO_TRAILER}:"
-            for sha in self.repo.out("log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", work.tip).split():
-                commit = self.repo.commit(sha)
-                if commit.is_merge or self.repo.diff(commit.parents[0] if commit.parents else None, sha):
-                    continue  # a veto is an empty, signed commit, as the walk judges it
-                for veto in assessor.veto(commit, work.policy).vetoes:
-                    found.setdefault((veto.path, veto.blob), veto)
+            for veto in self._search_vetoes(work.tip, work.policy):
+                found.setdefault((veto.path, veto.blob), veto)
             work.all_vetoes = found
         return work.all_vetoes
+
+    def _search_vetoes(self, spec: str, policy: Policy) -> list[Veto]:
+        """Vetoes in the first-parent commits `spec` (a tip, or old..new)."""
+        assessor = Assessor(self.repo, at=datetime.now(UTC))
+        # As loose as the trailer parser (any case, any spacing), so that no veto
+        # the walk would honour is missed here; the parser then decides.
+        grep = f"--grep=^{VETO_TRAILER}:"
+        found: list[Veto] = []
+        for sha in self.repo.out("log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec).split():
+            commit = self.repo.commit(sha)
+            if commit.is_merge or self.repo.diff(commit.parents[0] if commit.parents else None, sha):
+                continue  # a veto is an empty, signed commit, as the walk judges it
+            found += assessor.veto(commit, policy).vetoes
+        return found
 
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
@@ -241,9 +273,11 @@ class Runner:
             provisional = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=ORPHANED)
             me = ProcessId.of(os.getpid())
             self.spool.put(Entry(provisional, None, me))
-            if not self._publish(branch, [*pending, started], claim=(decision.path, decision.blob, decision.commit)):
+            dropped = self._publish(branch, [*pending, started], claim=decision)
+            if dropped is not None:
                 self.spool.drop({run_id})
-                return Outcome(job.id, job.path, decision.commit, "rejected", "another runner claimed this job first", run_id), []
+                event, reason = dropped
+                return Outcome(job.id, job.path, decision.commit, "vetoed" if event == "vetoed" else "rejected", reason, run_id), []
             if self.shutdown.is_set():  # stopped while claiming: the job is not started now, nor ever
                 reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
                 finished = self._draft("finished", decision, run_id=run_id, status="interrupted", exit_code=None, reason=reason)
@@ -283,8 +317,8 @@ class Runner:
         assert job is not None
         workspace = tmp / "workspace"
         workspace.mkdir()
-        # The audit and the other jobs' definitions are not the job's business, and
-        # leaving them out keeps the export proportional to the code, not to history.
+        # The other jobs' definitions are not the job's business (the records are on
+        # another branch); leaving them out keeps the export proportional to the code.
         self.repo.export(decision.commit, workspace, skip=_not_exported)
         (workspace / job.path).parent.mkdir(parents=True, exist_ok=True)
         (workspace / job.path).write_bytes(self.repo.blob(job.blob))
@@ -321,47 +355,107 @@ class Runner:
         joined = [" ".join(value.split()) for value in values if "\n" in value]
         return tuple(dict.fromkeys([*values, *lines, *joined]))
 
-    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: tuple[str, str, str] | None = None) -> bool:
-        """Commit drafts on the branch tip and push; rebase and retry when the tip moved."""
+    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: Decision | None = None) -> tuple[str, str] | None:
+        """Commit drafts on the audit branch's tip and push; when the push is refused, fetch both
+        branches, re-check, rebase and retry. The runner never writes to approved.
+
+        With `claim`, the drafts hold its `started` record: None means it was pushed;
+        ("claimed" or "vetoed", reason) means the claim was dropped (the other drafts,
+        and a `vetoed` record, are pushed without it).
+        """
+        state = self._state
+        if claim is not None and time.monotonic() - state.fetched > FRESH_SECONDS:
+            self._refresh(branch, fetch=self.options.fetch)  # a veto merged while earlier jobs ran
         for _ in range(MAX_PUSH_ATTEMPTS):
-            tip = branch.tip()
-            tail = audit.read_tail(self.repo, tip)
-            if claim is not None and (
-                any((r.get("path"), r.get("blob"), r.get("commit")) == claim and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned)
-                or audit.started_before(self.repo, tip, claim[0], claim[1]) is not None
-            ):
-                drafts = [d for d in drafts if d["event"] != "started"]
-                if drafts:
-                    self._publish(branch, drafts)
-                return False
+            parent = state.checked
+            tail = read_tail(self.repo, parent)
+            if claim is not None:
+                dropped = self._claim_dropped(claim, tail, parent)
+                if dropped is not None:
+                    rest = [d for d in drafts if d["event"] != "started"]
+                    if dropped[0] == "vetoed":
+                        rest.append(self._draft("vetoed", claim, reason=dropped[1], **_votes(claim)))
+                    if rest:
+                        self._publish(branch, rest)
+                    return dropped
             records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
-            files = audit.append(self.repo, tip, tail, records)
-            message = _message(records)
-            sha = self.repo.write_commit(parent=tip, files=files, message=message, author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
-            self._check_own_signature(sha)
+            files = {**audit.append(self.repo, parent, tail, records), **self._new_evidence(parent)}
+            judged = self._trailer(parent)
+            sha = self.repo.write_commit(parent=parent, files=files, message=audit_branch.message(_summary(records), judged),
+                                         author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
+            self._check_own_commit(sha, judged)
             try:
-                published = branch.publish(sha, tip)
+                published = branch.publish_records(sha, parent)
             except GitError as exc:
                 if any(d["event"] == "finished" for d in drafts):
                     exc.hint = f"the job's result is kept in {self.spool.path} and pushed by the next run"
                 raise
             if published:
+                state.checked = sha
+                state.files = {}
                 self.spool.drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
-                return True
-            branch.refresh()
-        raise GitError(f"could not push audit records to {branch.ref} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
+                return None
+            self._refresh(branch, fetch=True)
+        raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
 
-    def _check_own_signature(self, sha: str) -> None:
+    def _refresh(self, branch: Branch, *, fetch: bool) -> None:
+        """One fetch of both branches; check what other runners appended; look for new vetoes."""
+        state = self._state
+        if fetch:
+            branch.refresh()
+        tip = branch.tip()
+        if not self.repo.is_ancestor(state.judged, tip):
+            raise IntegrityError(f"approved was rewritten during this pass: {state.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)")
+        records = branch.audit_tip()
+        if records != state.checked:
+            if records is None or (state.checked is not None and not self.repo.is_ancestor(state.checked, records)):
+                raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
+                                     f"{(state.checked or '')[:12]} (force-push?)")
+            spec = records if state.checked is None else f"{state.checked}..{records}"
+            replace(state.checker, approved_tip=tip).check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
+            state.checked = records
+        if tip != state.veto_tip:
+            found = self._vetoes(state.work)
+            for veto in self._search_vetoes(f"{state.veto_tip}..{tip}", state.work.policy):
+                found.setdefault((veto.path, veto.blob), veto)
+            state.veto_tip = tip
+        state.fetched = time.monotonic()
+
+    def _claim_dropped(self, claim: Decision, tail: audit.Tail, records: str | None) -> tuple[str, str] | None:
+        """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
+        key = (claim.path, claim.blob, claim.commit)
+        if (any((r.get("path"), r.get("blob"), r.get("commit")) == key and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned)
+                or audit.started_before(self.repo, records, claim.path, claim.blob) is not None):
+            return "claimed", "another runner claimed this job first"
+        veto = self._vetoes(self._state.work).get((claim.path, claim.blob))
+        if veto is not None:
+            return "vetoed", _vetoed(veto)
+        return None
+
+    def _trailer(self, parent: str | None) -> str:
+        """The approved tip this commit says it judged: the pass's, or a newer one another runner already named."""
+        judged = self._state.judged
+        before = audit_branch.approved_of(self.repo.commit(parent)) if parent is not None else None
+        if before is not None and before != judged and self.repo.is_ancestor(judged, before):
+            return before
+        return judged
+
+    def _new_evidence(self, parent: str | None) -> dict[str, bytes]:
+        """Evidence files to add: those not on the branch yet (a file is its hash, so one that is there is this one)."""
+        return {path: data for path, data in self._state.files.items() if parent is None or self.repo.file_blob(parent, path) is None}
+
+    def _check_own_commit(self, sha: str, judged: str) -> None:
         """A commit the next pass would call tampering is never pushed: it would stop the gate for good."""
-        if not self._runner_keys:
-            return
-        check = Assessor(self.repo, at=datetime.now(UTC)).signature(self.repo.commit(sha), self._runner_keys)
-        if not check.ok:
-            raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
-                             hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
+        policy = self._state.checker.policy_at(judged)
+        if policy.runners:
+            check = self._state.checker.assessor.signature(self.repo.commit(sha), policy.runner_keys())
+            if not check.ok:
+                raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
+                                 hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
+        self._state.checker.check_commit(sha)
 
     # -- the spool: a job's result is kept on disk until it is pushed --------------
-    def _spool_load(self, tip: str) -> tuple[list[dict[str, Any]], list[Entry]]:
+    def _spool_load(self, tip: str | None) -> tuple[list[dict[str, Any]], list[Entry]]:
         """Finished records a previous pass could not push, and runs that may still be running.
 
         Entries that landed after all, and provisional ones whose claim never
@@ -418,12 +512,8 @@ def _remove_tree(path: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _read_tail(repo: Repo, tip: str) -> audit.Tail:
-    try:
-        return audit.read_tail(repo, tip)
-    except IntegrityError as exc:
-        last = repo.out("log", "-1", "--first-parent", "--format=%h %an: %s", tip, "--", audit.AUDIT_DIR)
-        raise IntegrityError(f"{exc.message}; tampering? audit/ was last changed by {last}", file=exc.file, line=exc.line) from None
+def _vetoed(veto: Veto) -> str:
+    return f"vetoed by {veto.person} in commit {veto.commit[:7]}"
 
 
 def _limits(policy: Policy, timeout: int | None) -> executor.Limits:
@@ -456,9 +546,9 @@ def _copy_ids(record: audit.Record) -> dict[str, Any]:
     return {k: record.get(k) for k in ("job", "path", "blob", "commit")}
 
 
-def _message(records: list[audit.Record]) -> str:
+def _summary(records: list[audit.Record]) -> str:
     summary: dict[str, int] = {}
     for record in records:
         summary[record.event] = summary.get(record.event, 0) + 1
     parts = ", ".join(f"{n} {event}" for event, n in summary.items())
-    return f"mergegate: audit seq {records[0].seq}-{records[-1].seq} ({parts})\n"
+    return f"mergegate: audit seq {records[0].seq}-{records[-1].seq} ({parts})"

@@ -56,14 +56,6 @@ timeout_seconds: 30  # optional
 ```
 """
 
-AUDIT_README = """\
-# audit/
-
-The runner appends hash-chained JSON Lines records here (`log-000001.jsonl`, ...).
-Never edit these files: `mergegate audit verify` detects any change.
-The format is documented in docs/audit-format.md of mergegate.
-"""
-
 
 @dataclass(frozen=True)
 class InitResult:
@@ -80,7 +72,8 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
     if repo.config("user.email") is None or repo.config("user.name") is None:
         raise UsageError("git does not know who you are: init commits the policy as you",
                          hint='git config user.name "Your Name" && git config user.email you@example.com')
-    files = {"jobs/README.md": JOBS_README, "audit/README.md": AUDIT_README}
+    # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
+    files = {"jobs/README.md": JOBS_README}
     warnings: list[str] = []
     existing = repo.path / POLICY_FILE
     if existing.exists():

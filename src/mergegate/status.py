@@ -1,4 +1,4 @@
-"""What state every job on `approved` is in, read from the audit and the unprocessed history."""
+"""What state every job on `approved` is in, read from the audit branch and the unprocessed history."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.branch import open_branch, trust_root
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
-from mergegate.planning import plan
+from mergegate.planning import check_new_records, plan, read_gate
 
 _STATE = {"started": "running", "rejected": "rejected", "vetoed": "vetoed"}
 
@@ -41,16 +40,15 @@ class StatusReport:
 
 def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> StatusReport:
     repo = Repo(repo_path)
-    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
-    tip = source.tip()
-    source.check_not_rewritten(tip)
-    root, warnings = trust_root(repo, tip, trust)
-    records = audit.read_all(repo, tip)
+    gate = read_gate(repo, remote=remote, branch=branch, fetch=fetch, trust=trust)
+    tip, warnings, now = gate.tip, gate.warnings, datetime.now(UTC)
+    records = audit.read_all(repo, gate.records)
     latest: dict[tuple[str | None, str | None], audit.Record] = {}
     for record in records:
         if record.event in ("started", "finished", "rejected", "vetoed"):
             latest[record.revision] = record
-    pending = plan(repo, tip, root, audit.read_tail(repo, tip), at=datetime.now(UTC), runner_name="status")
+    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status")
+    check_new_records(repo, gate, pending, at=now)
     planned = {(d.path, d.blob): d for d, _ in pending.items}
     jobs = []
     for _, blob, path in repo.ls_tree(tip, "jobs/"):

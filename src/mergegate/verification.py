@@ -1,8 +1,9 @@
 """Re-check, from a bare clone and no runner state, everything the runner decided.
 
-`audit verify` checks the hash chain and that every audit commit only
-appended. `verify` also walks the whole first-parent history from the trust
-root, judges every commit again, and cross-checks the audit against it.
+`audit verify` checks the hash chain on the audit branch and every commit of
+that branch (linear, only appends, signed by a runner when the policy says
+so). `verify` also walks the whole first-parent history of approved from the
+trust root, judges every commit again, and cross-checks the records against it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 from mergegate import audit
 from mergegate.approvals import Assessor
-from mergegate.branch import open_branch, trust_root
+from mergegate.audit_branch import Checker, every_commit
+from mergegate.branch import open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git import Repo
-from mergegate.planning import Walk
-from mergegate.policy import load_policy
+from mergegate.planning import Walk, policy_lookup
+from mergegate.policy import Policy, load_policy
 
 
 @dataclass(frozen=True)
@@ -28,15 +30,23 @@ class AuditReport:
     files: int
 
 
-def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool) -> AuditReport:
-    """The chain from seq 1, and append-only history; IntegrityError at the first violation."""
+def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None = None) -> AuditReport:
+    """The chain from seq 1, and every audit commit; IntegrityError at the first violation."""
     repo = Repo(repo_path)
-    tip = open_branch(repo, remote=remote, branch=branch, fetch=fetch).tip()
-    records = audit.read_all(repo, tip)
-    _append_only_history(repo, tip)
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip = source.tip()
+    records_tip = source.audit_tip()
+    source.check_not_rewritten(tip, records_tip)
+    refuse_old_layout(repo, tip, records_tip)
+    root, _ = trust_root(repo, tip, trust)
+    assessor = Assessor(repo, at=datetime.now(UTC))
+    # The commits first: a broken record is then reported as the commit that broke it.
+    Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip)).check(every_commit(repo, records_tip))
+    records = audit.read_all(repo, records_tip)
+    _references(repo, records_tip, records)
     for problem in _finished_twice(records):
         raise IntegrityError(problem)
-    return AuditReport(tip, len(records), len(audit.log_files(repo, tip)))
+    return AuditReport(records_tip or "", len(records), len(audit.log_files(repo, records_tip)))
 
 
 def _finished_twice(records: list[audit.Record]) -> list[str]:
@@ -53,13 +63,11 @@ def _finished_twice(records: list[audit.Record]) -> list[str]:
     return problems
 
 
-def _append_only_history(repo: Repo, tip: str) -> None:
-    for sha in repo.out("rev-list", "--first-parent", tip, "--", audit.AUDIT_DIR).split():
-        commit = repo.commit(sha)
-        if not commit.parents:
-            continue
-        changes = [c for c in repo.diff(commit.parents[0], sha) if c.path.startswith(audit.AUDIT_DIR)]
-        audit.check_append_only(repo, sha, changes, logs_only=True)
+def _references(repo: Repo, records_tip: str | None, records: list[audit.Record]) -> None:
+    """Every evidence file a record names is on the branch, and is what its name says."""
+    for digest in sorted({str(r.get("unapproved_file")) for r in records if r.event == "scanned" and r.get("unapproved_file")}):
+        record = next(r for r in records if r.get("unapproved_file") == digest)
+        audit.read_unapproved(repo, records_tip, record)
 
 
 @dataclass(frozen=True)
@@ -91,27 +99,30 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
+    records_tip = source.audit_tip()
+    refuse_old_layout(repo, tip, records_tip)
     root, warnings = trust_root(repo, tip, trust)
     violations: list[str] = []
     try:
-        last_seen = source.check_not_rewritten(tip)
+        last_seen = source.check_not_rewritten(tip, records_tip)
     except IntegrityError as exc:
         violations.append(str(exc))
-        last_seen = tip
+        last_seen = None
     records: list[audit.Record] = []
     try:
-        records = audit.read_all(repo, tip)
-        _append_only_history(repo, tip)
+        records = audit.read_all(repo, records_tip)
+        _references(repo, records_tip, records)
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     chain = repo.first_parent_chain(root, tip)
     seen = _first_seen(repo, records, set(chain))
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     now = datetime.now(UTC)
-    walk = Walk(Assessor(repo, at=now), policy, tip=tip)
+    walk = Walk(Assessor(repo, at=now), policy, records=records_tip)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
+    policies: dict[str, Policy] = {root: policy}
     for sha in chain:
         # Record times are trustworthy only when runners sign the audit commits.
         walk.assessor.at = seen.get(sha, now) if walk.policy.runners else now
@@ -121,15 +132,22 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             violations.append(f"commit {sha[:12]}: {exc}")
             lines.append(CommitLine(sha, "tampering", str(exc)))
             break
+        policies[sha] = assessment.policy
         jobs = []
         for d in assessment.decisions:
             (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
             jobs.append({"path": d.path, "blob": d.blob, "approved": d.runnable, "approvers": list(d.approvers), "reason": d.reason})
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
+    # Every commit of the audit branch, each signed (with runners) by the policy the walk found in force.
+    assessor = Assessor(repo, at=now)
+    try:
+        Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip, known=policies)).check(every_commit(repo, records_tip))
+    except IntegrityError as exc:
+        violations.append(f"audit: {exc}")
     violations.extend(_cross_check(records, valid, rejected, set(chain)))
-    if not violations:
-        source.remember(tip, last_seen)
+    if not violations and last_seen is not None:
+        source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
 
 

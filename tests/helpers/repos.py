@@ -85,7 +85,7 @@ class World:
 
     def setup(self, policy: str, *, files: dict[str, str] | None = None) -> str:
         """Initial commit with the policy on main and approved, pushed: the trust root."""
-        self.write("admin", {"policy/policy.yaml": policy, "audit/README.md": "audit records\n", **(files or {})})
+        self.write("admin", {"policy/policy.yaml": policy, **(files or {})})
         self.git("admin", "add", "-A")
         self.git("admin", "commit", "-q", "-m", "initial policy")
         self.git("admin", "branch", "approved")
@@ -135,6 +135,28 @@ class World:
         self.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
         return self.clone(where)
 
+    def checkout_audit(self, where: str = "mallory") -> Path:
+        """`where` on the remote's audit branch, to commit to it directly (as anyone with push access could)."""
+        self.git(where, "fetch", "-q", "origin")
+        self.git(where, "checkout", "-q", "-B", "audit", "origin/mergegate/audit")
+        return self.clone(where)
+
+    def commit_audit(self, where: str = "mallory", message: str = "audit", *, sign: SshKey | None = None,
+                     push: bool = True, parents: list[str] | None = None) -> str:
+        """Commit what changed in `where`'s audit checkout, carrying the tip's Mergegate-Approved trailer
+        (so that only the rule a test aims at is broken), and push it without force."""
+        approved = self.git(where, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "HEAD").strip()
+        self.git(where, "add", "-A")
+        args = ["commit", "-q", "--allow-empty", "-m", message, "-m", f"Mergegate-Approved: {approved}"] + (["-S"] if sign else [])
+        self.git(where, *args, sign=sign)
+        if push:
+            self.git(where, "push", "-q", "origin", "HEAD:refs/heads/mergegate/audit")
+        return self.git(where, "rev-parse", "HEAD")
+
+    def audit_tip(self) -> str:
+        self.git("admin", "fetch", "-q", "origin")
+        return self.git("admin", "rev-parse", "origin/mergegate/audit")
+
     def signed_merge(self, branch: str, approver: Person | None = None) -> str:
         person = approver or self.bob
         return self.merge(branch, who=person, sign=person.key)
@@ -154,12 +176,14 @@ class World:
         return self.mg("run", "--once", "--json", *args, **kw)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every audit record on the remote's approved, in order."""
+        """Every audit record on the remote's audit branch, in order."""
         self.git("admin", "fetch", "-q", "origin")
-        names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/approved", "audit/").split()
+        if not self.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False):
+            return []
+        names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
         records = []
         for name in sorted(n for n in names if n.endswith(".jsonl")):
-            text = self.git("admin", "show", f"origin/approved:{name}")
+            text = self.git("admin", "show", f"origin/mergegate/audit:{name}")
             records.extend(json.loads(line) for line in text.splitlines() if line)
         return records
 

@@ -1,0 +1,190 @@
+"""The audit branch's history: what each commit on `mergegate/audit` may do.
+
+Each commit is made by a runner, has one parent (none for the first), and
+only appends: lines at the end of audit/log-NNNNNN.jsonl, and new files
+audit/evidence/<sha256>.json named by the hash of their bytes. Its message
+carries `Mergegate-Approved: <sha>`, the tip of `approved` the runner judged;
+that commit is an ancestor of approved's tip and descends from (or equals) the
+previous audit commit's. When the policy in force at that commit lists
+runners, the commit is signed by one of their keys. Anything else is
+tampering, and names the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mergegate import audit
+from mergegate.approvals import Assessor
+from mergegate.branch import AUDIT_BRANCH
+from mergegate.errors import GitError, IntegrityError
+from mergegate.git import ZERO, Commit, Repo
+from mergegate.policy import Policy
+
+APPROVED_TRAILER = "Mergegate-Approved"
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def approved_of(commit: Commit) -> str | None:
+    """The commit's one `Mergegate-Approved` value, if it has exactly one full commit id."""
+    values = commit.trailers(APPROVED_TRAILER)
+    return values[0] if len(values) == 1 and _SHA.match(values[0]) else None
+
+
+def message(summary: str, approved: str) -> str:
+    return f"{summary}\n\n{APPROVED_TRAILER}: {approved}\n"
+
+
+class Tampering(IntegrityError):
+    def __init__(self, sha: str, what: str, *, file: str | None = None, line: int | None = None) -> None:
+        super().__init__(f"audit commit {sha[:12]} on {AUDIT_BRANCH} {what}: tampering", file=file, line=line,
+                         hint=f"records are only ever appended by runners; inspect it with `git show {sha[:12]}`")
+
+
+@dataclass(frozen=True)
+class Checker:
+    """Checks audit commits against the rules above.
+
+    `policy_at(sha)` is the policy in force at an approved commit (for the
+    runner-signature rule); `approved_tip` is the tip of approved as read now.
+    """
+
+    repo: Repo
+    assessor: Assessor
+    approved_tip: str
+    policy_at: Callable[[str], Policy]
+
+    def check(self, shas: Sequence[str]) -> None:
+        """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved."""
+        for sha in shas:
+            self.check_commit(sha)
+        if shas:
+            self._on_approved(shas[-1])
+
+    def check_commit(self, sha: str) -> None:
+        self.check_shape(self.repo, sha)
+        approved = approved_of(self.repo.commit(sha))
+        assert approved is not None
+        policy = self.policy_at(approved)
+        if policy.runners:
+            check = self.assessor.signature(self.repo.commit(sha), policy.runner_keys())
+            if not check.ok:
+                raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
+
+    @classmethod
+    def check_shape(cls, repo: Repo, sha: str) -> None:
+        """Every rule but the signature: linear, the trailer, only appends."""
+        commit = repo.commit(sha)
+        if len(commit.parents) > 1:
+            raise Tampering(sha, "is a merge (the audit branch is linear)")
+        approved = approved_of(commit)
+        if approved is None:
+            raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
+        parent = commit.parents[0] if commit.parents else None
+        if parent is not None:
+            before = approved_of(repo.commit(parent))
+            if before is None:
+                raise Tampering(parent, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
+            if before != approved and not repo.is_ancestor(before, approved):
+                raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
+                                     "judged by the commit before it")
+        cls._only_appends(repo, sha, parent)
+
+    @staticmethod
+    def _only_appends(repo: Repo, sha: str, parent: str | None) -> None:
+        changes = repo.diff(parent, sha)
+        logs = 0
+        for change in changes:
+            path = change.path
+            if audit.is_evidence_path(path) is not None:
+                if change.status != "A":
+                    verb = "removes" if change.status == "D" else "changes"
+                    raise Tampering(sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path)
+                if change.new_mode != "100644" or hashlib.sha256(repo.blob(change.new_blob)).hexdigest() != audit.is_evidence_path(path):
+                    raise Tampering(sha, f"adds evidence file {path}, whose bytes do not hash to its name", file=path)
+                continue
+            if not re.match(r"^audit/log-\d{6}\.jsonl$", path):
+                raise Tampering(sha, f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
+                                     "and add audit/evidence/<sha256>.json", file=path)
+            logs += 1
+            if change.status == "D":
+                raise Tampering(sha, f"deletes audit file {path}", file=path)
+            if change.new_mode != "100644":
+                raise Tampering(sha, f"makes {path} something other than a plain file (mode {change.new_mode})", file=path)
+            new = repo.blob(change.new_blob)
+            if not new.endswith(b"\n"):
+                raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)
+            if change.status == "A":
+                continue
+            old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
+            if not new.startswith(old):
+                raise Tampering(sha, f"rewrites existing audit records in {path}", file=path, line=_first_difference(old, new))
+        if logs == 0:
+            raise Tampering(sha, "appends no record")
+        if any(c.status == "A" and c.path.endswith(".jsonl") for c in changes):
+            try:
+                audit.log_files(repo, sha)  # a new file continues the numbering
+            except IntegrityError as exc:
+                raise Tampering(sha, exc.message, file=exc.file) from None
+
+    def _on_approved(self, sha: str) -> None:
+        approved = approved_of(self.repo.commit(sha))
+        assert approved is not None
+        if self.repo.is_ancestor(approved, self.approved_tip):
+            return
+        if self.repo.rev(approved) is not None and self.repo.is_ancestor(self.approved_tip, approved):
+            # The records are newer than what this clone read of approved: a race, not a forgery.
+            raise GitError(f"the audit branch judged approved at {approved[:12]}, newer than {self.approved_tip[:12]} read here",
+                           hint="approved moved while it was read; run again (with a fetch)")
+        raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not an ancestor of approved at {self.approved_tip[:12]}")
+
+
+def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail) -> list[str]:
+    """The audit commits a pass checks, oldest first: those after the one this clone last saw,
+    or, in a clone that saw none, back to the one that added the last `scanned` record.
+
+    That is what is new since the last complete pass (few commits, whatever the
+    history's length); `audit verify` and `verify` check every commit.
+    """
+    if tip is None:
+        return []
+    found: list[str] = []
+    sha: str | None = tip
+    while sha is not None and sha != seen:
+        found.append(sha)
+        commit = repo.commit(sha)
+        if len(commit.parents) != 1:
+            break  # the root, or a merge (which the check reports)
+        parent = commit.parents[0]
+        if seen is None and tail.scanned is not None and tail.scanned_file is not None:
+            size = repo.blob_size(parent, tail.scanned_file)
+            if size is not None and size >= tail.scanned_end:
+                break  # the parent already held the last scanned record: this commit added it
+        sha = parent
+    return found[::-1]
+
+
+def explain(repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 1000) -> IntegrityError:
+    """The commit that broke the log, when reading it failed: the newest one (after `seen`) that breaks a rule."""
+    for sha in repo.out("rev-list", f"--max-count={limit}", tip, *([f"^{seen}"] if seen and repo.is_ancestor(seen, tip) else [])).split():
+        try:
+            Checker.check_shape(repo, sha)
+        except Tampering as found:
+            return found
+    return IntegrityError(f"{error.message}; tampering? the audit branch's tip is {tip[:12]}", file=error.file, line=error.line,
+                          hint="`mergegate audit verify` checks every commit of the audit branch")
+
+
+def every_commit(repo: Repo, tip: str | None) -> list[str]:
+    """Every commit of the audit branch, oldest first (a merge's other side included, to be reported)."""
+    return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
+
+
+def _first_difference(old: bytes, new: bytes) -> int:
+    for number, (a, b) in enumerate(zip(old.splitlines(), new.splitlines(), strict=False), start=1):
+        if a != b:
+            return number
+    return min(old.count(b"\n"), new.count(b"\n")) + 1

@@ -263,8 +263,8 @@ def test_force_push_after_a_job_ran_stops_the_runner(world: World) -> None:
     world.signed_merge("q", world.bob)
     result = world.run_once()
     assert result.code == 3
-    assert "history was rewritten" in result.err or "not an ancestor" in result.err
-    assert [r["job"] for r in world.events("started")] == []
+    assert "was rewritten" in result.err
+    assert [r["job"] for r in world.events("started")] == ["j"]  # the records survive on mergegate/audit
 
 
 def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:

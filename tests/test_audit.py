@@ -16,9 +16,8 @@ from mergegate.git import Repo
 def _repo(tmp_path: Path) -> Repo:
     path = tmp_path / "gate"
     subprocess.run(["git", "init", "-q", str(path)], check=True)
-    (path / "README").write_text("x\n")
-    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "root"], check=True)
+    # As the audit branch: its tree holds audit/ and nothing else (here, at first, nothing at all).
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "--allow-empty", "-m", "root"], check=True)
     return Repo(path)
 
 
@@ -81,3 +80,30 @@ def test_a_gap_in_file_numbers_is_tampering(tmp_path: Path) -> None:
     tip = repo.write_commit(parent=tip, files={"audit/log-000002.jsonl": b"{}\n"}, message="x\n", author=("t", "t@x"), signing=None)
     with pytest.raises(IntegrityError, match="not numbered"):
         audit.log_files(repo, tip)
+
+
+def test_a_file_beside_audit_is_tampering(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    tip = _append(repo, repo.rev("HEAD"), [audit.draft("scanned", runner="r")])
+    tip = repo.write_commit(parent=tip, files={"README": b"x\n"}, message="x\n", author=("t", "t@x"), signing=None)
+    with pytest.raises(IntegrityError, match="unexpected file README on the audit branch"):
+        audit.read_tail(repo, tip)
+
+
+def test_the_unapproved_map_is_kept_by_reference_and_checked_on_reading(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    files = {f"vendor/{i}.txt": "c" * 40 for i in range(2000)}
+    fields, held = audit.unapproved_fields(files)
+    assert held is not None and fields == {"unapproved_count": 2000, "unapproved_file": held.sha256}
+    assert audit.unapproved_fields(dict(reversed(files.items())))[1] == held  # canonical: one map, one file
+    tip = _append(repo, repo.rev("HEAD"), [audit.draft("scanned", runner="r", **fields)])
+    tip = repo.write_commit(parent=tip, files={held.path: held.data}, message="x\n", author=("t", "t@x"), signing=None)
+    tail = audit.read_tail(repo, tip)
+    assert tail.scanned is not None and len(tail.scanned.line()) < 4096
+    assert audit.read_unapproved(repo, tip, tail.scanned) == files
+    edited = repo.write_commit(parent=tip, files={held.path: held.data.replace(b"vendor/1.txt", b"vendor/X.txt")}, message="x\n",
+                               author=("t", "t@x"), signing=None)
+    with pytest.raises(IntegrityError, match="does not hash to its name"):
+        audit.read_unapproved(repo, edited, tail.scanned)
+    with pytest.raises(IntegrityError, match="which is not on the audit branch"):
+        audit.read_unapproved(repo, repo.rev("HEAD"), tail.scanned)

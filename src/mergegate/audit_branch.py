@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mergegate import audit
 from mergegate.approvals import Assessor
 from mergegate.branch import AUDIT_BRANCH
-from mergegate.errors import GitError, IntegrityError
+from mergegate.errors import IntegrityError
 from mergegate.git import ZERO, Commit, Repo
 from mergegate.policy import Policy
 
@@ -57,17 +57,22 @@ class Checker:
     approved_tip: str
     policy_at: Callable[[str], Policy]
 
-    def check(self, shas: Sequence[str]) -> None:
-        """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved."""
+    def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
+        """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
+
+        Without `shapes`, only the signatures (the shapes were checked already, before anything read the records).
+        """
         for sha in shas:
-            self.check_commit(sha)
+            self.check_commit(sha, shape=shapes)
         if shas:
             self._on_approved(shas[-1])
 
-    def check_commit(self, sha: str) -> None:
-        self.check_shape(self.repo, sha)
+    def check_commit(self, sha: str, *, shape: bool = True) -> None:
+        if shape:
+            self.check_shape(self.repo, sha)
         approved = approved_of(self.repo.commit(sha))
-        assert approved is not None
+        if approved is None:
+            raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
         policy = self.policy_at(approved)
         if policy.runners:
             check = self.assessor.signature(self.repo.commit(sha), policy.runner_keys())
@@ -133,13 +138,15 @@ class Checker:
     def _on_approved(self, sha: str) -> None:
         approved = approved_of(self.repo.commit(sha))
         assert approved is not None
-        if self.repo.is_ancestor(approved, self.approved_tip):
+        if self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
             return
-        if self.repo.rev(approved) is not None and self.repo.is_ancestor(self.approved_tip, approved):
-            # The records are newer than what this clone read of approved: a race, not a forgery.
-            raise GitError(f"the audit branch judged approved at {approved[:12]}, newer than {self.approved_tip[:12]} read here",
-                           hint="approved moved while it was read; run again (with a fetch)")
-        raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not an ancestor of approved at {self.approved_tip[:12]}")
+        # Both branches come from one fetch, so records never judged an approved this clone lacks:
+        # approved lost commits a runner judged (a force-push a fresh clone sees too), or the trailer is forged.
+        raise IntegrityError(
+            f"audit commit {sha[:12]} on {AUDIT_BRANCH} says a runner judged approved at {approved[:12]}, which is not in the "
+            f"history of approved at {self.approved_tip[:12]}: approved was rewritten (force-push?) or the records are forged",
+            hint="investigate before trusting either branch; if this clone fetched only one of them, run again with a fetch",
+        )
 
 
 def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail) -> list[str]:

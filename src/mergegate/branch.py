@@ -153,7 +153,7 @@ def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
         return
     old = [name for mode, _, name in repo.ls_tree_flat(tip, "audit/") if re.fullmatch(r"log-\d{6}\.jsonl", name)]
     if old:
-        raise UsageError(f"approved holds audit records (audit/{old[0]}): records now live on the branch {AUDIT_BRANCH}, not on approved",
+        raise UsageError(f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on approved",
                          file=f"audit/{old[0]}", hint="this gate was made by mergegate 0.1; see docs/audit-format.md (where records live)")
 
 

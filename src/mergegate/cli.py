@@ -105,7 +105,7 @@ def cli() -> None:
 def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, once: bool,
         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None, shutdown_grace: float,
         lock_wait: float, max_backoff: float) -> int:
-    """Run every newly approved job and push its audit records.
+    """Run every newly approved job and push its records to the branch mergegate/audit.
 
     The first SIGINT or SIGTERM stops claiming; the job in flight gets
     --shutdown-grace seconds, then is killed and recorded `interrupted`, and
@@ -265,7 +265,7 @@ def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_f
 @_trust_option
 @_json_option
 def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool) -> int:
-    """Re-judge the whole history of approved and cross-check the audit.
+    """Re-judge the whole history of approved and cross-check the records on mergegate/audit.
 
     Exit 0 when every started job was validly approved and the chain is intact, 3 otherwise.
 
@@ -281,7 +281,7 @@ def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
 
 @cli.group(cls=_Group)
 def audit() -> None:
-    """Inspect the audit log.
+    """Inspect the audit log (the branch mergegate/audit).
 
     \b
     Example:
@@ -294,7 +294,7 @@ def audit() -> None:
 @_branch_options
 @_json_option
 def audit_verify(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: bool) -> int:
-    """Verify the hash chain and that audit history only ever appended.
+    """Verify the hash chain and every commit of mergegate/audit (linear, append-only, signed).
 
     \b
     Example:
@@ -335,7 +335,9 @@ def audit_log(repo: Path, remote: str, branch: str, no_fetch: bool, job: str | N
 @click.option("--solo", is_flag=True, help="One-person setup: allow self-approval, policy changes need one approver.")
 @click.option("--branch", default="approved", show_default=True)
 def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str) -> int:
-    """Write a deny-by-default policy, jobs/ and audit/, and create the approved branch.
+    """Write a deny-by-default policy and jobs/, and create the approved branch.
+
+    No records are written: the first `mergegate run` creates the branch mergegate/audit.
 
     An existing policy/policy.yaml is validated and kept as it is (then
     --approver, --key, --email and --solo are ignored, with a warning). The

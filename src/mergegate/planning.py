@@ -190,6 +190,7 @@ class Gate:
     root: str
     warnings: tuple[str, ...]
     tail: audit.Tail
+    new_records: tuple[str, ...]  # audit commits new since the last complete pass, their shapes checked
 
 
 def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None) -> Gate:
@@ -201,7 +202,11 @@ def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str |
     refuse_old_layout(repo, tip, records)
     root, warnings = trust_root(repo, tip, trust)
     tail = read_tail(repo, records, seen=seen.records)
-    return Gate(source, tip, records, seen, root, tuple(warnings), tail)
+    # Shapes first (linear, only appends): nothing is read from a record a bad commit wrote.
+    new = unchecked(repo, records, seen=seen.records, tail=tail)
+    for sha in new:
+        Checker.check_shape(repo, sha)
+    return Gate(source, tip, records, seen, root, tuple(warnings), tail, tuple(new))
 
 
 def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> audit.Tail:
@@ -214,13 +219,14 @@ def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> au
 
 
 def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime) -> None:
-    """Check the audit commits new since the last complete pass (or since this clone last saw the branch)."""
-    shas = unchecked(repo, gate.records, seen=gate.seen.records, tail=gate.tail)
-    if not shas:
+    """Check the signatures and trailers of the audit commits new since the last complete pass
+    (or since this clone last saw the branch); `read_gate` checked their shapes."""
+    if not gate.new_records:
         return
     known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
     assessor = Assessor(repo, at=at)
-    Checker(repo, assessor, gate.tip, policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)).check(shas)
+    policy_at = policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)
+    Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
 
 
 def _judged_path(repo: Repo) -> Path:

@@ -40,11 +40,9 @@ def test_audit_log_prints_and_filters_the_records(world: World) -> None:
 
 def test_audit_log_on_a_tampered_log_is_an_integrity_error(world: World) -> None:
     gate_with_history(world)
-    where = world.checkout_approved("admin")
-    log = where / "audit/log-000001.jsonl"
+    log = world.checkout_audit("admin") / "audit/log-000001.jsonl"
     log.write_text(log.read_text().replace("hello", "HELLO"))
-    world.git("admin", "commit", "-qam", "edit")
-    world.git("admin", "push", "-q", "origin", "approved")
+    world.commit_audit("admin", "edit")
     result = world.mg("audit", "log", where="auditor")
     assert result.code == 3 and "hash does not match" in result.err
 

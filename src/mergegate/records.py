@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mergegate import audit
-from mergegate.branch import Branch, open_branch
+from mergegate.branch import Branch, open_branch, refuse_old_layout
 from mergegate.errors import UsageError
 from mergegate.git import Repo
 
@@ -25,10 +25,11 @@ class View:
     repo: Repo
     source: Branch
     tip: str
+    records_tip: str | None  # the branch mergegate/audit (None before the first runner pass)
 
     @property
-    def records_at(self) -> str:
-        return self.tip
+    def records_at(self) -> str | None:
+        return self.records_tip
 
     def records(self) -> list[audit.Record]:
         return audit.read_all(self.repo, self.records_at)
@@ -38,8 +39,10 @@ def open_view(*, repo_path: Path, remote: str, branch: str, fetch: bool) -> View
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
-    source.check_not_rewritten(tip)
-    return View(repo, source, tip)
+    records_tip = source.audit_tip()
+    source.check_not_rewritten(tip, records_tip)
+    refuse_old_layout(repo, tip, records_tip)
+    return View(repo, source, tip, records_tip)
 
 
 def parse_since(text: str) -> datetime:

@@ -8,7 +8,7 @@ user runs the command (a subprocess of `python -m mergegate`):
 1. It builds, with `git fast-import`, a gate (a bare remote and a runner
    clone) whose `approved` holds N past approved jobs: a root commit with the
    policy, N merges each bringing jobs/job-<i>.yaml from a side commit, and
-   one audit commit whose hash-chained log (built with mergegate.audit) says
+   one commit on mergegate/audit whose hash-chained log (built with mergegate.audit) says
    every job started and finished and ends with a `scanned` record at the last
    merge. For the runner all of that is already processed.
 2. It times `run --once --json --trust-root <root>` with nothing new (a) and
@@ -51,7 +51,8 @@ from typing import Any
 
 from perfdoc import write_section
 
-from mergegate import audit
+from mergegate import audit, audit_branch
+from mergegate.branch import AUDIT_BRANCH
 from mergegate.git import Repo
 
 SECTION = "## Polling cost with 10,000 past jobs"
@@ -125,7 +126,6 @@ def policy_yaml(public_key: str) -> bytes:
     ).encode()
 
 
-AUDIT_README = b"# audit/\n\nHash-chained JSON Lines records written by the runner. Never edit.\n"
 
 
 # -- building a gate ---------------------------------------------------------------
@@ -140,6 +140,7 @@ class Gate:
     runner: Path
     root: str
     pristine: str
+    records_pristine: str | None = None  # the audit branch as the runner last left it
     build_seconds: dict[str, float] = field(default_factory=dict)
     audit_records: int = 0
     audit_files: int = 0
@@ -155,6 +156,12 @@ class Gate:
         git(self.remote, "update-ref", "refs/heads/approved", tip)
         git(self.runner, "update-ref", "refs/remotes/origin/approved", self.pristine)
         git(self.runner, "update-ref", self.seen_ref, self.pristine)
+        for where, ref in ((self.remote, f"refs/heads/{AUDIT_BRANCH}"), (self.runner, f"refs/remotes/origin/{AUDIT_BRANCH}"),
+                           (self.runner, f"refs/mergegate/seen/origin/{AUDIT_BRANCH}")):
+            if self.records_pristine is not None:
+                git(where, "update-ref", ref, self.records_pristine)
+            else:
+                git(where, "update-ref", "-d", ref)  # no records yet: the pass creates the branch
 
 
 def _data(payload: bytes) -> bytes:
@@ -232,7 +239,7 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
     git(base, "init", "--quiet", "--bare", str(remote))
     # 1. Root, then n (side commit, merge) pairs. Marks: root 1, side 2i, merge 2i+1.
     chunks = [_commit("refs/heads/approved", 1, ADMIN, T0, "mergegate: initial policy (trust anchor)", [],
-                      {"policy/policy.yaml": policy_yaml(public_key), "audit/README.md": AUDIT_README})]
+                      {"policy/policy.yaml": policy_yaml(public_key)})]
     for i in range(1, n + 1):
         job = {f"jobs/job-{i}.yaml": job_yaml(f"job-{i}", str(i))}
         prev = f":{2 * i - 1}"
@@ -245,7 +252,7 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
     git(remote, "update-ref", "-d", "refs/heads/proposal")
     timings["fast-import history"] = time.perf_counter() - t
     root, merges = marks[1], [marks[2 * i + 1] for i in range(1, n + 1)]
-    # 2. One audit commit on top: the chain the runner would have written for all of that.
+    # 2. One commit on the audit branch: the chain the runner would have written for all of that.
     t = time.perf_counter()
     records = 0
     if n:
@@ -255,14 +262,11 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
             blobs[path] = meta.split()[2]
         sealed = audit.seal(past_records(n, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS)
         repo = Repo(remote)
-        try:
-            empty = audit.read_tail(repo, merges[-1])  # no log files yet
-            files = audit.append(repo, merges[-1], empty, sealed)  # split into log-NNNNNN.jsonl files
-        finally:
-            repo.close()
+        empty = audit.read_tail(repo, None)  # no log files yet
+        files = audit.append(repo, None, empty, sealed)  # split into log-NNNNNN.jsonl files
         records = len(sealed)
-        message = f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)"
-        stream = _commit("refs/heads/approved", None, RUNNER, T0 + 60 * (n + 1), message, [merges[-1]], files)
+        message = audit_branch.message(f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)", merges[-1])
+        stream = _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * (n + 1), message, [], files)
         fast_import(remote, stream)
         timings["audit records + commit"] = time.perf_counter() - t
     # 3. The runner's clone (main checked out, so the runner reads origin/approved).
@@ -275,8 +279,9 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
             git(where, "commit-graph", "write", "--reachable", "--changed-paths")
         timings["commit-graph"] = time.perf_counter() - t
     pristine = git(remote, "rev-parse", "refs/heads/approved")
-    gate = Gate(name, n, remote, runner, root, pristine, timings)
-    log = _audit_blobs(remote, pristine)
+    records_pristine = git(remote, "rev-parse", f"refs/heads/{AUDIT_BRANCH}") if n else None
+    gate = Gate(name, n, remote, runner, root, pristine, records_pristine, timings)
+    log = _audit_blobs(remote, records_pristine) if records_pristine else []
     gate.audit_records = records
     gate.audit_files = len(log)
     gate.audit_bytes = sum(int(git(remote, "cat-file", "-s", blob)) for blob in log)
@@ -584,7 +589,7 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         "",
         f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['os']}, Python {info['python']}, {info['git']}.",
         f"- Gate: a bare remote and a runner clone; `approved` holds N = {big.jobs} past jobs "
-        f"({2 * big.jobs + 2} commits: root, {big.jobs} side commits and merges, one audit commit), "
+        f"({2 * big.jobs + 2} commits: root, {big.jobs} side commits and merges; one commit on mergegate/audit), "
         "built with `git fast-import` (one pack, "
         f"{'with a commit-graph file and changed-path Bloom filters' if args.commit_graph else 'no commit-graph file'}).",
         f"- Build time (d): {build_total:.1f} s ({steps}).",

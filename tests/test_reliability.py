@@ -247,22 +247,24 @@ def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
     assert world.run_once().code == 0
     # A second `finished` for the same run, appended through the runner's own code path,
     # as two passes in one clone used to write it.
-    from mergegate import audit
+    from mergegate import audit, audit_branch
     from mergegate.git import Repo
 
     clone = world.clone("runner")
     repo = Repo(clone)
     world.git("runner", "fetch", "-q", "origin")
-    tip = repo.rev("refs/remotes/origin/approved")
+    tip = repo.rev("refs/remotes/origin/mergegate/audit")
     assert tip is not None
+    approved = audit_branch.approved_of(repo.commit(tip))
+    assert approved is not None
     (finished,) = world.events("finished")
     tail = audit.read_tail(repo, tip)
     draft = audit.draft("finished", runner="runner", job="j", path=finished["path"], blob=finished["blob"],
                         commit=finished["commit"], run_id=finished["run_id"], status="failed", exit_code=None, reason="again")
     records = audit.seal([draft], after_seq=tail.last_seq, after_hash=tail.last_hash)
-    sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message="again\n",
+    sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message=audit_branch.message("again", approved),
                             author=("runner", "runner@mergegate.invalid"), signing=None)
-    world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/approved")
+    world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
     verified = world.mg("verify")
     assert verified.code == 3
     assert f"run {finished['run_id']} has 2 finished records" in verified.err

@@ -422,3 +422,53 @@ def test_loop_json_is_one_object_per_line(world: World) -> None:
     outage = objects[0]
     assert outage["spool"].endswith(".git/mergegate/spool/runner.jsonl")
     assert "does not appear to be a git repository" in outage["detail"]
+
+
+# -- defect 2: a claim the remote accepted is a claim --------------------------------------
+
+def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    clone = world.clone("runner")
+    lock = clone / ".git/refs/remotes/origin/approved.lock"
+    ran = world.tmp / "b-ran"
+    # Job a leaves a stale lock on the tracking ref after the pass fetched (as a git process
+    # killed at that moment would); job b's claim is then accepted by the remote.
+    _merge_jobs(world, "p", {"a": ["sh", "-c", f"touch {lock}"], "b": ["sh", "-c", f"touch {ran}; echo b"]})
+    first = world.run_once()
+    assert ran.exists(), first.err  # the accepted claim was run
+    assert str(lock) in first.err
+    lock.unlink()
+    second = world.run_once()
+    assert second.code == 0, second.err
+    finished = {r["job"]: r for r in world.events("finished")}
+    assert finished["b"]["status"] == "succeeded" and finished["b"]["stdout_tail"] == "b\n"
+    assert len(world.events("started")) == 2
+
+
+# -- the poll loop asks ls-remote first; an idle poll writes nothing -------------------------
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in root.rglob("*") if p.is_file()}
+
+
+def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    git_dir = world.clone("runner") / ".git"
+    lock = git_dir / "mergegate/run.lock"
+    taken = lock.stat().st_mtime_ns if lock.exists() else None
+    runner = _start_runner(world, "--interval", "0.2")
+    try:
+        # The loop's first pass ran: it took the pass lock (or, before issue 9, wrote FETCH_HEAD).
+        _until(lambda: (lock.exists() and lock.stat().st_mtime_ns != taken) or (git_dir / "FETCH_HEAD").exists())
+        time.sleep(1.0)
+        before = _snapshot(git_dir)
+        time.sleep(2.5)  # a dozen idle polls
+        assert _snapshot(git_dir) == before
+        _merge_jobs(world, "p", {"j": ["echo", "j"]})
+        _until(lambda: world.events("finished"), timeout=30)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=15)
+    assert [r["status"] for r in world.events("finished")] == ["succeeded"]

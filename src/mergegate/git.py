@@ -151,6 +151,7 @@ class Repo:
         self.path = Path(self._repo.working_tree_dir or self._repo.git_dir)
         self.git_dir = Path(self._repo.git_dir)
         self.common_dir = Path(self._repo.common_dir)  # differs from git_dir in a linked worktree
+        self.warnings: list[str] = []  # things a command should tell the user, though they did not stop it
         self._commit = lru_cache(maxsize=4096)(self._read_commit)
 
     # -- running git ------------------------------------------------------
@@ -213,6 +214,18 @@ class Repo:
     def has_remote(self, name: str) -> bool:
         return name in self.out("remote").split()
 
+    def ls_remote(self, remote: str, refs: list[str]) -> dict[str, str]:
+        """ref -> sha on the remote for each of `refs` it has: one round trip, no local write."""
+        proc = self.run("ls-remote", "--refs", remote, *refs, check=False)
+        if proc.returncode != 0:
+            raise failure(f"git ls-remote {remote}", proc.stderr, proc.returncode)
+        found = {}
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref in refs:
+                found[ref] = sha
+        return found
+
     def fetch(self, remote: str, branch: str, *, also: tuple[str, ...] = ()) -> None:
         """Fetch `branch` into refs/remotes/<remote>/<branch>, and the branches in `also` if they exist.
 
@@ -260,7 +273,15 @@ class Repo:
         """
         proc = self.run(*QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
         if proc.returncode == 0:
-            self.run("update-ref", f"refs/remotes/{remote}/{branch}", sha)
+            # The remote accepted it: that is what counts (a claim is a claim). A local
+            # tracking ref that cannot follow (a stale lock) is said, not fatal; the
+            # next fetch names the lock if it is still there.
+            tracking = f"refs/remotes/{remote}/{branch}"
+            moved = self.run("update-ref", tracking, sha, check=False)
+            if moved.returncode != 0:
+                why = failure(f"updating {tracking}", moved.stderr, moved.returncode)
+                self.warnings.append(f"pushed {sha[:12]} to {remote}/{branch}, but {why.message}"
+                                     f"{' (' + why.file + ')' if why.file else ''}; {why.hint or 'the next fetch updates it'}")
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and _LOST_RACE.search(text)):

@@ -128,6 +128,7 @@ class Runner:
 
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()
+        self.repo.warnings.clear()
         now = datetime.now(UTC)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
@@ -193,7 +194,7 @@ class Runner:
         branch.remember(branch.tip(), self._state.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
-        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings]), changes, stopped)
+        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped)
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []
@@ -485,21 +486,54 @@ class Runner:
         per change, not once per poll. Integrity and configuration errors stop the loop.
         """
         backoff = Backoff(base=interval, cap=max(interval, max_backoff))
+        quiet: dict[str, str] | None = None  # the remote's refs before the last pass that left nothing to do
         with self.shutdown.handling():
             while not self.shutdown.is_set():
                 try:
+                    # Ask the remote first (ls-remote: no local write); a pass, and its
+                    # fetch, only when a ref it reads moved or something is waiting.
+                    refs = self._remote_refs()
+                    if refs is not None and refs == quiet and not self.spool.path.exists():
+                        self._recovered(backoff, on_recover)
+                        self.shutdown.wait(interval)
+                        continue
                     result = self.run_once()
                 except (GitError, StateError) as exc:
                     on_error(exc, backoff.failed(), backoff.failures)
                     self.shutdown.wait(backoff.delay)
                     continue
-                if backoff.failures and on_recover is not None:
-                    on_recover(backoff.failures, backoff.outage_seconds())
-                backoff.reset()
+                self._recovered(backoff, on_recover)
                 on_pass(result)
                 if result.stopped_by:
                     return
+                quiet = refs if self._settled(refs) else None
                 self.shutdown.wait(interval)
+
+    @staticmethod
+    def _recovered(backoff: Backoff, on_recover: Callable[[int, float], None] | None) -> None:
+        if backoff.failures and on_recover is not None:
+            on_recover(backoff.failures, backoff.outage_seconds())
+        backoff.reset()
+
+    def _watched(self) -> list[str]:
+        return [f"refs/heads/{self.options.branch}"]
+
+    def _remote_refs(self) -> dict[str, str] | None:
+        """What the remote's refs the runner reads point at; None without a remote (or fetching)."""
+        if not self.options.fetch or not self.repo.has_remote(self.options.remote):
+            return None
+        return self.repo.ls_remote(self.options.remote, self._watched())
+
+    def _settled(self, before: dict[str, str] | None) -> bool:
+        """Whether the pass left nothing to do: the remote still where it was and the spool empty.
+
+        (Its own pushes move the remote, so the pass after one that wrote records
+        runs too, finds nothing and settles.)
+        """
+        if before is None or self.spool.path.exists():
+            return False
+        prefix = f"refs/remotes/{self.options.remote}/"
+        return all(self.repo.rev(prefix + ref.removeprefix("refs/heads/")) == sha for ref, sha in before.items())
 
 
 def _remove_tree(path: Path) -> None:

@@ -430,7 +430,7 @@ def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(
     _gate(world)
     assert world.run_once().code == 0
     clone = world.clone("runner")
-    lock = clone / ".git/refs/remotes/origin/approved.lock"
+    lock = clone / ".git/refs/remotes/origin/mergegate/audit.lock"
     ran = world.tmp / "b-ran"
     # Job a leaves a stale lock on the tracking ref after the pass fetched (as a git process
     # killed at that moment would); job b's claim is then accepted by the remote.

@@ -516,7 +516,7 @@ class Runner:
         backoff.reset()
 
     def _watched(self) -> list[str]:
-        return [f"refs/heads/{self.options.branch}"]
+        return [f"refs/heads/{self.options.branch}", f"refs/heads/{AUDIT_BRANCH}"]
 
     def _remote_refs(self) -> dict[str, str] | None:
         """What the remote's refs the runner reads point at; None without a remote (or fetching)."""

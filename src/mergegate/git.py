@@ -92,6 +92,22 @@ def _verb(args: tuple[str, ...]) -> str:
     return args[i] if i < len(args) else args[0]
 
 
+def _covering_pathspecs(paths: list[str], crowd: int = 16) -> list[str]:
+    """Literal pathspecs covering `paths`: a folder holding more than `crowd` of them stands for them.
+
+    git matches every pathspec against every changed path of every commit, so
+    thousands of file pathspecs cost far more than the few extra changes a
+    folder brings in (callers keep only the (path, blob) pairs they asked for).
+    """
+    folders: dict[str, list[str]] = {}
+    for path in paths:
+        folders.setdefault(path.rpartition("/")[0], []).append(path)
+    specs = set()
+    for folder, inside in folders.items():
+        specs |= {folder} if folder and len(inside) > crowd else set(inside)
+    return sorted(literal(spec) for spec in specs)
+
+
 def _batches(items: list[str]) -> list[list[str]]:
     return [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] or [[]]
 
@@ -325,7 +341,7 @@ class Repo:
         found: dict[str, list[str]] = {path: [] for path, _ in wanted}
         if not wanted:
             return found
-        paths = sorted({literal(path) for path, _ in wanted})
+        paths = _covering_pathspecs([path for path, _ in wanted])
         fields: list[bytes] = []
         for batch in _batches(paths):
             proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip, "--", *batch)

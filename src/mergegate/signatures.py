@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from mergegate import sshsig
 from mergegate.armor import PGP_SIGNATURE, b64, dearmor, pgp_issuer, pgp_packets
 from mergegate.errors import ConfigError, MergegateError
 
@@ -193,6 +192,9 @@ def _verify_ssh(
     # The SSHSIG blob carries the signer's public key: it is named and matched
     # here, then sshsig checks the cryptography in-process, as ssh-keygen -Y
     # verify would (tests hold the two to the same verdict).
+    # Imported here: cryptography's import costs ~50 ms, which a pass with nothing new to check need not pay.
+    from mergegate import sshsig
+
     try:
         sig = sshsig.parse(dearmor(text, _SSH_SIG) or b"")
     except sshsig.SshsigError:

@@ -8,8 +8,11 @@ directory (tempfile.mkdtemp()) to a deep pytest tmp_path.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +35,28 @@ def make_ssh_key(directory: Path, name: str, *, email: str | None = None, kind: 
     subprocess.run(args, check=True, stdin=subprocess.DEVNULL)
     public_line = private.with_name(private.name + ".pub").read_text().strip()
     return SshKey(name=name, email=email or f"{name}@example.com", private=private, public_line=public_line)
+
+
+_CACHE: dict[tuple[str, str], SshKey] = {}
+
+
+def shared_ssh_key(directory: Path, name: str, *, email: str | None = None) -> SshKey:
+    """An ed25519 key for `name`, made once per test process and copied into `directory`.
+
+    Every World has the same four people; ssh-keygen for each of them in every
+    test is time the suite need not spend. The copy keeps each test's key files
+    its own (a test may delete or chmod them).
+    """
+    if (name, "ed25519") not in _CACHE:
+        made = tempfile.mkdtemp(prefix="mg-keys-")
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        _CACHE[(name, "ed25519")] = make_ssh_key(Path(made), name)
+    cached = _CACHE[(name, "ed25519")]
+    directory.mkdir(parents=True, exist_ok=True)
+    private = directory / cached.private.name
+    shutil.copy2(cached.private, private)
+    shutil.copy2(f"{cached.private}.pub", f"{private}.pub")
+    return SshKey(name=name, email=email or f"{name}@example.com", private=private, public_line=cached.public_line)
 
 
 @dataclass(frozen=True)

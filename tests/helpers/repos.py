@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.helpers.keys import SshKey, make_ssh_key
+from tests.helpers.keys import SshKey, shared_ssh_key
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,10 @@ class World:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         keys = tmp / "keys"
-        self.alice = Person("alice", "alice@example.com", make_ssh_key(keys, "alice"))
-        self.bob = Person("bob", "bob@example.com", make_ssh_key(keys, "bob"))
-        self.carol = Person("carol", "carol@example.com", make_ssh_key(keys, "carol"))
-        self.mallory = Person("mallory", "mallory@example.com", make_ssh_key(keys, "mallory"))
+        self.alice = Person("alice", "alice@example.com", shared_ssh_key(keys, "alice"))
+        self.bob = Person("bob", "bob@example.com", shared_ssh_key(keys, "bob"))
+        self.carol = Person("carol", "carol@example.com", shared_ssh_key(keys, "carol"))
+        self.mallory = Person("mallory", "mallory@example.com", shared_ssh_key(keys, "mallory"))
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "init", "--quiet", "--bare", str(self.remote)], check=True)
         self._clones: dict[str, Path] = {}
@@ -75,6 +76,25 @@ class World:
         if check and proc.returncode != 0:
             raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
         return proc.stdout.strip()
+
+    def commit_tree(self, where: str, base: str, files: dict[str, str], *, who: Person, message: str) -> str:
+        """A commit on `base` adding or replacing `files`, made with `git fast-import`: no work tree.
+
+        Thousands of files cost one process and no file on disk; the commit is
+        the one `git add` + `git commit` would make (mode 100644, author and
+        committer `who`, now). No ref is moved: push the returned sha.
+        """
+        stamp = f"{who.name} <{who.email}> {int(time.time())} +0000"
+        parts = [f"commit refs/mergegate-test/scratch\nauthor {stamp}\ncommitter {stamp}\n",
+                 f"data {len(message.encode())}\n{message}\n", f"from {self.git(where, 'rev-parse', base)}\n"]
+        for path, text in files.items():
+            data = text.encode()
+            parts.append(f"M 100644 inline {path}\ndata {len(data)}\n{text}\n")
+        subprocess.run(["git", "fast-import", "--quiet", "--force"], cwd=self.clone(where),
+                       input="".join(parts).encode(), check=True, capture_output=True)
+        sha = self.git(where, "rev-parse", "refs/mergegate-test/scratch")
+        self.git(where, "update-ref", "-d", "refs/mergegate-test/scratch")
+        return sha
 
     def write(self, where: str, files: dict[str, str]) -> None:
         root = self.clone(where)

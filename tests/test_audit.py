@@ -107,3 +107,30 @@ def test_the_unapproved_map_is_kept_by_reference_and_checked_on_reading(tmp_path
         audit.read_unapproved(repo, edited, tail.scanned)
     with pytest.raises(IntegrityError, match="which is not on the audit branch"):
         audit.read_unapproved(repo, repo.rev("HEAD"), tail.scanned)
+
+
+def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """audit verify never holds the whole log: records come file by file, each file's links checked first."""
+    monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    tip = _append(repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(5)])
+    # Edit the record in the last file (seq 5): its hash no longer matches.
+    path, blob = audit.log_files(repo, tip)[-1]
+    edited = repo.blob(blob).replace(b'"jobs/4.yaml"', b'"jobs/9.yaml"')
+    tip = repo.write_commit(parent=tip, files={path: edited}, message="edit\n", author=("t", "t@x"), signing=None)
+    blobs_read: list[str] = []
+    reads = repo.blob
+    monkeypatch.setattr(repo, "blob", lambda sha: blobs_read.append(sha) or reads(sha))
+
+    stream = audit.iter_all(repo, tip)
+    first = [next(stream), next(stream)]
+
+    assert [r.seq for r in first] == [1, 2] and len(blobs_read) == 1  # only log-000001 read so far
+    assert [r.seq for r in (next(stream), next(stream))] == [3, 4]
+    with pytest.raises(IntegrityError, match="seq 5: hash does not match") as caught:
+        next(stream)
+    assert caught.value.file == "audit/log-000003.jsonl" and caught.value.line == 1
+    with pytest.raises(IntegrityError, match="seq 5: hash does not match"):
+        audit.read_all(repo, tip)

@@ -42,32 +42,59 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
     assessor = Assessor(repo, at=datetime.now(UTC))
     # The commits first: a broken record is then reported as the commit that broke it.
     Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip)).check(every_commit(repo, records_tip))
-    records = audit.read_all(repo, records_tip)
-    _references(repo, records_tip, records)
-    for problem in _finished_twice(records):
-        raise IntegrityError(problem)
-    return AuditReport(records_tip or "", len(records), len(audit.log_files(repo, records_tip)))
+    # Streamed: one log file in memory at a time, whatever the length of the log (issue 12).
+    count, finished, unapproved = 0, _FinishedTwice(), _Unapproved()
+    for record in audit.iter_all(repo, records_tip):
+        count += 1
+        if problem := finished.add(record):
+            raise IntegrityError(problem)
+        unapproved.add(record)
+    unapproved.check(repo, records_tip)
+    return AuditReport(records_tip or "", count, len(audit.log_files(repo, records_tip)))
+
+
+class _FinishedTwice:
+    """A run has one result: two `finished` records for one run id (two passes at once) contradict."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+
+    def add(self, record: audit.Record) -> str | None:
+        run_id = record.get("run_id")
+        if record.event != "finished" or not isinstance(run_id, str):
+            return None
+        if run_id in self.first:
+            return f"seq {record.seq}: run {run_id} has 2 finished records (first at seq {self.first[run_id]})"
+        self.first[run_id] = record.seq
+        return None
+
+
+class _Unapproved:
+    """The first `scanned` record naming each evidence file of unapproved files."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, audit.Record] = {}
+
+    def add(self, record: audit.Record) -> None:
+        if record.event == "scanned" and record.get("unapproved_file"):
+            self.first.setdefault(str(record.get("unapproved_file")), record)
+
+    def check(self, repo: Repo, records_tip: str | None) -> None:
+        """Every evidence file a record names is on the branch, and is what its name says."""
+        for digest in sorted(self.first):
+            audit.read_unapproved(repo, records_tip, self.first[digest])
 
 
 def _finished_twice(records: list[audit.Record]) -> list[str]:
-    """A run has one result: two `finished` records for one run id (two passes at once) contradict."""
-    first: dict[str, int] = {}
-    problems = []
-    for record in records:
-        run_id = record.get("run_id")
-        if record.event != "finished" or not isinstance(run_id, str):
-            continue
-        if run_id in first:
-            problems.append(f"seq {record.seq}: run {run_id} has 2 finished records (first at seq {first[run_id]})")
-        first.setdefault(run_id, record.seq)
-    return problems
+    tally = _FinishedTwice()
+    return [problem for record in records if (problem := tally.add(record))]
 
 
 def _references(repo: Repo, records_tip: str | None, records: list[audit.Record]) -> None:
-    """Every evidence file a record names is on the branch, and is what its name says."""
-    for digest in sorted({str(r.get("unapproved_file")) for r in records if r.event == "scanned" and r.get("unapproved_file")}):
-        record = next(r for r in records if r.get("unapproved_file") == digest)
-        audit.read_unapproved(repo, records_tip, record)
+    unapproved = _Unapproved()
+    for record in records:
+        unapproved.add(record)
+    unapproved.check(repo, records_tip)
 
 
 @dataclass(frozen=True)

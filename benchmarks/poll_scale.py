@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfdoc import write_section
+from perfdoc import LoadWatch, write_section
 
 from mergegate import audit, audit_branch
 from mergegate.branch import AUDIT_BRANCH
@@ -541,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
 def bench(tmp: Path, args: argparse.Namespace) -> int:
     isolate(tmp / "home")
     info = machine()
+    load = LoadWatch()  # figures taken while other work ran are marked as such
     key = tmp / "keys" / "alice_ed25519"
     key.parent.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)],
@@ -588,6 +589,7 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         f"{' --commit-graph' if args.commit_graph else ''}` on {info['date']}.",
         "",
         f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['os']}, Python {info['python']}, {info['git']}.",
+        f"- {load.note()}",
         f"- Gate: a bare remote and a runner clone; `approved` holds N = {big.jobs} past jobs "
         f"({2 * big.jobs + 2} commits: root, {big.jobs} side commits and merges; one commit on mergegate/audit), "
         "built with `git fast-import` (one pack, "

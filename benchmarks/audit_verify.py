@@ -1,0 +1,149 @@
+"""`mergegate audit verify` over 100,000 records: wall time and peak memory of the whole process.
+
+1. It builds a bare gate: `approved` holds the policy (the trust root) and
+   `mergegate/audit` one runner commit whose tree holds the hash-chained log
+   of N jobs (a `started` and a `finished` each, then one `scanned`: 2N + 1
+   records, rotated into audit/log-NNNNNN.jsonl files of 1,000), built with
+   mergegate.audit and `git fast-import`.
+2. It times `python -m mergegate audit verify --json` on it (a subprocess,
+   after one untimed warm-up) and reads the child's peak RSS from wait4().
+3. It writes the section "## audit verify, 100,000 records" of
+   docs/performance.md (notes below the end marker are kept).
+
+Usage: python benchmarks/audit_verify.py [--records 100000] [--repeat 5] [--no-docs] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from perfdoc import LoadWatch, machine_line, stamp, write_section
+from poll_scale import (
+    ALICE,
+    RUNNER,
+    T0,
+    _commit,
+    fast_import,
+    git,
+    isolate,
+    past_records,
+    policy_yaml,
+)
+
+from mergegate import audit, audit_branch
+from mergegate.branch import AUDIT_BRANCH
+from mergegate.git import Repo
+
+SECTION = "## audit verify, 100,000 records"
+END_MARKER = "<!-- end of audit_verify.py output: text below, up to the next ## heading, is kept -->"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+
+
+def build(base: Path, records: int) -> tuple[Path, int, int]:
+    """A bare gate with about `records` audit records; returns (path, records, bytes of log)."""
+    remote = base / "gate.git"
+    git(base, "init", "-q", "--bare", str(remote))
+    key = base / "alice"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+    public = Path(f"{key}.pub").read_text().strip()
+    marks = fast_import(remote, _commit("refs/heads/approved", 1, ALICE, T0, "initial policy", [],
+                                        {"policy/policy.yaml": policy_yaml(public)}), base / "root.marks")
+    root = marks[1]
+    jobs = max(1, (records - 1) // 2)
+    # The records name commits and blobs; `audit verify` checks the chain, not what they name.
+    merges = [f"{i:040x}" for i in range(1, jobs + 1)]
+    blobs = {f"jobs/job-{i}.yaml": f"{i:040x}" for i in range(1, jobs + 1)}
+    sealed = audit.seal(past_records(jobs, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS)
+    repo = Repo(remote)
+    files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
+    message = audit_branch.message(f"mergegate: audit seq 1-{len(sealed)}", root)
+    fast_import(remote, _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60, message, [], files))
+    return remote, len(sealed), sum(len(data) for data in files.values())
+
+
+def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS (bytes, from wait4) and stdout of one process; RuntimeError if it fails."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=env, cwd=cwd)
+    out, err = proc.stdout.read() if proc.stdout else b"", proc.stderr.read() if proc.stderr else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}")
+    return wall, usage.ru_maxrss * 1024, out.decode(errors="replace")
+
+
+def verify_once(remote: Path, root: str) -> tuple[float, int]:
+    argv = [sys.executable, "-m", "mergegate", "audit", "verify", "--repo", str(remote), "--json"]
+    wall, rss, out = measured(argv, env={**os.environ, "MERGEGATE_TRUST_ROOT": root})
+    assert '"ok": true' in out, out[:300]
+    return wall, rss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--records", type=int, default=100_000, help="records in the log (default 100000)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs (default 5)")
+    parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary gate (its path is printed)")
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-audit-"))
+    load = LoadWatch()
+    try:
+        isolate(tmp / "home")
+        t = time.perf_counter()
+        remote, records, size = build(tmp, args.records)
+        built = time.perf_counter() - t
+        root = git(remote, "rev-parse", "approved")
+        walls, peaks = [], []
+        for i in range(args.repeat + 1):  # the first is a warm-up
+            wall, rss = verify_once(remote, root)
+            if i:
+                walls.append(wall)
+                peaks.append(rss)
+            load.sample()
+        median, fastest, peak = statistics.median(walls), min(walls), max(peaks)
+        print(f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, "
+              f"min {fastest:.2f} s, peak RSS {peak / 2**20:.1f} MiB")
+        note = load.note()
+        print(note)
+        lines = [
+            f"Generated by `python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}` "
+            f"on {stamp()}.",
+            "",
+            f"- Machine: {machine_line()}.",
+            f"- {note}",
+            f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
+            f"{size / 2**20:.1f} MiB, one commit on {AUDIT_BRANCH} (built in {built:.1f} s).",
+            "- Each run is `python -m mergegate audit verify --json` as a subprocess; peak RSS is the "
+            "child's ru_maxrss.",
+            "",
+            "| measurement | median | min | runs | goal |",
+            "|---|---:|---:|---:|---|",
+            f"| wall time | {median:.2f} s | {fastest:.2f} s | {len(walls)} | at most 1 s |",
+            f"| peak RSS | {statistics.median(peaks) / 2**20:.1f} MiB | {min(peaks) / 2**20:.1f} MiB | "
+            f"{len(peaks)} | at most 60 MiB |",
+        ]
+        if not args.no_docs:
+            write_section(DOCS, SECTION, END_MARKER, lines)
+            print(f"wrote {DOCS}")
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

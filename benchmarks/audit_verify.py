@@ -50,6 +50,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 def build(base: Path, records: int) -> tuple[Path, int, int]:
     """A bare gate with about `records` audit records; returns (path, records, bytes of log)."""
     remote = base / "gate.git"
+    base.mkdir(parents=True, exist_ok=True)
     git(base, "init", "-q", "--bare", str(remote))
     key = base / "alice"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
@@ -70,17 +71,23 @@ def build(base: Path, records: int) -> tuple[Path, int, int]:
 
 
 def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (bytes, from wait4) and stdout of one process; RuntimeError if it fails."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cwd)
-    out, err = proc.stdout.read() if proc.stdout else b"", proc.stderr.read() if proc.stderr else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}")
-    return wall, usage.ru_maxrss * 1024, out.decode(errors="replace")
+    """Wall seconds, peak RSS (bytes) and stdout of one process; RuntimeError if it fails.
+
+    The RSS comes from GNU time (`/usr/bin/time -f %M`): a child's own ru_maxrss
+    on Linux starts at its parent's resident size at fork, so wait4() in this
+    (40 MB) process would report at least that for any child.
+    """
+    if not Path("/usr/bin/time").exists():
+        raise RuntimeError("GNU time is needed to measure peak memory: apt-get install time")
+    with tempfile.NamedTemporaryFile(prefix="mg-rss-", suffix=".txt") as rss_file:
+        wrapped = ["/usr/bin/time", "-f", "%M", "-o", rss_file.name, *argv]
+        t = time.perf_counter()
+        done = subprocess.run(wrapped, capture_output=True, stdin=subprocess.DEVNULL, env=env, cwd=cwd, check=False)
+        wall = time.perf_counter() - t
+        kib = Path(rss_file.name).read_text().strip().splitlines()[-1]
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:5])} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}")
+    return wall, int(kib) * 1024, done.stdout.decode(errors="replace")
 
 
 def verify_once(remote: Path, root: str) -> tuple[float, int]:
@@ -125,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             f"- {note}",
             f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
             f"{size / 2**20:.1f} MiB, one commit on {AUDIT_BRANCH} (built in {built:.1f} s).",
-            "- Each run is `python -m mergegate audit verify --json` as a subprocess; peak RSS is the "
-            "child's ru_maxrss.",
+            "- Each run is `python -m mergegate audit verify --json` as a subprocess; peak RSS is GNU time's "
+            "%M (maximum resident set size) of that process.",
             "",
             "| measurement | median | min | runs | goal |",
             "|---|---:|---:|---:|---|",

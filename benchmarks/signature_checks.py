@@ -180,8 +180,9 @@ def build_gate(base: Path, n: int, key_file: Path) -> tuple[Path, str, dict[str,
         when = T0 + 60 * i
         job = {f"jobs/job-{i}.yaml": f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()}
         chunks.append(_fi_commit(2 * i, BOB, when, f"propose job-{i}", [prev], job))
+        # fast-import starts a commit from its first parent's tree: the merge adds the job too.
         chunks.append(_fi_commit(2 * i + 1, ALICE, when + 30, f"Merge job-{i} into approved",
-                                 [prev, f":{2 * i}"], {}))
+                                 [prev, f":{2 * i}"], job))
         prev = f":{2 * i + 1}"
     marks = base / f"gate-{n}.marks"
     run("git", "fast-import", "--quiet", f"--export-marks={marks}", cwd=remote, input=b"".join(chunks))

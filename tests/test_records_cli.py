@@ -57,3 +57,40 @@ def test_status_state_filters(world: World) -> None:
     assert none.code == 0 and none.out.strip() == "no job is vetoed (4 on approved)"
     wrong = world.mg("status", "--state", "done")
     assert wrong.code == 2 and "'done' is not one of" in wrong.err
+
+
+def test_show_one_job_on_one_screen(world: World) -> None:
+    gate_with_history(world)
+    ok = world.mg("show", "ok", "--json")
+    assert ok.code == 0, ok.err
+    data = ok.json()
+    assert data["path"] == "jobs/ok.yaml" and data["state"] == "succeeded"
+    assert data["text"] == job_yaml("ok", ["echo", "hello"])
+    (revision,) = data["revisions"]
+    assert revision["approved"] is True
+    assert [(v["person"], v["counted"]) for v in revision["votes"]] == [("bob", True)]
+    (attempt,) = data["attempts"]
+    assert attempt["status"] == "succeeded" and attempt["stdout_tail"] == "hello" and attempt["duration_ms"] >= 0
+    assert data["next"].startswith("nothing: it ran")
+    human = world.mg("show", "ok").out
+    assert "vote bob via merge signature" in human and "out| hello" in human and "next: nothing: it ran" in human
+    # A job the policy denies: the verdict says why; a queued one says what happens next.
+    denied = world.mg("show", "no", "--json").json()
+    assert denied["state"] == "rejected" and "deny by default" in denied["revisions"][0]["reason"]
+    assert denied["attempts"][0]["status"] == "rejected"
+    later = world.mg("show", "later", "--json").json()
+    assert later["state"] == "queued" and later["attempts"] == [] and later["next"].startswith("the next runner pass runs it")
+    missing = world.mg("show", "nope")
+    assert missing.code == 2 and missing.err.startswith("error: no job nope on approved")
+    assert "hint: mergegate status lists the jobs" in missing.err
+
+
+def test_show_explains_a_vote_that_did_not_count(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/self.yaml": job_yaml("self", ["echo", "x"])}, who=world.bob)
+    world.signed_merge("p", world.bob)  # bob approves his own job: separation of duties
+    data = world.mg("show", "self", "--json").json()
+    (revision,) = data["revisions"]
+    assert revision["approved"] is False
+    (vote,) = revision["votes"]
+    assert vote["person"] == "bob" and vote["counted"] is False and "author" in vote["why"]

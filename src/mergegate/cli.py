@@ -374,6 +374,95 @@ def lint(files: tuple[Path, ...], root: Path, quiet: bool, as_json: bool) -> int
     return command.main(files=files, root=root, as_json=as_json, quiet=quiet)
 
 
+@cli.command()
+@click.argument("job", metavar="JOB")
+@_branch_options
+@_trust_option
+@_json_option
+def show(job: str, repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool) -> int:
+    """One screen about one job: file, revisions, votes, records, what happens next.
+
+    Every revision approved brought, with the votes that counted and why the
+    others did not (the judge's own verdict), each attempt with its status,
+    duration and output tail, and what the next runner pass will do.
+
+    \b
+    Example:
+      mergegate show backup
+    """
+    from mergegate.commands import show as command
+
+    return command.main(job=job, repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                        as_json=as_json)
+
+
+@cli.command()
+@click.argument("directory", metavar="[DIR]", required=False, type=click.Path(file_okay=False, path_type=Path))
+def demo(directory: Path | None) -> int:
+    """Build a throwaway gate and walk through the whole flow, printing every command.
+
+    In DIR (default: a new temporary directory): a local bare remote, ssh keys
+    for alice and bob, `init`, `propose`, `check`, `approve --merge`, `run`,
+    `status`, `audit verify` and `verify`. Needs only git and ssh-keygen; your
+    own git config is never read or changed (HOME points inside DIR).
+
+    \b
+    Example:
+      mergegate demo /tmp/gate-demo
+    """
+    from mergegate.commands import demo as command
+
+    return command.main(directory=directory)
+
+
+@cli.command()
+@_repo_option
+@click.option("--remote", default="origin", show_default=True, help="Remote to fetch from and push proposals to.")
+@click.option("--base", default="approved", show_default=True, help="The approved branch.")
+@click.option("--no-push", "no_push", is_flag=True, help="Never push: proposals stay local branches for a person to push.")
+@_trust_option
+def mcp(repo: Path, remote: str, base: str, no_push: bool, trust_root: str | None) -> int:
+    """Serve MCP over stdio so AI agents can propose jobs (never approve, veto or run).
+
+    Tools: propose_job, check_proposal, list_jobs, job_status, show_job; every
+    result is JSON. There is no tool that approves, vetoes or runs, by design:
+    a job runs only after a person's signed merge. Needs `pip install 'mergegate[mcp]'`.
+
+    \b
+    Example (an MCP client's server entry):
+      {"command": "mergegate", "args": ["mcp", "--repo", "/path/to/gate"]}
+    """
+    from mergegate.commands import mcp as command
+
+    return command.main(repo=repo, remote=remote, base=base, trust_root=trust_root, allow_push=not no_push)
+
+
+@cli.command()
+@click.option("--base", default="approved", show_default=True, help="The approved branch (approved, origin/approved, ...).")
+@click.option("--remote", default="origin", show_default=True, help="Remote whose branches are proposals.")
+@click.option("--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are.")
+@_repo_option
+@_trust_option
+@_json_option
+def inbox(base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+    """Proposals waiting for a decision, with check's verdict and who may approve.
+
+    Every branch on the remote (and, with GITHUB_TOKEN, every open pull
+    request against approved) that adds or changes a job or policy file,
+    judged as `mergegate check` judges it, with the approvals each file still
+    needs and the approvers whose vote would count.
+
+    \b
+    Example:
+      mergegate inbox
+    """
+    from mergegate.commands import inbox as command
+    from mergegate.refnames import branch_name
+
+    return command.main(repo=repo, remote=remote, base=branch_name(base, remote), fetch=not no_fetch,
+                        trust_root=trust_root, as_json=as_json)
+
+
 def main(argv: list[str] | None = None) -> int:
     _Flags.debug = _Flags.as_json = False
     try:

@@ -1,0 +1,83 @@
+"""`mergegate mcp`, driven by the MCP SDK's own stdio client against a real gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.helpers.repos import ECHO_RULE, World, policy_yaml
+
+
+def call(world: World, steps: list[tuple[str, dict[str, Any]]], *, where: str = "proposer",
+         extra: tuple[str, ...] = ()) -> tuple[list[str], list[tuple[bool, Any]]]:
+    """Start `mergegate mcp` in clone `where`, list its tools, call each step; (tool names, [(is_error, JSON)])."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mergegate", "mcp", *extra],
+                                   cwd=str(world.clone(where)), env=dict(os.environ))
+
+    async def session() -> tuple[list[str], list[tuple[bool, Any]]]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            tools = await client.list_tools()
+            names = sorted(t.name for t in tools.tools)
+            descriptions = {t.name: t.description or "" for t in tools.tools}
+            for name in names:
+                assert "no tool that approves, vetoes or runs" in descriptions[name]
+            out = []
+            for name, args in steps:
+                result = await client.call_tool(name, args)
+                (content,) = result.content
+                out.append((bool(result.is_error), json.loads(content.text)))  # type: ignore[union-attr]
+            return names, out
+
+    return anyio.run(session)
+
+
+def test_mcp_tools_propose_check_list_and_show(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.git("proposer", "config", "user.name", "alice")
+    world.git("proposer", "config", "user.email", "alice@example.com")
+    names, results = call(world, [
+        ("propose_job", {"job_id": "hello", "command": ["echo", "hi"], "description": "greet", "push": True}),
+        ("propose_job", {"job_id": "hello", "command": ["echo", "hi"], "description": "greet", "push": True}),
+        ("check_proposal", {"ref": "origin/propose/hello"}),
+        ("propose_job", {"job_id": "wipe", "command": ["rm", "-rf", "/"]}),
+        ("propose_job", {"job_id": "Bad Id", "command": ["echo"]}),
+        ("list_jobs", {}),
+    ])
+    assert names == ["check_proposal", "job_status", "list_jobs", "propose_job", "show_job"]
+    (e1, first), (e2, again), (e3, check), (e4, denied), (e5, invalid), (e6, jobs) = results
+    assert not e1 and first["created"] is True and first["branch"] == "propose/hello"
+    assert first["pushed_to"] == "origin/propose/hello" and first["files"][0]["state"] == "allowed"
+    assert not e2 and again["created"] is False and again["commit"] == first["commit"]
+    assert not e3 and [(f["path"], f["state"]) for f in check["files"]] == [("jobs/hello.yaml", "allowed")]
+    assert e4 and denied["error"].startswith("the policy in force would deny jobs/wipe.yaml") and denied["ok"] is False
+    assert e5 and "field 'id'" in invalid["error"]
+    assert not e6 and jobs == {"jobs": []}
+    # Nothing the agent did approved anything: approved is where it was.
+    world.git("admin", "fetch", "-q", "origin")
+    assert world.git("admin", "rev-list", "--count", "origin/approved") == "1"
+    # A person approves; the agent sees the job's state and details.
+    world.signed_merge("propose/hello", world.bob)
+    assert world.run_once().code == 0
+    _, [(s_err, state), (d_err, dossier), (m_err, missing)] = call(world, [
+        ("job_status", {"job_id": "hello"}), ("show_job", {"job_id": "hello"}), ("job_status", {"job_id": "nope"})])
+    assert not s_err and state["state"] == "succeeded" and state["job"] == "hello"
+    assert not d_err and dossier["state"] == "succeeded" and dossier["attempts"][0]["stdout_tail"] == "hi"
+    assert dossier["revisions"][0]["approved"] is True
+    assert m_err and missing["error"] == "no job nope on approved"
+
+
+def test_mcp_no_push_server_refuses_push(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.git("proposer", "config", "user.name", "alice")
+    world.git("proposer", "config", "user.email", "alice@example.com")
+    _, [(err, data)] = call(world, [("propose_job", {"job_id": "hello", "command": ["echo"], "push": True})],
+                            extra=("--no-push",))
+    assert err and data["error"] == "this server was started with --no-push"
+    assert "propose/" not in world.git("admin", "ls-remote", "origin")

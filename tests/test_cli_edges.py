@@ -82,3 +82,71 @@ def test_status_colours_only_on_a_terminal_and_respects_no_color(world: World) -
     piped = world.mg("status")
     assert "succeeded" in piped.out and "\x1b[" not in piped.out + piped.err
     assert json.loads(world.mg("status", "--json").out)["jobs"]
+
+
+def test_init_prints_the_trust_root_and_how_to_pin_it(world: World) -> None:
+    admin = world.clone("admin")
+    world.git(admin, "config", "user.name", "bob")
+    world.git(admin, "config", "user.email", "bob@example.com")
+    result = world.mg("init", "--approver", "bob", "--key", str(world.bob.key.private) + ".pub", where="admin")
+    assert result.code == 0, result.err
+    root = world.git(admin, "rev-parse", "approved")
+    assert f"trust root: {root}" in result.out
+    assert f"--trust-root {root}" in result.out and f"export MERGEGATE_TRUST_ROOT={root}" in result.out
+    assert "docs/" not in result.out  # not installed: point to what the user has
+    world.git(admin, "push", "-q", "origin", "main", "approved")
+    # The pin it printed silences the warning, by flag and by environment variable.
+    assert "no trust root pinned" in world.mg("status").err
+    assert world.mg("status", "--trust-root", root).err == ""
+    assert world.mg("status", env={"MERGEGATE_TRUST_ROOT": root}).err == ""
+
+
+def test_help_points_to_what_the_user_has(world: World) -> None:
+    top = world.mg("--help", where="admin")
+    assert "docs/" not in top.out and "mergegate demo" in top.out
+
+
+def test_verify_prints_a_summary_and_every_commit_with_verbose(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    for name in ("a", "b"):
+        world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
+        world.signed_merge(name, world.bob)
+    world.run_once()
+    short = world.mg("verify")
+    assert short.code == 0, short.err
+    lines = short.out.splitlines()
+    assert len(lines) == 3
+    assert "1 trust root" in lines[0] and "2 approval" in lines[0] and "audit" in lines[0]
+    assert lines[1] == "job revisions judged: 2 approved, 0 rejected (--verbose lists every commit)"
+    assert lines[2].startswith("ok: ")
+    verbose = world.mg("verify", "--verbose")
+    assert verbose.code == 0 and "approved jobs/a.yaml: quorum met" in verbose.out
+    assert len(verbose.out.splitlines()) > len(lines)
+
+
+def test_every_spelling_of_the_base_is_accepted(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
+    for base in ("approved", "origin/approved", "refs/remotes/origin/approved", "refs/heads/approved"):
+        result = world.mg("check", "origin/p", "--base", base, "--json")
+        assert result.code == 0, (base, result.err)
+        assert result.json()["files"][0]["state"] == "allowed"
+    for branch in ("origin/approved", "refs/remotes/origin/approved"):
+        assert world.mg("status", "--branch", branch).code == 0
+    world.git("approver", "config", "gpg.format", "ssh")
+    world.git("approver", "config", "user.signingkey", str(world.bob.key.private))
+    world.git("approver", "config", "user.name", "bob")
+    world.git("approver", "config", "user.email", "bob@example.com")
+    approved = world.mg("approve", "origin/p", "--merge", "--base", "origin/approved", where="approver")
+    assert approved.code == 0, approved.err
+    assert "pushed to origin/approved" in approved.out
+    # No junk ref named origin/approved was created on the remote.
+    assert "refs/heads/origin/" not in world.git("admin", "ls-remote", "origin")
+
+
+def test_no_hint_suggests_pushing_a_junk_ref(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    result = world.mg("check", "HEAD", "--base", "origin/nope")
+    assert result.code == 2
+    assert "git push origin HEAD origin/" not in result.err
+    assert result.err.splitlines()[0] == "error: branch nope does not exist on origin"

@@ -160,3 +160,28 @@ def test_signing_failures_are_one_line_with_a_hint(world: World) -> None:
     assert unset.code == 2
     assert "but gpg.format is unset, so git ran gpg" in unset.err.splitlines()[0]
     assert unset.err.splitlines()[1] == "hint: git config gpg.format ssh"
+
+
+def test_open_pr_opens_one_pull_request_with_the_verdict(world: World) -> None:
+    from tests.helpers.fake_github import FakeGitHub
+
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    agent(world)
+    no_token = world.mg("propose", "hello", "--open-pr", "--", "echo", "hi", where="proposer",
+                        env={"GITHUB_TOKEN": ""})
+    assert no_token.code == 2 and "needs a GitHub token" in no_token.err
+    assert "propose/" not in world.git("admin", "ls-remote", "origin")  # refused before anything was pushed
+    with FakeGitHub() as github:
+        env = github.env()
+        first = world.mg("propose", "hello", "--open-pr", "--json", "--", "echo", "hi", where="proposer", env=env)
+        assert first.code == 0, first.err
+        data = first.json()
+        assert data["pull"] == 1 and data["pull_created"] is True and data["pushed_to"] == "origin/propose/hello"
+        (created,) = github.created
+        assert created["head"] == "propose/hello" and created["base"] == "approved"
+        assert "**allowed** `jobs/hello.yaml`" in created["body"] and "runs `echo hi`" in created["body"]
+        again = world.mg("propose", "hello", "--open-pr", "--", "echo", "hi", where="proposer", env=env)
+        assert again.code == 0, again.err
+        assert "already open: pull request #1" in again.out
+        assert len(github.created) == 1  # no duplicate
+        assert env["GITHUB_TOKEN"] not in first.out + first.err + again.out + again.err

@@ -83,7 +83,7 @@ def cli() -> None:
       mergegate verify
 
     Exit codes: 0 ok, 1 a job failed or was refused, 2 bad input, 3 integrity.
-    Docs: docs/getting-started.md, docs/cli.md.
+    See it work: mergegate demo. Each command: mergegate COMMAND --help.
     """
 
 
@@ -264,7 +264,8 @@ def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_f
 @_branch_options
 @_trust_option
 @_json_option
-def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool) -> int:
+@click.option("-v", "--verbose", is_flag=True, help="One line per commit with its verdict (default: a short summary).")
+def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, verbose: bool) -> int:
     """Re-judge the whole history of approved and cross-check the records on mergegate/audit.
 
     Exit 0 when every started job was validly approved and the chain is intact, 3 otherwise.
@@ -276,7 +277,7 @@ def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
     from mergegate.commands import verify as command
 
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
-                        as_json=as_json)
+                        as_json=as_json, verbose=verbose)
 
 
 @cli.group(cls=_Group)

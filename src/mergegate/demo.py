@@ -108,15 +108,20 @@ def run_demo(target: Path | None, *, say: Say, show: Show) -> Path:
         demo.run("setup", root, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(keys / name))
     demo.run("setup", root, "git", "init", "-q", "--bare", str(remote))
     people = {"alice": root / "alice", "bob": root / "bob", "runner": root / "runner"}
-    for name, clone in people.items():
-        demo.run(name, root, "git", "clone", "-q", str(remote), str(clone))
+
+    def clone(name: str) -> None:
+        demo.run(name, root, "git", "clone", "-q", str(remote), str(people[name]))
         if name != "runner":
-            demo.run(name, clone, "git", "config", "user.name", name)
-            demo.run(name, clone, "git", "config", "user.email", f"{name}@example.com")
-            demo.run(name, clone, "git", "config", "gpg.format", "ssh")
-            demo.run(name, clone, "git", "config", "user.signingkey", str(keys / f"{name}.pub"))
+            for key, value in (("user.name", name), ("user.email", f"{name}@example.com"), ("gpg.format", "ssh"),
+                               ("user.signingkey", str(keys / f"{name}.pub"))):
+                demo.run(name, people[name], "git", "config", key, value)
 
     say("2. bob writes the policy (who approves, what may run) and creates the approved branch with `mergegate init`")
+    demo.run("bob", root, "git", "init", "-q", str(people["bob"]))
+    demo.run("bob", people["bob"], "git", "remote", "add", "origin", str(remote))
+    for key, value in (("user.name", "bob"), ("user.email", "bob@example.com"), ("gpg.format", "ssh"),
+                       ("user.signingkey", str(keys / "bob.pub"))):
+        demo.run("bob", people["bob"], "git", "config", key, value)
     policy = people["bob"] / "policy" / "policy.yaml"
     policy.parent.mkdir()
     policy.write_text(DEMO_POLICY.format(bob_key=_key(keys / "bob.pub"), alice_key=_key(keys / "alice.pub")))
@@ -124,6 +129,8 @@ def run_demo(target: Path | None, *, say: Say, show: Show) -> Path:
     demo.run("bob", people["bob"], "mergegate", "init")
     demo.run("bob", people["bob"], "git", "push", "-q", "origin", "HEAD", "approved")
     trust = demo.run("bob", people["bob"], "git", "rev-parse", "approved")
+    clone("alice")
+    clone("runner")
 
     say("3. alice (or her AI agent) proposes a job: validated and judged by the policy before anything is pushed")
     demo.run("alice", people["alice"], "mergegate", "propose", "hello", "--description", "greet the world", "--push",

@@ -7,8 +7,9 @@ plumbing (a private index, no working tree touched), handed to
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -85,15 +86,52 @@ class Proposal:
     signed: bool
     pushed_to: str | None
     report: proposals.CheckReport
+    pull: int | None = None
+    pull_url: str | None = None
+    pull_created: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {"job": self.job, "path": self.path, "blob": self.blob, "branch": self.branch, "commit": self.commit,
                 "base": self.base, "created": self.created, "signed": self.signed, "pushed_to": self.pushed_to,
-                "exit_code": self.report.exit_code, "files": [f.as_json() for f in self.report.files]}
+                "exit_code": self.report.exit_code, "files": [f.as_json() for f in self.report.files],
+                "pull": self.pull, "pull_url": self.pull_url, "pull_created": self.pull_created}
 
 
 def propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: str | None, push: bool, fetch: bool,
-            trust: str | None = None) -> Proposal:
+            trust: str | None = None, open_pr: bool = False) -> Proposal:
+    """Propose the draft; with `open_pr`, also open (or find) its pull request against base."""
+    if open_pr and not os.environ.get("GITHUB_TOKEN"):
+        # Before anything is written, not after the push.
+        raise UsageError("--open-pr needs a GitHub token", hint="export GITHUB_TOKEN with a token that may open pull requests")
+    made = _propose(draft, repo_path=repo_path, base=base, remote=remote, branch=branch, push=push or open_pr,
+                    fetch=fetch, trust=trust)
+    if not open_pr:
+        return made
+    from mergegate.pulls import open_pull, repository
+
+    repo = Repo(repo_path)
+    pull = open_pull(repo_name=repository(repo.config(f"remote.{remote}.url")), branch=made.branch,
+                     base=branch_name(base, remote), title=f"Propose job {draft.job}",
+                     body=pull_body(draft, made))
+    return replace(made, pull=pull.number, pull_url=pull.url, pull_created=pull.created)
+
+
+def pull_body(draft: Draft, made: Proposal) -> str:
+    """The pull request's description: what runs, and check's verdict as the proposer saw it."""
+    lines = [f"Proposed with `mergegate propose`: `{draft.path}` runs `{' '.join(draft.command)}`.", ""]
+    if draft.description:
+        lines += [draft.description, ""]
+    lines += [f"`mergegate check` at {made.commit[:12]}, against approved at {made.base[:12]}:", ""]
+    for f in made.report.files:
+        lines.append(f"- **{f.state}** `{f.path}`: {f.reason}")
+        if f.approvals:
+            lines.append(f"  - approvals: {f.approvals}")
+    lines += ["", "A person approves it with a signed merge (or reviews, if the policy uses them); nothing runs before."]
+    return "\n".join(lines)
+
+
+def _propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: str | None, push: bool, fetch: bool,
+             trust: str | None) -> Proposal:
     text = validate(draft)
     repo = Repo(repo_path)
     base = branch_name(base, remote)

@@ -224,6 +224,16 @@ class FakeGitHub:
                              body_text=data.get("body", ""))
             self.pulls[number] = pr
             return 201, pr.full(), {}
+        if method == "GET" and rest == ["pulls"]:
+            # GET /repos/{owner}/{repo}/pulls: state (default open), base, head ("owner:branch").
+            state = query.get("state", ["open"])[0]
+            listed = [pr for pr in sorted(self.pulls.values(), key=lambda p: -p.number)
+                      if state == "all" or (pr.merged and state == "closed") or (not pr.merged and state == "open")]
+            if "base" in query:
+                listed = [pr for pr in listed if pr.base_ref == query["base"][0]]
+            if "head" in query:
+                listed = [pr for pr in listed if f"{REPOSITORY.split('/')[0]}:{pr.head_ref}" == query["head"][0]]
+            return self._page(path, query, [pr.simple() for pr in listed])
         if method == "GET" and len(rest) == 3 and rest[0] == "commits" and rest[2] == "pulls":
             sha = rest[1]
             found = [pr.simple() for pr in self.pulls.values() if sha in (pr.merge_commit_sha, pr.head_sha)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.proposals import approve as run_approve
+from mergegate.refnames import branch_name as bare_branch
 
 
 def main(*, branch_name: str, merge: bool, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None,
          as_json: bool) -> int:
+    base = bare_branch(base, remote)  # origin/approved, refs/remotes/origin/approved, ... all name approved
     result = run_approve(repo_path=repo, branch_name=branch_name, base=base, remote=remote, merge=merge,
                          fetch=fetch, trust=trust_root)
     if as_json:

@@ -6,10 +6,12 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.records import describe, open_view, parse_since, select
+from mergegate.refnames import branch_name
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, job: str | None, since: str | None,
          events: tuple[str, ...], as_json: bool) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     after = parse_since(since) if since is not None else None
     view = open_view(repo_path=repo, remote=remote, branch=branch, fetch=fetch)
     records = view.records()

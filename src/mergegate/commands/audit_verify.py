@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
+from mergegate.refnames import branch_name
 from mergegate.verification import verify_audit
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     # With --json an integrity error is printed by the one error handler as
     # {"ok": false, "error", "file", "line", "hint"}.
     report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=fetch)

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.proposals import check as run_check
+from mergegate.refnames import branch_name
 
 
 def main(*, ref: str, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+    base = branch_name(base, remote)  # origin/approved, refs/remotes/origin/approved, ... all name approved
     report = run_check(repo_path=repo, ref=ref, base=base, remote=remote, fetch=fetch, trust=trust_root)
     if as_json:
         output.emit({"ref": report.ref, "head": report.head, "base": report.base, "policy_commit": report.policy,

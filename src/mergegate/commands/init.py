@@ -13,7 +13,11 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
     output.warn(result.warnings)
     for path in result.written:
         output.line(f"wrote {path}")
-    output.line(f"created branch {result.branch} at {result.commit[:12]} (the trust root)")
-    output.line(f"next: git push origin HEAD {result.branch}; then propose jobs (and policy changes, such as "
-                "command rules) on branches and approve them with signed merges (docs/getting-started.md)")
+    output.line(f"created branch {result.branch} at {result.commit[:12]}")
+    output.line(f"trust root: {result.commit}")
+    output.line("  every run, status, check and verify trusts the policy of this commit; pin it so that a rewritten")
+    output.line(f"  history cannot swap it: --trust-root {result.commit}")
+    output.line(f"  or once for all commands: export MERGEGATE_TRUST_ROOT={result.commit}  (in CI: a repository variable)")
+    output.line(f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID -- COMMAND...) and "
+                "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo shows the whole flow")
     return 0

@@ -12,8 +12,8 @@ def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: i
          env: tuple[str, ...], branch: str | None, push: bool, open_pr: bool, base: str, remote: str, fetch: bool,
          repo: Path, trust_root: str | None, as_json: bool) -> int:
     draft = Draft(job=job, command=argv, description=description, timeout_seconds=timeout, cwd=cwd, env=parse_env(env))
-    result = propose(draft, repo_path=repo, base=base, remote=remote, branch=branch, push=push or open_pr,
-                     fetch=fetch, trust=trust_root)
+    result = propose(draft, repo_path=repo, base=base, remote=remote, branch=branch, push=push, fetch=fetch,
+                     trust=trust_root, open_pr=open_pr)
     if as_json:
         output.emit(result.as_json())
         return 0
@@ -26,6 +26,9 @@ def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: i
         output.line(f"proposed {result.path} on branch {result.branch} ({result.commit[:12]}, {signed})")
     else:
         output.line(f"already proposed: {result.path} with this content is on branch {result.branch} ({result.commit[:12]})")
+    if result.pull is not None:
+        verb = "opened" if result.pull_created else "already open:"
+        output.line(f"{verb} pull request #{result.pull} {result.pull_url}")
     if result.pushed_to:
         output.line(f"pushed to {result.pushed_to}")
         output.line(f"next: an approver reviews it and runs `mergegate approve {result.pushed_to} --merge`")

@@ -6,12 +6,14 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.errors import GitError, MergegateError
+from mergegate.refnames import branch_name
 from mergegate.runner import Options, PassResult, Runner
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
          interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None,
          shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
                             trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
                             shutdown_grace=shutdown_grace, lock_wait=lock_wait))

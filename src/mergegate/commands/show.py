@@ -6,9 +6,11 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.dossier import show
+from mergegate.refnames import branch_name
 
 
 def main(*, job: str, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     d = show(repo_path=repo, job=job, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
     output.warn(d.warnings)
     if as_json:

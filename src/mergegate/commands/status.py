@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
+from mergegate.refnames import branch_name
 from mergegate.status import status as get_status
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
          states: tuple[str, ...] = ()) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     report = get_status(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
     output.warn(report.warnings)
     jobs = [j for j in report.jobs if not states or j.state in states]

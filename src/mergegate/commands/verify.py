@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from mergegate.commands import output
+from mergegate.refnames import branch_name
 from mergegate.verification import verify_history
 
 
-def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:
+def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
+         verbose: bool = False) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     report = verify_history(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
     output.warn(report.warnings)
     if as_json:
@@ -16,10 +20,19 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
                      "commits": [c.as_json() for c in report.commits], "violations": list(report.violations),
                      "ok": not report.violations})
         return report.exit_code
-    for c in report.commits:
-        output.line(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
-        for j in c.jobs:
-            output.line(f"        {'approved' if j['approved'] else 'rejected'} {j['path']}: {j['reason']}")
+    if verbose:
+        for c in report.commits:
+            output.line(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
+            for j in c.jobs:
+                output.line(f"        {output.state('approved' if j['approved'] else 'rejected')} {j['path']}: {j['reason']}")
+    else:
+        # A short summary; every commit's verdict is one --verbose (or --json) away.
+        kinds = Counter(c.kind for c in report.commits)
+        jobs = [j for c in report.commits for j in c.jobs]
+        approved = sum(1 for j in jobs if j["approved"])
+        output.line(f"trust root {report.trust_root[:12]}, tip {report.tip[:12]}: "
+                    + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+        output.line(f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected (--verbose lists every commit)")
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
     output.line(f"{output.state('ok' if not report.violations else 'FAILED')}: {len(report.commits)} commits, {report.records} records")

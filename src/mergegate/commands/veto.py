@@ -6,9 +6,11 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.proposals import veto as run_veto
+from mergegate.refnames import branch_name
 
 
 def main(*, path: str, blob: str | None, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
     result = run_veto(repo_path=repo, path=path, blob=blob, remote=remote, branch=branch, fetch=fetch)
     if as_json:
         output.emit({"commit": result.commit, "path": result.path, "blob": result.blob, "pushed_to": result.pushed_to})

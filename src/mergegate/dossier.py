@@ -92,18 +92,19 @@ def show(*, repo_path: Path, job: str, remote: str, branch: str, fetch: bool, tr
     current = next((j for j in report.jobs if j.path == path), None)
     state = current.state if current else "removed"
     reason = current.reason if current else f"{path} is no longer on {branch}"
-    revisions = _revisions(view.repo, tip, path, trust)
+    revisions = _revisions(view.repo, tip, view.records_at, path, trust)
     attempts = _attempts(records)
     return Dossier(job, path, text, state, reason, revisions, attempts, _next(state, reason), tip, report.warnings)
 
 
-def _revisions(repo: Any, tip: str, path: str, trust: str | None) -> tuple[Revision, ...]:
+def _revisions(repo: Any, tip: str, records: str | None, path: str, trust: str | None) -> tuple[Revision, ...]:
     """The judge's verdict on every revision of `path` that a first-parent commit brought."""
     touching = set(repo.out("rev-list", "--first-parent", tip, "--", path).split())
     if not touching:
         return ()
     root, _ = trust_root(repo, tip, trust)
-    walk = Walk(Assessor(repo, at=datetime.now(UTC)), load_policy(lambda p: repo.read_file(root, p), commit=root), tip=tip)
+    walk = Walk(Assessor(repo, at=datetime.now(UTC)), load_policy(lambda p: repo.read_file(root, p), commit=root),
+                records=records)
     found = []
     for sha in repo.first_parent_chain(root, tip):
         assessment = walk.step(sha)

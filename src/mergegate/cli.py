@@ -102,9 +102,11 @@ def cli() -> None:
               help="Wait this long for another pass in this clone to finish before refusing.")
 @click.option("--max-backoff", type=click.FloatRange(min=0.1), default=300.0, show_default=True, metavar="SECONDS",
               help="Longest wait between polls while the remote is unreachable (the loop).")
+@click.option("--dry-run", "dry_run", is_flag=True,
+              help="Say what one pass would claim, run and record; write, push and run nothing.")
 def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, once: bool,
         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None, shutdown_grace: float,
-        lock_wait: float, max_backoff: float) -> int:
+        lock_wait: float, max_backoff: float, dry_run: bool) -> int:
     """Run every newly approved job and push its records to the branch mergegate/audit.
 
     The first SIGINT or SIGTERM stops claiming; the job in flight gets
@@ -116,9 +118,13 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
     Example:
       mergegate run --once --runner-name ci-1 --json
       mergegate run --interval 30 --runner-name host-1   # the poll loop
+      mergegate run --dry-run                            # what a pass would do
     """
     from mergegate.commands import run as command
 
+    if dry_run:
+        return command.dry_run(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                               as_json=as_json, runner_name=runner_name, signing_key=signing_key)
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
                         as_json=as_json, once=once, interval=interval, runner_name=runner_name,
                         signing_key=signing_key, output_dir=output_dir, shutdown_grace=shutdown_grace,

@@ -83,7 +83,8 @@ class Plan:
     new_commits: int = 0
 
 
-def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str) -> Plan:
+def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
+         remember: bool = True) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way.
 
     `records` is the audit branch's tip (None before the first pass), `tail` its end.
@@ -120,7 +121,8 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     result.new_commits = len(chain)
     result.policy = walk.policy
     result.unapproved = walk.unapproved
-    remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
+    if remember:  # `run --dry-run` writes nothing, not even this clone's memory of judging times
+        remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
     # 4. What a previous pass that stopped midway already recorded is not done again.
     finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
     for record in tail.since_scanned:

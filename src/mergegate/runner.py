@@ -112,6 +112,31 @@ class PassResult:
         return 0 if all(o.status == "succeeded" for o in self.outcomes) else 1
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One job in a dry run: what the pass would do with it."""
+
+    job: str | None
+    path: str
+    commit: str
+    status: str  # would run, would reject, would veto, would close
+    reason: str | None
+    command: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason,
+                "command": list(self.command)}
+
+
+@dataclass(frozen=True)
+class Preview:
+    tip: str
+    jobs: tuple[Planned, ...]
+    records: tuple[dict[str, Any], ...]  # drafts, as the pass would record them (the results are unknown yet)
+    warnings: tuple[str, ...]
+    policy_changes: tuple[tuple[str, str, str], ...]
+
+
 class Runner:
     def __init__(self, options: Options, *, shutdown: Shutdown | None = None) -> None:
         self.options = options
@@ -195,6 +220,43 @@ class Runner:
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped)
+
+    def preview(self) -> Preview:
+        """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or remembered.
+
+        The same reading, planning, bookkeeping and refusals as `_pass`; it stops where
+        `_pass` would start claiming. No lock, spool, seen ref or judged-times file is touched.
+        """
+        now = datetime.now(UTC)
+        gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
+                         trust=self.options.trust_root)
+        work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
+                    runner_name=self.options.runner_name, remember=False)
+        check_new_records(self.repo, gate, work, at=now)
+        warnings = list(gate.warnings)
+        if work.policy.runners and self.signing is None:
+            warnings.append(f"{work.policy.where} lists runners: a real pass needs --signing-key")
+        outcomes: list[Outcome] = []
+        pending = self._bookkeeping(work, outcomes)
+        jobs = [Planned(o.job, o.path, o.commit, "would close", o.reason, ()) for o in outcomes]
+        for decision, _ in work.items:
+            if (decision.path, decision.blob, decision.commit) in work.handled:
+                continue
+            refusal = self._refusal(decision, work, gate.records)
+            command = decision.job.command if decision.job is not None else ()
+            if refusal is not None:
+                event, reason = refusal
+                pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
+                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, {"rejected": "would reject", "vetoed": "would veto"}.get(event, f"would record {event}"), reason, command))
+            else:
+                pending.append(self._draft("started", decision, command=list(command), **_votes(decision)))
+                pending.append(self._draft("finished", decision))
+                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command))
+        if work.new_commits:
+            pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
+                                       policy_commit=work.policy.commit, commits=len(work.assessments)))
+        changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
+        return Preview(gate.tip, tuple(jobs), tuple(pending), tuple(warnings), changes)
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []

@@ -44,6 +44,7 @@ _COLOURS = {
     "failed": "red", "timed_out": "red", "rejected": "red", "denied": "red", "invalid": "red", "vetoed": "red",
     "FAILED": "red", "violation": "red",
     "queued": "yellow", "running": "yellow", "pending": "yellow", "would run": "yellow",
+    "would reject": "red", "would veto": "red", "would close": "yellow",
 }
 
 

@@ -79,3 +79,28 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
         output.line(f"{output.state(o.status, 10)} {o.job or o.path}  ({o.commit[:7]}){reason}")
     if not result.outcomes and once:
         output.line("nothing to run")
+
+
+def dry_run(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
+            runner_name: str, signing_key: str | None) -> int:
+    """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
+    branch = branch_name(branch, remote)
+    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
+                            trust_root=trust_root, signing_key=signing_key))
+    preview = runner.preview()
+    output.warn(preview.warnings)
+    if as_json:
+        changes = [{"commit": c, "status": s, "reason": r} for c, s, r in preview.policy_changes]
+        output.emit({"dry_run": True, "tip": preview.tip, "jobs": [j.as_json() for j in preview.jobs],
+                     "records": [dict(r) for r in preview.records], "policy_changes": changes})
+        return 0
+    for commit, state, _ in preview.policy_changes:
+        output.line(f"policy      would be {state} ({commit[:7]})")
+    for j in preview.jobs:
+        what = " ".join(j.command) if j.status == "would run" else (j.reason or "")
+        output.line(f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): {output.brief(what)}")
+    events = [str(r.get("event")) for r in preview.records]
+    counts = ", ".join(f"{events.count(e)} {e}" for e in dict.fromkeys(events))
+    output.line(f"would record: {counts}" if events else "nothing to run or record")
+    output.line("dry run: nothing was written or pushed")
+    return 0

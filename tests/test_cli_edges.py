@@ -150,3 +150,17 @@ def test_no_hint_suggests_pushing_a_junk_ref(world: World) -> None:
     assert result.code == 2
     assert "git push origin HEAD origin/" not in result.err
     assert result.err.splitlines()[0] == "error: branch nope does not exist on origin"
+
+
+def test_verify_shows_progress_on_a_terminal_only(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    for name in ("a", "b", "c"):
+        world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
+        world.signed_merge(name, world.bob)
+    runner = world.clone("runner")
+    shown = on_terminal(["verify"], runner)
+    assert "\rverifying 3/3 commits" in shown  # the last update is always drawn
+    assert shown.rstrip().endswith("\x1b[32mok\x1b[0m: 4 commits, 0 records")
+    piped = world.mg("verify")
+    assert "verifying" not in piped.err and "\r" not in piped.out + piped.err
+    assert "verifying" not in on_terminal(["verify", "--json"], runner)

@@ -8,6 +8,7 @@ trust root, judges every commit again, and cross-checks the records against it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,7 +123,9 @@ class VerifyReport:
         return IntegrityError.exit_code if self.violations else 0
 
 
-def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> VerifyReport:
+def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None,
+                   progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """`progress(done, total)` is called once per first-parent commit judged (the CLI shows it on a terminal)."""
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
@@ -150,7 +153,9 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
     policies: dict[str, Policy] = {root: policy}
-    for sha in chain:
+    for done, sha in enumerate(chain, start=1):
+        if progress is not None:
+            progress(done, len(chain))
         # Record times are trustworthy only when runners sign the audit commits.
         walk.assessor.at = seen.get(sha, now) if walk.policy.runners else now
         try:

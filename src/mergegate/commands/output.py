@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -63,3 +64,30 @@ def state(text: str, width: int = 0) -> str:
     if colour is None or not use_colour():
         return padded
     return click.style(text, fg=colour) + padded[len(text):]
+
+
+class Progress:
+    """`what done/total` on one rewritten stderr line, only on a terminal (never piped, never with --json)."""
+
+    def __init__(self, what: str, *, enabled: bool = True, every: float = 0.1) -> None:
+        self.what = what
+        self.enabled = enabled and sys.stderr.isatty()
+        self.every = every
+        self._last = 0.0
+        self._shown = False
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < self.every and done != total:
+            return
+        self._last = now
+        self._shown = True
+        sys.stderr.write(f"\r{self.what} {done}/{total} commits")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")  # clear the line: the summary follows
+            sys.stderr.flush()

@@ -13,7 +13,12 @@ from mergegate.verification import verify_history
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
          verbose: bool = False) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
-    report = verify_history(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root)
+    meter = output.Progress("verifying", enabled=not as_json)
+    try:
+        report = verify_history(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root,
+                                progress=meter.update)
+    finally:
+        meter.done()
     output.warn(report.warnings)
     if as_json:
         output.emit({"trust_root": report.trust_root, "tip": report.tip, "records": report.records,

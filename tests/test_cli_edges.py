@@ -164,3 +164,33 @@ def test_verify_shows_progress_on_a_terminal_only(world: World) -> None:
     piped = world.mg("verify")
     assert "verifying" not in piped.err and "\r" not in piped.out + piped.err
     assert "verifying" not in on_terminal(["verify", "--json"], runner)
+
+
+def test_a_gate_without_a_policy_gets_hints_that_lead_somewhere(world: World) -> None:
+    admin = world.clone("admin")
+    world.git(admin, "config", "user.name", "bob")
+    world.git(admin, "config", "user.email", "bob@example.com")
+    world.write("admin", {"README.md": "hi\n"})
+    world.git(admin, "add", "-A")
+    world.git(admin, "commit", "-qm", "start")
+    world.git(admin, "branch", "approved")
+    world.git(admin, "push", "-q", "origin", "main", "approved")
+    run = world.mg("run", "--once")
+    assert run.code == 2
+    assert "hint: if approved has no policy yet: git switch approved && mergegate init, then git push origin approved" in run.err
+    # init, where approved is not checked out, says exactly how; it no longer sends the person to status.
+    elsewhere = world.mg("init", "--key", world.bob.key.public_line, where="admin")
+    assert elsewhere.code == 2 and "has no policy/policy.yaml yet" in elsewhere.err
+    assert "hint: git switch approved && mergegate init" in elsewhere.err and "status" not in elsewhere.err
+    # Following the hints makes a working gate.
+    world.git(admin, "switch", "-q", "approved")
+    done = world.mg("init", "--key", world.bob.key.public_line, where="admin")
+    assert done.code == 0, done.err
+    world.git(admin, "push", "-q", "origin", "approved")
+    root = world.git(admin, "rev-parse", "approved")
+    status = world.mg("status", "--trust-root", root)
+    assert status.code == 0, status.err
+    assert status.out.strip() == "no jobs on approved"
+    # And a gate that has a policy says where to look instead.
+    again = world.mg("init", "--key", world.bob.key.public_line, where="admin")
+    assert again.code == 2 and "already a gate" in again.err and "mergegate inbox" in again.err

@@ -154,7 +154,7 @@ def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
     old = [name for mode, _, name in repo.ls_tree_flat(tip, "audit/") if re.fullmatch(r"log-\d{6}\.jsonl", name)]
     if old:
         raise UsageError(f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on approved",
-                         file=f"audit/{old[0]}", hint="this gate was made by mergegate 0.1; see docs/audit-format.md (where records live)")
+                         file=f"audit/{old[0]}", hint="a gate made by mergegate 0.1, which kept records on approved (git show approved:audit/log-000001.jsonl reads them); this version cannot run it")
 
 
 def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:
@@ -167,7 +167,7 @@ def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]
         if repo.file_blob(root, POLICY_FILE) is None:
             introduced = repo.first_parent_adding(tip, POLICY_FILE)
             root = introduced or root
-        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it with --trust-root)"]
+        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"]
     sha = repo.rev(given)
     if sha is None:
         raise UsageError(f"trust root {given!r} does not name a commit in this repository",

@@ -202,7 +202,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     """Load policy/policy.yaml (and key files under policy/keys/) as of `commit`."""
     text = read(POLICY_FILE)
     if text is None:
-        raise ConfigError(f"no {POLICY_FILE} at {commit[:7]}", file=POLICY_FILE, hint="run `mergegate init` to write a deny-by-default policy")
+        raise ConfigError(f"no {POLICY_FILE} at {commit[:7]}", file=POLICY_FILE, hint="if approved has no policy yet: git switch approved && mergegate init, then git push origin approved")
     doc = config.load(text, file=POLICY_FILE, schema="policy")
     data: dict[str, Any] = doc.data
     approvers = tuple(_person(doc, read, ("approvers", i), p) for i, p in enumerate(data.get("approvers", [])))

@@ -243,7 +243,7 @@ def _would_count(repo: Repo, report: CheckReport) -> None:
         why = assessor.excluded(policy, report.fork, report.head, f.path, None).get(person)
         if why is not None:
             raise JobFailed(f"your approval of {f.path} would not count: you ({person}) are the {why}",
-                            hint="ask another approver; separation of duties is in docs/policy.md")
+                            hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)")
 
 
 def _signing_person(repo: Repo, policy: Policy) -> str | None:

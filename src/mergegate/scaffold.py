@@ -12,7 +12,7 @@ from mergegate.policy import POLICY_FILE, load_policy
 from mergegate.signatures import parse_public_key
 
 POLICY_TEMPLATE = """\
-# mergegate policy: deny by default. See docs/policy.md for every key.
+# mergegate policy: deny by default. Every key is explained below; `mergegate lint policy/policy.yaml` checks this file.
 version: 1
 
 # Who may approve: a merge into `approved` signed by one of these keys.
@@ -67,8 +67,16 @@ class InitResult:
 
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str) -> InitResult:
     repo = Repo(repo_path)
-    if repo.rev(f"refs/heads/{branch}") is not None:
-        raise UsageError(f"branch {branch} already exists: this repository is already a gate", hint="see `mergegate status`")
+    existing_tip = repo.rev(f"refs/heads/{branch}")
+    onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
+    if existing_tip is not None:
+        if repo.file_blob(existing_tip, POLICY_FILE) is not None:
+            raise UsageError(f"branch {branch} already exists with a policy: this repository is already a gate",
+                             hint="mergegate status lists its jobs; mergegate inbox what waits for approval")
+        if repo.current_branch() != branch:
+            raise UsageError(f"branch {branch} exists but has no {POLICY_FILE} yet",
+                             hint=f"git switch {branch} && mergegate init: the policy is committed onto it (that commit is the trust root)")
+        onto_branch = True
     if repo.config("user.email") is None or repo.config("user.name") is None:
         raise UsageError("git does not know who you are: init commits the policy as you",
                          hint='git config user.name "Your Name" && git config user.email you@example.com')
@@ -103,7 +111,8 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
     repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *paths, worktree=True)
     head = repo.rev("HEAD")
     assert head is not None
-    repo.run("branch", branch, head)
+    if not onto_branch:
+        repo.run("branch", branch, head)
     return InitResult(head, branch, tuple(written), tuple(warnings))
 
 

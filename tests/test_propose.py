@@ -185,3 +185,16 @@ def test_open_pr_opens_one_pull_request_with_the_verdict(world: World) -> None:
         assert "already open: pull request #1" in again.out
         assert len(github.created) == 1  # no duplicate
         assert env["GITHUB_TOKEN"] not in first.out + first.err + again.out + again.err
+
+
+def test_propose_never_targets_approved_or_the_audit_branch(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    agent(world)
+    for branch in ("approved", "origin/approved", "mergegate/audit", "refs/heads/mergegate/audit", "mergegate/x"):
+        result = world.mg("propose", "hello", "--branch", branch, "--push", "--", "echo", "hi", where="proposer")
+        assert result.code == 2, branch
+        assert result.err.startswith("error: a proposal cannot be made on "), result.err
+    bad = world.mg("propose", "hello", "--branch", "a..b", "--", "echo", "hi", where="proposer")
+    assert bad.code == 2 and "is not a valid branch name" in bad.err
+    refs = world.git("admin", "ls-remote", "origin")
+    assert "mergegate/" not in refs and "propose/" not in refs

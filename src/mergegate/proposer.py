@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from mergegate import proposals
-from mergegate.branch import open_branch
+from mergegate.branch import AUDIT_BRANCH, open_branch
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.git import Repo
 from mergegate.job import parse_job
@@ -136,8 +136,12 @@ def _propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: s
     repo = Repo(repo_path)
     base = branch_name(base, remote)
     target = branch_name(branch or f"propose/{draft.job}", remote)
-    if target == base:
-        raise UsageError(f"a proposal cannot be made on {base} itself", hint=f"--branch propose/{draft.job}")
+    if target == base or target == AUDIT_BRANCH or target.startswith("mergegate/"):
+        # approved is where people merge; mergegate/audit is where runners append: a proposal
+        # pushed to either would be tampering (or stop the runner), so neither is a proposal branch.
+        raise UsageError(f"a proposal cannot be made on {target}", hint=f"--branch propose/{draft.job}")
+    if repo.run("check-ref-format", "--branch", target, check=False).returncode != 0:
+        raise UsageError(f"--branch {target!r} is not a valid branch name", hint=f"--branch propose/{draft.job}")
     source = open_branch(repo, remote=remote, branch=base, fetch=fetch)
     tip = source.tip()
     blob = repo.run("hash-object", "--stdin", input=text).stdout.decode().strip()

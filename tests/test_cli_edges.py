@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mergegate import __version__
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
@@ -194,3 +196,13 @@ def test_a_gate_without_a_policy_gets_hints_that_lead_somewhere(world: World) ->
     # And a gate that has a policy says where to look instead.
     again = world.mg("init", "--key", world.bob.key.public_line, where="admin")
     assert again.code == 2 and "already a gate" in again.err and "mergegate inbox" in again.err
+
+
+NEW_COMMANDS = [["propose"], ["mcp"], ["inbox"], ["show"], ["audit", "log"], ["lint"], ["demo"]]
+
+
+@pytest.mark.parametrize("command", NEW_COMMANDS, ids=" ".join)
+def test_every_new_command_has_help_with_an_example(world: World, command: list[str]) -> None:
+    result = world.mg(*command, "--help", where="admin")
+    assert result.code == 0
+    assert "Example" in result.out and "docs/" not in result.out

@@ -76,10 +76,13 @@ def cli() -> None:
 
     \b
     Example:
+      mergegate demo                                   # the whole flow on a throwaway gate
       mergegate init --key ~/.ssh/id_ed25519.pub
-      mergegate check origin/add-backup-job
-      mergegate approve origin/add-backup-job --merge
+      mergegate propose backup --push -- restic backup /srv
+      mergegate inbox                                  # what waits for approval
+      mergegate approve origin/propose/backup --merge
       mergegate run --once
+      mergegate show backup
       mergegate verify
 
     Exit codes: 0 ok, 1 a job failed or was refused, 2 bad input, 3 integrity.

@@ -91,7 +91,7 @@ def test_invalid_or_denied_proposals_write_nothing(world: World) -> None:
     denied = world.mg("propose", "wipe", "--push", "--", "rm", "-rf", "/", where="proposer")
     assert denied.code == 1
     assert denied.err.startswith("error: the policy in force would deny jobs/wipe.yaml: no rule in policy/policy.yaml")
-    assert "hint: propose only what the policy allows" in denied.err
+    assert "hint: propose what the policy allows, or a policy change that allows it (--even-if-denied" in denied.err
     bad_id = world.mg("propose", "Bad_ID", "--", "echo", where="proposer")
     assert bad_id.code == 2 and "field 'id'" in bad_id.err
     escape = world.mg("propose", "esc", "--cwd", "../..", "--", "echo", where="proposer")
@@ -198,3 +198,15 @@ def test_propose_never_targets_approved_or_the_audit_branch(world: World) -> Non
     assert bad.code == 2 and "is not a valid branch name" in bad.err
     refs = world.git("admin", "ls-remote", "origin")
     assert "mergegate/" not in refs and "propose/" not in refs
+
+
+def test_even_if_denied_proposes_a_denied_job_for_a_policy_change(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    agent(world)
+    result = world.mg("propose", "backup", "--even-if-denied", "--json", "--", "tar", "czf", "b.tgz", ".", where="proposer")
+    assert result.code == 0, result.err
+    data = result.json()
+    assert data["created"] is True and data["exit_code"] == 1 and data["files"][0]["state"] == "denied"
+    # Invalid is refused whatever the flag.
+    invalid = world.mg("propose", "bad", "--even-if-denied", "--cwd", "/etc", "--", "tar", where="proposer")
+    assert invalid.code == 2

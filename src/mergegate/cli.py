@@ -219,6 +219,8 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 @click.option("--branch", "branch_name", default=None, help="Proposal branch (default: propose/ID).")
 @click.option("--push", is_flag=True, help="Push the branch (without force).")
 @click.option("--open-pr", "open_pr", is_flag=True, help="Also open a pull request against the base (needs GITHUB_TOKEN).")
+@click.option("--even-if-denied", "even_if_denied", is_flag=True,
+              help="Propose a job the policy in force denies (to go with a policy change that allows it).")
 @click.option("--base", default="approved", show_default=True, help="The approved branch (approved, origin/approved, ...).")
 @click.option("--remote", default="origin", show_default=True, help="Remote to fetch from and push to.")
 @click.option("--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are.")
@@ -226,13 +228,14 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 @_trust_option
 @_json_option
 def propose(job: str, argv: tuple[str, ...], description: str | None, timeout: int | None, cwd: str | None,
-            env: tuple[str, ...], branch_name: str | None, push: bool, open_pr: bool, base: str, remote: str,
-            no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+            env: tuple[str, ...], branch_name: str | None, push: bool, open_pr: bool, even_if_denied: bool, base: str,
+            remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
     """Propose jobs/ID.yaml running ARGV, on a branch from approved.
 
     The file is validated and judged exactly as `mergegate check` would judge
     it before any branch points at it; an invalid job (exit 2) or one the
-    policy in force would deny (exit 1) is refused and nothing is written.
+    policy in force would deny (exit 1, unless --even-if-denied) is refused
+    and nothing is written.
     The commit is signed when git is configured to sign (commit.gpgsign).
     Proposing the same content again returns the existing branch.
     Everything after `--` is the command, passed as it is (no shell).
@@ -245,7 +248,7 @@ def propose(job: str, argv: tuple[str, ...], description: str | None, timeout: i
 
     return command.main(job=job, argv=argv, description=description, timeout=timeout, cwd=cwd, env=env,
                         branch=branch_name, push=push, open_pr=open_pr, base=base, remote=remote, fetch=not no_fetch,
-                        repo=repo, trust_root=trust_root, as_json=as_json)
+                        repo=repo, trust_root=trust_root, as_json=as_json, even_if_denied=even_if_denied)
 
 
 @cli.command()

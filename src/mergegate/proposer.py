@@ -98,13 +98,13 @@ class Proposal:
 
 
 def propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: str | None, push: bool, fetch: bool,
-            trust: str | None = None, open_pr: bool = False) -> Proposal:
+            trust: str | None = None, open_pr: bool = False, even_if_denied: bool = False) -> Proposal:
     """Propose the draft; with `open_pr`, also open (or find) its pull request against base."""
     if open_pr and not os.environ.get("GITHUB_TOKEN"):
         # Before anything is written, not after the push.
         raise UsageError("--open-pr needs a GitHub token", hint="export GITHUB_TOKEN with a token that may open pull requests")
     made = _propose(draft, repo_path=repo_path, base=base, remote=remote, branch=branch, push=push or open_pr,
-                    fetch=fetch, trust=trust)
+                    fetch=fetch, trust=trust, even_if_denied=even_if_denied)
     if not open_pr:
         return made
     from mergegate.pulls import open_pull, repository
@@ -131,7 +131,7 @@ def pull_body(draft: Draft, made: Proposal) -> str:
 
 
 def _propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: str | None, push: bool, fetch: bool,
-             trust: str | None) -> Proposal:
+             trust: str | None, even_if_denied: bool) -> Proposal:
     text = validate(draft)
     repo = Repo(repo_path)
     base = branch_name(base, remote)
@@ -172,7 +172,7 @@ def _propose(draft: Draft, *, repo_path: Path, base: str, remote: str, branch: s
     commit = repo.write_commit(parent=parent, files={draft.path: text}, message=message, author=None, signing=None, sign=sign)
     # Judge exactly as `check` does (the same function) before any branch points at it.
     report = proposals.check(repo_path=repo_path, ref=commit, base=base, remote=remote, fetch=False, trust=trust)
-    _refuse(report, draft)
+    _refuse(report, draft, even_if_denied=even_if_denied)
     if not repo.update_ref(f"refs/heads/{target}", commit, existing):
         raise GitError(f"branch {target} moved while proposing", hint="run the command again")
     pushed = _publish(repo, source.remote, target, commit, published, push)
@@ -190,15 +190,16 @@ def _newest(repo: Repo, target: str, local: str | None, published: str | None) -
     raise UsageError(f"branch {target} and its pushed copy have diverged", hint=f"reconcile them (git pull on {target}), or pass another --branch")
 
 
-def _refuse(report: proposals.CheckReport, draft: Draft) -> None:
-    bad = [f for f in report.files if f.state in ("invalid", "denied")]
+def _refuse(report: proposals.CheckReport, draft: Draft, *, even_if_denied: bool) -> None:
+    # An invalid file is always refused; a denied one only proposed when asked (to go with a policy change).
+    bad = [f for f in report.files if f.state == "invalid" or (f.state == "denied" and not even_if_denied)]
     if not bad:
         return
     first = bad[0]
     if first.state == "invalid":
         raise ConfigError(f"{first.path} would be invalid on approved: {first.reason}", file=first.path)
     raise JobFailed(f"the policy in force would deny {draft.path}: {first.reason}",
-                    hint="propose only what the policy allows (mergegate check shows why), or a policy change that allows it")
+                    hint="propose what the policy allows, or a policy change that allows it (--even-if-denied proposes this job anyway)")
 
 
 def _fetch_if_present(repo: Repo, remote: str, target: str) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from audit_verify import build as build_audit_gate
-from audit_verify import measured, verify_once
+from audit_verify import measured, python_module, verify_once
 from perfdoc import LoadWatch, machine_line, stamp, write_section
 from poll_scale import (
     ALICE,
@@ -197,8 +197,8 @@ def gate_with_jobs(base: Path, name: str, key: Path, programs: list[str],
 
 
 def run_once(runner: Path, root: str, expect: int) -> tuple[float, int]:
-    argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", root]
-    wall, rss, out = measured(argv, env=dict(os.environ), cwd=runner)
+    argv = python_module(sys.executable, "mergegate", "run", "--once", "--json", "--trust-root", root)
+    wall, rss, _, out = measured(argv, env=dict(os.environ), cwd=runner)
     jobs = json.loads(out)["jobs"]
     ok = sum(1 for j in jobs if j["status"] == "succeeded")
     if ok != expect:
@@ -222,7 +222,7 @@ def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
     gate = build_gate(tmp, "history", n, Path(f"{key}.pub").read_text().strip())
     gate.reset(new_approved_job(gate, key))
     argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", gate.root]
-    ours, _, _ = measured(argv, env=dict(os.environ), cwd=gate.runner)
+    ours, _, _, _ = measured(argv, env=dict(os.environ), cwd=gate.runner)
     theirs = seed(bin_dir, "history", tmp / "seed-history", n)
     assert theirs["status"] == "succeeded", theirs
     return {"row": f"{n} past jobs, then one more approved and run", "ours": ours, "seed": theirs["seconds"],
@@ -232,14 +232,14 @@ def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
 def row_audit(tmp: Path, bin_dir: Path, n: int) -> list[dict[str, Any]]:
     remote, records, _ = build_audit_gate(tmp / "audit", n)
     root = git(remote, "rev-parse", "approved")
-    ours, ours_rss = min((verify_once(remote, root) for _ in range(3)), key=lambda r: r[0])
+    ours, ours_rss, _ = min((verify_once(remote, root) for _ in range(3)), key=lambda r: r[0])
     log = seed(bin_dir, "audit", tmp / "seed-audit", n)["audit"]
-    argv = [str(bin_dir / "agent-safe"), "--audit", log, "audit-verify"]
-    theirs, theirs_rss, out = min((measured(argv) for _ in range(3)), key=lambda r: r[0])
+    argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--audit", log, "audit-verify")
+    theirs, theirs_rss, _, out = min((measured(argv) for _ in range(3)), key=lambda r: r[0])
     assert json.loads(out)["entries"] == n, out
     return [{"row": f"audit verify, {records} records: time", "ours": ours, "seed": theirs, "unit": "s", "note": "best of 3"},
             {"row": f"audit verify, {records} records: peak RSS", "ours": ours_rss / 2**20,
-             "seed": theirs_rss / 2**20, "unit": "MiB", "note": "best-time run"}]
+             "seed": theirs_rss / 2**20, "unit": "MiB", "note": "own RSS of the Python process, best-time run"}]
 
 
 def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str, Any]]:
@@ -247,9 +247,9 @@ def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str,
     runner, root = gate_with_jobs(tmp, "output", key, ["head"], {"jobs/big.yaml": job})
     ours, ours_rss = run_once(runner, root, 1)
     queued = seed(bin_dir, "output", tmp / "seed-output", size)
-    argv = [str(bin_dir / "agent-safe"), "--db", queued["db"], "--audit", queued["audit"], "--policy",
-            queued["policy"], "run", queued["job"], "--execute", "--worker", "w"]
-    theirs, theirs_rss, out = measured(argv, cwd=tmp / "seed-output")
+    argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--db", queued["db"], "--audit",
+                         queued["audit"], "--policy", queued["policy"], "run", queued["job"], "--execute", "--worker", "w")
+    theirs, theirs_rss, _, out = measured(argv, cwd=tmp / "seed-output")
     assert json.loads(out)["status"] == "succeeded", out[:300]
     shown = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
     return [{"row": f"a job printing {shown}: time", "ours": ours, "seed": theirs, "unit": "s", "note": ""},

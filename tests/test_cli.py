@@ -195,7 +195,7 @@ def test_runner_killed_mid_job_leaves_running_then_is_closed_not_rerun(world: Wo
     assert status == {"s": "running"}
     result = world.run_once()
     (job,) = result.json()["jobs"]
-    assert job["status"] == "failed"
+    assert job["status"] == "lost"
     assert "at most once" in job["reason"]
     assert len(world.events("started")) == 1
     assert world.mg("audit", "verify").code == 0
@@ -270,7 +270,7 @@ def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> No
     # Runner a comes back: its job is closed, not left `running` and not run again.
     result = world.mg("run", "--once", "--json", "--runner-name", "a")
     jobs = {j["job"]: j for j in result.json()["jobs"]}
-    assert jobs["s"]["status"] == "failed" and "at most once" in jobs["s"]["reason"]
+    assert jobs["s"]["status"] == "lost" and "at most once" in jobs["s"]["reason"]
     states = {j["job"]: j["state"] for j in world.mg("status", "--json").json()["jobs"]}
-    assert states == {"s": "failed", "e": "succeeded"}
+    assert states == {"s": "lost", "e": "succeeded"}
     assert len([r for r in world.events("started") if r["job"] == "s"]) == 1

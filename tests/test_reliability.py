@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: Wo
     again = world.run_once()
     assert again.code == 1, again.err
     (job,) = again.json()["jobs"]
-    assert job["status"] == "failed" and "at most once" in job["reason"]
+    assert job["status"] == "lost" and "at most once" in job["reason"]
     assert len(world.events("started")) == 1 and len(world.events("finished")) == 1
 
 
@@ -137,7 +138,7 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
     _until(lambda: not _with(marker))
     late = world.run_once()
     (job,) = late.json()["jobs"]
-    assert job["status"] == "failed" and "at most once" in job["reason"]
+    assert job["status"] == "lost" and "at most once" in job["reason"]
     assert len(world.events("started")) == 1 and len(world.events("finished")) == 1
 
 
@@ -472,3 +473,62 @@ def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World)
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)
     assert [r["status"] for r in world.events("finished")] == ["succeeded"]
+
+
+# -- defect 6: leases ------------------------------------------------------------------------
+
+def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], RULES, limits={"max_timeout_seconds": 60, "kill_grace_seconds": 0.5}))
+    marker = _marker()
+    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sleep", marker], timeout_seconds=2)}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    runner = _start_runner(world, "--once", "--runner-name", "a", "--shutdown-grace", "10")  # lease: 2 + 0.5 + 10 + 5 s
+    try:
+        _until(lambda: _with(marker))
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        _until(lambda: not _with(marker), timeout=1.0)
+    finally:
+        _kill_all(_with(marker))
+    (started,) = world.events("started")
+    assert started["lease"]["holder"] == "a"
+    # Another runner, in a fresh clone, with another name: before the lease ends, it waits.
+    early = world.mg("run", "--once", "--json", "--runner-name", "b", where="elsewhere")
+    assert early.code == 0 and early.json()["jobs"] == []
+    shown = world.mg("status", "--json", where="elsewhere").json()["jobs"]
+    assert [(j["state"], j["runner"], j["lease_until"]) for j in shown] == [("running", "a", started["lease"]["until"])]
+    assert shown[0]["age_seconds"] >= 0
+    human = world.mg("status", where="elsewhere").out
+    assert "  runner a, " in human and f"s, lease until {started['lease']['until']}" in human
+    until = datetime.fromisoformat(started["lease"]["until"].replace("Z", "+00:00"))
+    time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.5)
+    late = world.mg("run", "--once", "--json", "--runner-name", "b", where="elsewhere")
+    (job,) = late.json()["jobs"]
+    assert job["status"] == "lost" and "the lease of a expired" in job["reason"]
+    assert [r["status"] for r in world.events("finished")] == ["lost"]
+    assert len(world.events("started")) == 1  # never run again
+    again = world.mg("run", "--once", "--json", "--runner-name", "b", where="elsewhere")
+    assert again.json()["jobs"] == []
+    assert world.mg("verify", where="elsewhere").code == 0
+
+
+# -- defect 8: a lost claim race is not a failure -------------------------------------------
+
+def test_runners_that_lose_claim_races_exit_0_and_say_claimed_by(world: World) -> None:
+    _gate(world)
+    _merge_jobs(world, "p", {f"j{i}": ["echo", str(i)] for i in range(8)})
+    names = ["r1", "r2", "r3", "r4"]
+    for name in names:
+        world.clone(name)
+    procs = [_start_runner(world, "--once", "--json", "--runner-name", name, where=name) for name in names]
+    results = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], results
+    outcomes = [j for out, _ in results for j in json.loads(out)["jobs"]]
+    assert {j["status"] for j in outcomes} <= {"succeeded", "claimed"}
+    claimed = [j for j in outcomes if j["status"] == "claimed"]
+    assert claimed, "no race happened: the test did not reach the rule"
+    assert all(j["reason"] in {f"claimed by {n}" for n in names} for j in claimed)
+    started = world.events("started")
+    assert sorted(r["job"] for r in started) == sorted(f"j{i}" for i in range(8))
+    assert sorted(r["job"] for r in world.events("finished")) == sorted(f"j{i}" for i in range(8))
+    assert world.events("rejected") == []

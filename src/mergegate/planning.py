@@ -77,6 +77,7 @@ class Plan:
     vetoes: list[Veto] = field(default_factory=list)
     handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
     orphans: list[audit.Record] = field(default_factory=list)
+    expired: list[audit.Record] = field(default_factory=list)  # any runner's claims whose lease ran out
     handled_policy: list[audit.Record] = field(default_factory=list)
     unapproved: dict[str, str] = field(default_factory=dict)
     all_vetoes: dict[tuple[str, str], Veto] | None = None

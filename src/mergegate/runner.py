@@ -22,11 +22,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, audit_branch, executor
+from mergegate import audit, audit_branch, executor, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH, Branch
@@ -49,6 +49,9 @@ from mergegate.spool import Entry, Spool
 
 MAX_PUSH_ATTEMPTS = 10
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
+# A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
+# plus this much for pushing the result.
+LEASE_SLACK_SECONDS = 5.0
 # A claim is pushed only after a look at both branches at most this old: a veto
 # merged while earlier jobs of the pass ran must still stop the next one.
 FRESH_SECONDS = 1.0
@@ -91,7 +94,7 @@ class Outcome:
     job: str | None
     path: str
     commit: str
-    status: str  # succeeded, failed, timed_out, interrupted, rejected, vetoed
+    status: str  # succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, claimed (by another runner)
     reason: str | None
     run_id: str | None = None
 
@@ -109,7 +112,8 @@ class PassResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if all(o.status == "succeeded" for o in self.outcomes) else 1
+        # A job another runner claimed first is that runner's outcome, not this one's.
+        return 0 if all(o.status in ("succeeded", "claimed") for o in self.outcomes) else 1
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,8 @@ class Runner:
         spooled, running = self._spool_load(gate.records)
         recovered = {d.get("run_id") for d in spooled} | {e.run_id for e in running}
         work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
+        closing = recovered | {o.get("run_id") for o in work.orphans}
+        work.expired = [r for r in leases.expired(self.repo, gate.records, now) if r.get("run_id") not in closing]
         for entry in running:
             where = f" as pid {entry.job.pid}" if entry.job else ""
             warnings.append(f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
@@ -262,8 +268,14 @@ class Runner:
         pending = []
         for record in work.orphans:
             reason = ORPHANED
-            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="failed", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
-            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "failed", reason, record.get("run_id")))
+            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="lost", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
+            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "lost", reason, record.get("run_id")))
+        for record in work.expired:
+            lease = record.get("lease") or {}
+            reason = (f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no result; "
+                      "the job is not run again (at most once)")
+            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="lost", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
+            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "lost", reason, record.get("run_id")))
         recorded = {r.get("commit") for r in work.handled_policy}
         for assessment in work.assessments:
             if assessment.policy_changed and assessment.commit not in recorded:
@@ -306,6 +318,12 @@ class Runner:
             found += assessor.veto(commit, policy).vetoes
         return found
 
+    def _lease(self, limits: executor.Limits) -> dict[str, str]:
+        """Who holds the claim and until when: past `until` with no result, any runner closes it as `lost`."""
+        seconds = limits.timeout_seconds + limits.kill_grace_seconds + self.shutdown.grace + LEASE_SLACK_SECONDS
+        until = datetime.now(UTC) + timedelta(seconds=seconds)
+        return {"holder": self.options.runner_name, "until": until.isoformat().replace("+00:00", "Z")}
+
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
 
@@ -327,20 +345,20 @@ class Runner:
                 "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
                 rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
                 self_approved=decision.self_approved, limits=_limit_fields(limits), resolved_program=program,
-                **_votes(decision),
+                lease=self._lease(limits), **_votes(decision),
             )
             # 2. At most once: the claim is pushed before the process exists. Until the
             #    real result replaces it, the spool holds a "runner stopped" result, so
             #    a runner that dies mid-job closes it on its next pass, whoever ran since.
             #    It is written before the claim: a claim it could not account for is never made.
-            provisional = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=ORPHANED)
+            provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
             me = ProcessId.of(os.getpid())
             self.spool.put(Entry(provisional, None, me))
             dropped = self._publish(branch, [*pending, started], claim=decision)
             if dropped is not None:
                 self.spool.drop({run_id})
                 event, reason = dropped
-                return Outcome(job.id, job.path, decision.commit, "vetoed" if event == "vetoed" else "rejected", reason, run_id), []
+                return Outcome(job.id, job.path, decision.commit, "vetoed" if event == "vetoed" else "claimed", reason, run_id), []
             if self.shutdown.is_set():  # stopped while claiming: the job is not started now, nor ever
                 reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
                 finished = self._draft("finished", decision, run_id=run_id, status="interrupted", exit_code=None, reason=reason)
@@ -429,9 +447,13 @@ class Runner:
         state = self._state
         if claim is not None and time.monotonic() - state.fetched > FRESH_SECONDS:
             self._refresh(branch, fetch=self.options.fetch)  # a veto merged while earlier jobs ran
-        for _ in range(MAX_PUSH_ATTEMPTS):
+        for attempt in range(MAX_PUSH_ATTEMPTS):
             parent = state.checked
             tail = read_tail(self.repo, parent)
+            if attempt:
+                drafts = self._not_closed_yet(drafts, parent)
+                if not drafts:
+                    return None
             if claim is not None:
                 dropped = self._claim_dropped(claim, tail, parent)
                 if dropped is not None:
@@ -484,12 +506,29 @@ class Runner:
             state.veto_tip = tip
         state.fetched = time.monotonic()
 
+    def _not_closed_yet(self, drafts: list[dict[str, Any]], records: str | None) -> list[dict[str, Any]]:
+        """Drafts less `finished` ones whose run another runner closed meanwhile (its lease ran out): one result per run."""
+        keep = []
+        for d in drafts:
+            run_id = d.get("run_id")
+            if d["event"] == "finished" and isinstance(run_id, str) and any(
+                    r.event == "finished" and r.get("run_id") == run_id for r in audit.grep(self.repo, records, run_id)):
+                self.repo.warnings.append(f"run {run_id} of {d.get('path')} was closed by another runner first (lease expired); "
+                                          f"its result here ({d.get('status')}) is not recorded")
+                self.spool.drop({run_id})
+                continue
+            keep.append(d)
+        return keep
+
     def _claim_dropped(self, claim: Decision, tail: audit.Tail, records: str | None) -> tuple[str, str] | None:
         """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
         key = (claim.path, claim.blob, claim.commit)
-        if (any((r.get("path"), r.get("blob"), r.get("commit")) == key and r.event in ("started", "rejected", "vetoed") for r in tail.since_scanned)
-                or audit.started_before(self.repo, records, claim.path, claim.blob) is not None):
-            return "claimed", "another runner claimed this job first"
+        mine = [r for r in tail.since_scanned if (r.get("path"), r.get("blob"), r.get("commit")) == key
+                and r.event in ("started", "rejected", "vetoed")]
+        earlier = mine[0] if mine else audit.started_before(self.repo, records, claim.path, claim.blob)
+        if earlier is not None:
+            # Losing a race is not an outcome of this runner: it is reported as `claimed`.
+            return "claimed", f"claimed by {earlier.get('runner')}"
         veto = self._vetoes(self._state.work).get((claim.path, claim.blob))
         if veto is not None:
             return "vetoed", _vetoed(veto)

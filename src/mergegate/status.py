@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit
+from mergegate import audit, leases
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
 from mergegate.planning import check_new_records, plan, read_gate
@@ -24,10 +25,14 @@ class JobState:
     reason: str | None
     commit: str | None
     time: str | None
+    runner: str | None = None  # for a running job: who holds the claim
+    age_seconds: int | None = None  # since its `started` record
+    lease_until: str | None = None  # past it with no result, the next pass of any runner closes it as `lost`
 
     def as_json(self) -> dict[str, Any]:
         return {"job": self.job, "path": self.path, "blob": self.blob, "state": self.state, "reason": self.reason,
-                "commit": self.commit, "time": self.time}
+                "commit": self.commit, "time": self.time, "runner": self.runner, "age_seconds": self.age_seconds,
+                "lease_until": self.lease_until}
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
         found = latest.get((path, blob))
         if found is not None:
             state = str(found.get("status")) if found.event == "finished" else _STATE[found.event]
+            if state == "running":
+                jobs.append(_running(job_stem(path), path, blob, found, now))
+                continue
             jobs.append(JobState(job_stem(path), path, blob, state, found.get("reason"), found.get("commit"), found.get("time")))
         elif (path, blob) in planned:
             d = planned[(path, blob)]
@@ -65,3 +73,17 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
         else:
             jobs.append(JobState(job_stem(path), path, blob, "not run", "present at the trust root or before the runner's first pass; never approved as a change", None, None))
     return StatusReport(tip, len(records), tuple(jobs), tuple(warnings))
+
+
+def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime) -> JobState:
+    """A running job with its runner, age and lease (an expired lease is said in the reason)."""
+    age = None
+    with contextlib.suppress(ValueError):
+        age = int((now - datetime.fromisoformat(str(record.get("time")).replace("Z", "+00:00"))).total_seconds())
+    end = leases.until(record)
+    lease = record.get("lease")
+    reason = None
+    if end is not None and end < now:
+        reason = f"lease expired {int((now - end).total_seconds())}s ago: the next runner pass closes it as lost"
+    return JobState(job, path, blob, "running", reason, record.get("commit"), record.get("time"), str(record.get("runner")), age,
+                    str(lease.get("until")) if isinstance(lease, dict) else None)

@@ -23,6 +23,8 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
         return 0
     for j in jobs:
         reason = "  " + output.brief(j.reason) if j.reason and j.state != "succeeded" else ""
+        if j.state == "running":
+            reason = f"  runner {j.runner}, {j.age_seconds}s, lease until {j.lease_until or 'none'}{reason}"
         output.line(f"{output.state(j.state, 10)} {j.job:<30} {j.path}{reason}")
     if not report.jobs:
         output.line("no jobs on approved")

@@ -139,13 +139,13 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
 @_trust_option
 @_json_option
 @click.option("--state", "states", multiple=True, metavar="STATE",
-              type=click.Choice(["queued", "running", "succeeded", "failed", "timed_out", "rejected", "vetoed", "not run"]),
+              type=click.Choice(["queued", "running", "succeeded", "failed", "timed_out", "interrupted", "lost", "rejected", "vetoed", "not run"]),
               help="Only jobs in this state (repeatable).")
 def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool,
            states: tuple[str, ...]) -> int:
     """Show every job on approved with its state.
 
-    States: queued, running, succeeded, failed, timed_out, rejected, vetoed, not run.
+    States: queued, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run.
 
     \b
     Example:

@@ -21,7 +21,7 @@ class JobState:
     job: str
     path: str
     blob: str
-    state: str  # queued, running, succeeded, failed, timed_out, rejected, vetoed, not run
+    state: str  # queued, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run
     reason: str | None
     commit: str | None
     time: str | None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mergegate import audit
 from mergegate.approvals import Assessor
@@ -56,6 +56,8 @@ class Checker:
     assessor: Assessor
     approved_tip: str
     policy_at: Callable[[str], Policy]
+    # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it).
+    _line: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
         """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
@@ -73,6 +75,14 @@ class Checker:
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
+        # The trailer picks the policy that says whether a runner must sign, so it must name a
+        # commit on approved's own first-parent line: an ancestor reached through a second parent
+        # (a proposal's merge of an old base) has a first-parent history that skips policy changes.
+        if not self._line:
+            self._line.update(self.repo.out("rev-list", "--first-parent", self.approved_tip).split())
+        if approved not in self._line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
+            raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
+                                 f"(runners judge approved's tip, never a merged side commit)")
         policy = self.policy_at(approved)
         if policy.runners:
             check = self.assessor.signature(self.repo.commit(sha), policy.runner_keys())

@@ -224,7 +224,20 @@ class Repo:
 
     # -- refs -----------------------------------------------------------------
     def rev(self, ref: str) -> str | None:
-        proc = self.run("rev-parse", "--verify", "--quiet", ref + "^{commit}", check=False)
+        """The commit `ref` names. A full ref name (`refs/...`) is looked up exactly.
+
+        `rev-parse refs/heads/x` is not exact: when that branch is absent, git's
+        DWIM rules try `refs/tags/refs/heads/x` next, a tag anyone can push. So a
+        full name is first resolved with for-each-ref, which matches names only.
+        """
+        if ref.startswith("refs/"):
+            listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)", "--", ref, check=False)
+            exact = [line.split("\0", 1)[1] for line in listed.stdout.decode("utf-8", "replace").splitlines()
+                     if line.split("\0", 1)[0] == ref]
+            if not exact:
+                return None
+            ref = exact[0]
+        proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def has_remote(self, name: str) -> bool:

@@ -375,13 +375,19 @@ def test_audit_files_on_approved_are_ordinary_content_once_the_audit_branch_exis
     world.signed_merge("k")
     (job,) = world.run_once().json()["jobs"]
     assert job["status"] == "rejected" and "audit/log-000001.jsonl (changed by" in job["reason"]
-    # A signed merge that approves the file makes it content like any other; the job sees it.
-    world.propose("m", {"audit/log-000001.jsonl": "[]\n", "jobs/m.yaml": job_yaml("m", ["sh", "-c", "cat audit/log-000001.jsonl"])},
-                  who=world.alice)
+    # It is content like any other: a signed merge back to its last approved version (no such
+    # file) clears it. (Building on the stray bytes would not: issue 8, bypass 6.)
+    world.git("proposer", "fetch", "-q", "origin")
+    world.git("proposer", "checkout", "-q", "-B", "m", "origin/approved")
+    world.git("proposer", "rm", "-q", "audit/log-000001.jsonl")
+    world.write("proposer", {"jobs/m.yaml": job_yaml("m", ["sh", "-c", "ls audit 2>/dev/null; echo clean"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "m", who=world.alice)
+    world.git("proposer", "push", "-q", "-f", "origin", "m")
     world.signed_merge("m")
     (job,) = world.run_once().json()["jobs"]
     assert job["status"] == "succeeded", job
-    assert world.events("finished")[-1]["stdout_tail"] == "[]\n"
+    assert world.events("finished")[-1]["stdout_tail"] == "clean\n"
 
 
 # -- bounded records ------------------------------------------------------------------

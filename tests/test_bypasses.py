@@ -208,3 +208,202 @@ def test_policy_change_to_an_unmeetable_quorum_is_rejected_with_the_reason(world
     (change,) = result.json()["policy_changes"]
     assert change["status"] == "rejected"
     assert "5 approvals can never be met" in change["reason"]
+
+
+# -- bypass 1: a vote covers only what the proposal changed -------------------------------
+
+
+def _script_gate(world: World) -> str:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    return world.setup(policy_yaml(approvers, [{"program": "sh", "args_prefix": ["run.sh"]}], approvals_required=2,
+                                   policy_approvals_required=2), files={"run.sh": "echo vulnerable\n"})
+
+
+def _tree_approve(world: World, where: str, branch: str, who: Person) -> None:
+    tree = world.git(where, "rev-parse", "HEAD^{tree}")
+    world.git(where, "commit", "-q", "--allow-empty", "-S", "-m", "approve", "-m", f"Mergegate-Approve-Tree: {tree}",
+              who=who, sign=who.key)
+    world.git(where, "push", "-q", "origin", branch)
+
+
+def test_merge_that_rolls_back_a_script_to_an_old_proposals_bytes_is_not_approved(world: World) -> None:
+    root = _script_gate(world)
+    # run.sh is fixed with a proper two-person approval.
+    world.propose("fix", {"run.sh": "echo fixed\n"}, who=world.alice)
+    world.approval_commit("fix", [("run.sh", world.blob("fix", "run.sh"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("fix", world.bob)
+    assert world.run_once().code == 0
+    # An old proposal, from before the fix, adds a job; carol approves its whole tree.
+    world.propose("old", {"jobs/s.yaml": job_yaml("s", ["sh", "run.sh"])}, who=world.alice, base=root)
+    _tree_approve(world, "proposer", "old", world.carol)
+    # bob merges it and "resolves" run.sh back to the proposal's (pre-fix) bytes.
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "merge", "-q", "--no-ff", "--no-commit", "origin/old", who=world.bob)
+    world.git("approver", "checkout", "origin/old", "--", "run.sh")
+    world.git("approver", "commit", "-q", "-S", "-m", "merge old", who=world.bob, sign=world.bob.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    job = _jobs(world)["jobs/s.yaml"]
+    assert job["status"] == "rejected"
+    assert "no signed approval covers: run.sh" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_tree_approval_does_not_cover_a_policy_rollback(world: World) -> None:
+    root = world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry(), world.mallory.approver_entry()],
+                                   [ECHO_RULE], policy_approvals_required=2))
+    # mallory is removed by a policy change bob and carol approved.
+    smaller = policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE], policy_approvals_required=2)
+    world.propose("remove", {"policy/policy.yaml": smaller}, who=world.alice)
+    world.approval_commit("remove", [("policy/policy.yaml", world.blob("remove", "policy/policy.yaml"))], who=world.carol,
+                          sign=world.carol.key)
+    world.signed_merge("remove", world.bob)
+    assert [c["status"] for c in world.run_once().json()["policy_changes"]] == ["adopted"]
+    # An old proposal carol tree-approved; bob merges it and rolls policy/ back to its bytes.
+    world.propose("old", JOB, who=world.alice, base=root)
+    _tree_approve(world, "proposer", "old", world.carol)
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "merge", "-q", "--no-ff", "--no-commit", "origin/old", who=world.bob)
+    world.git("approver", "checkout", "origin/old", "--", "policy/policy.yaml")
+    world.git("approver", "commit", "-q", "-S", "-m", "merge old", who=world.bob, sign=world.bob.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    result = world.run_once()
+    (change,) = result.json()["policy_changes"]
+    assert change["status"] == "rejected"
+    assert "the proposal did not change this file" in change["reason"] and "bob (merge signature of" in change["reason"]
+    assert "author of" in change["reason"] or "signed" in change["reason"]
+
+
+# -- bypass 6: unapproved edits are not laundered by the next merge -------------------------
+
+
+def test_unapproved_edit_stays_unapproved_when_a_merge_builds_on_it(world: World) -> None:
+    _script_gate(world)
+    world.checkout_approved("approver")
+    world.write("approver", {"run.sh": "echo vulnerable\necho MALLORY\n"})
+    world.git("approver", "commit", "-qam", "tweak", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    # An honest proposal touches run.sh again; the reviewer's diff never shows mallory's line.
+    world.git("proposer", "fetch", "-q", "origin")
+    world.propose("more", {"run.sh": "echo vulnerable\necho MALLORY\necho more\n"}, who=world.alice)
+    report = world.mg("check", "origin/more", "--json", where="checker").json()
+    (script,) = [f for f in report["files"] if f["path"] == "run.sh"]
+    assert "holds content no signed approval covers" in script["unapproved"] and "+echo MALLORY" in script["unapproved"]
+    world.approval_commit("more", [("run.sh", world.blob("more", "run.sh"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("more", world.bob)
+    world.run_once()
+    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sh", "run.sh"])}, who=world.alice)
+    world.approval_commit("p", [("jobs/s.yaml", world.blob("p", "jobs/s.yaml"))], who=world.carol, sign=world.carol.key)
+    world.signed_merge("p", world.bob)
+    job = _jobs(world)["jobs/s.yaml"]
+    assert job["status"] == "rejected"
+    assert "no signed approval covers: run.sh" in str(job["reason"])
+    assert world.events("started") == []
+
+
+# -- bypass 8: denial of service by push ----------------------------------------------------
+
+
+def test_stray_job_with_the_same_id_does_not_block_the_approved_one(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    clone = world.checkout_approved("approver")
+    (clone / "jobs/x").mkdir(parents=True)
+    (clone / "jobs/x/j.yaml").write_text(job_yaml("j", ["echo", "stray"]))
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "stray", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert _jobs(world)["jobs/x/j.yaml"]["status"] == "rejected"
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p")
+    job = _jobs(world)["jobs/j.yaml"]
+    assert job["status"] == "succeeded", job
+    assert [r["path"] for r in world.events("started")] == ["jobs/j.yaml"]
+
+
+def test_a_deleted_unapproved_file_taints_nothing(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.checkout_approved("approver")
+    world.write("approver", {"tool.sh": "echo EVIL\n"})
+    world.git("approver", "add", "-A")
+    world.git("approver", "commit", "-qm", "tool", who=world.mallory)
+    world.git("approver", "rm", "-q", "tool.sh")
+    world.git("approver", "commit", "-qm", "gone", who=world.mallory)
+    world.git("approver", "push", "-q", "origin", "approved")
+    world.run_once()
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p")
+    assert _jobs(world)["jobs/j.yaml"]["status"] == "succeeded"
+
+
+# -- bypass 9: votes bind the mode; no symlink leads outside ----------------------------------
+
+
+def test_making_a_voted_file_executable_voids_the_votes(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2))
+    world.propose("p", {"run.sh": "echo hi\n", **JOB}, who=world.alice)
+    _tree_approve(world, "proposer", "p", world.carol)
+    # The same bytes, now executable: a different file for a job that runs ./run.sh.
+    world.git("proposer", "update-index", "--chmod=+x", "run.sh")
+    world.git("proposer", "commit", "-qm", "chmod", who=world.alice)
+    world.git("proposer", "push", "-q", "origin", "p")
+    world.signed_merge("p", world.bob)
+    job = _jobs(world)["jobs/j.yaml"]
+    assert job["status"] == "rejected"
+    assert "no signed approval covers: run.sh" in str(job["reason"])
+
+
+def test_symlink_out_of_the_workspace_refuses_the_job(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "cat"}]))
+    world.git("proposer", "fetch", "-q", "origin")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
+    (world.clone("proposer") / "data").symlink_to("/etc/hostname")
+    world.write("proposer", {"jobs/c.yaml": job_yaml("c", ["cat", "data"])})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-qm", "read data", who=world.alice)
+    world.git("proposer", "push", "-q", "origin", "p")
+    world.signed_merge("p")
+    job = _jobs(world)["jobs/c.yaml"]
+    assert job["status"] == "rejected"
+    assert "holds a symlink data -> /etc/hostname, which points outside the workspace" in str(job["reason"])
+    assert world.events("started") == []
+
+
+# -- one judge: check says what the runner will do -----------------------------------------
+
+
+def test_check_denies_an_unsigned_proposal_under_require_signed_proposals(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], require_signed_proposals=True))
+    world.propose("p", JOB, who=world.alice)
+    result = world.mg("check", "origin/p", "--json", where="checker")
+    assert result.code == 1
+    (f,) = result.json()["files"]
+    assert f["state"] == "denied" and "require_signed_proposals" in f["reason"] and "unsigned" in f["reason"]
+
+
+def test_check_exits_2_for_an_invalid_policy_change_and_run_says_why(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1))
+    world.propose("bad", {"policy/policy.yaml": "version: 1\napprovers: []\ncomands: []\n"}, who=world.alice)
+    result = world.mg("check", "origin/bad", where="checker")
+    assert result.code == 2
+    assert "invalid   policy/policy.yaml: the new policy is invalid: field 'comands': unknown key" in result.out.replace("invalid  ", "invalid   ")
+    approve = world.mg("approve", "origin/bad", "--merge", where="checker")
+    assert approve.code != 0
+    world.signed_merge("bad")
+    run = world.mg("run", "--once")
+    assert "policy    rejected (" in run.out and "the new policy is invalid: field 'comands'" in run.out
+
+
+def test_check_exits_2_for_a_deleted_policy(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1))
+    world.git("proposer", "fetch", "-q", "origin")
+    world.git("proposer", "checkout", "-q", "-B", "gone", "origin/approved")
+    world.git("proposer", "rm", "-q", "policy/policy.yaml")
+    world.git("proposer", "commit", "-qm", "no policy", who=world.alice)
+    world.git("proposer", "push", "-q", "origin", "gone")
+    result = world.mg("check", "origin/gone", "--json", where="checker")
+    assert result.code == 2
+    (f,) = result.json()["files"]
+    assert f["state"] == "invalid" and "no policy/policy.yaml" in f["reason"]

@@ -79,7 +79,8 @@ def test_cwd_symlink_out_of_the_export_is_denied_before_start(world: World) -> N
     result = world.run_once()
     (job,) = result.json()["jobs"]
     assert job["status"] == "rejected"
-    assert str(job["reason"]).startswith("denied before start: cwd 'out' resolves to")
+    # The judge refuses it already (issue 8, bypass 9); the executor's own check stays as a second line.
+    assert "holds a symlink out -> /tmp, which points outside the workspace" in str(job["reason"])
     assert world.events("started") == []
 
 

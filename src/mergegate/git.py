@@ -423,6 +423,11 @@ class Repo:
             changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1]))
         return changes
 
+    def patch(self, old: str, new: str, path: str) -> str:
+        """The diff of one path between two commits, as text (for a reader, never parsed)."""
+        proc = self.run("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--", literal(path), check=False)
+        return proc.stdout.decode("utf-8", "replace")
+
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
         """(mode, blob, path) of every file under `prefix` at `commit`."""
         args = ["ls-tree", "-r", "-z", "--full-tree", commit]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.audit_branch import Checker, explain, unchecked
 from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError
-from mergegate.git import Repo, path_display
+from mergegate.git import Repo
 from mergegate.job import is_job_path
 from mergegate.policy import POLICY_DIR, Policy, load_policy
 
@@ -47,21 +47,12 @@ class Walk:
             or (is_job_path(path) and audit.mentions(assessor.repo, records, path, blob)))
 
     def step(self, sha: str) -> Assessment:
-        judged_by = self.policy
-        assessment = self.assessor.assess(sha, judged_by)
-        for path in assessment.content:
-            if assessment.content_approved:
-                self.unapproved.pop(path, None)
-            else:
-                self.unapproved[path] = sha
+        # The judge decides what stays unapproved and what it taints; the walk carries it.
+        assessment = self.assessor.assess(sha, self.policy, self.unapproved)
+        self.unapproved = dict(assessment.unapproved)
         self.policy = assessment.policy
         self.seen.update((d.path, d.blob) for d in assessment.decisions)
-        if not self.unapproved or not any(d.runnable for d in assessment.decisions):
-            return assessment
-        tainted = ", ".join(f"{path_display(p)} (changed by {c[:7]})" for p, c in sorted(self.unapproved.items())[:5])
-        reason = f"the tree at {sha[:7]} holds changes that no signed approval covers: {tainted}; approve them with a signed merge first"
-        decisions = tuple(replace(d, runnable=False, reason=reason) if d.runnable else d for d in assessment.decisions)
-        return replace(assessment, decisions=decisions)
+        return assessment
 
 
 @dataclass

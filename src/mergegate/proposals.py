@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mergegate import audit
-from mergegate.approvals import (
-    APPROVE_TRAILER,
-    APPROVE_TREE_TRAILER,
-    VETO_TRAILER,
-    Assessor,
-    Vote,
-    describe_votes,
-)
+from mergegate.approvals import APPROVE_TRAILER, APPROVE_TREE_TRAILER, VETO_TRAILER, Assessor
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
-from mergegate.git import ZERO, Repo
-from mergegate.job import check_unique_ids, is_job_path, parse_job
-from mergegate.planning import plan
+from mergegate.git import ZERO, Repo, path_display
+from mergegate.job import is_job_path
+from mergegate.judge import (
+    ABSENT,
+    Assessment,
+    CommitFacts,
+    Decision,
+    Entry,
+    Vote,
+    describe_votes,
+    judge_commit,
+)
+from mergegate.planning import Plan, plan
 from mergegate.policy import POLICY_DIR, Policy
 from mergegate.signatures import parse_public_key
 
@@ -36,10 +40,12 @@ class FileCheck:
     approvals: str  # quorum so far, in words
     approved: bool  # quorum already met by approval commits on the proposal
     votes: tuple[Vote, ...] = ()
+    mode: str = "100644"
+    unapproved: str = ""  # unapproved content already on approved at this path: since when, and its diff
 
     def as_json(self) -> dict[str, Any]:
-        return {"path": self.path, "blob": self.blob, "job": self.job, "state": self.state, "reason": self.reason,
-                "approvals": self.approvals, "approved": self.approved,
+        return {"path": self.path, "blob": self.blob, "mode": self.mode, "job": self.job, "state": self.state,
+                "reason": self.reason, "approvals": self.approvals, "approved": self.approved, "unapproved": self.unapproved,
                 "votes": [{"person": v.person, "via": v.via, "counted": v.counted, "why": v.why} for v in self.votes]}
 
 
@@ -53,6 +59,8 @@ class CheckReport:
     fork: str = ""
     policy_in_force: Policy | None = None
     resolved: str = ""  # the full ref name (or commit id) REF was resolved as
+    assessment: Assessment | None = None  # the judge's verdict on the merge
+    facts: CommitFacts | None = None  # what it judged
 
     @property
     def exit_code(self) -> int:
@@ -60,9 +68,22 @@ class CheckReport:
             return UsageError.exit_code
         return JobFailed.exit_code if any(f.state == "denied" for f in self.files) else 0
 
+    def decision(self, path: str) -> Decision | None:
+        return next((d for d in self.assessment.decisions if d.path == path), None) if self.assessment else None
 
-def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, trust: str | None = None) -> CheckReport:
-    """Validate every job file REF adds or changes and judge it by the base's policy in force."""
+
+_STATES = {"": "allowed", "unapproved": "allowed", "denied": "denied", "invalid": "invalid"}
+
+
+def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, trust: str | None = None,
+          merger: str | None = None) -> CheckReport:
+    """Judge the merge of REF into the base with the runner's own judge, by the policy in force.
+
+    The verdict is `judge.judge_commit` on the facts of the merge `approve --merge`
+    would sign (with `merger`, the vote of that person's merge signature; without it,
+    the quorum still waiting for one), after the walk of approved the runner makes:
+    what is allowed, denied or invalid here is so for the runner too.
+    """
     repo = Repo(repo_path)
     branch = open_branch(repo, remote=remote, branch=base, fetch=fetch)
     base_tip = branch.tip()
@@ -70,34 +91,72 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
         repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
     resolved, head = resolve_proposal(repo, ref, remote=remote if branch.remote is not None else None, fetch=fetch)
     ref = resolved.removeprefix("refs/heads/").removeprefix("refs/remotes/")
-    policy = _policy_in_force(repo, base_tip, branch.audit_tip(), trust)
+    records = branch.audit_tip()
+    work = _base_state(repo, base_tip, records, trust)
+    policy = work.policy
     fork = repo.merge_base(base_tip, head)
     if fork is None:
         start = f"{remote}/{base}" if branch.remote is not None else base
         raise UsageError(f"{ref} shares no history with {base}", hint=f"start proposals from {start}: git switch -c NAME {start}")
-    changes = repo.diff(fork, head)
-    jobs = {c.path: c.new_blob for c in changes if is_job_path(c.path) and c.status != "D"}
-    policy_files = {c.path: (c.new_blob if c.status != "D" else ZERO) for c in changes if c.path.startswith(POLICY_DIR)}
+    tree = repo.merge_tree(base_tip, head)
     assessor = Assessor(repo, at=datetime.now(UTC))
-    votes = assessor.votes(policy, base=fork, head=head, files={**jobs, **policy_files}, signer=None, merge=None)
-    unique = check_unique_ids([p for _, _, p in repo.ls_tree(head, "jobs/") if is_job_path(p)])
-    results = [_check_job(repo, policy, path, blob, votes[path], unique.get(path)) for path, blob in sorted(jobs.items())]
-    if policy_files:
-        people = set.intersection(*({v.person for v in votes[p] if v.counted} for p in policy_files))
-        quorum = policy.quorum(policy.policy_requirement(), people)
-        for path, blob in sorted(policy_files.items()):
-            results.append(FileCheck(path, blob, None, "policy", "policy change: needs the policy quorum of the policy in force",
-                                     quorum.reason + "; a signed merge by an approver who did not write it counts as one more",
-                                     quorum.met, votes[path]))
+    unapproved = work.unapproved
+    assessor.known = lambda path, blob: path in unapproved or (is_job_path(path) and audit.mentions(repo, records, path, blob))
+    facts = assessor.proposal_facts(base_tip=base_tip, head=head, tree=tree, policy=policy, unapproved=unapproved, merger=merger)
+    assessment = judge_commit(facts, policy, unapproved)
+    results: list[FileCheck] = []
+    files = {f.path: f for f in facts.files}
+    for d in assessment.decisions:
+        results.append(_job_check(policy, d, files[d.path].after.mode, merger))
+    verdict = assessment.policy_verdict
+    for f in facts.files:
+        if f.path.startswith(POLICY_DIR):
+            votes = verdict.votes.get(f.path, ()) if verdict else ()
+            state = {"invalid": "invalid", "denied": "denied"}.get(verdict.refusal if verdict else "", "policy")
+            words = verdict.reason if verdict else ""
+            if verdict is not None and not verdict.adopted and verdict.refusal == "unapproved" and merger is None:
+                words += "; a signed merge by an approver who did not write it counts as one more"
+            reason = "policy change: needs the policy quorum of the policy in force" if state == "policy" else verdict.reason if verdict else ""
+            results.append(FileCheck(f.path, f.after.blob, None, state, reason, words, bool(verdict and verdict.adopted), votes,
+                                     f.after.mode, _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
     needs = f"needs {policy.content_requirement().describe()}, from approvers who did not write it"
-    for c in changes:
-        if not is_job_path(c.path) and not c.path.startswith(POLICY_DIR):
-            blob = c.new_blob if c.status != "D" else ZERO
+    for f in facts.files:
+        if not is_job_path(f.path) and not f.path.startswith(POLICY_DIR):
             what = "other file (a job may run or read it)"
-            if blob != ZERO and c.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(blob)):
+            if f.after.mode in ("100644", "100755") and f.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(f.after.blob)):
                 what += "; it looks like a job file, but jobs live under jobs/"
-            results.append(FileCheck(c.path, blob, None, "content", what, needs, False))
-    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy, resolved)
+            results.append(FileCheck(f.path, f.after.blob, None, "content", what, needs, assessment.content_approved, (), f.after.mode,
+                                     _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+        elif is_job_path(f.path) and f.after == ABSENT and f.path in unapproved:
+            results.append(FileCheck(f.path, ZERO, None, "content", "a job file the proposal deletes", "", True, (), f.after.mode,
+                                     _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy, resolved, assessment, facts)
+
+
+def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> FileCheck:
+    """The judge's decision in the words of a check: allowed (perhaps still waiting for its quorum), denied or invalid."""
+    state = _STATES[d.refusal]
+    if d.job is None or state != "allowed":
+        reason = d.reason.removeprefix("denied by policy: ")  # the state already says denied
+        return FileCheck(d.path, d.blob, d.job.id if d.job else None, state, reason, "", d.approved, d.votes, mode)
+    requirement = d.requirement or policy.requirement_for(d.job)
+    words = f"{d.reason if not d.runnable else 'quorum met'}; {describe_votes(d.votes)}" if d.votes else f"needs {requirement.describe()}; no approvals yet"
+    if not d.approved and merger is None:
+        words += "; a signed merge by an approver who did not write it counts as one more"
+    return FileCheck(d.path, d.blob, d.job.id, state, policy.decide_command(d.job).reason, words, d.approved, d.votes, mode)
+
+
+def _unapproved_here(repo: Repo, tip: str, path: str, last: Entry | None, unapproved: Mapping[str, str]) -> str:
+    """Unapproved content already on approved at `path`: the reviewer's diff does not show it."""
+    change = unapproved.get(path)
+    if change is None:
+        return ""
+    since = repo.commit(change).parents[0] if repo.rev(change) and repo.commit(change).parents else None
+    patch = repo.patch(since, tip, path) if since else ""
+    shown = patch if len(patch) <= 4000 else patch[:4000] + "\n[... cut at 4000 characters]"
+    return (f"{path_display(path)} holds content no signed approval covers, since {change[:12]}; merging this proposal "
+            f"does not approve it unless it starts from the last approved version ({last.describe() if last else 'unknown'}); "
+            f"diff from that version to {tip[:12]}:\n{shown}")
 
 
 def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -> tuple[str, str]:
@@ -143,25 +202,10 @@ def _looks_like_job(text: bytes) -> bool:
     return b"\ncommand:" in b"\n" + text and b"\nid:" in b"\n" + text
 
 
-def _policy_in_force(repo: Repo, tip: str, records: str | None, trust: str | None) -> Policy:
+def _base_state(repo: Repo, tip: str, records: str | None, trust: str | None) -> Plan:
+    """The runner's walk of approved up to `tip`: the policy in force and what is unapproved there."""
     root, _ = trust_root(repo, tip, trust)
-    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=datetime.now(UTC), runner_name="check").policy
-
-
-def _check_job(repo: Repo, policy: Policy, path: str, blob: str, votes: tuple[Vote, ...], not_unique: str | None) -> FileCheck:
-    try:
-        job = parse_job(repo.blob(blob), path=path, blob=blob)
-    except ConfigError as exc:
-        return FileCheck(path, blob, None, "invalid", str(exc), "", False, votes)
-    if not_unique:
-        return FileCheck(path, blob, job.id, "invalid", not_unique, "", False, votes)
-    decision = policy.decide_command(job)
-    requirement = policy.requirement_for(job)
-    quorum = policy.quorum(requirement, [v.person for v in votes if v.counted])
-    words = f"{quorum.reason}; {describe_votes(votes)}" if votes else f"needs {requirement.describe()}; no approvals yet"
-    if not quorum.met:
-        words += "; a signed merge by an approver who did not write it counts as one more"
-    return FileCheck(path, blob, job.id, "allowed" if decision.allowed else "denied", decision.reason, words, quorum.met, votes)
+    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=datetime.now(UTC), runner_name="check")
 
 
 @dataclass(frozen=True)
@@ -195,8 +239,8 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
         tree = repo.commit(head).tree
         # One line per job and policy file for the reader; the tree line approves
         # every file as it is (scripts too, and names no trailer could hold).
-        named = "".join(f"{APPROVE_TRAILER}: {f.path} {f.blob}\n" for f in report.files
-                        if f.state != "content" and "\n" not in f.path and not f.path.startswith("\0"))
+        named = "".join(f"{APPROVE_TRAILER}: {f.path} {f.mode} {f.blob}\n" for f in report.files
+                        if f.state != "content" and f.blob != ZERO and "\n" not in f.path and not f.path.startswith("\0"))
         message = f"mergegate: approve {len(report.files)} file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
         sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
         target, old = _branch_name(report.resolved, remote), head
@@ -239,8 +283,9 @@ def _would_count(repo: Repo, report: CheckReport) -> None:
     if policy.allow_self_approval:
         return
     assessor = Assessor(repo, at=datetime.now(UTC))
+    assert report.facts is not None
     for f in report.files:
-        why = assessor.excluded(policy, report.fork, report.head, f.path, None).get(person)
+        why = assessor.excluded(policy, report.facts, f.path).get(person)
         if why is not None:
             raise JobFailed(f"your approval of {f.path} would not count: you ({person}) are the {why}",
                             hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)")

@@ -72,8 +72,9 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
         # The loop prints a stream: one object per line, so a JSON-lines reader can follow it.
         (output.emit if once else output.emit_line)(data if once else {"event": "pass", **data})
         return
-    for commit, state, _ in result.policy_changes:
-        output.line(f"policy    {output.state(state)} ({commit[:7]})")
+    for commit, state, why in result.policy_changes:
+        # A rejected policy change says why: the reason is what the approvers must fix.
+        output.line(f"policy    {output.state(state)} ({commit[:7]}){': ' + why if state == 'rejected' and why else ''}")
     for o in result.outcomes:
         reason = ": " + o.reason if o.reason and o.status != "succeeded" else ""
         output.line(f"{output.state(o.status, 10)} {o.job or o.path}  ({o.commit[:7]}){reason}")

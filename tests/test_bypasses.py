@@ -407,3 +407,98 @@ def test_check_exits_2_for_a_deleted_policy(world: World) -> None:
     assert result.code == 2
     (f,) = result.json()["files"]
     assert f["state"] == "invalid" and "no policy/policy.yaml" in f["reason"]
+
+
+# -- bypass 2: key lifetimes never undo an adopted policy --------------------------------------
+
+
+def test_policy_change_that_adds_a_key_lifetime_without_runners_is_rejected(world: World) -> None:
+    """Without runner-signed records, a fresh clone judges past changes at today's time: once the keys that
+    adopted a change expired, the removed keys would come back. Lifetimes therefore need `runners`."""
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
+    bob = world.bob.approver_entry()
+    expiring = {"name": "bob", "email": bob["email"], "keys": [{"key": bob["key"], "valid_before": "2030-01-01T00:00:00Z"}]}
+    world.propose("pol", {"policy/policy.yaml": policy_yaml([expiring, world.carol.approver_entry()], [ECHO_RULE],
+                                                            policy_approvals_required=1)}, who=world.alice)
+    check = world.mg("check", "origin/pol", where="checker")
+    assert check.code == 2
+    assert "key of bob has a lifetime (valid_before) but the policy lists no runners" in check.out
+    world.signed_merge("pol", world.carol)
+    (change,) = world.run_once().json()["policy_changes"]
+    assert change["status"] == "rejected"
+    assert "has a lifetime (valid_before) but the policy lists no runners" in change["reason"]
+
+
+def test_trust_root_with_an_openpgp_expiry_and_no_runners_is_a_configuration_error(world: World) -> None:
+    import shutil
+    import tempfile
+
+    from tests.helpers.keys import make_gpg_key, stop_gpg_agent
+
+    home = Path(tempfile.mkdtemp(prefix="mg-gpg-"))
+    try:
+        dave = make_gpg_key(home, "dave", "dave@example.com", expire="1y")
+        dave_entry = {"name": "dave", "email": "dave@example.com", "key": dave.public_armored}
+        world.setup(policy_yaml([world.bob.approver_entry(), dave_entry], [ECHO_RULE], policy_approvals_required=1))
+        result = world.run_once()
+        assert result.code == 2
+        assert "key of dave has a lifetime (an OpenPGP expiry) but the policy lists no runners" in result.err
+    finally:
+        stop_gpg_agent(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- bypass 5: a veto on approved before the claim always wins ---------------------------------
+
+
+def _veto_merge(world: World, path: str, blob: str, who: Person) -> str:
+    """A veto made as a merge commit: empty relative to its first parent (merge -s ours), signed."""
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "side", "origin/approved")
+    world.git("approver", "commit", "-q", "--allow-empty", "-m", "side", who=who)
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "merge", "-q", "-S", "--no-ff", "-s", "ours", "side", "-m", "veto", "-m", f"Mergegate-Veto: {path} {blob}",
+              who=who, sign=who.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    return world.git("approver", "rev-parse", "HEAD")
+
+
+def test_veto_made_as_a_merge_is_honoured_by_later_passes(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    _veto_merge(world, "jobs/j.yaml", world.blob("p", "jobs/j.yaml"), world.carol)
+    assert world.run_once().code == 0  # this pass walks the veto
+    world.signed_merge("p", world.bob)
+    job = _jobs(world)["jobs/j.yaml"]  # a later pass must still honour it
+    assert job["status"] == "vetoed"
+    assert "vetoed by carol" in str(job["reason"])
+    assert world.events("started") == []
+
+
+def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
+    import json
+
+    from mergegate.audit import record_hash
+
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    world.checkout_approved("approver")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    merge = world.signed_merge("p", world.bob)
+    assert _jobs(world)["jobs/j.yaml"]["status"] == "vetoed"
+    assert world.mg("verify").code == 0
+    # A well-chained `started` record for the vetoed revision, as a runner that ignored the veto would write.
+    records = world.records()
+    fake = {"event": "started", "job": "j", "path": "jobs/j.yaml", "blob": blob, "commit": merge, "runner": "rogue",
+            "time": "2026-01-01T00:00:00Z", "run_id": "r1", "seq": len(records) + 1, "prev": records[-1]["hash"]}
+    fake["hash"] = record_hash(fake)
+    log = world.checkout_audit("mallory") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text() + json.dumps(fake, sort_keys=True, separators=(",", ":")) + "\n")
+    world.commit_audit("mallory", "audit")
+    result = world.mg("verify")
+    assert result.code == 3
+    assert "started jobs/j.yaml at" in result.err and "vetoed it before its approval" in result.err

@@ -209,6 +209,8 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     proposers = tuple(_person(doc, read, ("proposers", i), p) for i, p in enumerate(data.get("proposers", [])))
     runners = tuple(_person(doc, read, ("runners", i), p) for i, p in enumerate(data.get("runners", [])))
     _unique_names(doc, "approvers", approvers)
+    if not runners:
+        _no_lifetimes_without_runners((*approvers, *proposers))
     names = {p.name for p in approvers}
     groups = {}
     for group, people in data.get("groups", {}).items():
@@ -249,6 +251,29 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         sandbox=data.get("sandbox", "none"),
         keep_output=data.get("keep_output", False),
     )
+
+
+def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
+    """Key lifetimes need an authenticated clock: the time a change was first judged.
+
+    Only runner-signed audit records say when a policy change was judged. Without
+    `runners`, every fresh clone (every CI run) would judge past policy changes at
+    today's time, so once the keys that adopted a change expired, the older policy,
+    and the keys it removed, would come back. A policy that lists no runners may
+    therefore not use lifetimes at all (valid_after, valid_before, or an OpenPGP
+    key's own expiry): remove a key by a policy change instead.
+    """
+    for person in people:
+        for key in person.keys:
+            what = ("valid_after" if key.valid_after else "valid_before" if key.valid_before
+                    else "an OpenPGP expiry" if key.expires else "")
+            if what:
+                message = (f"key of {person.name} has a lifetime ({what}) but the policy lists no runners: without "
+                           "runner-signed audit records a fresh clone would judge adopted policy changes at today's time")
+                file, _, line = key.source.rpartition(":")
+                raise ConfigError(message, file=file or POLICY_FILE, line=int(line) if line.isdigit() else None,
+                                  hint="list `runners` and run with --signing-key, or drop the lifetime and remove "
+                                  "the key with a policy change when it must stop counting (docs/policy.md)")
 
 
 def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Person, ...], groups: dict[str, tuple[str, ...]],

@@ -313,8 +313,8 @@ class Runner:
         found: list[Veto] = []
         for sha in self.repo.out("log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec).split():
             commit = self.repo.commit(sha)
-            if commit.is_merge or self.repo.diff(commit.parents[0] if commit.parents else None, sha):
-                continue  # a veto is an empty, signed commit, as the walk judges it
+            if self.repo.diff(commit.parents[0] if commit.parents else None, sha):
+                continue  # a veto is an empty, signed commit (a merge too), as the walk judges it
             found += assessor.veto(commit, policy).vetoes
         return found
 

@@ -38,6 +38,7 @@ class PublicKey:
     valid_after: datetime | None = None
     valid_before: datetime | None = None
     subkeys: tuple[str, ...] = ()  # OpenPGP subkey fingerprints; their signatures are this key's
+    expires: bool = False  # an OpenPGP key (or subkey) that carries its own expiry
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def parse_public_key(
     kind: KeyKind
     if stripped.startswith("-----BEGIN PGP"):
         kind = "openpgp"
-        fingerprint, subkeys = _parse_openpgp_key(stripped, owner, source)
+        fingerprint, subkeys, expires = _parse_openpgp_key(stripped, owner, source)
     elif first in _SSH_TYPES:
         kind, fingerprint = "ssh", _parse_ssh_key(stripped, owner, source)
     elif first.startswith(("ssh-", "ecdsa-", "sk-")) or first.endswith("@openssh.com"):
@@ -102,6 +103,7 @@ def parse_public_key(
         valid_after=valid_after,
         valid_before=valid_before,
         subkeys=subkeys,
+        expires=kind == "openpgp" and expires,
     )
 
 
@@ -238,7 +240,7 @@ def _ssh_fingerprint(blob: bytes) -> str:
 # --- OpenPGP -----------------------------------------------------------------
 
 
-def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[str, ...]]:
+def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[str, ...], bool]:
     if "PRIVATE KEY BLOCK" in text:
         problem = "this is a secret key block; the policy must carry only the public key"
         raise _config_error(owner, f"{problem} (gpg --armor --export)", source)
@@ -250,6 +252,7 @@ def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[s
     primaries: list[str] = []
     subkeys: list[str] = []
     fpr_goes_to: list[str] | None = None  # an "fpr" record belongs to the record before it
+    expires = False
     for record in result.stdout.decode("utf-8", errors="replace").splitlines():
         fields = record.split(":")
         if fields[0] in ("sec", "ssb"):
@@ -258,12 +261,14 @@ def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[s
         if fields[0] == "fpr" and fpr_goes_to is not None and len(fields) > 9:
             fpr_goes_to.append(fields[9].upper())
         fpr_goes_to = {"pub": primaries, "sub": subkeys}.get(fields[0])
+        # Field 7 of a pub/sub record is its expiry (empty when it never expires).
+        expires = expires or (fields[0] in ("pub", "sub") and len(fields) > 6 and fields[6].strip() != "")
     if len(primaries) != 1:
         found = f"{len(primaries)} primary keys" if primaries else "no OpenPGP public key"
         said = [ln for ln in result.stderr.decode(errors="replace").splitlines() if "gpg: " in ln]
         why = f" ({said[-1][:120]})" if said and not primaries else ""
         raise _config_error(owner, f"expected one OpenPGP public key, found {found}{why}", source)
-    return primaries[0], tuple(subkeys)
+    return primaries[0], tuple(subkeys), expires
 
 
 def _verify_openpgp(

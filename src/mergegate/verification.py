@@ -152,6 +152,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
+    vetoed: dict[tuple[str, str], tuple[int, str]] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
     for done, sha in enumerate(chain, start=1):
         if progress is not None:
@@ -165,6 +166,8 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             lines.append(CommitLine(sha, "tampering", str(exc)))
             break
         policies[sha] = assessment.policy
+        for veto in assessment.vetoes:
+            vetoed.setdefault((veto.path, veto.blob), (len(lines), veto.commit))
         jobs = []
         for d in assessment.decisions:
             (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
@@ -178,9 +181,25 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     violations.extend(_cross_check(records, valid, rejected, set(chain)))
+    violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
+
+
+def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str], tuple[int, str]],
+                        position: dict[str, int]) -> list[str]:
+    """A revision that started although a signed veto of it was on approved before its approving merge."""
+    problems = []
+    for record in records:
+        if record.event != "started":
+            continue
+        veto = vetoed.get((str(record.get("path")), str(record.get("blob"))))
+        merged = position.get(str(record.get("commit")))
+        if veto is not None and merged is not None and veto[0] < merged:
+            problems.append(f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
+                            f"commit {veto[1][:12]} vetoed it before its approval")
+    return problems
 
 
 def _first_seen(repo: Repo, records: list[audit.Record], chain: set[str]) -> dict[str, datetime]:

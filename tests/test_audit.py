@@ -134,3 +134,21 @@ def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatc
     assert caught.value.file == "audit/log-000003.jsonl" and caught.value.line == 1
     with pytest.raises(IntegrityError, match="seq 5: hash does not match"):
         audit.read_all(repo, tip)
+
+
+def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scanned(tmp_path: Path) -> None:
+    """In a fresh clone: few commits, whatever the history's length (audit verify checks them all)."""
+    from mergegate.audit_branch import unchecked
+
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    old = []
+    for n in range(5):  # five complete passes: a claim, then its result and `scanned`
+        tip = _append(repo, tip, [audit.draft("started", runner="r", path=f"jobs/{n}.yaml")])
+        tip = _append(repo, tip, [audit.draft("finished", runner="r", path=f"jobs/{n}.yaml"), audit.draft("scanned", runner="r")])
+        old.append(tip)
+    claim = _append(repo, tip, [audit.draft("started", runner="r", path="jobs/x.yaml")])  # a pass that stopped midway
+    assert unchecked(repo, claim, seen=None, tail=audit.read_tail(repo, claim)) == [old[-1], claim]
+    assert unchecked(repo, old[-1], seen=None, tail=audit.read_tail(repo, old[-1])) == [old[-1]]
+    assert unchecked(repo, claim, seen=old[-2], tail=audit.read_tail(repo, claim)) == [repo.commit(old[-1]).parents[0], old[-1], claim]
+    assert unchecked(repo, claim, seen=claim, tail=audit.read_tail(repo, claim)) == []

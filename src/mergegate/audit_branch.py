@@ -178,13 +178,13 @@ def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail
         parent = commit.parents[0]
         if seen is None and tail.scanned is not None and tail.scanned_file is not None:
             size = repo.blob_size(parent, tail.scanned_file)
-            if size is not None and size >= tail.scanned_end:
-                break  # the parent already held the last scanned record: this commit added it
+            if size is None or size < tail.scanned_end:
+                break  # the parent did not hold the last scanned record yet: this commit added it
         sha = parent
     return found[::-1]
 
 
-def explain(repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 1000) -> IntegrityError:
+def explain(repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 200) -> IntegrityError:
     """The commit that broke the log, when reading it failed: the newest one (after `seen`) that breaks a rule."""
     for sha in repo.out("rev-list", f"--max-count={limit}", tip, *([f"^{seen}"] if seen and repo.is_ancestor(seen, tip) else [])).split():
         try:

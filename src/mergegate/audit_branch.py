@@ -134,6 +134,8 @@ class Checker:
                 raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)
             if change.status == "A":
                 continue
+            if _extends(repo, new, change.old_blob):
+                continue
             old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
             if not new.startswith(old):
                 raise Tampering(sha, f"rewrites existing audit records in {path}", file=path, line=_first_difference(old, new))
@@ -198,6 +200,15 @@ def explain(repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, li
 def every_commit(repo: Repo, tip: str | None) -> list[str]:
     """Every commit of the audit branch, oldest first (a merge's other side included, to be reported)."""
     return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
+
+
+def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:
+    """Whether `new` starts with the bytes of blob `old_blob`, without reading that blob:
+    the git object id of new's prefix of that size must be `old_blob` (SHA-1 object ids)."""
+    size = repo.object_size(old_blob) if len(old_blob) == 40 else None
+    if size is None or size > len(new):
+        return False
+    return hashlib.sha1(b"blob %d\0" % size + new[:size], usedforsecurity=False).hexdigest() == old_blob
 
 
 def _first_difference(old: bytes, new: bytes) -> int:

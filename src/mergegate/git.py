@@ -460,10 +460,12 @@ class Repo:
     def blob_size(self, commit: str, path: str) -> int | None:
         """The size of `path` at `commit` without reading it; None if absent."""
         blob = self.file_blob(commit, path)
-        if blob is None:
-            return None
+        return None if blob is None else self.object_size(blob)
+
+    def object_size(self, sha: str) -> int | None:
+        """An object's size from its header (the batch process), without reading it."""
         try:
-            size: int = self._repo.odb.info(bytes.fromhex(blob)).size
+            size: int = self._repo.odb.info(bytes.fromhex(sha)).size
         except (ValueError, gitpython.BadName, gitpython.BadObject):
             return None
         return size

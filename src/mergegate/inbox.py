@@ -110,10 +110,12 @@ def _may_approve(repo: Repo, report: proposals.CheckReport) -> tuple[str, ...]:
         return ()
     if policy.allow_self_approval:
         return tuple(p.name for p in policy.approvers)
+    if report.facts is None:
+        return ()
     assessor = Assessor(repo, at=datetime.now(UTC))
     excluded: set[str] = set()
     for f in report.files:
-        excluded |= set(assessor.excluded(policy, report.fork, report.head, f.path, None))
+        excluded |= set(assessor.excluded(policy, report.facts, f.path))
     return tuple(p.name for p in policy.approvers if p.name not in excluded)
 
 

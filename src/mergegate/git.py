@@ -275,6 +275,13 @@ class Repo:
                 raise GitError(f"branch {branch} does not exist on {remote}", hint=f"`git ls-remote --heads {remote}` lists the branches it has")
             raise failure(f"git fetch {remote}", text, proc.returncode)
 
+    def fetch_refspec(self, remote: str, refspec: str) -> bool:
+        """Fetch one refspec (a pull request's head); False when the remote has no such ref."""
+        return self.run("fetch", "--quiet", "--no-tags", remote, refspec, check=False).returncode == 0
+
+    def has_object(self, sha: str) -> bool:
+        return len(sha) == 40 and self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move `ref` to `new` only if it still points at `old` (compare and swap).
 

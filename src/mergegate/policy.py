@@ -24,6 +24,16 @@ class Person:
     name: str
     emails: tuple[str, ...]
     keys: tuple[PublicKey, ...]
+    github_ids: tuple[int, ...] = ()  # numeric GitHub user ids (reviews count as this person)
+
+
+@dataclass(frozen=True)
+class GithubPolicy:
+    """The top-level `github:` mapping (docs/github.md)."""
+
+    merge_keys: tuple[PublicKey, ...] = ()
+    allow_unmapped_authors: bool = False
+    empty_lookup_minutes: int = 30
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,7 @@ class Policy:
     path: str | None
     sandbox: str
     keep_output: bool
+    github: GithubPolicy = GithubPolicy()
 
     @property
     def where(self) -> str:
@@ -127,6 +138,13 @@ class Policy:
 
     def runner_keys(self) -> tuple[PublicKey, ...]:
         return tuple(k for p in self.runners for k in p.keys)
+
+    def github_person(self, uid: int) -> Person | None:
+        """The approver or proposer a GitHub user id belongs to (ids are unique across people)."""
+        for person in (*self.approvers, *self.proposers):
+            if uid in person.github_ids:
+                return person
+        return None
 
     def person(self, name: str) -> Person | None:
         for person in (*self.approvers, *self.proposers, *self.runners):
@@ -211,6 +229,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     _unique_names(doc, "approvers", approvers)
     if not runners:
         _no_lifetimes_without_runners((*approvers, *proposers))
+    _unique_github_ids(doc, data, (("approvers", approvers), ("proposers", proposers)))
     names = {p.name for p in approvers}
     groups = {}
     for group, people in data.get("groups", {}).items():
@@ -250,6 +269,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         path=data.get("path"),
         sandbox=data.get("sandbox", "none"),
         keep_output=data.get("keep_output", False),
+        github=_github(doc, data.get("github")),
     )
 
 
@@ -304,6 +324,29 @@ def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Perso
                             f"the groups do not have {len(slots)} distinct people for it")
 
 
+def _github(doc: config.Document, data: dict[str, Any] | None) -> GithubPolicy:
+    if data is None:
+        return GithubPolicy()
+    keys = tuple(
+        parse_public_key(entry, owner="GitHub merge key",
+                         source=f"{doc.file}:{doc.line_of(('github', 'merge_keys', i))}")
+        for i, entry in enumerate(data.get("merge_keys", []))
+    )
+    return GithubPolicy(merge_keys=keys, allow_unmapped_authors=data.get("allow_unmapped_authors", False),
+                        empty_lookup_minutes=data.get("empty_lookup_minutes", 30))
+
+
+def _unique_github_ids(doc: config.Document, data: dict[str, Any], lists: tuple[tuple[str, tuple[Person, ...]], ...]) -> None:
+    # One account is one person: an id listed twice would let one review count for two.
+    owner: dict[int, str] = {}
+    for field, people in lists:
+        for index, person in enumerate(people):
+            for uid in person.github_ids:
+                if uid in owner and owner[uid] != person.name:
+                    raise doc.error((field, index, "github"), f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'")
+                owner[uid] = person.name
+
+
 def _unique_names(doc: config.Document, field: str, people: tuple[Person, ...]) -> None:
     seen: set[str] = set()
     for index, person in enumerate(people):
@@ -326,7 +369,7 @@ def _approval_rule(doc: config.Document, index: int, data: dict[str, Any], group
 
 def _person(doc: config.Document, read: Reader, path: tuple[str | int, ...], data: dict[str, Any]) -> Person:
     emails = tuple(e.lower() for e in ([data["email"]] if "email" in data else []) + data.get("emails", []))
-    entries = [data["key"]] if "key" in data else data["keys"]
+    entries = [data["key"]] if "key" in data else data.get("keys", [])
     keys = []
     for index, entry in enumerate(entries):
         where = (*path, "key") if "key" in data else (*path, "keys", index)
@@ -349,7 +392,9 @@ def _person(doc: config.Document, read: Reader, path: tuple[str | int, ...], dat
                 valid_before=_time(doc, (*where, "valid_before"), entry.get("valid_before")),
             )
         )
-    return Person(name=data["name"], emails=emails, keys=tuple(keys))
+    github = data.get("github", ())
+    github_ids = (github,) if isinstance(github, int) else tuple(github)
+    return Person(name=data["name"], emails=emails, keys=tuple(keys), github_ids=github_ids)
 
 
 def _time(doc: config.Document, path: tuple[str | int, ...], value: str | None) -> datetime | None:

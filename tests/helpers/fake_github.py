@@ -179,7 +179,8 @@ class FakeGitHub:
         self.pulls[pr.number] = pr
         return pr
 
-    def review(self, number: int, uid: int, state: str, commit_id: str, *, minutes_ago: float = 5.0, kind: str = "User") -> Review:
+    def review(self, number: int, uid: int, state: str, commit_id: str, *, minutes_ago: float = -0.1, kind: str = "User") -> Review:
+        # By default a review is submitted just after the head commit the test made this second.
         review = self._number(Review(uid, state, commit_id, ago(minutes_ago), kind))
         self.pulls[number].reviews.append(review)
         return review

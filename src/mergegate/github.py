@@ -1,0 +1,200 @@
+"""Gathering GitHub's evidence for a merge on `approved`, and keeping it.
+
+For a commit GitHub made when a pull request was merged, the runner asks the REST
+API which pull request it was, what its head was, who reviewed what, and who wrote
+its commits. Every answer is kept verbatim (URL, status, `x-github-request-id`,
+time, SHA-256 and body) in an `Evidence` value, stored on the audit branch as
+`audit/evidence/<sha256>.json`, so `verify` re-derives every review-based decision
+offline from it and the git objects. `reviews.judge` turns evidence into votes;
+this module only asks and stores. Any failure is a `NotYet`: the job waits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mergegate import reviews
+from mergegate.errors import GitError, NotYet, UsageError
+from mergegate.evidence import Evidence, Exchange, MergeFacts
+from mergegate.git import Repo
+from mergegate.http import Client, Malformed
+from mergegate.policy import Policy
+from mergegate.reviews import Verdict
+from mergegate.signatures import split_signed_commit, verify_signature
+
+DEFAULT_API_URL = "https://api.github.com"
+PER_PAGE = 100
+MAX_PAGES = 50  # 5,000 reviews or events: far beyond a real pull request; more is refused, not truncated
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the API is and which repository is the gate, from the Actions environment."""
+
+    api_url: str
+    repository: str  # "owner/name", GITHUB_REPOSITORY
+    token: str | None  # GITHUB_TOKEN or GH_TOKEN; never printed, never stored
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings | None:
+        """The settings, or None when GITHUB_REPOSITORY is unset (GitHub evidence is not in use)."""
+        env = os.environ if env is None else env
+        repository = env.get("GITHUB_REPOSITORY", "").strip()
+        if not repository:
+            return None
+        if repository.count("/") != 1 or not all(repository.split("/")):
+            raise UsageError(f"GITHUB_REPOSITORY={repository!r} is not owner/name", hint="GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name")
+        token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None
+        return cls(api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"), repository=repository, token=token)
+
+    def client(self, **options: Any) -> Client:
+        return Client(self.api_url, token=self.token, **options)
+
+    def __repr__(self) -> str:  # the token stays out of every repr, log and traceback
+        return f"Settings(api_url={self.api_url!r}, repository={self.repository!r}, token={'***' if self.token else None})"
+
+
+def merge_facts(repo: Repo, sha: str, policy: Policy, *, head: str | None, at: datetime) -> MergeFacts:
+    """The git side of a GitHub merge: parents, tree, times, merge_keys signature, squash tree.
+
+    `head` is the pull request's head (from the evidence); for a squash it must be in
+    the repository (`fetch_pull_head`), else the squash tree stays unknown and the
+    merge is refused for now.
+    """
+    commit = repo.commit(sha)
+    author_time, committer_time = _times(commit.raw)
+    signature = ""
+    if policy.github.merge_keys:
+        split = split_signed_commit(commit.raw)
+        check = verify_signature(split[0], split[1], policy.github.merge_keys, at=at) if split else None
+        signature = "unsigned" if check is None else ("" if check.ok else check.reason)
+    squash_tree = None
+    if len(commit.parents) == 1 and head is not None and repo.has_object(head):
+        try:
+            squash_tree = repo.merge_tree(commit.parents[0], head)
+        except GitError:
+            squash_tree = None
+    return MergeFacts(sha, commit.parents, commit.tree, author_time, committer_time, commit.message, signature, squash_tree)
+
+
+def _times(raw: bytes) -> tuple[int, int]:
+    times = {b"author": 0, b"committer": 0}
+    for line in raw.partition(b"\n\n")[0].split(b"\n"):
+        field, _, rest = line.partition(b" ")
+        if field in times and not times[field]:
+            try:
+                times[field] = int(rest.rsplit(b" ", 2)[-2])
+            except (ValueError, IndexError):
+                times[field] = 0
+    return times[b"author"], times[b"committer"]
+
+
+def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
+    """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete answer."""
+    base = f"/repos/{settings.repository}"
+    exchanges: list[Exchange] = []
+    lookup = _listing(client, f"{base}/commits/{commit}/pulls", exchanges)
+    number = pick_pull(lookup, commit=commit, repository=settings.repository)
+    if number is not None:
+        response = client.get(f"{base}/pulls/{number}")
+        if not isinstance(response.json(), dict):
+            raise Malformed(f"GET {response.url}: expected an object", url=response.url, status=response.status)
+        exchanges.append(Exchange.of(response))
+        _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
+        _listing(client, f"{base}/pulls/{number}/commits", exchanges)
+        _listing(client, f"{base}/issues/{number}/timeline", exchanges)
+    return Evidence(commit=commit, repository=settings.repository, api_url=settings.api_url, pull=number,
+                    exchanges=tuple(exchanges), gathered_at=now)
+
+
+def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
+    """The merged pull request whose merge commit `commit` is, from `commits/{sha}/pulls`."""
+    found = set()
+    for item in lookup:
+        if not isinstance(item, dict):
+            raise Malformed(f"commits/{commit}/pulls: an item is not an object", url="")
+        base = item.get("base") or {}
+        repo = (base.get("repo") or {}).get("full_name")
+        if item.get("merge_commit_sha") == commit and item.get("merged_at") and repo == repository and isinstance(item.get("number"), int):
+            found.add(item["number"])
+    if len(found) > 1:
+        raise Malformed(f"commits/{commit}/pulls names {len(found)} merged pull requests for one merge commit", url="")
+    return found.pop() if found else None
+
+
+def _listing(client: Client, path: str, exchanges: list[Exchange]) -> list[Any]:
+    """Every page of a listing, following `Link: rel="next"`; a broken chain is not yet evidence."""
+    items: list[Any] = []
+    url: str | None = client.url(path) + f"?per_page={PER_PAGE}"
+    seen: set[str] = set()
+    while url is not None:
+        if url in seen:
+            raise Malformed(f"GET {path}: pagination loops back to {url}", url=url)
+        if len(seen) >= MAX_PAGES:
+            raise Malformed(f"GET {path}: more than {MAX_PAGES} pages", url=url)
+        seen.add(url)
+        response = client.get(url)
+        page = response.json()
+        if not isinstance(page, list):
+            raise Malformed(f"GET {url}: expected a list, got {type(page).__name__}", url=url, status=response.status)
+        exchanges.append(Exchange.of(response))
+        items += page
+        next_url = response.next_url()
+        if next_url is not None and len(page) == 0:
+            raise Malformed(f"GET {url}: an empty page that links to a next one", url=url)
+        url = next_url
+    return items
+
+
+def not_yet(reason: str) -> NotYet:
+    return NotYet(f"waiting for evidence: {reason}", hint="the next pass asks GitHub again; nothing runs until then")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The review verdict on one commit, and the evidence it was derived from."""
+
+    evidence: Evidence
+    verdict: Verdict
+
+
+def review(repo: Repo, policy: Policy, sha: str, *, now: datetime, settings: Settings | None = None,
+           stored: Evidence | None = None, remote: str | None = None, client: Client | None = None) -> Outcome:
+    """Review votes for `sha`: from `stored` evidence when there is some (verify, later passes),
+    else asked of GitHub now. Raises NotYet when the evidence is not (yet) complete."""
+    if stored is None:
+        if settings is None:
+            raise not_yet("GitHub evidence is needed but GITHUB_REPOSITORY is not set")
+        own = client is None
+        client = client or settings.client()
+        try:
+            evidence = gather(settings, client, sha, now=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        except NotYet as exc:
+            raise not_yet(exc.message) from None
+        finally:
+            if own:
+                client.close()
+    else:
+        evidence = stored
+    head = _head(evidence)
+    if head is not None and remote is not None and not repo.has_object(head) and evidence.pull is not None:
+        repo.fetch_refspec(remote, f"+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}")
+    facts = merge_facts(repo, sha, policy, head=head, at=now)
+    verdict = reviews.judge(evidence, facts, policy, now=now)
+    if verdict.waiting and stored is None:
+        raise not_yet(verdict.waiting)
+    return Outcome(evidence, verdict)
+
+
+def _head(evidence: Evidence) -> str | None:
+    if evidence.pull is None:
+        return None
+    try:
+        head = evidence.one(f"/pulls/{evidence.pull}")["head"]["sha"]
+    except (Malformed, KeyError, TypeError, ValueError):
+        return None
+    return head if isinstance(head, str) else None

@@ -347,7 +347,10 @@ def audit_log(repo: Path, remote: str, branch: str, no_fetch: bool, job: str | N
 @click.option("--key", default=None, help="Approver ssh public key: a file or a key line (default: git user.signingkey).")
 @click.option("--solo", is_flag=True, help="One-person setup: allow self-approval, policy changes need one approver.")
 @click.option("--branch", default="approved", show_default=True)
-def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str) -> int:
+@click.option("--github", is_flag=True, help="Also write the GitHub Actions pull-request check and runner workflows.")
+@click.option("--action", default=None, metavar="OWNER/REPO@COMMIT", help="With --github: the mergegate action to use, pinned to a commit id.")
+def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
+         github: bool, action: str | None) -> int:
     """Write a deny-by-default policy and jobs/, and create the approved branch.
 
     No records are written: the first `mergegate run` creates the branch mergegate/audit.
@@ -359,10 +362,12 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
     \b
     Example:
       mergegate init --approver alice --key ~/.ssh/id_ed25519.pub
+      mergegate init --github --action OWNER/mergegate@COMMIT   # plus the Actions workflows
     """
     from mergegate.commands import init as command
 
-    return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch)
+    return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch,
+                        github=github, action=action)
 
 
 @cli.command()

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mergegate import workflows
 from mergegate.errors import GitError, UsageError
 from mergegate.git import Repo
 from mergegate.policy import POLICY_FILE, load_policy
@@ -65,7 +66,8 @@ class InitResult:
     warnings: tuple[str, ...] = ()
 
 
-def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str) -> InitResult:
+def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,
+         github_action: str | None = None) -> InitResult:
     repo = Repo(repo_path)
     existing_tip = repo.rev(f"refs/heads/{branch}")
     onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
@@ -82,6 +84,8 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
                          hint='git config user.name "Your Name" && git config user.email you@example.com')
     # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
     files = {"jobs/README.md": JOBS_README}
+    if github_action is not None:  # init --github: the pull-request check and runner workflows
+        files.update(workflows.files(action=github_action))
     warnings: list[str] = []
     existing = repo.path / POLICY_FILE
     if existing.exists():

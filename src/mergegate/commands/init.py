@@ -5,11 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
+from mergegate.errors import UsageError
 from mergegate.scaffold import init as run_init
 
 
-def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str) -> int:
-    result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch)
+def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
+         github: bool = False, action: str | None = None) -> int:
+    if github and action is None:
+        raise UsageError("init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
+                         hint="pin the release you reviewed: git ls-remote https://github.com/OWNER/mergegate v0.1.0")
+    result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,
+                      github_action=action if github else None)
     output.warn(result.warnings)
     for path in result.written:
         output.line(f"wrote {path}")
@@ -20,4 +26,8 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
     output.line(f"  or once for all commands: export MERGEGATE_TRUST_ROOT={result.commit}  (in CI: a repository variable)")
     output.line(f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID -- COMMAND...) and "
                 "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo shows the whole flow")
+    if github:
+        output.line(f"next on GitHub: set the repository variable MERGEGATE_TRUST_ROOT={result.commit}, the secret "
+                    "MERGEGATE_RUNNER_KEY (the runner's private ssh key; its public key under runners: in the policy), "
+                    "and protect approved (docs/github.md)")
     return 0

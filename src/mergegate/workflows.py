@@ -1,0 +1,119 @@
+"""The two GitHub Actions workflows `mergegate init --github` writes into a gate repository.
+
+Both are linted in CI (actionlint, `zizmor --offline`, check-jsonschema). The rules
+they follow, each a past or well-known way Actions gates were broken:
+- least privilege: the pull-request check reads only; only the runner's job may write;
+- `persist-credentials: false`: no token is left in `.git/config` for a job to read;
+- the pull-request check runs on `pull_request` (never `pull_request_target`), on the
+  merge ref, so forks work and a fork's branch name means nothing;
+- no `${{ }}` of anything a proposer controls inside a `run:` script: values travel
+  through `env:` and are quoted data;
+- the runner's concurrency group never cancels a run in progress;
+- an unset trust-root variable fails the run with a clear message.
+"""
+
+from __future__ import annotations
+
+from mergegate.errors import UsageError
+
+# Third-party actions are pinned to a commit id (a tag can be moved by whoever controls it).
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"  # v4.2.2
+CHECK_PATH = ".github/workflows/mergegate-check.yml"
+RUN_PATH = ".github/workflows/mergegate-run.yml"
+
+CHECK = """\
+# mergegate: check every pull request into `approved` against the policy in force.
+# Written by `mergegate init --github`; see mergegate's docs/github.md.
+name: mergegate check
+on:
+  pull_request:
+    branches: [approved]
+
+permissions:
+  contents: read
+  pull-requests: read
+
+jobs:
+  check:
+    name: mergegate check
+    runs-on: ubuntu-latest
+    timeout-minutes: 15
+    steps:
+      # The merge ref (refs/pull/N/merge, the default for pull_request): works for forks,
+      # and the fork's branch name is never used.
+      - uses: {checkout}
+        with:
+          fetch-depth: 0
+          persist-credentials: false
+      - uses: {action}
+        with:
+          command: check
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          github-token: ${{{{ github.token }}}}
+"""
+
+RUN = """\
+# mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
+# so a job that waited for evidence is judged again). Records go to mergegate/audit.
+# Written by `mergegate init --github`; see mergegate's docs/github.md.
+name: mergegate run
+on:
+  push:
+    branches: [approved]
+  schedule:
+    - cron: "17,47 * * * *"
+  workflow_dispatch:
+
+permissions: {{}}
+
+# One runner at a time, and never cancel one mid-job: a cancelled run could leave a
+# started job without its result.
+concurrency:
+  group: mergegate-runner
+  cancel-in-progress: false
+
+jobs:
+  run:
+    name: mergegate run
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    permissions:
+      contents: write       # to push records to mergegate/audit (protect approved separately)
+      pull-requests: read   # review evidence for GitHub-made merges
+    steps:
+      - uses: {checkout}
+        with:
+          ref: approved
+          fetch-depth: 0
+          persist-credentials: false
+      - uses: {action}
+        with:
+          command: run
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
+          github-token: ${{{{ github.token }}}}
+"""
+
+
+def files(*, action: str) -> dict[str, str]:
+    """Path -> text of the workflows for a gate that uses `action` (OWNER/REPO@COMMIT)."""
+    check_action(action)
+    return {CHECK_PATH: CHECK.format(action=action, checkout=CHECKOUT), RUN_PATH: RUN.format(action=action, checkout=CHECKOUT)}
+
+
+def check_action(action: str) -> None:
+    """`OWNER/REPO@COMMIT`, pinned to a full commit id: the action runs next to a write token."""
+    name, _, ref = action.partition("@")
+    if name.count("/") < 1 or not all(name.split("/")) or len(ref) != 40 or any(c not in "0123456789abcdef" for c in ref):
+        raise UsageError(f"--action {action!r} is not OWNER/REPO@COMMIT with a full 40-hex commit id",
+                         hint="pin the mergegate action you reviewed: git ls-remote https://github.com/OWNER/mergegate v0.1.0")
+
+
+if __name__ == "__main__":  # python -m mergegate.workflows DIR ACTION: what .ci/lint-workflows lints
+    import sys
+    from pathlib import Path
+
+    for path, text in files(action=sys.argv[2]).items():
+        target = Path(sys.argv[1]) / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)

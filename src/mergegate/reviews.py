@@ -84,20 +84,27 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         return Verdict(number, "none", head, refused=f"{short} does not merge exactly the head {head[:7]} of PR #{number}: {why}")
     if facts.merge_signature:
         return Verdict(number, method, head, refused=f"github.merge_keys is set and {short} is not signed by one: {facts.merge_signature}")
+    verdict = on_head(evidence, number, head, policy, pr=pr)
+    return Verdict(number, method, head, verdict.votes, verdict.excluded, refused=verdict.refused, waiting=verdict.waiting)
+
+
+def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: dict[str, Any] | None = None) -> Verdict:
+    """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull request."""
+    pr = pr if pr is not None else evidence.one(f"/pulls/{number}")
     commits = evidence.pages(f"/pulls/{number}/commits")
     if int(pr.get("commits", len(commits))) != len(commits):
-        return Verdict(number, method, head, refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked")
+        return Verdict(number, "none", head, refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked")
     if commits and commits[-1]["sha"] != head:
-        return Verdict(number, method, head, refused=f"PR #{number}'s last listed commit is not its head {head[:7]}")
+        return Verdict(number, "none", head, refused=f"PR #{number}'s last listed commit is not its head {head[:7]}")
     excluded, unmapped = _excluded(policy, number, pr, commits)
     if unmapped and not policy.github.allow_unmapped_authors:
-        return Verdict(number, method, head, excluded=excluded,
+        return Verdict(number, "none", head, excluded=excluded,
                        refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is false)")
     changed = _head_changed(evidence, number, head)
     votes, blockers = _votes(policy, number, head, changed, evidence.pages(f"/pulls/{number}/reviews"), dict(excluded))
     if blockers:
-        return Verdict(number, method, head, votes, excluded, refused="changes requested by " + ", ".join(blockers))
-    return Verdict(number, method, head, votes, excluded)
+        return Verdict(number, "none", head, votes, excluded, refused="changes requested by " + ", ".join(blockers))
+    return Verdict(number, "none", head, votes, excluded)
 
 
 def _method(facts: MergeFacts, head: str, commits: list[Any]) -> Method:

@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from mergegate import reviews
-from mergegate.errors import GitError, NotYet, UsageError
-from mergegate.evidence import Evidence, Exchange, MergeFacts
+from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
+from mergegate.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
 from mergegate.git import Repo
 from mergegate.http import Client, Malformed
 from mergegate.policy import Policy
@@ -211,3 +211,61 @@ def _head(evidence: Evidence) -> str | None:
     except (Malformed, KeyError, TypeError, ValueError):
         return None
     return head if isinstance(head, str) else None
+
+
+def load_evidence(repo: Repo, tip: str | None) -> dict[str, Evidence]:
+    """Every evidence file on the audit branch at `tip`, by the commit it is about.
+
+    A file whose name is not its hash, or whose bodies do not match theirs, is
+    tampering (IntegrityError). When two files are about one commit, the first
+    gathered wins: a decision, once recorded, is re-derived from what it was made on.
+    """
+    found: dict[str, Evidence] = {}
+    if tip is None:
+        return found
+    for _mode, blob, path in repo.ls_tree(tip, EVIDENCE_DIR):
+        name = path[len(EVIDENCE_DIR):]
+        if not name.endswith(".json") or "/" in name:
+            raise IntegrityError(f"{path} is not an evidence file (audit/evidence/<sha256>.json): tampering", file=path)
+        evidence = Evidence.from_bytes(repo.blob(blob), name=name[: -len(".json")])
+        if evidence.commit not in found or evidence.gathered_at < found[evidence.commit].gathered_at:
+            found[evidence.commit] = evidence
+    return found
+
+
+class ReviewSource:
+    """Review verdicts for one pass (or one `verify`): stored evidence first, else GitHub.
+
+    `offline` (verify) never asks: a commit without stored evidence is not yet
+    derivable. Evidence gathered in this pass is kept in `gathered` for the runner
+    to publish with its records.
+    """
+
+    def __init__(self, repo: Repo, *, now: datetime, settings: Settings | None, stored: Mapping[str, Evidence] | None = None,
+                 remote: str | None = None, offline: bool = False, client: Client | None = None) -> None:
+        self.repo = repo
+        self.now = now
+        self.settings = settings
+        self.stored = dict(stored or {})
+        self.remote = remote
+        self.offline = offline
+        self.client = client
+        self.gathered: dict[str, Evidence] = {}
+        self._outcomes: dict[tuple[str, str], Outcome] = {}
+
+    def enabled(self, policy: Policy) -> bool:
+        """Reviews can count only when some approver has a GitHub id."""
+        return any(person.github_ids for person in policy.approvers)
+
+    def outcome(self, sha: str, policy: Policy) -> Outcome:
+        key = (sha, policy.commit)
+        if key not in self._outcomes:
+            stored = self.stored.get(sha) or self.gathered.get(sha)
+            if stored is None and self.offline:
+                raise not_yet(f"no stored GitHub evidence for {sha[:7]}")
+            result = review(self.repo, policy, sha, now=self.now, settings=self.settings, stored=stored,
+                            remote=self.remote, client=self.client)
+            if stored is None:
+                self.gathered[sha] = result.evidence
+            self._outcomes[key] = result
+        return self._outcomes[key]

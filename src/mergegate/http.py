@@ -118,6 +118,7 @@ class Client:
         self.max_wait = max_wait
         self._sleep = sleep
         self._now = now
+        self.waited = 0.0  # seconds this client has slept on rate limits: max_wait bounds the whole pass
         headers = {"accept": "application/vnd.github+json", "x-github-api-version": "2022-11-28",
                    "user-agent": f"mergegate/{__version__}"}
         if token:
@@ -152,7 +153,6 @@ class Client:
         url = self.url(path)
         if params:
             url = str(httpx.URL(url).copy_merge_params(dict(params)))
-        waited = 0.0
         retried = False
         while True:
             response = self._once(method, url, body)
@@ -160,15 +160,16 @@ class Client:
                 return response
             wait = self._rate_limit_wait(response)
             if wait is not None:
-                if waited + wait > self.max_wait:
+                if self.waited + wait > self.max_wait:
                     raise RateLimited(f"{method} {url}: rate limited ({response.status}), resets in {wait:.0f}s, "
-                                      f"more than this pass waits ({self.max_wait:.0f}s)", url=url, status=response.status, reset_in=wait)
+                                      f"more than this pass still waits ({self.max_wait - self.waited:.0f}s)",
+                                      url=url, status=response.status, reset_in=wait)
                 self._sleep(wait)
-                waited += wait
+                self.waited += wait
                 continue
             if response.status in _RETRY_STATUSES and not retried:
                 retried = True
-                self._sleep(min(1.0, max(0.0, self.max_wait - waited)))
+                self._sleep(min(1.0, max(0.0, self.max_wait - self.waited)))
                 continue
             raise BadStatus(f"{method} {url}: HTTP {response.status}{_message(response)}", url=url, status=response.status,
                             hint="the next pass asks again" if response.status >= 500 else _status_hint(response.status))

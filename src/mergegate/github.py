@@ -12,12 +12,12 @@ this module only asks and stores. Any failure is a `NotYet`: the job waits.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mergegate import reviews
+from mergegate import audit, reviews
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
 from mergegate.git import Repo
@@ -213,23 +213,26 @@ def _head(evidence: Evidence) -> str | None:
     return head if isinstance(head, str) else None
 
 
-def load_evidence(repo: Repo, tip: str | None) -> dict[str, Evidence]:
-    """Every evidence file on the audit branch at `tip`, by the commit it is about.
+def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit.Record] | None = None) -> dict[str, Evidence]:
+    """The evidence each decision was recorded on, by the commit it is about.
 
-    A file whose name is not its hash, or whose bodies do not match theirs, is
-    tampering (IntegrityError). When two files are about one commit, the first
-    gathered wins: a decision, once recorded, is re-derived from what it was made on.
+    Only files a record names (`evidence: [<sha256>]`, with the record's `commit`) count:
+    an extra file someone adds cannot replace what a decision was made on. A named file
+    that is missing, not its hash, or about another commit is tampering.
     """
     found: dict[str, Evidence] = {}
-    if tip is None:
+    if records_tip is None:
         return found
-    for _mode, blob, path in repo.ls_tree(tip, EVIDENCE_DIR):
-        name = path[len(EVIDENCE_DIR):]
-        if not name.endswith(".json") or "/" in name:
-            raise IntegrityError(f"{path} is not an evidence file (audit/evidence/<sha256>.json): tampering", file=path)
-        evidence = Evidence.from_bytes(repo.blob(blob), name=name[: -len(".json")])
-        if evidence.commit not in found or evidence.gathered_at < found[evidence.commit].gathered_at:
-            found[evidence.commit] = evidence
+    for record in (audit.grep(repo, records_tip, '"evidence":') if records is None else records):
+        digests, commit = record.get("evidence"), record.get("commit")
+        if not isinstance(digests, list) or not isinstance(commit, str):
+            continue
+        for digest in digests:
+            evidence = Evidence.from_bytes(audit.read_evidence(repo, records_tip, str(digest)), name=str(digest))
+            if evidence.commit != commit:
+                raise IntegrityError(f"seq {record.get('seq')} names evidence {str(digest)[:12]}, which is about "
+                                     f"{evidence.commit[:12]}, not {commit[:12]}: tampering", file=f"{EVIDENCE_DIR}{digest}.json")
+            found.setdefault(commit, evidence)
     return found
 
 

@@ -15,7 +15,9 @@ into power.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from mergegate.git import Change, Commit, Repo, literal
 from mergegate.job import is_job_path
@@ -30,6 +32,7 @@ from mergegate.judge import (
     FileFacts,
     Kind,
     PolicyVerdict,
+    Review,
     Veto,
     Vote,
     Writer,
@@ -39,6 +42,9 @@ from mergegate.judge import (
 )
 from mergegate.policy import POLICY_DIR, Policy
 from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit, verify_signature
+
+if TYPE_CHECKING:
+    from mergegate.github import ReviewSource
 
 APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
@@ -53,9 +59,12 @@ __all__ = ["APPROVE_TRAILER", "APPROVE_TREE_TRAILER", "VETO_TRAILER", "Assessmen
 class Assessor:
     """Reads the facts of first-parent commits and hands them to the judge; caches signature checks."""
 
-    def __init__(self, repo: Repo, *, at: datetime, known: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(self, repo: Repo, *, at: datetime, known: Callable[[str, str], bool] | None = None,
+                 reviews: ReviewSource | None = None) -> None:
         self.repo = repo
         self.at = at
+        # GitHub review evidence for merges no approver key signed (None: reviews are not used).
+        self.reviews = reviews
         # Whether a (path, blob) may have been written before, outside the merged
         # range. Searching all history for its authors is costly on long histories,
         # so a walk narrows it to what the audit or its own memory has seen.
@@ -83,6 +92,22 @@ class Assessor:
 
     # -- facts ------------------------------------------------------------------------
     def facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
+        facts = self._facts(sha, policy, unapproved)
+        return self._with_reviews(facts, policy)
+
+    def _with_reviews(self, facts: CommitFacts, policy: Policy) -> CommitFacts:
+        """A merge no approver key signed, that changes something, gets GitHub's review verdict
+        (NotYet while the evidence is not there): its votes count for every file it changes."""
+        signed = facts.signature is not None and facts.signature.ok
+        if (self.reviews is None or facts.malformed or signed or not facts.files or len(facts.parents) > 2
+                or not self.reviews.enabled(policy)):
+            return facts
+        verdict = self.reviews.outcome(facts.sha, policy).verdict
+        label = f"reviews on PR #{verdict.pull} ({verdict.method})"
+        votes = tuple((f.path, v) for f in facts.files for v in verdict.votes) if not verdict.refused else ()
+        return replace(facts, review=Review(label, verdict.refused, verdict.excluded), extra_votes=(*facts.extra_votes, *votes))
+
+    def _facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
         commit = self.repo.commit(sha)
         first = commit.parents[0] if commit.parents else None
         changes = self.repo.diff(first, sha)

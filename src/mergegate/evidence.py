@@ -123,6 +123,7 @@ class MergeFacts:
     message: str
     merge_signature: str  # "" when policy.github.merge_keys is empty or the signature is good; else why not
     squash_tree: str | None = None  # tree of merging the PR head onto parents[0], when git could compute it
+    empty_commits: frozenset[str] = frozenset()  # merged commits that change nothing (approval commits): they wrote no content
 
 
 

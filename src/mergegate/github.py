@@ -78,7 +78,10 @@ def merge_facts(repo: Repo, sha: str, policy: Policy, *, head: str | None, at: d
             squash_tree = repo.merge_tree(commit.parents[0], head)
         except GitError:
             squash_tree = None
-    return MergeFacts(sha, commit.parents, commit.tree, author_time, committer_time, commit.message, signature, squash_tree)
+    side = commit.parents[1] if len(commit.parents) == 2 else head if head is not None and repo.has_object(head) else None
+    empty = frozenset(c for c in (repo.side_commits(commit.parents[0], side) if side and commit.parents else [])
+                      if len(repo.commit(c).parents) == 1 and repo.commit(c).tree == repo.commit(repo.commit(c).parents[0]).tree)
+    return MergeFacts(sha, commit.parents, commit.tree, author_time, committer_time, commit.message, signature, squash_tree, empty)
 
 
 def _times(raw: bytes) -> tuple[int, int]:
@@ -259,6 +262,10 @@ class ReviewSource:
     def enabled(self, policy: Policy) -> bool:
         """Reviews can count only when some approver has a GitHub id."""
         return any(person.github_ids for person in policy.approvers)
+
+    def evidence_for(self, sha: str) -> Evidence | None:
+        """The evidence a decision on `sha` was made on (stored, or gathered in this pass)."""
+        return self.stored.get(sha) or self.gathered.get(sha)
 
     def outcome(self, sha: str, policy: Policy) -> Outcome:
         key = (sha, policy.commit)

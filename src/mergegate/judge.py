@@ -110,6 +110,15 @@ class ApprovalFacts:
 
 
 @dataclass(frozen=True)
+class Review:
+    """What GitHub's reviews say about a merge (reviews.judge): its votes sit in `extra_votes`."""
+
+    label: str  # "reviews on PR #3 (squash)"
+    refused: str  # why it is no review approval ("" when it is one)
+    excluded: tuple[tuple[str, str], ...] = ()  # (person, why): the PR's authors and committers, by GitHub id
+
+
+@dataclass(frozen=True)
 class CommitFacts:
     sha: str
     parents: tuple[str, ...]
@@ -128,6 +137,7 @@ class CommitFacts:
     policy_drift: tuple[str, ...] = ()  # policy/ paths that differ from the policy in force but this commit leaves
     proposal: bool = False  # a proposal's merge that does not exist yet (check, approve)
     merger: str | None = None  # for a proposal: the person whose signed merge to assume, if any
+    review: Review | None = None  # GitHub review evidence, for a merge no approver key signed (docs/github.md)
 
     @property
     def short(self) -> str:
@@ -211,22 +221,29 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
         return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
                            f"merge {short} has {len(facts.parents)} parents: octopus merges are not approvals")
     signer: str | None = facts.merger
+    review = facts.review if not facts.proposal else None
+    reviewed = review is not None and not review.refused
     if not facts.proposal:
         check = facts.signature
         signer = check.key.owner if check is not None and check.ok and check.key is not None else None
-        if len(facts.parents) < 2 and (jobs or policy_files):
+        # 3b. A merge GitHub made (a merge commit or a squash) approves on its review evidence.
+        if review is not None and review.refused and (jobs or policy_files):
+            return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
+                               f"{short} is not a review approval: {review.refused}")
+        if len(facts.parents) < 2 and (jobs or policy_files) and not reviewed:
             return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
                                f"commit {short} is not a merge: approvals are signed merges into approved")
-        if signer is None and (jobs or policy_files):
+        if signer is None and (jobs or policy_files) and not reviewed:
             reason = check.reason if check is not None else "unsigned"
             return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
                                f"merge {short} is not a valid approval: {_in_policy(reason, policy)}")
-    merge = len(facts.parents) == 2 and (signer is not None or facts.proposal)
+    merge = (len(facts.parents) == 2 and (signer is not None or facts.proposal)) or reviewed
     content_ok, content_why = _content(facts, policy, signer, content) if merge else (False, "")
     after = _unapproved_after(facts, content, content_ok, unapproved)
     if not jobs and not policy_files:
-        summary = "changes no job or policy; " + (f"merge signed by {signer}" if signer else "not a signed approval")
-        summary += f"; other files: {content_why}" if content and signer else ""
+        by = f"merge signed by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "not a signed approval"
+        summary = "changes no job or policy; " + by
+        summary += f"; other files: {content_why}" if content and (signer or reviewed) else ""
         return Assessment(facts.sha, "other", policy, summary=summary, content=names, content_approved=content_ok, unapproved=after)
     votes = {f.path: _votes(facts, policy, f, signer) for f in (*jobs, *policy_files)}
     # 4. A policy change needs the policy quorum of the policy before it.
@@ -241,7 +258,7 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
     decisions = tuple(judge_job(facts, policy, f, votes[f.path], jobs, unapproved) for f in sorted(jobs, key=lambda f: f.path))
     after = _jobs_after(facts, decisions, after)
     decisions = _taint(facts, decisions, after)
-    summary = f"approval by {signer}" if signer else "proposal"
+    summary = f"approval by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "proposal"
     if verdict is not None:
         summary += f"; policy change {'adopted' if verdict.adopted else 'pending'}: {verdict.reason}"
     if content:
@@ -374,7 +391,7 @@ def _votes(facts: CommitFacts, policy: Policy, f: FileFacts, signer: str | None)
     for approval in facts.approvals:
         votes += _approval_votes(policy, approval, f)
     votes += [v for path, v in facts.extra_votes if path == f.path]
-    excluded = excluded_people(policy, _writers(facts, f))
+    excluded = {**dict(facts.review.excluded if facts.review else ()), **excluded_people(policy, _writers(facts, f))}
     return tuple(_exclude(v, excluded, policy) for v in votes)
 
 
@@ -487,7 +504,7 @@ def _content(facts: CommitFacts, policy: Policy, signer: str | None, files: list
             if writer.signer is None and writer.commit != facts.sha:
                 return False, (f"require_signed_proposals: commit {writer.commit[:7]} that changes other files is not signed "
                                f"by a key in {policy.where}")
-    excluded = excluded_people(policy, writers)
+    excluded = {**dict(facts.review.excluded if facts.review else ()), **excluded_people(policy, writers)}
     if not policy.allow_self_approval:
         people -= set(excluded)
     quorum = policy.quorum(policy.content_requirement(), people)

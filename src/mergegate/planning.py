@@ -13,16 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mergegate import audit
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.audit_branch import Checker, explain, unchecked
 from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
-from mergegate.errors import IntegrityError
+from mergegate.errors import IntegrityError, NotYet
 from mergegate.git import Repo
 from mergegate.job import is_job_path
 from mergegate.policy import POLICY_DIR, Policy, load_policy
 
+if TYPE_CHECKING:
+    from mergegate.github import ReviewSource
 
 class Walk:
     """Judges first-parent commits in order, carrying what a walk must remember.
@@ -73,13 +76,17 @@ class Plan:
     unapproved: dict[str, str] = field(default_factory=dict)
     all_vetoes: dict[tuple[str, str], Veto] | None = None
     new_commits: int = 0
+    waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
 
 
 def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
-         remember: bool = True) -> Plan:
+         remember: bool = True, reviews: ReviewSource | None = None) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way.
 
     `records` is the audit branch's tip (None before the first pass), `tail` its end.
+    A commit whose evidence is not there yet (NotYet: GitHub's API down, say) ends the
+    walk before it: the plan's tip is the last commit judged, so the next pass judges
+    that commit again, and nothing after it is decided out of order.
     """
     # 1. Resume after the last scanned commit, which must still be in the history.
     start, unapproved = root, {}
@@ -94,7 +101,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     # 2. The policy in force at the start comes from the history itself (the
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
-    assessor = Assessor(repo, at=at)
+    assessor = Assessor(repo, at=at, reviews=reviews)
     walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records), unapproved, records=records)
     result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
     # 3. Judge each first-parent commit by the policy in force before it.
@@ -104,13 +111,19 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
             f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
             hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
         )
+    result.tip = start
     for sha in chain:
         judged_by = walk.policy
-        assessment = walk.step(sha)
+        try:
+            assessment = walk.step(sha)
+        except NotYet as exc:
+            result.waiting = (sha, exc.message)
+            break
         result.assessments.append(assessment)
         result.items.extend((d, judged_by) for d in assessment.decisions)
         result.vetoes.extend(assessment.vetoes)
-    result.new_commits = len(chain)
+        result.tip = sha
+    result.new_commits = len(result.assessments)
     result.policy = walk.policy
     result.unapproved = walk.unapproved
     if remember:  # `run --dry-run` writes nothing, not even this clone's memory of judging times

@@ -14,7 +14,9 @@ The rules (docs/github.md):
    changed, by a `User` whose id is a policy approver.
 4. A latest CHANGES_REQUESTED by an approver blocks the merge.
 5. The pull request's author and its commits' authors and committers never count; a
-   commit GitHub maps to no account fails closed unless the policy allows it.
+   commit GitHub maps to no account fails closed unless the policy allows it. A commit
+   that changes nothing (a signed approval commit) wrote no content: its author is not
+   excluded for it (git says which commits those are).
 """
 
 from __future__ import annotations
@@ -84,11 +86,12 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         return Verdict(number, "none", head, refused=f"{short} does not merge exactly the head {head[:7]} of PR #{number}: {why}")
     if facts.merge_signature:
         return Verdict(number, method, head, refused=f"github.merge_keys is set and {short} is not signed by one: {facts.merge_signature}")
-    verdict = on_head(evidence, number, head, policy, pr=pr)
+    verdict = on_head(evidence, number, head, policy, pr=pr, empty=facts.empty_commits)
     return Verdict(number, method, head, verdict.votes, verdict.excluded, refused=verdict.refused, waiting=verdict.waiting)
 
 
-def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: dict[str, Any] | None = None) -> Verdict:
+def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: dict[str, Any] | None = None,
+            empty: frozenset[str] = frozenset()) -> Verdict:
     """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull request."""
     pr = pr if pr is not None else evidence.one(f"/pulls/{number}")
     commits = evidence.pages(f"/pulls/{number}/commits")
@@ -96,7 +99,7 @@ def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: d
         return Verdict(number, "none", head, refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked")
     if commits and commits[-1]["sha"] != head:
         return Verdict(number, "none", head, refused=f"PR #{number}'s last listed commit is not its head {head[:7]}")
-    excluded, unmapped = _excluded(policy, number, pr, commits)
+    excluded, unmapped = _excluded(policy, number, pr, [c for c in commits if c["sha"] not in empty])
     if unmapped and not policy.github.allow_unmapped_authors:
         return Verdict(number, "none", head, excluded=excluded,
                        refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is false)")

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, audit_branch, executor, leases
+from mergegate import audit, audit_branch, executor, github, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH, Branch
@@ -109,11 +109,13 @@ class PassResult:
     warnings: tuple[str, ...] = ()
     policy_changes: tuple[tuple[str, str, str], ...] = ()  # (commit, adopted|rejected, why)
     stopped_by: str | None = None  # the signal that stopped the pass, if one did
+    waiting: tuple[str, str] | None = None  # (commit, why): the walk stopped there for missing evidence
 
     @property
     def exit_code(self) -> int:
         # A job another runner claimed first is that runner's outcome, not this one's.
-        return 0 if all(o.status in ("succeeded", "claimed") for o in self.outcomes) else 1
+        # Waiting for evidence is "not yet": never the exit code of a pass that ran everything.
+        return 0 if all(o.status in ("succeeded", "claimed") for o in self.outcomes) and self.waiting is None else 1
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,12 @@ class Runner:
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
-        work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name)
+        # GitHub review evidence: what the records were decided on first, else asked of the API.
+        self._reviews = github.ReviewSource(self.repo, now=now, settings=github.Settings.from_env(),
+                                            stored=github.stored_evidence(self.repo, gate.records),
+                                            remote=self.options.remote if branch.remote is not None else None)
+        work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
+                    reviews=self._reviews)
         # Records other runners (or anyone who can push) appended since the last complete pass.
         check_new_records(self.repo, gate, work, at=now)
         # Before anything runs: a rewrite later must be seen against these tips, so a
@@ -174,7 +181,7 @@ class Runner:
                 f"{work.policy.where} lists runners, so audit commits must be signed",
                 hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
             )
-        assessor = Assessor(self.repo, at=now)
+        assessor = Assessor(self.repo, at=now, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
         checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
         self._state = _State(work, tip, gate.records, checker, tip, time.monotonic(), {})
@@ -225,7 +232,8 @@ class Runner:
         branch.remember(branch.tip(), self._state.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
-        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped)
+        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
+                          work.waiting)
 
     def preview(self) -> Preview:
         """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or remembered.
@@ -280,7 +288,8 @@ class Runner:
         for assessment in work.assessments:
             if assessment.policy_changed and assessment.commit not in recorded:
                 status = "adopted" if assessment.policy_adopted else "rejected"
-                pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary, policy_commit=assessment.policy.commit))
+                pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary,
+                                           policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
         return pending
 
     def _refusal(self, decision: Decision, work: Plan, records: str | None) -> tuple[str, str] | None:
@@ -325,7 +334,17 @@ class Runner:
         return {"holder": self.options.runner_name, "until": until.isoformat().replace("+00:00", "Z")}
 
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
+        if event in ("started", "rejected", "vetoed"):
+            extra.update(self._evidence(decision.commit))
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
+
+    def _evidence(self, commit: str) -> dict[str, Any]:
+        """`evidence: [<sha256>]` for a decision made on GitHub's answers; the file goes with the records."""
+        evidence = self._reviews.evidence_for(commit)
+        if evidence is None:
+            return {}
+        self._state.files[evidence.path] = evidence.to_bytes()
+        return {"evidence": [evidence.sha256]}
 
     def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]]) -> tuple[Outcome, list[dict[str, Any]]]:
         job = decision.job

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit
+from mergegate import audit, github
 from mergegate.approvals import Assessor
 from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
-from mergegate.errors import IntegrityError, MergegateError
+from mergegate.errors import IntegrityError, MergegateError, NotYet
 from mergegate.git import Repo
 from mergegate.planning import Walk, policy_lookup
 from mergegate.policy import Policy, load_policy
@@ -148,7 +148,14 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     seen = _first_seen(repo, records, set(chain))
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     now = datetime.now(UTC)
-    walk = Walk(Assessor(repo, at=now), policy, records=records_tip)
+    # Review-based decisions are re-derived from the evidence the records name, offline.
+    try:
+        stored = github.stored_evidence(repo, records_tip, records)
+    except IntegrityError as exc:
+        violations.append(f"evidence: {exc}")
+        stored = {}
+    reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True)
+    walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
@@ -161,6 +168,11 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         walk.assessor.at = seen.get(sha, now) if walk.policy.runners else now
         try:
             assessment = walk.step(sha)
+        except NotYet as exc:
+            # Without the evidence (none recorded: the runner is still waiting for it) this commit,
+            # and what follows it, cannot be re-derived; a record about any of them is flagged below.
+            lines.append(CommitLine(sha, "waiting", exc.message))
+            break
         except MergegateError as exc:
             violations.append(f"commit {sha[:12]}: {exc}")
             lines.append(CommitLine(sha, "tampering", str(exc)))
@@ -175,7 +187,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in force.
-    assessor = Assessor(repo, at=now)
+    assessor = Assessor(repo, at=now, reviews=reviews)
     try:
         Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip, known=policies)).check(every_commit(repo, records_tip))
     except IntegrityError as exc:

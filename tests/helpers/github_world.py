@@ -62,6 +62,7 @@ class GithubGate:
 
     def _commit(self, sha: str, uid: int | None) -> PrCommit:
         """A PR commit as GitHub lists it, with the real commit's author date, message and tree."""
+        self.world.git("proposer", "fetch", "-q", "origin")
         date, tree = self.world.git("proposer", "log", "-1", "--format=%aI %T", sha).split()
         message = self.world.git("proposer", "log", "-1", "--format=%B", sha)
         return PrCommit(sha, uid, uid, author_date=date, message=message, tree=tree)
@@ -78,7 +79,8 @@ class GithubGate:
                   pr.head_sha, who=w.alice, sign=sign, env=GITHUB)
         elif method == "squash":
             w.git(where, "merge", "-q", "--squash", pr.head_sha, who=w.alice, env=GITHUB)
-            w.git(where, "commit", "-q", *signing, "-m", f"{pr.title} (#{pr.number})", who=w.alice, sign=sign, env=GITHUB)
+            # GitHub authors a squash as the pull request's author.
+            w.git(where, "commit", "-q", *signing, "-m", f"{pr.title} (#{pr.number})", who=w.mallory, sign=sign, env=GITHUB)
         elif method == "rebase":
             base = w.git(where, "merge-base", "HEAD", pr.head_sha)
             for sha in w.git(where, "rev-list", "--reverse", f"{base}..{pr.head_sha}").split():

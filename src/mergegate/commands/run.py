@@ -68,7 +68,8 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     if as_json:
         changes = [{"commit": c, "status": s, "reason": r} for c, s, r in result.policy_changes]
         data = {"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
-                "exit_code": result.exit_code, "stopped_by": result.stopped_by}
+                "exit_code": result.exit_code, "stopped_by": result.stopped_by,
+                "waiting": {"commit": result.waiting[0], "reason": result.waiting[1]} if result.waiting else None}
         # The loop prints a stream: one object per line, so a JSON-lines reader can follow it.
         (output.emit if once else output.emit_line)(data if once else {"event": "pass", **data})
         return
@@ -78,7 +79,10 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     for o in result.outcomes:
         reason = ": " + o.reason if o.reason and o.status != "succeeded" else ""
         output.line(f"{output.state(o.status, 10)} {o.job or o.path}  ({o.commit[:7]}){reason}")
-    if not result.outcomes and once:
+    if result.waiting is not None:
+        commit, why = result.waiting
+        output.line(f"{output.state('waiting', 10)} ({commit[:7]}) {why}; judged again on the next pass")
+    elif not result.outcomes and once:
         output.line("nothing to run")
 
 

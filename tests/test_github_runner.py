@@ -1,0 +1,235 @@
+"""GitHub review approvals through the real runner and verify: jobs run, wait, or stay refused.
+
+Real repositories (the "GitHub merge" is a real merge or squash commit), the real CLI,
+and the loopback API pointed to by GITHUB_API_URL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.fake_github import FakeGitHub
+from tests.helpers.github_world import ALICE, BOB, CAROL, GithubGate
+from tests.helpers.repos import World, job_yaml
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def gate(world: World, fake: FakeGitHub) -> GithubGate:
+    return GithubGate(world, fake)
+
+
+def run(gate: GithubGate, **env: str) -> dict[str, Any]:
+    result = gate.world.run_once(env={**gate.fake.env(), **env})
+    assert result.code in (0, 1), result.err
+    assert "ghs_test_token" not in result.out + result.err
+    return result.json()  # type: ignore[no-any-return]
+
+
+def started(gate: GithubGate) -> list[dict[str, Any]]:
+    return gate.world.events("started")
+
+
+def test_approver_review_on_the_merged_head_runs_the_job_with_evidence(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    out = run(gate)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+    [record] = started(gate)
+    assert record["approvers"] == ["alice"] and record["votes"] == ["alice (review 1 on PR #1)"]
+    [digest] = record["evidence"]
+    text = gate.world.git("admin", "show", f"origin/mergegate/audit:audit/evidence/{digest}.json")
+    doc = json.loads(text)
+    assert doc["pull"] == 1 and doc["commit"] == record["commit"] and "ghs_test_token" not in text
+    assert all(e["request_id"].startswith("FAKE:") and len(e["sha256"]) == 64 for e in doc["exchanges"])
+
+
+def test_review_on_an_older_head_does_not_run(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.push_more(pr, {"jobs/backup.yaml": job_yaml("backup", ["echo", "changed"])})
+    gate.merge(pr)
+    out = run(gate)
+    assert started(gate) == []
+    [job] = out["jobs"]
+    assert job["status"] == "rejected" and "not the merged head" in job["reason"]
+
+
+def test_the_api_unreachable_nothing_runs_the_job_waits_with_the_reason(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    result = gate.world.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"})
+    assert result.code == 1
+    out = result.json()
+    assert out["jobs"] == [] and started(gate) == []
+    assert out["waiting"]["reason"].startswith("waiting for evidence: GET http://127.0.0.1:9/")
+    human = gate.world.mg("run", "--once", env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"})
+    assert "waiting" in human.out and "judged again on the next pass" in human.out
+    # The API is back: the next pass judges the same commit again and runs the job.
+    out = run(gate)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")] and out["waiting"] is None
+
+
+def test_500_then_success_on_the_next_pass(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    gate.fake.fail("/pulls/1", "status", status=500, times=1)
+    out = run(gate)
+    assert out["jobs"] == [] and "HTTP 500" in out["waiting"]["reason"]
+    assert started(gate) == []
+    out = run(gate)
+    assert [j["status"] for j in out["jobs"]] == ["succeeded"]
+
+
+def test_a_403_rate_limit_with_a_near_reset_is_waited_out(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    gate.fake.fail("/reviews", "rate", status=403, reset_in=1)
+    out = run(gate)
+    assert [j["status"] for j in out["jobs"]] == ["succeeded"], out
+    assert len([p for p in gate.fake.paths() if "/reviews" in p]) == 2  # limited, waited, asked again
+
+
+def test_a_403_rate_limit_with_a_far_reset_waits_for_the_next_pass(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    gate.fake.fail("/reviews", "rate", status=403, reset_in=3600)
+    out = run(gate)
+    assert out["jobs"] == [] and "rate limited" in out["waiting"]["reason"]
+
+
+def test_squash_merge_runs(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    gate.merge(pr, method="squash")
+    out = run(gate)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+
+
+def test_rebase_merge_is_refused_with_the_reason(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    gate.merge(pr, method="rebase")
+    out = run(gate)
+    [job] = out["jobs"]
+    assert job["status"] == "rejected" and "rebase merges approve nothing" in job["reason"]
+    assert started(gate) == []
+
+
+def test_merge_keys_set_and_the_merge_unsigned_does_not_run(gate: GithubGate, tmp_path: Any) -> None:
+    from tests.helpers.keys import make_ssh_key
+    key = make_ssh_key(tmp_path / "web-flow", "github")
+    gate.setup(github={"merge_keys": [key.public_line]})
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    out = run(gate)
+    assert out["jobs"][0]["status"] == "rejected" and "github.merge_keys is set" in out["jobs"][0]["reason"]
+    pr2 = gate.open_pr("second")
+    gate.fake.review(pr2.number, BOB, "APPROVED", pr2.head_sha)
+    gate.merge(pr2, sign=key)
+    out = run(gate)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("second", "succeeded")]
+
+
+def test_review_and_signature_votes_fill_one_two_person_quorum(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup(required=2)
+    pr = gate.open_pr("backup")
+    blob = w.blob("backup", "jobs/backup.yaml")
+    w.approval_commit("backup", [("jobs/backup.yaml", blob)], who=w.carol, sign=w.carol.key)  # carol signs
+    head = w.git("reviewer", "rev-parse", "HEAD")
+    pr.head_sha = head
+    pr.commits.append(gate._commit(head, CAROL))
+    w.git("reviewer", "push", "-q", "-f", "origin", f"{head}:refs/pull/{pr.number}/head")
+    gate.fake.review(pr.number, BOB, "APPROVED", head)  # bob reviews
+    gate.merge(pr)
+    out = run(gate)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+    assert started(gate)[0]["approvers"] == ["bob", "carol"]
+
+
+def test_one_person_counts_once_across_key_and_review(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup(required=2)
+    pr = gate.open_pr("backup")
+    blob = w.blob("backup", "jobs/backup.yaml")
+    w.approval_commit("backup", [("jobs/backup.yaml", blob)], who=w.bob, sign=w.bob.key)
+    head = w.git("reviewer", "rev-parse", "HEAD")
+    pr.head_sha = head
+    pr.commits.append(gate._commit(head, BOB))
+    w.git("reviewer", "push", "-q", "-f", "origin", f"{head}:refs/pull/{pr.number}/head")
+    gate.fake.review(pr.number, BOB, "APPROVED", head)
+    gate.merge(pr)
+    out = run(gate)
+    assert out["jobs"][0]["status"] == "rejected" and "1 of 2 approvals" in out["jobs"][0]["reason"]
+
+
+def test_policy_change_by_reviews_needs_distinct_eligible_reviewers(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup(policy_approvals_required=2)
+    policy = w.git("admin", "show", "origin/approved:policy/policy.yaml").replace("approvals_required: 1", "approvals_required: 1\nkeep_output: true")
+    pr = gate.open_pr("policy", {"policy/policy.yaml": policy}, author=CAROL)
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.fake.review(pr.number, CAROL, "APPROVED", pr.head_sha)  # the author: does not count
+    gate.merge(pr)
+    out = run(gate)
+    [(_commit, status, reason)] = [(c["commit"], c["status"], c["reason"]) for c in out["policy_changes"]]
+    assert status == "rejected" and "1 of 2 approvals" in reason
+    pr2 = gate.open_pr("policy2", {"policy/policy.yaml": policy + "\n"}, author=CAROL)
+    gate.fake.review(pr2.number, ALICE, "APPROVED", pr2.head_sha)
+    gate.fake.review(pr2.number, BOB, "APPROVED", pr2.head_sha)
+    gate.merge(pr2)
+    out = run(gate)
+    assert [c["status"] for c in out["policy_changes"]] == ["adopted"]
+    [record] = [r for r in w.events("policy") if r["status"] == "adopted"]
+    assert record["evidence"]
+
+
+def test_verify_offline_from_a_fresh_clone_rejudges_and_flags_tampered_evidence(gate: GithubGate, tmp_path: Any) -> None:
+    w = gate.world
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    run(gate)
+    fresh = "fresh"
+    w.clone(fresh)  # a fresh clone, after the runner pushed
+    env = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}  # offline: nothing to ask
+    result = w.mg("verify", "--json", where=fresh, env=env)
+    assert result.code == 0, result.out + result.err
+    assert any("reviews on PR #1" in c["summary"] for c in result.json()["commits"])
+    # Tamper: rewrite the stored answer so the review looks like someone else's.
+    [record] = started(gate)
+    digest = record["evidence"][0]
+    work = w.checkout_audit("mallory")
+    path = work / f"audit/evidence/{digest}.json"
+    text = path.read_text()
+    assert '\\"id\\": 101' in text
+    path.write_text(text.replace('\\"id\\": 101', '\\"id\\": 102'))
+    w.commit_audit("mallory", "edit evidence")
+    result = w.mg("verify", "--json", where=fresh, env=env)
+    assert result.code == 3
+    assert f"evidence file audit/evidence/{digest}.json" in result.out

@@ -279,3 +279,9 @@ class ReviewSource:
                 self.gathered[sha] = result.evidence
             self._outcomes[key] = result
         return self._outcomes[key]
+
+
+def recorded(repo: Repo, records_tip: str | None, *, now: datetime) -> ReviewSource:
+    """Reviews as the records decided them, asking nobody: for `check`'s and `status`'s walks,
+    so they reach the runner's policy in force (a commit without recorded evidence waits)."""
+    return ReviewSource(repo, now=now, settings=None, stored=stored_evidence(repo, records_tip), offline=True)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit
+from mergegate import audit, github
 from mergegate.approvals import APPROVE_TRAILER, APPROVE_TREE_TRAILER, VETO_TRAILER, Assessor
 from mergegate.branch import open_branch, trust_root
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
@@ -205,7 +205,9 @@ def _looks_like_job(text: bytes) -> bool:
 def _base_state(repo: Repo, tip: str, records: str | None, trust: str | None) -> Plan:
     """The runner's walk of approved up to `tip`: the policy in force and what is unapproved there."""
     root, _ = trust_root(repo, tip, trust)
-    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=datetime.now(UTC), runner_name="check")
+    now = datetime.now(UTC)
+    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=now, runner_name="check",
+                reviews=github.recorded(repo, records, now=now))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, leases
+from mergegate import audit, github, leases
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
 from mergegate.planning import check_new_records, plan, read_gate
@@ -52,7 +52,8 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
     for record in records:
         if record.event in ("started", "finished", "rejected", "vetoed"):
             latest[record.revision] = record
-    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status")
+    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status",
+                   reviews=github.recorded(repo, gate.records, now=now))
     check_new_records(repo, gate, pending, at=now)
     planned = {(d.path, d.blob): d for d, _ in pending.items}
     jobs = []

@@ -41,7 +41,15 @@ from mergegate.errors import (
 from mergegate.git import Repo, Signing
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
-from mergegate.planning import Plan, check_new_records, plan, policy_lookup, read_gate, read_tail
+from mergegate.planning import (
+    Gate,
+    Plan,
+    check_new_records,
+    plan,
+    policy_lookup,
+    read_gate,
+    read_tail,
+)
 from mergegate.policy import Policy
 from mergegate.processes import ProcessId
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
@@ -164,10 +172,7 @@ class Runner:
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
-        # GitHub review evidence: what the records were decided on first, else asked of the API.
-        self._reviews = github.ReviewSource(self.repo, now=now, settings=github.Settings.from_env(),
-                                            stored=github.stored_evidence(self.repo, gate.records),
-                                            remote=self.options.remote if branch.remote is not None else None)
+        self._reviews = self._review_source(gate, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
                     reviews=self._reviews)
         # Records other runners (or anyone who can push) appended since the last complete pass.
@@ -235,6 +240,12 @@ class Runner:
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
                           work.waiting)
 
+    def _review_source(self, gate: Gate, now: datetime) -> github.ReviewSource:
+        """GitHub review evidence: what the records were decided on first, else asked of the API."""
+        return github.ReviewSource(self.repo, now=now, settings=github.Settings.from_env(),
+                                   stored=github.stored_evidence(self.repo, gate.records),
+                                   remote=self.options.remote if gate.branch.remote is not None else None)
+
     def preview(self) -> Preview:
         """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or remembered.
 
@@ -244,8 +255,10 @@ class Runner:
         now = datetime.now(UTC)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
+        # The same evidence a pass would judge with (the refusals below read it too).
+        self._reviews = self._review_source(gate, now)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
-                    runner_name=self.options.runner_name, remember=False)
+                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews)
         check_new_records(self.repo, gate, work, at=now)
         warnings = list(gate.warnings)
         if work.policy.runners and self.signing is None:

@@ -502,3 +502,52 @@ def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
     result = world.mg("verify")
     assert result.code == 3
     assert "started jobs/j.yaml at" in result.err and "vetoed it before its approval" in result.err
+
+
+def _forge_started(world: World, *, path: str, blob: str, commit: str, judged: str) -> None:
+    """A well-chained `started` record in an audit commit saying its runner judged approved at `judged`."""
+    import json
+
+    from mergegate.audit import record_hash
+
+    records = world.records()
+    fake = {"event": "started", "job": "j", "path": path, "blob": blob, "commit": commit, "runner": "rogue",
+            "time": "2026-01-01T00:00:00Z", "run_id": "r1", "seq": len(records) + 1, "prev": records[-1]["hash"]}
+    fake["hash"] = record_hash(fake)
+    log = world.checkout_audit("mallory") / "audit/log-000001.jsonl"
+    log.write_text(log.read_text() + json.dumps(fake, sort_keys=True, separators=(",", ":")) + "\n")
+    world.git("mallory", "commit", "-q", "-am", "started", "-m", f"Mergegate-Approved: {judged}")
+    world.git("mallory", "push", "-q", "origin", "HEAD:refs/heads/mergegate/audit")
+
+
+def _veto_after_merge(world: World) -> tuple[str, str, str]:
+    """Job j approved by bob's merge, then vetoed by carol on approved, with no pass in between."""
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("first", {"jobs/first.yaml": job_yaml("first", ["echo", "first"])}, who=world.alice)
+    world.signed_merge("first", world.bob)
+    assert world.run_once().code == 0  # the audit branch holds first's records
+    world.propose("p", JOB, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    merge = world.signed_merge("p", world.bob)
+    world.checkout_approved("approver")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    return blob, merge, world.git("approver", "rev-parse", "HEAD")
+
+
+def test_verify_reports_a_job_started_after_a_veto_its_runner_had_seen(world: World) -> None:
+    blob, merge, veto = _veto_after_merge(world)
+    # The runner says it judged approved at the veto's commit, and still claimed the vetoed revision.
+    _forge_started(world, path="jobs/j.yaml", blob=blob, commit=merge, judged=veto)
+    result = world.mg("verify")
+    assert result.code == 3
+    assert f"vetoed it before the claim (its runner had judged approved at {veto[:12]})" in result.err
+
+
+def test_verify_accepts_a_start_that_raced_a_later_veto(world: World) -> None:
+    blob, merge, _ = _veto_after_merge(world)
+    # Judged at the merge, before the veto landed: a race the runner cannot lose more narrowly than this.
+    _forge_started(world, path="jobs/j.yaml", blob=blob, commit=merge, judged=merge)
+    result = world.mg("verify")
+    assert result.code == 0, result.err

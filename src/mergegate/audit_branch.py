@@ -13,6 +13,7 @@ tampering, and names the commit.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ class Checker:
     policy_at: Callable[[str], Policy]
     # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it).
     _line: set[str] = field(default_factory=set, compare=False, repr=False)
+    # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
+    # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
+    judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
 
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
         """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
@@ -70,11 +74,12 @@ class Checker:
             self._on_approved(shas[-1])
 
     def check_commit(self, sha: str, *, shape: bool = True) -> None:
-        if shape:
-            self.check_shape(self.repo, sha)
+        first = self.check_shape(self.repo, sha) if shape else None
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
+        if first is not None:
+            self.judged.append((first, approved))
         # The trailer picks the policy that says whether a runner must sign, so it must name a
         # commit on approved's own first-parent line: an ancestor reached through a second parent
         # (a proposal's merge of an old base) has a first-parent history that skips policy changes.
@@ -90,8 +95,9 @@ class Checker:
                 raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
 
     @classmethod
-    def check_shape(cls, repo: Repo, sha: str) -> None:
-        """Every rule but the signature: linear, the trailer, only appends."""
+    def check_shape(cls, repo: Repo, sha: str) -> int | None:
+        """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
+        first record the commit appends (None if it cannot be read: the chain check reports that)."""
         commit = repo.commit(sha)
         if len(commit.parents) > 1:
             raise Tampering(sha, "is a merge (the audit branch is linear)")
@@ -106,12 +112,13 @@ class Checker:
             if before != approved and not repo.is_ancestor(before, approved):
                 raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
                                      "judged by the commit before it")
-        cls._only_appends(repo, sha, parent)
+        return cls._only_appends(repo, sha, parent)
 
     @staticmethod
-    def _only_appends(repo: Repo, sha: str, parent: str | None) -> None:
+    def _only_appends(repo: Repo, sha: str, parent: str | None) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
+        first: int | None = None
         for change in changes:
             path = change.path
             if audit.is_evidence_path(path) is not None:
@@ -133,12 +140,15 @@ class Checker:
             if not new.endswith(b"\n"):
                 raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)
             if change.status == "A":
+                first = _first_seq(new, 0, first)
                 continue
             if _extends(repo, new, change.old_blob):
+                first = _first_seq(new, repo.object_size(change.old_blob) or 0, first)
                 continue
             old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
             if not new.startswith(old):
                 raise Tampering(sha, f"rewrites existing audit records in {path}", file=path, line=_first_difference(old, new))
+            first = _first_seq(new, len(old), first)
         if logs == 0:
             raise Tampering(sha, "appends no record")
         if any(c.status == "A" and c.path.endswith(".jsonl") for c in changes):
@@ -146,6 +156,7 @@ class Checker:
                 audit.log_files(repo, sha)  # a new file continues the numbering
             except IntegrityError as exc:
                 raise Tampering(sha, exc.message, file=exc.file) from None
+        return first
 
     def _on_approved(self, sha: str) -> None:
         approved = approved_of(self.repo.commit(sha))
@@ -209,6 +220,18 @@ def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:
     if size is None or size > len(new):
         return False
     return hashlib.sha1(b"blob %d\0" % size + new[:size], usedforsecurity=False).hexdigest() == old_blob
+
+
+def _first_seq(data: bytes, offset: int, known: int | None) -> int | None:
+    """The smaller of `known` and the seq of the record starting at `offset` (None when unreadable)."""
+    end = data.find(b"\n", offset)
+    try:
+        seq = json.loads(data[offset:end])["seq"]
+    except (ValueError, KeyError, TypeError):
+        return known
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return known
+    return seq if known is None else min(known, seq)
 
 
 def _first_difference(old: bytes, new: bytes) -> int:

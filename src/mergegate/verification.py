@@ -8,6 +8,7 @@ trust root, judges every commit again, and cross-checks the records against it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -188,29 +189,44 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in force.
     assessor = Assessor(repo, at=now, reviews=reviews)
+    checker = Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip, known=policies))
     try:
-        Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip, known=policies)).check(every_commit(repo, records_tip))
+        checker.check(every_commit(repo, records_tip))
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     violations.extend(_cross_check(records, valid, rejected, set(chain)))
-    violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}))
+    violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
 
 
 def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str], tuple[int, str]],
-                        position: dict[str, int]) -> list[str]:
-    """A revision that started although a signed veto of it was on approved before its approving merge."""
+                        position: dict[str, int], judged: list[tuple[int, str]]) -> list[str]:
+    """A revision that started although a signed veto of it was on approved before its approving
+    merge, or before the tip of approved its runner had judged when it pushed the `started` record.
+
+    `judged` pairs the seq of the first record each audit commit appended with that commit's
+    Mergegate-Approved trailer: a runner re-checks vetoes up to that tip before every claim.
+    """
+    firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
         if record.event != "started":
             continue
         veto = vetoed.get((str(record.get("path")), str(record.get("blob"))))
+        if veto is None:
+            continue
         merged = position.get(str(record.get("commit")))
-        if veto is not None and merged is not None and veto[0] < merged:
+        if merged is not None and veto[0] < merged:
             problems.append(f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
                             f"commit {veto[1][:12]} vetoed it before its approval")
+            continue
+        at = bisect.bisect_right(firsts, record.seq) - 1
+        tip = position.get(judged[at][1]) if at >= 0 else None
+        if tip is not None and veto[0] <= tip:
+            problems.append(f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
+                            f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved at {judged[at][1][:12]})")
     return problems
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -532,3 +533,70 @@ def test_runners_that_lose_claim_races_exit_0_and_say_claimed_by(world: World) -
     assert sorted(r["job"] for r in started) == sorted(f"j{i}" for i in range(8))
     assert sorted(r["job"] for r in world.events("finished")) == sorted(f"j{i}" for i in range(8))
     assert world.events("rejected") == []
+
+
+# -- PR_SET_CHILD_SUBREAPER: an unprivileged runner without the sandbox leaves nothing behind -----
+
+def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
+    """How to run Python as an unprivileged user (uid 65534, no cgroup it could write) with this
+    checkout's code: setpriv when the tests run as root, else the current user if it has no
+    writable cgroup either. Skips where neither is possible (the case would not reach the gap)."""
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root), str(root / "src"), *(p for p in sys.path if p.endswith("site-packages"))])
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": path, "LC_ALL": "C"}
+    if os.geteuid() != 0:
+        from mergegate.processes import make_cgroup
+        probe = make_cgroup("probe", None)
+        if probe is not None:
+            probe.rmdir()
+            pytest.skip("this user can write a cgroup: the job would be caught by it, not reach the gap")
+        return [sys.executable], env
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no unprivileged user to run the runner as")
+    # The interpreter must also start itself as that user (the watchdog is `sys.executable -m ...`).
+    check = "import subprocess, sys, mergegate.executor, tests.helpers.escape_job; subprocess.run([sys.executable, '-c', ''], check=True)"
+    for python in (os.path.realpath(sys.executable), "/usr/bin/python3"):
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python]
+        probe = subprocess.run([*prefix, "-c", check], env=env, cwd="/tmp", capture_output=True)
+        if probe.returncode == 0:
+            return prefix, env
+    pytest.skip("uid 65534 cannot read this checkout or an interpreter for it")
+
+
+def _sleeping(marker: str) -> list[int]:
+    """The escaped `sleep MARKER` itself (not the shell whose command line names it too)."""
+    return [pid for pid in _with(marker) if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"]
+
+
+@pytest.mark.parametrize("mode", ["ends", "times-out"])
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str) -> None:
+    prefix, env = _unprivileged_python()
+    marker = _marker()
+    try:
+        proc = subprocess.run([*prefix, "-m", "tests.helpers.escape_job", mode, marker], env=env, cwd="/tmp",
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["status"] == ("succeeded" if mode == "ends" else "timed_out")
+        assert _with(marker) == []  # gone when the job's result is known, not later
+    finally:
+        _kill_all(_with(marker))
+
+
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner() -> None:
+    prefix, env = _unprivileged_python()
+    marker = _marker()
+    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.escape_job", "runs", marker], env=env, cwd="/tmp",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _until(lambda: _sleeping(marker))
+        (escaped,) = _sleeping(marker)
+        # Reparented to the job's main process (a subreaper), not to init: still the job's descendant.
+        _until(lambda: int(Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[1]) != 1, timeout=1.0)
+        time.sleep(0.3)  # a few of the tracker's scans: the watchdog has been told of it
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        _until(lambda: not _with(marker), timeout=2.0, step=0.02)
+    finally:
+        runner.kill()
+        runner.wait()
+        _kill_all(_with(marker))

@@ -25,7 +25,14 @@ from typing import Literal
 
 from mergegate.errors import Denied
 from mergegate.job import forbidden_env_name
-from mergegate.processes import Tracker, Watchdog, child_setup, harden_runner, make_cgroup
+from mergegate.processes import (
+    Tracker,
+    Watchdog,
+    become_subreaper,
+    child_setup,
+    harden_runner,
+    make_cgroup,
+)
 from mergegate.redaction import RedactedStream, Redactor
 from mergegate.shutdown import KILL_AFTER, Shutdown
 
@@ -312,6 +319,7 @@ def preflight(request: ExecRequest) -> str:
 def run(request: ExecRequest) -> ExecResult:
     """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
     harden_runner()
+    become_subreaper()  # before the job exists: its orphans come back here
     try:
         return _run(request)
     except Denied as exc:  # messages quote job input, which may hold a secret

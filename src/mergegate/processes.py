@@ -7,6 +7,12 @@ one) so that a timeout or the end of the job leaves nothing behind.
 A job never outlives its runner: its main process gets a parent-death signal
 (SIGKILL), and everything the Tracker sees is reported to the runner's
 watchdog (watchdog.py), which kills it all when the runner dies, however it dies.
+
+Without a cgroup (an unprivileged runner), a double fork plus setsid() would
+reparent a job's process to init before any scan saw it. So the runner and
+each job's main process are child subreapers (PR_SET_CHILD_SUBREAPER): an
+orphan goes to the job's main process while it lives, else to the runner,
+and stays a descendant the Tracker finds, kills and reaps.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
@@ -70,6 +77,9 @@ def child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None, p
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the runner died before prctl took effect
             os._exit(127)
+        # Orphans of the job's own processes stay under its main process while it
+        # lives (so they are seen as the job's descendants, even when setsid()), not init.
+        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if cgroup is not None:
         fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
         os.write(fd, b"0")
@@ -78,15 +88,20 @@ def child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None, p
         resource.setrlimit(res, (soft, hard))
 
 
-def _proc_table() -> dict[int, tuple[int, int, bytes, int]]:
-    """pid -> (ppid, pgrp, state, start time) for every process; {} without /proc."""
+def _proc_table() -> dict[int, tuple[int, int, bytes, int, int]]:
+    """pid -> (ppid, pgrp, state, start time, session) for every process; {} without /proc."""
     table = {}
     with contextlib.suppress(OSError):
         for entry in filter(str.isdigit, os.listdir("/proc")):
             with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", "rb") as f:
                 fields = f.read().rpartition(b")")[2].split()
-                table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
+                table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0], int(fields[19]), int(fields[3]))
     return table
+
+
+# Job main pid -> its Tracker, for telling whose an orphan the runner adopted is.
+_LIVE: dict[int, Tracker] = {}
+_LIVE_LOCK = threading.Lock()
 
 
 class Tracker:
@@ -101,10 +116,13 @@ class Tracker:
         self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
         self.main_running, self.cpu = True, 0.0
         self.run_id = run_id
+        self.started = start_time(pid) or 0
         self.watchdog = Watchdog.get()
         self.watchdog.tell(f"+ {run_id} g {pid}")
         if cgroup is not None:
             self.watchdog.tell(f"+ {run_id} c {cgroup}")
+        with _LIVE_LOCK:
+            _LIVE[pid] = self
 
     def reap(self) -> int | None:
         pid, status, usage = os.wait4(self.pid, os.WNOHANG)
@@ -113,18 +131,18 @@ class Tracker:
         self.main_running, self.cpu = False, usage.ru_utime + usage.ru_stime
         return os.waitstatus_to_exitcode(status)
 
-    def scan(self) -> dict[int, tuple[int, int, bytes, int]]:
+    def scan(self) -> dict[int, tuple[int, int, bytes, int, int]]:
         table = _proc_table()
         self.known = {p: t for p, t in self.known.items() if p in table and table[p][3] == t}
         members: list[int] = []
         with contextlib.suppress(OSError, ValueError):
             members = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()] if self.cgroup else []
         children: dict[int, list[int]] = {}
-        for pid, (ppid, pgrp, _, _) in table.items():
+        for pid, (ppid, pgrp, _, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
             if pgrp == self.pid:
                 members.append(pid)
-        stack = [*self.known, *members, *([self.pid] if self.main_running else [])]
+        stack = [*self.known, *members, *self._adopted(table), *([self.pid] if self.main_running else [])]
         while stack:
             pid = stack.pop()
             for child in [pid, *children.get(pid, ())]:
@@ -133,6 +151,33 @@ class Tracker:
                     self.watchdog.tell(f"+ {self.run_id} p {child} {table[child][3]}")
                     stack.append(child)
         return table
+
+    def _adopted(self, table: dict[int, tuple[int, int, bytes, int, int]]) -> list[int]:
+        """Orphans of this job the runner (a subreaper) adopted; exited ones are reaped here.
+
+        A child of the runner that is in another session than the runner's and is
+        neither a job's main process nor the watchdog was left behind by a job (git
+        and the runner's other helpers run in the runner's session; every job in a
+        session of its own). It is this job's if it is in this job's session, or in
+        a session of its own (it called setsid()) and younger than this job: with
+        jobs in parallel it may be another's that escaped both its process group and
+        its main process; it is killed all the same.
+        """
+        me, session, watchdog = os.getpid(), os.getsid(0), self.watchdog.pid
+        with _LIVE_LOCK:
+            mains = set(_LIVE)
+        found = []
+        for pid, (ppid, _, state, start, sid) in table.items():
+            if ppid != me or pid in mains or pid == watchdog or sid == session:
+                continue
+            if sid != self.pid and (sid in mains or start < self.started):
+                continue  # another job's, or older than this one
+            if state == b"Z":
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)  # by pid: never a child the runner waits for itself
+                continue
+            found.append(pid)
+        return found
 
     def alive(self) -> bool:
         table = self.scan()
@@ -161,6 +206,9 @@ class Tracker:
                     return
                 time.sleep(0.02)
         finally:
+            self.scan()  # reaps the adopted orphans that died
+            with _LIVE_LOCK:
+                _LIVE.pop(self.pid, None)
             self.watchdog.tell(f"- {self.run_id}")
 
 
@@ -266,7 +314,16 @@ class ProcessId:
         if self.boot != boot_id():
             return False
         return any(pgrp == self.pid and start >= self.start and state not in (b"Z", b"X")
-                   for _, pgrp, state, start in _proc_table().values())
+                   for _, pgrp, state, start, _ in _proc_table().values())
+
+
+def become_subreaper() -> bool:
+    """Adopt the orphans of this process's descendants (Linux >= 3.4), so that a job's
+    process that double-forks and calls setsid() is reparented here, not to init, and
+    stays findable, killable and reapable. False where the kernel does not offer it."""
+    if _LIBC is None:
+        return False
+    return bool(_LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
 def harden_runner() -> None:

@@ -7,13 +7,14 @@ and the loopback API pointed to by GITHUB_API_URL.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers.fake_github import FakeGitHub
-from tests.helpers.github_world import ALICE, BOB, CAROL, GithubGate
+from tests.helpers.fake_github import FakeGitHub, PullRequest
+from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
 from tests.helpers.repos import World, job_yaml
 
 
@@ -233,3 +234,121 @@ def test_verify_offline_from_a_fresh_clone_rejudges_and_flags_tampered_evidence(
     result = w.mg("verify", "--json", where=fresh, env=env)
     assert result.code == 3
     assert f"evidence file audit/evidence/{digest}.json" in result.out
+
+
+OFFLINE = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}
+
+
+def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup()
+    readme = gate.open_pr("readme", {"README.md": "how to use this gate\n"})
+    gate.fake.review(readme.number, ALICE, "APPROVED", readme.head_sha)
+    readme_merge = gate.merge(readme)
+    assert run(gate)["jobs"] == []  # a pass that walks only the README merge
+    [scanned] = w.events("scanned")
+    assert list(scanned["reviewed"]) == [readme_merge]  # its evidence goes with the records all the same
+    job = gate.open_pr("backup")
+    gate.fake.review(job.number, ALICE, "APPROVED", job.head_sha)
+    gate.merge(job)
+    assert [j["status"] for j in run(gate)["jobs"]] == ["succeeded"]
+    w.clone("fresh")
+    result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
+    assert result.code == 0, result.out + result.err
+    assert result.json()["incomplete"] is None
+
+
+def test_verify_is_incomplete_not_ok_while_the_runner_waits_for_evidence(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup()
+    first = gate.open_pr("backup")
+    gate.fake.review(first.number, ALICE, "APPROVED", first.head_sha)
+    gate.merge(first)
+    run(gate)
+    second = gate.open_pr("cleanup")
+    gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
+    waiting = gate.merge(second)
+    assert w.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
+    w.clone("fresh")
+    result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
+    assert result.code == 1, result.out + result.err
+    out = result.json()
+    assert out["ok"] is False and out["violations"] == []
+    assert out["incomplete"] == {"commit": waiting, "reason": f"waiting for evidence: no stored GitHub evidence for {waiting[:7]}",
+                                 "unverified_commits": 1}
+    human = w.mg("verify", where="fresh", env=OFFLINE)
+    assert human.code == 1 and f"incomplete: stopped at {waiting[:12]}" in human.err
+    assert "ok:" not in human.out
+
+
+def test_verify_fetches_a_squashed_prs_head_and_without_a_fetch_says_incomplete(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    gate.merge(pr, method="squash")
+    assert [j["status"] for j in run(gate)["jobs"]] == ["succeeded"]
+    w.git("admin", "push", "-q", "origin", ":backup")  # GitHub deletes the head branch after the merge
+    # Over file:// (a local-path clone would copy every object, the PR head too), as from GitHub.
+    subprocess.run(["git", "clone", "-q", f"file://{w.remote}", str(w.tmp / "fresh")], check=True, capture_output=True)
+    w._clones["fresh"] = w.tmp / "fresh"
+    assert w.git("fresh", "rev-parse", "--verify", "--quiet", f"{pr.head_sha}^{{commit}}", check=False) == ""  # not in the clone
+    offline = w.mg("verify", "--no-fetch", where="fresh", env=OFFLINE)
+    assert offline.code == 1, offline.out + offline.err
+    assert f"the head {pr.head_sha[:7]} of PR #1 is not in this clone" in offline.err and "violation" not in offline.err
+    result = w.mg("verify", where="fresh", env=OFFLINE)
+    assert result.code == 0, result.out + result.err
+
+
+def test_status_says_waiting_and_show_judges_reviews_as_the_runner_did(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup()
+    first = gate.open_pr("backup")
+    gate.fake.review(first.number, ALICE, "APPROVED", first.head_sha)
+    gate.merge(first)
+    run(gate)
+    shown = w.mg("show", "backup", "--json", where="runner")
+    assert shown.code == 0, shown.err
+    [revision] = shown.json()["revisions"]
+    assert revision["approved"] is True, revision  # the review, as the runner judged it; not "unsigned"
+    second = gate.open_pr("cleanup")
+    gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
+    gate.merge(second)
+    assert w.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
+    status = w.mg("status", "--json", where="runner")
+    jobs = {j["job"]: j for j in status.json()["jobs"]}
+    assert jobs["backup"]["state"] == "succeeded"
+    assert jobs["cleanup"]["state"] == "waiting" and "waiting for evidence" in jobs["cleanup"]["reason"]
+    assert "judges it once" in w.mg("show", "cleanup", where="runner").out
+
+
+def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_gate(gate: GithubGate) -> None:
+    w = gate.world
+    gate.setup()
+    readme = gate.open_pr("readme", {"README.md": "how to use this gate\n"})
+    gate.fake.review(readme.number, 300, "APPROVED", readme.head_sha)  # a reviewer with write access, not in the policy
+    gate.merge(readme)
+    result = w.run_once(env=gate.fake.env())
+    assert result.code == 0 and "warning: not approved: README.md" in result.err and "removed" in result.err
+    blocked = gate.open_pr("backup")
+    gate.fake.review(blocked.number, ALICE, "APPROVED", blocked.head_sha)
+    gate.merge(blocked)
+    [job] = run(gate)["jobs"]
+    assert job["status"] == "rejected" and "put them back to their last approved version (or remove them)" in job["reason"]
+    # Doing what it says: a change that removes the file (it had no approved version), merged as any PR.
+    w.git("proposer", "fetch", "-q", "origin")
+    w.git("proposer", "checkout", "-q", "-B", "unreadme", "origin/approved")
+    w.git("proposer", "rm", "-q", "README.md")
+    w.git("proposer", "commit", "-q", "-m", "remove the unreviewed README", who=w.mallory)
+    head = w.git("proposer", "rev-parse", "HEAD")
+    w.git("proposer", "push", "-q", "origin", "unreadme", f"{head}:refs/pull/{gate.numbers + 1}/head")
+    gate.numbers += 1
+    removal = gate.fake.add_pull(PullRequest(number=gate.numbers, author=DAVE, head_sha=head, merge_commit_sha="", merged=False,
+                                             head_ref="unreadme", commits=[gate._commit(head, DAVE)]))
+    gate.fake.review(removal.number, 300, "APPROVED", head)
+    gate.merge(removal)
+    run(gate)
+    again = gate.open_pr("cleanup")
+    gate.fake.review(again.number, ALICE, "APPROVED", again.head_sha)
+    gate.merge(again)
+    assert [(j["job"], j["status"]) for j in run(gate)["jobs"]] == [("cleanup", "succeeded")]

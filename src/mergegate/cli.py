@@ -139,13 +139,13 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
 @_trust_option
 @_json_option
 @click.option("--state", "states", multiple=True, metavar="STATE",
-              type=click.Choice(["queued", "running", "succeeded", "failed", "timed_out", "interrupted", "lost", "rejected", "vetoed", "not run"]),
+              type=click.Choice(["queued", "waiting", "running", "succeeded", "failed", "timed_out", "interrupted", "lost", "rejected", "vetoed", "not run"]),
               help="Only jobs in this state (repeatable).")
 def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool,
            states: tuple[str, ...]) -> int:
     """Show every job on approved with its state.
 
-    States: queued, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run.
+    States: queued, waiting, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run.
 
     \b
     Example:
@@ -282,11 +282,15 @@ def veto(path: str, blob: str | None, repo: Path, remote: str, branch: str, no_f
 def verify(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, verbose: bool) -> int:
     """Re-judge the whole history of approved and cross-check the records on mergegate/audit.
 
-    Exit 0 when every started job was validly approved and the chain is intact, 3 otherwise.
+    Exit 0 when every commit was judged, every started job was validly approved and
+    the chain is intact; 1 when the walk stopped at a commit whose GitHub evidence
+    is not recorded yet (incomplete); 2 for bad input or an unreachable remote;
+    3 for a violation. GitHub is never asked; --no-fetch works with no network.
 
     \b
-    Example (an auditor on a fresh clone):
+    Example (an auditor on a fresh clone, then offline):
       mergegate verify --trust-root 1a2b3c4 --json
+      mergegate verify --no-fetch
     """
     from mergegate.commands import verify as command
 

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit
+from mergegate import audit, github
 from mergegate.approvals import Assessor
 from mergegate.branch import trust_root
-from mergegate.errors import UsageError
+from mergegate.errors import NotYet, UsageError
 from mergegate.job import is_job_path, job_stem
 from mergegate.planning import Walk
 from mergegate.policy import load_policy
@@ -103,11 +103,16 @@ def _revisions(repo: Any, tip: str, records: str | None, path: str, trust: str |
     if not touching:
         return ()
     root, _ = trust_root(repo, tip, trust)
-    walk = Walk(Assessor(repo, at=datetime.now(UTC)), load_policy(lambda p: repo.read_file(root, p), commit=root),
-                records=records)
+    now = datetime.now(UTC)
+    # With the review evidence the records hold, as status and check walk: a reviewed merge is judged as the runner did.
+    walk = Walk(Assessor(repo, at=now, reviews=github.recorded(repo, records, now=now)),
+                load_policy(lambda p: repo.read_file(root, p), commit=root), records=records)
     found = []
     for sha in repo.first_parent_chain(root, tip):
-        assessment = walk.step(sha)
+        try:
+            assessment = walk.step(sha)
+        except NotYet:
+            break  # not judged yet (the runner waits for its evidence): status says so
         if sha not in touching:
             continue
         for d in assessment.decisions:
@@ -147,7 +152,8 @@ def _next(state: str, reason: str | None) -> str:
     return {
         "queued": "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
         "running": "a runner is running it; its finished record follows",
-        "succeeded": "nothing: it ran; a change to its file, approved by a signed merge, runs again",
+        "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a reviewed pull request) runs again",
+        "waiting": "the runner judges it once GitHub's review evidence is in (the next pass asks again)",
         "failed": "nothing: a revision runs at most once; fix it and propose a change to run again",
         "timed_out": "nothing: a revision runs at most once; raise timeout_seconds in a change to run again",
         "vetoed": "nothing: it was vetoed; propose a change to run it",

@@ -273,7 +273,11 @@ class Repo:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
                 raise GitError(f"branch {branch} does not exist on {remote}", hint=f"`git ls-remote --heads {remote}` lists the branches it has")
-            raise failure(f"git fetch {remote}", text, proc.returncode)
+            error = failure(f"git fetch {remote}", text, proc.returncode)
+            if error.hint is None:
+                error.hint = (f"check that {remote} is reachable (`git ls-remote {remote}`); "
+                              "--no-fetch reads what this clone already has, with no network")
+            raise error
 
     def fetch_refspec(self, remote: str, refspec: str) -> bool:
         """Fetch one refspec (a pull request's head); False when the remote has no such ref."""

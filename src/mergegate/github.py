@@ -166,6 +166,10 @@ def _listing(client: Client, path: str, exchanges: list[Exchange]) -> list[Any]:
     return items
 
 
+class HeadMissing(NotYet):
+    """The evidence is there but this clone lacks the PR head it is checked against (fetch it)."""
+
+
 def not_yet(reason: str) -> NotYet:
     return NotYet(f"waiting for evidence: {reason}", hint="the next pass asks GitHub again; nothing runs until then")
 
@@ -197,8 +201,14 @@ def review(repo: Repo, policy: Policy, sha: str, *, now: datetime, settings: Set
     else:
         evidence = stored
     head = _head(evidence)
-    if head is not None and remote is not None and not repo.has_object(head) and evidence.pull is not None:
-        repo.fetch_refspec(remote, f"+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}")
+    if head is not None and not repo.has_object(head) and evidence.pull is not None:
+        if remote is not None:
+            repo.fetch_refspec(remote, f"+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}")
+        if not repo.has_object(head):
+            # A squash is checked against the PR head merged onto the previous tip: without the
+            # head this clone cannot tell, which is "not yet", never a verdict either way.
+            raise HeadMissing(f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this clone",
+                         hint=f"git fetch {remote or 'origin'} '+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'")
     facts = merge_facts(repo, sha, policy, head=head, at=now)
     verdict = reviews.judge(evidence, facts, policy, now=now)
     if verdict.waiting and stored is None:
@@ -216,6 +226,19 @@ def _head(evidence: Evidence) -> str | None:
     return head if isinstance(head, str) else None
 
 
+def _named_evidence(record: audit.Record) -> list[tuple[str, str]]:
+    """(commit, digest) pairs a record names: `evidence` about its own commit, and a `scanned`
+    record's `reviewed` map for walked commits no other record is about."""
+    pairs: list[tuple[str, str]] = []
+    digests, commit = record.get("evidence"), record.get("commit")
+    if isinstance(digests, list) and isinstance(commit, str):
+        pairs += [(commit, str(d)) for d in digests]
+    reviewed = record.get("reviewed")
+    if record.event == "scanned" and isinstance(reviewed, Mapping):
+        pairs += [(str(c), str(d)) for c, d in reviewed.items()]
+    return pairs
+
+
 def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit.Record] | None = None) -> dict[str, Evidence]:
     """The evidence each decision was recorded on, by the commit it is about.
 
@@ -226,11 +249,8 @@ def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit
     found: dict[str, Evidence] = {}
     if records_tip is None:
         return found
-    for record in (audit.grep(repo, records_tip, '"evidence":') if records is None else records):
-        digests, commit = record.get("evidence"), record.get("commit")
-        if not isinstance(digests, list) or not isinstance(commit, str):
-            continue
-        for digest in digests:
+    for record in (audit.grep(repo, records_tip, "evidence") if records is None else records):
+        for commit, digest in _named_evidence(record):
             evidence = Evidence.from_bytes(audit.read_evidence(repo, records_tip, str(digest)), name=str(digest))
             if evidence.commit != commit:
                 raise IntegrityError(f"seq {record.get('seq')} names evidence {str(digest)[:12]}, which is about "

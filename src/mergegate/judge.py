@@ -550,7 +550,7 @@ def _taint(facts: CommitFacts, decisions: tuple[Decision, ...], unapproved: Mapp
     if not tainted or not any(d.runnable for d in decisions):
         return decisions
     shown = ", ".join(f"{path_display(p)} (changed by {unapproved[p][:7]})" for p in tainted[:5])
-    reason = f"the tree at {facts.short} holds changes that no signed approval covers: {shown}; approve them with a signed merge first"
+    reason = f"the tree at {facts.short} holds changes that no signed approval covers: {shown}; put them back to their last approved version (or remove them), then propose the change again"
     return tuple(replace(d, runnable=False, reason=reason, refusal="denied") if d.runnable else d for d in decisions)
 
 

@@ -38,7 +38,7 @@ from mergegate.errors import (
     StateError,
     UsageError,
 )
-from mergegate.git import Repo, Signing
+from mergegate.git import Repo, Signing, path_display
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
 from mergegate.planning import (
@@ -203,6 +203,7 @@ class Runner:
             warnings.append(f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
                             f"that stopped; it is closed once its process is gone ({self.spool.path})")
         outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
+        warnings += _newly_unapproved(work)
         pending = [*spooled, *self._bookkeeping(work, outcomes)]
         runnable = []
         for decision, policy in work.items:
@@ -229,7 +230,8 @@ class Runner:
                 if held is not None:
                     self._state.files[held.path] = held.data
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           policy_commit=work.policy.commit, commits=len(work.assessments), **fields))
+                                           policy_commit=work.policy.commit, commits=len(work.assessments), **fields,
+                                           **self._walked_evidence(work, pending)))
         if pending:
             self._publish(branch, pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
@@ -350,6 +352,18 @@ class Runner:
         if event in ("started", "rejected", "vetoed"):
             extra.update(self._evidence(decision.commit))
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
+
+    def _walked_evidence(self, work: Plan, pending: list[dict[str, Any]]) -> dict[str, Any]:
+        """`reviewed: {commit: <sha256>}` for walked commits judged on GitHub's answers that no other
+        record names (a reviewed merge of other files only): verify re-judges them offline too."""
+        named = {str(d.get("commit")) for d in pending if d.get("evidence")}
+        reviewed = {}
+        for assessment in work.assessments:
+            evidence = self._reviews.gathered.get(assessment.commit)
+            if evidence is not None and assessment.commit not in named and assessment.commit not in self._reviews.stored:
+                self._state.files[evidence.path] = evidence.to_bytes()
+                reviewed[assessment.commit] = evidence.sha256
+        return {"reviewed": reviewed} if reviewed else {}
 
     def _evidence(self, commit: str) -> dict[str, Any]:
         """`evidence: [<sha256>]` for a decision made on GitHub's answers; the file goes with the records."""
@@ -677,6 +691,18 @@ def _remove_tree(path: Path) -> None:
     except OSError:  # no rm on PATH
         with contextlib.suppress(RecursionError):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _newly_unapproved(work: Plan) -> list[str]:
+    """Loud, once (the pass that walks it): a file no approval covers stops every later job."""
+    walked = {a.commit for a in work.assessments}
+    new = sorted(path for path, sha in work.unapproved.items()
+                 if sha in walked and not is_job_path(path) and not path.startswith("policy/"))
+    if not new:
+        return []
+    shown = ", ".join(path_display(p) for p in new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+    return [f"not approved: {shown} (changed by {work.unapproved[new[0]][:7]}); no job runs in a tree that holds them until they are "
+            "put back to their last approved version or removed (mergegate check on a proposal shows the diff from it)"]
 
 
 def _vetoed(veto: Veto) -> str:

@@ -21,7 +21,7 @@ class JobState:
     job: str
     path: str
     blob: str
-    state: str  # queued, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run
+    state: str  # queued, waiting, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run
     reason: str | None
     commit: str | None
     time: str | None
@@ -71,6 +71,10 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
             d = planned[(path, blob)]
             jobs.append(JobState(job_stem(path), path, blob, "queued" if d.runnable else "rejected",
                                  None if d.runnable else f"(not yet recorded) {d.reason}", d.commit, None))
+        elif pending.waiting is not None and repo.file_blob(pending.tip, path) != blob:
+            # Introduced past where the walk stopped for missing evidence: not judged yet, never "not approved".
+            commit, why = pending.waiting
+            jobs.append(JobState(job_stem(path), path, blob, "waiting", f"{why} (the walk waits at {commit[:7]})", None, None))
         else:
             jobs.append(JobState(job_stem(path), path, blob, "not run", "present at the trust root or before the runner's first pass; never approved as a change", None, None))
     return StatusReport(tip, len(records), tuple(jobs), tuple(warnings))

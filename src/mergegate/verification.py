@@ -118,10 +118,15 @@ class VerifyReport:
     commits: tuple[CommitLine, ...]
     violations: tuple[str, ...]
     warnings: tuple[str, ...] = field(default=())
+    # (the commit the walk stopped at, why, how many first-parent commits were left unjudged):
+    # evidence the runner is still waiting for. Not a violation, but never "ok" either.
+    incomplete: tuple[str, str, int] | None = None
 
     @property
     def exit_code(self) -> int:
-        return IntegrityError.exit_code if self.violations else 0
+        if self.violations:
+            return IntegrityError.exit_code
+        return NotYet.exit_code if self.incomplete else 0
 
 
 def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None,
@@ -155,13 +160,17 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     except IntegrityError as exc:
         violations.append(f"evidence: {exc}")
         stored = {}
-    reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True)
+    # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the runner does.
+    reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True,
+                                  remote=source.remote if fetch else None)
     walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
     vetoed: dict[tuple[str, str], tuple[int, str]] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
+    incomplete: tuple[str, str, int] | None = None
+    unreached: set[str] = set()
     for done, sha in enumerate(chain, start=1):
         if progress is not None:
             progress(done, len(chain))
@@ -173,6 +182,11 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             # Without the evidence (none recorded: the runner is still waiting for it) this commit,
             # and what follows it, cannot be re-derived; a record about any of them is flagged below.
             lines.append(CommitLine(sha, "waiting", exc.message))
+            incomplete = (sha, exc.message, len(chain) - done + 1)
+            if isinstance(exc, github.HeadMissing):
+                # The records named evidence for it; only this clone lacks an object to check it
+                # against. What the walk did not reach is unverified here, not a violation.
+                unreached.update(chain[done - 1:])
             break
         except MergegateError as exc:
             violations.append(f"commit {sha[:12]}: {exc}")
@@ -194,11 +208,12 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         checker.check(every_commit(repo, records_tip))
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
-    violations.extend(_cross_check(records, valid, rejected, set(chain)))
+    reached = [r for r in records if r.get("commit") not in unreached]
+    violations.extend(_cross_check(reached, valid, rejected, set(chain)))
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
-    return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings))
+    return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
 
 
 def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str], tuple[int, str]],

@@ -9,6 +9,8 @@ from mergegate.commands import output
 from mergegate.refnames import branch_name
 from mergegate.verification import verify_history
 
+_COUNTABLE = {"approval", "policy change", "veto"}  # kinds that read as nouns ("2 approvals"); the rest are states
+
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
          verbose: bool = False) -> int:
@@ -23,7 +25,8 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     if as_json:
         output.emit({"trust_root": report.trust_root, "tip": report.tip, "records": report.records,
                      "commits": [c.as_json() for c in report.commits], "violations": list(report.violations),
-                     "ok": not report.violations})
+                     "incomplete": _incomplete_json(report.incomplete),
+                     "ok": not report.violations and report.incomplete is None})
         return report.exit_code
     if verbose:
         for c in report.commits:
@@ -36,9 +39,27 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
         jobs = [j for c in report.commits for j in c.jobs]
         approved = sum(1 for j in jobs if j["approved"])
         output.line(f"trust root {report.trust_root[:12]}, tip {report.tip[:12]}: "
-                    + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+                    + ", ".join(f"{n} {kind}{'s' if n != 1 and kind in _COUNTABLE else ''}" for kind, n in sorted(kinds.items())))
         output.line(f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected (--verbose lists every commit)")
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
-    output.line(f"{output.state('ok' if not report.violations else 'FAILED')}: {len(report.commits)} commits, {report.records} records")
+    if report.violations:
+        verdict = "FAILED"
+    elif report.incomplete is not None:
+        # An auditor reads "ok" as "everything checked": a walk that stopped early says so.
+        sha, why, left = report.incomplete
+        output.line(f"incomplete: stopped at {sha[:12]} ({why}); {left} commit{'s' if left != 1 else ''} of approved not verified", err=True)
+        output.line("hint: the runner records GitHub evidence once it has it; run verify again after its next pass "
+                    "(a squash's PR head comes with a fetch: drop --no-fetch)", err=True)
+        verdict = "incomplete"
+    else:
+        verdict = "ok"
+    output.line(f"{output.state(verdict)}: {len(report.commits)} commits, {report.records} records")
     return report.exit_code
+
+
+def _incomplete_json(incomplete: tuple[str, str, int] | None) -> dict[str, object] | None:
+    if incomplete is None:
+        return None
+    sha, why, left = incomplete
+    return {"commit": sha, "reason": why, "unverified_commits": left}

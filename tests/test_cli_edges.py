@@ -118,7 +118,7 @@ def test_verify_prints_a_summary_and_every_commit_with_verbose(world: World) -> 
     assert short.code == 0, short.err
     lines = short.out.splitlines()
     assert len(lines) == 3
-    assert lines[0].endswith(": 2 approval, 1 trust root")
+    assert lines[0].endswith(": 2 approvals, 1 trust root")
     assert lines[1] == "job revisions judged: 2 approved, 0 rejected (--verbose lists every commit)"
     assert lines[2].startswith("ok: ")
     verbose = world.mg("verify", "--verbose")

@@ -13,7 +13,7 @@ import yaml
 
 from mergegate import workflows
 from mergegate.errors import UsageError
-from tests.helpers.repos import World
+from tests.helpers.repos import ECHO_RULE, World, policy_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = "acme/mergegate@0123456789abcdef0123456789abcdef01234567"
@@ -160,3 +160,26 @@ def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:
     assert lint.returncode == 1 and "github.head_ref" in lint.stdout
     audit = subprocess.run(["zizmor", "--offline", "--min-severity", "medium", str(old)], capture_output=True, text=True)
     assert audit.returncode != 0 and "template-injection" in audit.stdout
+
+
+def test_init_github_on_an_existing_gate_writes_the_workflows_to_propose(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    where = world.clone("admin")
+    before = world.git("admin", "rev-parse", "origin/approved")
+    result = world.mg("init", "--github", "--action", PIN, where="admin")
+    assert result.code == 0, result.err
+    for path in (workflows.CHECK_PATH, workflows.RUN_PATH):
+        assert (where / path).read_text() == workflows.files(action=PIN)[path]
+    assert "propose them" in result.out
+    world.git("admin", "fetch", "-q", "origin")
+    assert world.git("admin", "rev-parse", "origin/approved") == before  # nothing committed or pushed
+    # Something else already there is never overwritten.
+    (where / workflows.RUN_PATH).write_text("name: mine\n")
+    refused = world.mg("init", "--github", "--action", PIN, where="admin")
+    assert refused.code == 2 and f"{workflows.RUN_PATH} exists with other content" in refused.err
+
+
+def test_action_without_github_is_refused(world: World) -> None:
+    world.clone("admin")
+    result = world.mg("init", "--action", PIN, where="admin")
+    assert result.code == 2 and "--action is used only with --github" in result.err

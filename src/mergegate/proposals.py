@@ -115,7 +115,7 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
             state = {"invalid": "invalid", "denied": "denied"}.get(verdict.refusal if verdict else "", "policy")
             words = verdict.reason if verdict else ""
             if verdict is not None and not verdict.adopted and verdict.refusal == "unapproved" and merger is None:
-                words += "; a signed merge by an approver who did not write it counts as one more"
+                words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
             reason = "policy change: needs the policy quorum of the policy in force" if state == "policy" else verdict.reason if verdict else ""
             results.append(FileCheck(f.path, f.after.blob, None, state, reason, words, bool(verdict and verdict.adopted), votes,
                                      f.after.mode, _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
@@ -142,7 +142,7 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
     requirement = d.requirement or policy.requirement_for(d.job)
     words = f"{d.reason if not d.runnable else 'quorum met'}; {describe_votes(d.votes)}" if d.votes else f"needs {requirement.describe()}; no approvals yet"
     if not d.approved and merger is None:
-        words += "; a signed merge by an approver who did not write it counts as one more"
+        words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
     return FileCheck(d.path, d.blob, d.job.id, state, policy.decide_command(d.job).reason, words, d.approved, d.votes, mode)
 
 

@@ -66,6 +66,29 @@ class InitResult:
     warnings: tuple[str, ...] = ()
 
 
+def is_gate(repo_path: Path, branch: str) -> bool:
+    """Whether `branch` exists here with a policy: init has nothing to create, only workflows to add."""
+    repo = Repo(repo_path)
+    tip = repo.rev(f"refs/heads/{branch}") or repo.rev(f"refs/remotes/origin/{branch}")
+    return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
+
+
+def add_workflows(*, repo_path: Path, action: str) -> tuple[str, ...]:
+    """Write the GitHub workflows into the working tree of an existing gate; committing and
+    approving them is a change like any other (they are files the policy's quorum covers)."""
+    repo = Repo(repo_path)
+    written = []
+    for path, text in workflows.files(action=action).items():
+        target = repo.path / path
+        if target.exists() and target.read_text() != text:
+            raise UsageError(f"{path} exists with other content; not overwritten", file=path,
+                             hint=f"move it aside and run again, or compare: mergegate init --github --action {action} in a scratch clone")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        written.append(path)
+    return tuple(written)
+
+
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,
          github_action: str | None = None) -> InitResult:
     repo = Repo(repo_path)

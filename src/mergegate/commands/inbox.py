@@ -29,5 +29,9 @@ def main(*, repo: Path, remote: str, base: str, fetch: bool, trust_root: str | N
         if item.verdict == "allowed":
             who = ", ".join(item.may_approve) or "nobody: every approver wrote part of it"
             output.line(f"         may approve: {who}")
-            output.line(f"         next: review the diff, then mergegate approve {item.ref} --merge")
+            if item.pull is not None:
+                output.line(f"         next: review PR #{item.pull} and merge it (merge commit or squash), "
+                            f"or mergegate approve {item.ref} --merge")
+            else:
+                output.line(f"         next: review the diff, then mergegate approve {item.ref} --merge")
     return 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.errors import UsageError
+from mergegate.scaffold import add_workflows, is_gate
 from mergegate.scaffold import init as run_init
 
 
@@ -13,7 +14,18 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
          github: bool = False, action: str | None = None) -> int:
     if github and action is None:
         raise UsageError("init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
-                         hint="pin the release you reviewed: git ls-remote https://github.com/OWNER/mergegate v0.1.0")
+                         hint="pin the release you reviewed: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/v0.1.0^{}'")
+    if action is not None and not github:
+        raise UsageError("--action is used only with --github (it pins the action the GitHub workflows run)",
+                         hint="mergegate init --github --action OWNER/REPO@COMMIT")
+    if github and action is not None and is_gate(repo, branch):
+        # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
+        for path in add_workflows(repo_path=repo, action=action):
+            output.line(f"wrote {path}")
+        output.line(f"next: {branch} already has a policy, so commit these on a branch from {branch} and propose them "
+                    f"(git switch -c add-workflows origin/{branch} && git add .github/workflows && git commit -m 'GitHub workflows' "
+                    "&& git push origin add-workflows); they need the approvals the policy demands of other files")
+        return 0
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,
                       github_action=action if github else None)
     output.warn(result.warnings)
@@ -24,9 +36,13 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
     output.line("  every run, status, check and verify trusts the policy of this commit; pin it so that a rewritten")
     output.line(f"  history cannot swap it: --trust-root {result.commit}")
     output.line(f"  or once for all commands: export MERGEGATE_TRUST_ROOT={result.commit}  (in CI: a repository variable)")
-    output.line(f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID -- COMMAND...) and "
-                "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo shows the whole flow")
-    if github:
+    if not github:
+        output.line(f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID -- COMMAND...) and "
+                    "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo shows the whole flow")
+    else:
+        output.line(f"next: git push origin HEAD {result.branch}; then propose jobs as pull requests into {result.branch} "
+                    "(mergegate propose ID --open-pr -- COMMAND...), reviewed by the policy's approvers and merged with "
+                    "a merge commit or squash")
         output.line(f"next on GitHub: set the repository variable MERGEGATE_TRUST_ROOT={result.commit}, the secret "
                     "MERGEGATE_RUNNER_KEY (the runner's private ssh key; its public key under runners: in the policy), "
                     "and protect approved (docs/github.md)")

@@ -26,11 +26,13 @@ def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: i
         output.line(f"proposed {result.path} on branch {result.branch} ({result.commit[:12]}, {signed})")
     else:
         output.line(f"already proposed: {result.path} with this content is on branch {result.branch} ({result.commit[:12]})")
+    if result.pushed_to:
+        output.line(f"pushed to {result.pushed_to}")
     if result.pull is not None:
         verb = "opened" if result.pull_created else "already open:"
         output.line(f"{verb} pull request #{result.pull} {result.pull_url}")
-    if result.pushed_to:
-        output.line(f"pushed to {result.pushed_to}")
+        output.line(f"next: an approver reviews pull request #{result.pull} and merges it (merge commit or squash)")
+    elif result.pushed_to:
         output.line(f"next: an approver reviews it and runs `mergegate approve {result.pushed_to} --merge`")
     else:
         output.line(f"next: git push {remote} {result.branch} (or propose again with --push)")

@@ -446,3 +446,18 @@ def test_plain_git_reads_the_records(world: World) -> None:
     assert events == ["started", "finished", "scanned"]
     trailer = world.git(clone, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "mergegate/audit").strip()
     assert trailer == merge
+
+
+# -- red team F6: a branch under the audit branch's name blocks its creation -------------
+
+
+def test_a_branch_under_the_audit_name_is_named_in_the_error(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.git("admin", "push", "-q", "origin", "origin/approved:refs/heads/mergegate/audit/x")
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once()
+    assert result.code == 2
+    assert "the branch mergegate/audit/x is in the way of mergegate/audit" in result.err
+    assert "git push origin --delete mergegate/audit/x" in result.err
+    assert world.events("started") == []  # no claim, so the job never started

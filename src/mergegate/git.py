@@ -30,6 +30,7 @@ _DETAIL_BYTES = 4096
 QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                 "-c", "fetch.recurseSubmodules=false")
 # How receive-pack says another push updated (or created) the ref first.
+_IN_THE_WAY = re.compile(r"'(refs/[^']+)' exists; cannot create")
 _LOST_RACE = re.compile(r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ but")
 
 
@@ -324,6 +325,13 @@ class Repo:
                                      f"{' (' + why.file + ')' if why.file else ''}; {why.hint or 'the next fetch updates it'}")
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
+        blocker = _IN_THE_WAY.search(text)
+        if blocker:
+            # A ref named like a directory of this one (mergegate/audit/x) makes every push of it fail:
+            # not a lost race, and retrying cannot help.
+            name = blocker[1].removeprefix("refs/heads/")
+            raise GitError(f"git push to {remote} failed: the branch {name} is in the way of {branch} (git cannot have both)",
+                           hint=f"delete it on the remote if it is not needed: git push {remote} --delete {name}")
         if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and _LOST_RACE.search(text)):
             return False
         raise failure(f"git push to {remote}", text, proc.returncode)

@@ -152,3 +152,74 @@ def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scann
     assert unchecked(repo, old[-1], seen=None, tail=audit.read_tail(repo, old[-1])) == [old[-1]]
     assert unchecked(repo, claim, seen=old[-2], tail=audit.read_tail(repo, claim)) == [repo.commit(old[-1]).parents[0], old[-1], claim]
     assert unchecked(repo, claim, seen=claim, tail=audit.read_tail(repo, claim)) == []
+
+
+def _slow(data: bytes, prev_seq: int, prev_hash: str) -> list[audit.Record] | str:
+    """The reference reading of one file (parse_file + check_links): its records, or its error."""
+    try:
+        records = audit.parse_file(data, "f")
+        audit.check_links(records, prev_seq=prev_seq, prev_hash=prev_hash, where={})
+    except IntegrityError as exc:
+        return str(exc)
+    return records
+
+
+def _canonical_file() -> bytes:
+    drafts: list[dict[str, object]] = [
+        audit.draft("started", runner="r", job="j", path="jobs/j.yaml", blob="b" * 40, commit="c" * 40, run_id="1",
+                    approvers=["bob", "carol"], attempt=1),
+        audit.draft("finished", runner="r", job="j", path="jobs/j.yaml", blob="b" * 40, commit="c" * 40, run_id="1",
+                    status="succeeded", stdout_tail='a "quoted" tab\t, nul \x00, é, \u2028 and \\', exit_code=0,
+                    duration_ms=3, signal=None, nested={"k": [1, None, True]}, ratio=0.25),
+        audit.draft("scanned", runner="r", commit="c" * 40, start=None, unapproved_count=0, unapproved_file=None),
+    ]
+    return b"".join(r.line() for r in audit.seal(drafts, after_seq=4, after_hash="e" * 64))
+
+
+def _resealed(lines: list[bytes], transform: object) -> bytes:
+    """Each line's value re-hashed correctly, then written by `transform` (value -> bytes, without newline)."""
+    out = []
+    for line in lines:
+        value = json.loads(line)
+        value["hash"] = audit.record_hash(value)
+        out.append(transform(value) + b"\n")  # type: ignore[operator]
+    return b"".join(out)
+
+
+def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_accepts() -> None:
+    """`_checked_fast` (audit verify's path for canonical files) against parse_file + check_links over
+    a corpus: the canonical file, every single-byte change of it, and files written in other JSON
+    spellings whose hashes are right for their content (the reference accepts those: the fast path
+    must hand them over rather than refuse them)."""
+    good = _canonical_file()
+    lines = good.splitlines()
+    corpus = [good]
+    for i in range(len(good)):  # every byte flipped to a few neighbours: edits, broken JSON, bad UTF-8
+        for b in {good[i] ^ 1, good[i] ^ 0x20, 0x22, 0x5C, 0x0A, 0xFF}:
+            corpus.append(good[:i] + bytes([b]) + good[i + 1:])
+    spellings = [
+        lambda v: json.dumps(v, sort_keys=True).encode(),  # spaces after separators
+        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode(),  # ASCII escapes
+        lambda v: json.dumps(dict(reversed(list(v.items()))), separators=(",", ":"), ensure_ascii=False).encode(),  # order
+        lambda v: b" " + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b" ",
+        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b'"seq":', b'"seq":0,"seq":'),
+        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b"0.25", b"2.5e-1"),
+        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b"\\t", b"\\u0009"),
+        lambda v: b"\xef\xbb\xbf" + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
+    ]
+    others = [_resealed(lines, spelling) for spelling in spellings]
+    corpus += [*others, good.replace(b"\n", b"\r\n"), good[:-1], b"", good + b"\n", good.replace(b'"seq":5', b'"seq":true')]
+    for data in corpus:
+        reference = _slow(data, 4, "e" * 64)
+        fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
+        if fast is not None:
+            assert data == good, data  # no edit of the canonical file gets through, whatever the reference says
+            assert not isinstance(reference, str)
+            assert [r.fields for r in fast] == [r.fields for r in reference]
+    assert audit._checked_fast(good, prev_seq=4, prev_hash="e" * 64) is not None
+    assert audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None  # the link to the file before
+    assert audit._checked_fast(good, prev_seq=4, prev_hash="f" * 64) is None
+    # Other spellings with right hashes (the BOM and duplicate-key ones aside) the reference accepts:
+    # the fast path hands them over, and iter_all reads them the reference way.
+    accepted = [data for data in others if not isinstance(_slow(data, 4, "e" * 64), str)]
+    assert len(accepted) >= 5 and all(audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted)

@@ -533,20 +533,39 @@ def test_second_runner_with_a_stale_view_does_not_run_again(world: World) -> Non
 def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gpg_homes: list[Path]) -> None:
     import time
 
-    home = gpg_homes[0]
-    dave = make_gpg_key(home, "dave", "dave@example.com", expire="seconds=8")
-    made = time.monotonic()
-    # Record times are trusted only from runner-signed audit commits.
-    runner_key = make_ssh_key(world.tmp / "keys", "runner")
-    world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE],
-                            approvals_required=2, runners=[{"name": "ci", "key": runner_key.public_line}]))
-    world.propose("p", JOB, who=world.alice)
-    config, env = git_signing_config_gpg(home, dave)
-    world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None, config=config, env=env)
-    world.signed_merge("p", world.bob)
-    (job,) = world.run_once("--signing-key", str(runner_key.private)).json()["jobs"]
-    assert job["status"] == "succeeded"
-    time.sleep(max(0.0, 9 - (time.monotonic() - made)))
+    # The key must still be valid when the runner judges the merge and expired when verify
+    # runs: a real clock race. The key's life starts at 8 s; on a machine so loaded that the
+    # runner judged only after it ran out (the job rejected: expired), the gate is built
+    # again with a life twice as long as that took, so the test never depends on the load.
+    life = 8.0
+    for attempt in range(4):
+        if attempt:
+            world = World(world.tmp / f"again-{attempt}")
+        home = gpg_homes[0] / str(attempt)
+        # Record times are trusted only from runner-signed audit commits.
+        runner_key = make_ssh_key(world.tmp / "keys", "runner")
+        dave = make_gpg_key(home, "dave", "dave@example.com", expire=f"seconds={int(life)}")
+        made = time.monotonic()
+        try:
+            world.setup(policy_yaml([world.bob.approver_entry(), _gpg_approver(world, dave.public_armored)], [ECHO_RULE],
+                                    approvals_required=2, runners=[{"name": "ci", "key": runner_key.public_line}]))
+            world.propose("p", JOB, who=world.alice)
+            config, env = git_signing_config_gpg(home, dave)
+            world.approval_commit("p", [("jobs/j.yaml", world.blob("p", "jobs/j.yaml"))], who=world.carol, sign=None,
+                                  config=config, env=env)
+            world.signed_merge("p", world.bob)
+            (job,) = world.run_once("--signing-key", str(runner_key.private)).json()["jobs"]
+        finally:
+            stop_gpg_agent(home)
+        took = time.monotonic() - made
+        if job["status"] == "succeeded":
+            break
+        assert "expired" in str(job["reason"]) and took >= life, job  # too slow, and nothing else
+        life = 2 * took
+    else:
+        raise AssertionError("the runner never judged the merge before the key expired")
+    time.sleep(max(0.0, life + 1 - (time.monotonic() - made)))
+    assert time.monotonic() - made > life  # verify runs after the expiry: at its own clock, it would refuse
     result = world.mg("verify")
     assert result.code == 0, result.err
 

@@ -73,9 +73,19 @@ def _until(what: Callable[[], object], timeout: float = 30.0, step: float = 0.05
         time.sleep(step)
 
 
-def _start_runner(world: World, *args: str, where: str = "runner") -> subprocess.Popen[str]:
+def _start_runner(world: World, *args: str, where: str = "runner", env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "mergegate", "run", *args], cwd=world.clone(where), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=dict(os.environ))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+
+
+def _git_calls(trace: Path, verb: str) -> int:
+    """How many `git VERB` processes a runner started with GIT_TRACE=<trace> has run so far."""
+    try:
+        text = trace.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in text.splitlines() if f"built-in: git {verb} " in line)
 
 
 def _kill_all(pids: list[int]) -> None:
@@ -387,9 +397,12 @@ def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(wo
     assert world.run_once().code == 0
     moved = world.tmp / "remote-away.git"
     world.remote.rename(moved)
-    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.4")
+    trace = world.tmp / "git-trace"
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.4", env={"GIT_TRACE": str(trace)})
     try:
-        time.sleep(3)  # about a dozen polls at the cap
+        # Counted, not slept: however slow the machine, the runner has failed a dozen polls
+        # (each asks ls-remote first) before the remote comes back.
+        _until(lambda: _git_calls(trace, "ls-remote") >= 12, timeout=120)
         moved.rename(world.remote)
         _merge_jobs(world, "p", {"after": ["echo", "after"]})
         _until(lambda: world.events("finished"), timeout=30)

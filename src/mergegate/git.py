@@ -1,8 +1,8 @@
 """The only module that talks to git.
 
-Reads go through one persistent `git cat-file --batch` process (GitPython's
-object database) so that walking thousands of commits does not spawn
-thousands of processes. Writes use plumbing with a temporary index, so the
+Reads go through one persistent `git cat-file --batch-command` process
+(`_Objects`) so that walking thousands of commits does not spawn thousands of
+processes. Writes use plumbing with a temporary index, so the
 runner never touches a person's working tree, index or checked-out branch.
 """
 
@@ -12,12 +12,11 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-
-import git as gitpython
+from typing import IO
 
 from mergegate.errors import GitError
 
@@ -25,6 +24,7 @@ ZERO = "0" * 40
 _BATCH = 256  # pathspecs per git call: a merge may bring more files than one command line holds
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _DETAIL_BYTES = 4096
+_COMMIT_CACHE = 4096
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
 QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
@@ -159,17 +159,111 @@ class Signing:
         return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.key}"]
 
 
+class _Objects:
+    """One `git cat-file --batch-command` process: object headers and contents, one round trip each.
+
+    Started on first use and ended by `close` (or when the Repo is collected);
+    the process also ends by itself when this one dies (its stdin closes). A
+    lock keeps the request/response pairs of threads sharing a Repo apart.
+    """
+
+    def __init__(self, git_dir: Path) -> None:
+        self.git_dir = git_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> tuple[IO[bytes], IO[bytes]]:
+        if self._proc is None or self._proc.poll() is not None:
+            env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+            env.pop("GIT_WORK_TREE", None)
+            self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch-command"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        return self._proc.stdin, self._proc.stdout
+
+    def _ask(self, command: str, sha: str, *, body: bool) -> tuple[str, bytes | int] | None:
+        """(type, contents or size) of object `sha`, or None if the repository has no such object."""
+        if not re.fullmatch(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}", sha):
+            return None
+        sha = sha.lower()
+        with self._lock:
+            stdin, stdout = self._start()
+            try:
+                stdin.write(f"{command} {sha}\n".encode())
+                stdin.flush()
+                header = stdout.readline().split()
+                if len(header) != 3:
+                    if header[-1:] == [b"missing"]:
+                        return None
+                    raise GitError(f"git cat-file stopped answering for {self.git_dir}")
+                size = int(header[2])
+                if not body:
+                    return header[1].decode(), size
+                data = stdout.read(size + 1)
+            except (OSError, ValueError):
+                self.close()
+                raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
+            if len(data) != size + 1:
+                self.close()
+                raise GitError(f"git cat-file stopped answering for {self.git_dir}")
+            return header[1].decode(), data[:size]
+
+    def read(self, sha: str) -> tuple[str, bytes] | None:
+        found = self._ask("contents", sha, body=True)
+        return None if found is None else (found[0], found[1])  # type: ignore[return-value]
+
+    def size(self, sha: str) -> int | None:
+        found = self._ask("info", sha, body=False)
+        return None if found is None else int(found[1])
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # at interpreter exit anything may already be gone
+            pass
+
+
+def _locate(path: Path) -> tuple[Path, Path, Path]:
+    """(working tree or git dir, git dir, common dir) of the repository at or above `path`: one rev-parse."""
+    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir",
+                           "--is-inside-work-tree", "--show-toplevel"],
+                          capture_output=True, env={**os.environ, "LC_ALL": "C"}, check=False)
+    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    # Outside a work tree (a bare repository, or inside .git) rev-parse stops at --show-toplevel.
+    if len(lines) < 3 or (proc.returncode != 0 and (len(lines) != 3 or lines[2] != "false")):
+        raise GitError(f"{path} is not a git repository", hint="run inside a clone of the gate repository, or point --repo at one")
+    git_dir, common_dir = Path(lines[0]), Path(lines[1])
+    if len(lines) >= 4 and lines[2] == "true":
+        return Path(lines[3]), git_dir, common_dir
+    if git_dir.name == ".git":  # inside a clone's .git: the clone is the repository
+        return git_dir.parent, git_dir, common_dir
+    return git_dir, git_dir, common_dir
+
+
 class Repo:
     def __init__(self, path: Path) -> None:
-        try:
-            self._repo = gitpython.Repo(path, search_parent_directories=True)
-        except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
-            raise GitError(f"{path} is not a git repository", hint="run inside a clone of the gate repository, or point --repo at one") from None
-        self.path = Path(self._repo.working_tree_dir or self._repo.git_dir)
-        self.git_dir = Path(self._repo.git_dir)
-        self.common_dir = Path(self._repo.common_dir)  # differs from git_dir in a linked worktree
+        self.path, self.git_dir, self.common_dir = _locate(path)  # common_dir differs from git_dir in a linked worktree
         self.warnings: list[str] = []  # things a command should tell the user, though they did not stop it
-        self._commit = lru_cache(maxsize=4096)(self._read_commit)
+        self._objects = _Objects(self.git_dir)
+        # A plain dict, not lru_cache on a bound method: that would be a cycle keeping the Repo
+        # (and its cat-file process) alive until the cyclic collector runs.
+        self._commits: dict[str, Commit] = {}
+
+    def close(self) -> None:
+        """End the object-reading process (it is restarted if the Repo is used again)."""
+        self._objects.close()
 
     # -- running git ------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
@@ -404,7 +498,12 @@ class Repo:
 
     # -- objects --------------------------------------------------------------
     def commit(self, sha: str) -> Commit:
-        return self._commit(sha)
+        found = self._commits.get(sha)
+        if found is None:
+            if len(self._commits) >= _COMMIT_CACHE:
+                del self._commits[next(iter(self._commits))]  # the oldest: walks go forward
+            found = self._commits[sha] = self._read_commit(sha)
+        return found
 
     def _read_commit(self, sha: str) -> Commit:
         raw = self._object(sha, "commit")
@@ -417,16 +516,12 @@ class Repo:
         return tuple(self.out("rev-list", "--no-walk", "--parents", "-n", "1", sha).split()[1:])
 
     def _object(self, sha: str, kind: str) -> bytes:
-        try:
-            if len(sha) != 40:
-                raise ValueError(sha)
-            _, found, _, stream = self._repo.odb.stream(bytes.fromhex(sha))
-        except (ValueError, gitpython.BadName, gitpython.BadObject):
-            raise GitError(f"object {sha[:12]} not found in {self.path}") from None
-        if found.decode() != kind:
-            raise GitError(f"object {sha[:12]} is a {found.decode()}, expected a {kind}")
-        data: bytes = stream.read()
-        return data
+        found = self._objects.read(sha) if len(sha) == 40 else None
+        if found is None:
+            raise GitError(f"object {sha[:12]} not found in {self.path}")
+        if found[0] != kind:
+            raise GitError(f"object {sha[:12]} is a {found[0]}, expected a {kind}")
+        return found[1]
 
     def blob(self, sha: str) -> bytes:
         return self._object(sha, "blob")
@@ -483,11 +578,7 @@ class Repo:
 
     def object_size(self, sha: str) -> int | None:
         """An object's size from its header (the batch process), without reading it."""
-        try:
-            size: int = self._repo.odb.info(bytes.fromhex(sha)).size
-        except (ValueError, gitpython.BadName, gitpython.BadObject):
-            return None
-        return size
+        return self._objects.size(sha) if len(sha) == 40 else None
 
     def read_file(self, commit: str, path: str) -> bytes | None:
         blob = self.file_blob(commit, path)

@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 from mergegate import __version__
 from mergegate.errors import NotYet
@@ -123,6 +124,8 @@ class Client:
                    "user-agent": f"mergegate/{__version__}"}
         if token:
             headers["authorization"] = f"Bearer {token}"
+        import httpx  # here, not at the top: an idle pass that asks GitHub nothing never pays its import
+
         # follow_redirects=False: a redirect is an answer we refuse, so the token never travels.
         self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout), follow_redirects=False,
                                   transport=transport, trust_env=False)
@@ -150,6 +153,8 @@ class Client:
         return self.request("POST", path, body=body)
 
     def request(self, method: str, path: str, *, params: Mapping[str, str | int] | None = None, body: Any = None) -> Response:
+        import httpx
+
         url = self.url(path)
         if params:
             url = str(httpx.URL(url).copy_merge_params(dict(params)))
@@ -175,6 +180,8 @@ class Client:
                             hint="the next pass asks again" if response.status >= 500 else _status_hint(response.status))
 
     def _once(self, method: str, url: str, body: Any) -> Response:
+        import httpx
+
         content = None if body is None else json.dumps(body).encode()
         try:
             with self._http.stream(method, url, content=content,

@@ -174,7 +174,7 @@ class Assessor:
             sha=sha, parents=parents, malformed="", author_name=author[0], author_email=author[1], files=tuple(files),
             signature=signature, approvals=tuple(self._approvals(first, second, base_tree, set(paths), policy)),
             veto_trailers=veto_trailers, content_writers=content_writers,
-            job_ids=tuple(p for _, _, p in self.repo.ls_tree(result, "jobs/") if is_job_path(p)) if jobs else (),
+            job_ids=tuple(p for p in self._tree(result) if is_job_path(p)) if jobs else (),
             symlinks=self._symlinks(result) if jobs else (),
             policy_tree=self._policy_tree(result) if policy_changes else None,
             policy_drift=tuple(sorted(c.path for c in self.repo.diff(policy.commit, result, POLICY_DIR) if c.path not in paths))
@@ -215,11 +215,14 @@ class Assessor:
         return Writer(sha, commit.author_name, commit.author_email, check.key.owner if check.ok and check.key else None, check.reason)
 
     def _tree(self, commit: str) -> dict[str, Entry]:
-        if commit not in self._trees:
+        """Every file of a commit (or tree), by tree: a merge's result, its side and the next merge's
+        base are mostly one tree, listed once."""
+        tree = self.repo.tree_of(commit)
+        if tree not in self._trees:
             if len(self._trees) > 64:
                 self._trees.clear()
-            self._trees[commit] = {path: Entry(mode, blob) for mode, blob, path in self.repo.ls_tree(commit)}
-        return self._trees[commit]
+            self._trees[tree] = {path: Entry(mode, blob) for mode, blob, path in self.repo.ls_tree(tree)}
+        return self._trees[tree]
 
     def _text(self, path: str, entry: Entry) -> bytes | None:
         if entry.mode not in REGULAR or not (is_job_path(path) or path.startswith(POLICY_DIR)):
@@ -235,7 +238,7 @@ class Assessor:
         return self._tree(parents[0]).get(path, ABSENT) if parents else ABSENT
 
     def _symlinks(self, tree: str) -> tuple[tuple[str, bytes], ...]:
-        return tuple((path, self.repo.blob(blob)) for mode, blob, path in self.repo.ls_tree(tree) if mode == "120000")
+        return tuple((path, self.repo.blob(e.blob)) for path, e in self._tree(tree).items() if e.mode == "120000")
 
     def _policy_tree(self, tree: str) -> dict[str, tuple[str, bytes]]:
         return {path: (mode, self.repo.blob(blob) if mode in REGULAR else b"") for mode, blob, path in self.repo.ls_tree(tree, POLICY_DIR)}

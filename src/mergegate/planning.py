@@ -36,7 +36,8 @@ class Walk:
     changes them again, and no job runs in a tree that holds such a file.
     """
 
-    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, records: str | None) -> None:
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, records: str | None,
+                 mentioned: Callable[[str, str], bool] | None = None) -> None:
         self.assessor = assessor
         self.policy = policy
         self.unapproved = dict(unapproved or {})
@@ -45,9 +46,10 @@ class Walk:
         # or the audit has seen, a file an unapproved commit changed) get their full
         # authorship checked; searching all history for every file would cost seconds.
         # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
+        # `mentioned` answers audit.mentions from records already read (verify has them all).
+        mentions = mentioned or (lambda path, blob: audit.mentions(assessor.repo, records, path, blob))
         assessor.known = lambda path, blob: (
-            path in self.unapproved or (path, blob) in self.seen
-            or (is_job_path(path) and audit.mentions(assessor.repo, records, path, blob)))
+            path in self.unapproved or (path, blob) in self.seen or (is_job_path(path) and mentions(path, blob)))
 
     def step(self, sha: str) -> Assessment:
         # The judge decides what stays unapproved and what it taints; the walk carries it.

@@ -20,7 +20,7 @@ from mergegate.approvals import Assessor
 from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError, MergegateError, NotYet
-from mergegate.git import Repo
+from mergegate.git import ZERO, Repo
 from mergegate.planning import Walk, policy_lookup
 from mergegate.policy import Policy, load_policy
 
@@ -145,13 +145,19 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         violations.append(str(exc))
         last_seen = None
     records: list[audit.Record] = []
+    mentioned: Callable[[str, str], bool] | None = None  # None: ask the audit with git grep, as a pass does
     try:
         records = audit.read_all(repo, records_tip)
+        # Every record is in memory: which job revisions they name is a set, not a git grep per file.
+        revisions = {r.revision for r in records}
+        mentioned = lambda path, blob: blob != ZERO and (path, blob) in revisions  # noqa: E731
         _references(repo, records_tip, records)
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     chain = repo.first_parent_chain(root, tip)
-    seen = _first_seen(repo, records, set(chain))
+    # What the walk asks of each commit of the chain (diff, parents), read in two processes, not two per commit.
+    repo.prefetch(chain)
+    seen = _first_seen(repo, records, chain, root)
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     now = datetime.now(UTC)
     # Review-based decisions are re-derived from the evidence the records name, offline.
@@ -163,7 +169,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the runner does.
     reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True,
                                   remote=source.remote if fetch else None)
-    walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip)
+    walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip, mentioned=mentioned)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     rejected: dict[tuple[str, str, str], str] = {}
@@ -245,16 +251,24 @@ def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str
     return problems
 
 
-def _first_seen(repo: Repo, records: list[audit.Record], chain: set[str]) -> dict[str, datetime]:
-    """When the runner first recorded each commit: the time key lifetimes are judged at."""
+def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, datetime]:
+    """When the runner first recorded each commit of `chain` (the commits after `root`): the time key
+    lifetimes are judged at."""
     seen: dict[str, datetime] = {}
+    walked = [root, *chain]
+    index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
         when = datetime.fromisoformat(str(record["time"]))
         commits = [record.get("commit")]
         if record.event == "scanned" and record.get("start"):
-            commits = repo.first_parent_chain(str(record["start"]), str(record["commit"]))
+            start, end = index.get(str(record["start"])), index.get(str(record["commit"]))
+            if start is not None and end is not None:
+                # start..commit along the chain: what `rev-list --first-parent start..commit` lists.
+                commits = list(walked[start + 1:end + 1])
+            else:
+                commits = repo.first_parent_chain(str(record["start"]), str(record["commit"]))
         for sha in commits:
-            if isinstance(sha, str) and sha in chain and sha not in seen:
+            if isinstance(sha, str) and sha in index and sha != root and sha not in seen:
                 seen[sha] = when
     return seen
 

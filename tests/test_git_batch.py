@@ -1,0 +1,65 @@
+"""git.py's read-ahead for a walk (Repo.prefetch) answers exactly what git answers one commit at a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from mergegate.git import Repo
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True).stdout.decode().strip()
+
+
+def _history(tmp_path: Path) -> Path:
+    """A first-parent chain with adds, edits, deletes, a mode change, a symlink, a file becoming a
+    folder, a name that is not UTF-8, an empty commit, a merge and an octopus merge."""
+    repo = tmp_path / "r"
+    _git(tmp_path, "init", "-q", str(repo))
+    steps: list[list[str]] = [
+        ["sh", "-c", "echo a > a && mkdir -p jobs && echo 'id: j' > jobs/j.yaml"],
+        ["sh", "-c", "echo b >> a && chmod +x a && ln -s a link"],
+        ["sh", "-c", "rm jobs/j.yaml && mkdir jobs/j.yaml && echo x > jobs/j.yaml/inner"],
+        ["sh", "-c", "printf x > \"$(printf 'caf\\351')\""],
+        ["true"],
+    ]
+    for number, step in enumerate(steps):
+        subprocess.run(step, cwd=repo, check=True)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"step {number}")
+    base = _git(repo, "rev-parse", "HEAD")
+    for side in ("s1", "s2", "s3"):
+        _git(repo, "checkout", "-q", "-b", side, base)
+        (repo / f"{side}.txt").write_text(side)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", side)
+    _git(repo, "checkout", "-q", "-")
+    _git(repo, "checkout", "-q", "-B", "main", base)
+    _git(repo, "merge", "-q", "--no-ff", "-m", "merge", "s1")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "octopus", "s2", "s3")
+    return repo
+
+
+def test_prefetch_answers_diffs_and_parents_as_git_does_one_at_a_time(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    tip = _git(path, "rev-parse", "HEAD")
+    chain = Repo(path).first_parent_chain(None, tip)
+    fresh = Repo(path)
+    expected = {sha: (fresh.git_parents(sha), fresh.diff(fresh.commit(sha).parents[0], sha) if fresh.commit(sha).parents else None)
+                for sha in chain}
+    ahead = Repo(path)
+    ahead.prefetch(chain)
+    assert len(ahead._diffs) == len(chain) - 1 and len(ahead._parents) == len(chain)  # answered from memory
+    for sha in chain:
+        parents, changes = expected[sha]
+        assert ahead.git_parents(sha) == parents
+        if changes is not None:
+            assert ahead.diff(parents[0], sha) == changes
+    kinds = {c.status for changes in ahead._diffs.values() for c in changes}
+    assert {"A", "M", "D"} <= kinds and any(len(p) == 3 for p in ahead._parents.values())
+    assert any(c.path.startswith("\0") for changes in ahead._diffs.values() for c in changes)  # the non-UTF-8 name
+    assert [] in ahead._diffs.values()  # the empty commit

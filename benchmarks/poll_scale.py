@@ -21,8 +21,12 @@ user runs the command (a subprocess of `python -m mergegate`):
    past jobs" of docs/performance.md (the generated part; notes below the end
    marker are kept).
 
-Usage: python benchmarks/poll_scale.py [--jobs N] [--repeat K] [--profile DIR]
+Usage: python benchmarks/poll_scale.py [--jobs N] [--last-pass K] [--repeat R] [--profile DIR]
                                        [--commit-graph] [--no-docs] [--keep]
+
+The big gate's audit branch ends as a pass that ran its last K jobs (default
+300) leaves it: one audit commit per job, then one with the `scanned` record,
+so (a) is also the idle poll right after a pass that ran hundreds of jobs.
 
 HOME, GIT_CONFIG_GLOBAL and GNUPGHOME point into a temporary directory so the
 machine's git config, keys and identity are never read; it is removed at the end.
@@ -231,8 +235,12 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: bool = False) -> Gate:
-    """A remote whose approved holds n processed jobs (n=0: just the trust root), and a runner clone."""
+def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: bool = False, last_pass: int = 0) -> Gate:
+    """A remote whose approved holds n processed jobs (n=0: just the trust root), and a runner clone.
+
+    With `last_pass` K, the audit branch ends as a pass that ran the last K jobs leaves it: one
+    commit per job (its `started` and `finished`), then one with the `scanned` record.
+    """
     timings: dict[str, float] = {}
     remote, runner = base / f"{name}-remote.git", base / f"{name}-runner"
     t = time.perf_counter()
@@ -265,10 +273,14 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
         empty = audit.read_tail(repo, None)  # no log files yet
         files = audit.append(repo, None, empty, sealed)  # split into log-NNNNNN.jsonl files
         records = len(sealed)
-        message = audit_branch.message(f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)", merges[-1])
-        stream = _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * (n + 1), message, [], files)
+        k = min(last_pass, n)
+        if not k:
+            message = audit_branch.message(f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)", merges[-1])
+            stream = _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * (n + 1), message, [], files)
+        else:
+            stream = _pass_commits(sealed, k, merges)
         fast_import(remote, stream)
-        timings["audit records + commit"] = time.perf_counter() - t
+        timings["audit records + commit" + ("s" if k else "")] = time.perf_counter() - t
     # 3. The runner's clone (main checked out, so the runner reads origin/approved).
     t = time.perf_counter()
     git(base, "clone", "--quiet", str(remote), str(runner))
@@ -287,6 +299,32 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
     gate.audit_bytes = sum(int(git(remote, "cat-file", "-s", blob)) for blob in log)
     gate.reset(pristine)
     return gate
+
+
+def _pass_commits(sealed: Sequence[audit.Record], k: int, merges: list[str]) -> bytes:
+    """fast-import commands for the audit branch: everything before the last k jobs in one commit,
+    then one commit per job (2 records) and one with the final `scanned` record, as a pass writes them."""
+    lines = [r.line() for r in sealed]
+
+    def files_upto(count: int, only_last: bool) -> dict[str, bytes]:
+        # Rotation as audit.append does it for these records (about 800 bytes each: the record count decides).
+        out = {}
+        first = 0 if not only_last else ((count - 1) // audit.RECORDS_PER_FILE) * audit.RECORDS_PER_FILE
+        for start in range(first, count, audit.RECORDS_PER_FILE):
+            out[f"{audit.AUDIT_DIR}log-{start // audit.RECORDS_PER_FILE + 1:06d}.jsonl"] = b"".join(lines[start:min(count, start + audit.RECORDS_PER_FILE)])
+        return out
+
+    ref = f"refs/heads/{AUDIT_BRANCH}"
+    before = len(sealed) - 1 - 2 * k
+    chunks = [_commit(ref, 1, RUNNER, T0, audit_branch.message(f"mergegate: audit seq 1-{before}", merges[-1]),
+                      [], files_upto(before, only_last=False))]
+    for j in range(k):
+        upto = before + 2 * (j + 1)
+        message = audit_branch.message(f"mergegate: audit seq {upto - 1}-{upto}", merges[-1])
+        chunks.append(_commit(ref, j + 2, RUNNER, T0 + j, message, [f":{j + 1}"], files_upto(upto, only_last=True)))
+    message = audit_branch.message(f"mergegate: audit seq {len(sealed)} (scanned)", merges[-1])
+    chunks.append(_commit(ref, k + 2, RUNNER, T0 + k, message, [f":{k + 1}"], files_upto(len(sealed), only_last=True)))
+    return b"".join(chunks)
 
 
 def _audit_blobs(remote: Path, commit: str) -> list[str]:
@@ -520,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also profile one poll of each kind on the big gate; keep .prof files in DIR")
     parser.add_argument("--commit-graph", action="store_true",
                         help="write a commit-graph with changed-path Bloom filters in both gates before measuring")
+    parser.add_argument("--last-pass", type=int, default=300, metavar="K",
+                        help="the big gate's audit branch ends as a pass that ran its last K jobs left it: "
+                             "one commit per job, then the scanned record (default 300)")
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary gates (their path is printed)")
     args = parser.parse_args(argv)
@@ -551,7 +592,7 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     print(f"{info['date']}; {info['nproc']} CPUs; Python {info['python']}; {info['git']}")
     print(f"building a gate with {args.jobs} past jobs ...", flush=True)
     t = time.perf_counter()
-    big = build_gate(tmp, "big", args.jobs, public_key, commit_graph=args.commit_graph)
+    big = build_gate(tmp, "big", args.jobs, public_key, commit_graph=args.commit_graph, last_pass=args.last_pass)
     build_total = time.perf_counter() - t
     fresh = build_gate(tmp, "fresh", 0, public_key, commit_graph=args.commit_graph)
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in big.build_seconds.items())

@@ -278,7 +278,8 @@ def _policy(text: str) -> object:
 def test_policy_github_ids_and_merge_keys(tmp_path: Path) -> None:
     key = make_ssh_key(tmp_path, "gh")
     policy = _policy(f"version: 1\napprovers:\n  - name: alice\n    github: 101\n  - name: bob\n    github: [102, 103]\n"
-                     f"github:\n  merge_keys: ['{key.public_line}']\n  allow_unmapped_authors: true\n")
+                     f"github:\n  merge_keys: ['{key.public_line}']\n  allow_unmapped_authors: true\n"
+                     f"runners:\n  - name: gha\n    key: '{key.public_line}'\n")
     assert policy.github_person(103).name == "bob" and policy.github_person(101).name == "alice"  # type: ignore[attr-defined]
     assert policy.github_person(999) is None  # type: ignore[attr-defined]
     assert policy.github.allow_unmapped_authors and len(policy.github.merge_keys) == 1  # type: ignore[attr-defined]

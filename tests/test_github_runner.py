@@ -30,7 +30,7 @@ def gate(world: World, fake: FakeGitHub) -> GithubGate:
 
 
 def run(gate: GithubGate, **env: str) -> dict[str, Any]:
-    result = gate.world.run_once(env={**gate.fake.env(), **env})
+    result = gate.run_once(env=env)
     assert result.code in (0, 1), result.err
     assert "ghs_test_token" not in result.out + result.err
     return result.json()  # type: ignore[no-any-return]
@@ -73,12 +73,12 @@ def test_the_api_unreachable_nothing_runs_the_job_waits_with_the_reason(gate: Gi
     pr = gate.open_pr("backup")
     gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
     gate.merge(pr)
-    result = gate.world.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"})
+    result = gate.run_once(env={"GITHUB_API_URL": "http://127.0.0.1:9"})
     assert result.code == 1
     out = result.json()
     assert out["jobs"] == [] and started(gate) == []
     assert out["waiting"]["reason"].startswith("waiting for evidence: GET http://127.0.0.1:9/")
-    human = gate.world.mg("run", "--once", env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"})
+    human = gate.world.mg("run", "--once", *gate.runner_args, env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"})
     assert "waiting" in human.out and "judged again on the next pass" in human.out
     # The API is back: the next pass judges the same commit again and runs the job.
     out = run(gate)

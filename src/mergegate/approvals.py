@@ -45,6 +45,7 @@ from mergegate.signatures import PublicKey, SignatureCheck, split_signed_commit,
 
 if TYPE_CHECKING:
     from mergegate.github import ReviewSource
+    from mergegate.reviews import Verdict
 
 APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
@@ -93,19 +94,33 @@ class Assessor:
     # -- facts ------------------------------------------------------------------------
     def facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
         facts = self._facts(sha, policy, unapproved)
-        return self._with_reviews(facts, policy)
-
-    def _with_reviews(self, facts: CommitFacts, policy: Policy) -> CommitFacts:
-        """A merge no approver key signed, that changes something, gets GitHub's review verdict
-        (NotYet while the evidence is not there): its votes count for every file it changes."""
         signed = facts.signature is not None and facts.signature.ok
         if (self.reviews is None or facts.malformed or signed or not facts.files or len(facts.parents) > 2
                 or not self.reviews.enabled(policy)):
             return facts
         verdict = self.reviews.outcome(facts.sha, policy).verdict
+        if len(facts.parents) == 1 and verdict.method == "squash" and not verdict.refused and not verdict.waiting:
+            # A squash of a known head: the same facts as a merge of that head, so every
+            # git-level rule (signed proposals, authors, symlinks, ids) applies to it too.
+            facts = self._squash_facts(sha, verdict.head, policy, unapproved, facts)
+        return self._with_reviews(facts, verdict)
+
+    def _with_reviews(self, facts: CommitFacts, verdict: Verdict) -> CommitFacts:
+        """A merge no approver key signed, that changes something, gets GitHub's review verdict
+        (NotYet while the evidence is not there): its votes count for the files it changes
+        (the judge refuses them for what the merge itself wrote)."""
         label = f"reviews on PR #{verdict.pull} ({verdict.method})"
-        votes = tuple((f.path, v) for f in facts.files for v in verdict.votes) if not verdict.refused else ()
-        return replace(facts, review=Review(label, verdict.refused, verdict.excluded), extra_votes=(*facts.extra_votes, *votes))
+        # Stored evidence that does not (yet) derive a verdict approves nothing.
+        refused = verdict.refused or verdict.waiting
+        votes = tuple((f.path, v) for f in facts.files for v in verdict.votes) if not refused else ()
+        return replace(facts, review=Review(label, refused, verdict.excluded), extra_votes=(*facts.extra_votes, *votes))
+
+    def _squash_facts(self, sha: str, head: str, policy: Policy, unapproved: Mapping[str, str], facts: CommitFacts) -> CommitFacts:
+        commit = self.repo.commit(sha)
+        return self._merge_facts(sha=sha, first=commit.parents[0], second=head, changes_of=self.repo.diff(commit.parents[0], sha),
+                                 policy=policy, unapproved=unapproved, signature=facts.signature,
+                                 author=(commit.author_name, commit.author_email), parents=commit.parents,
+                                 veto_trailers=facts.veto_trailers, squash=True)
 
     def _facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
         commit = self.repo.commit(sha)
@@ -141,7 +156,7 @@ class Assessor:
     def _merge_facts(self, *, sha: str, first: str, second: str, changes_of: list[Change], policy: Policy,
                      unapproved: Mapping[str, str], signature: SignatureCheck | None, author: tuple[str, str],
                      parents: tuple[str, ...], veto_trailers: tuple[str, ...], result: str | None = None,
-                     merger: str | None = None) -> CommitFacts:
+                     merger: str | None = None, squash: bool = False) -> CommitFacts:
         result = result or sha
         base = self.repo.merge_base(first, second)
         base_tree = self._tree(base) if base else {}
@@ -153,7 +168,9 @@ class Assessor:
         known = {c.path: c.new_blob for c in judged if c.status != "D" and self.known(c.path, c.new_blob)}
         tip = sha if result == sha else second  # a proposal's merge does not exist yet: its side does
         merge = sha if result == sha else None  # the merge is a writer only of what it wrote (the judge decides)
-        producers = self.repo.producers(tip, known)
+        # A squash's own history lacks the reviewed side: bytes may have lived on either.
+        tips = (tip, second) if squash else (tip,)
+        producers = self._producers(tips, known)
         files = []
         for c in changes_of:
             before, after = Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob)
@@ -166,7 +183,7 @@ class Assessor:
         content = {c.path: c.new_blob for c in changes_of if c not in judged and c.status != "D"}
         suspects = {p: b for p, b in content.items() if self.known(p, b)}
         content_shas = [*self.repo.commits_touching(first, second, *CONTENT_PATHSPEC),
-                        *sorted({s for shas in self.repo.producers(tip, suspects).values() for s in shas})]
+                        *sorted({s for shas in self._producers(tips, suspects).values() for s in shas})]
         content_writers = tuple(self._writer(s, policy) for s in dict.fromkeys(content_shas) if s != merge)
         jobs = any(is_job_path(c.path) and c.status != "D" for c in changes_of)
         policy_changes = any(c.path.startswith(POLICY_DIR) for c in changes_of)
@@ -181,6 +198,13 @@ class Assessor:
             if policy_changes else (),
             proposal=result != sha, merger=merger,
         )
+
+    def _producers(self, tips: tuple[str, ...], files: Mapping[str, str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for tip in tips:
+            for path, shas in self.repo.producers(tip, files).items():
+                found[path] = list(dict.fromkeys([*found.get(path, []), *shas]))
+        return found
 
     def _approvals(self, first: str, second: str, base_tree: Mapping[str, Entry], paths: set[str], policy: Policy) -> list[ApprovalFacts]:
         """The signed approval commits between `first` and `second`, and what each approves of `paths`.

@@ -390,9 +390,17 @@ def _votes(facts: CommitFacts, policy: Policy, f: FileFacts, signer: str | None)
         votes.append(Vote(signer, f"merge signature of {facts.short}", True, ""))
     for approval in facts.approvals:
         votes += _approval_votes(policy, approval, f)
-    votes += [v for path, v in facts.extra_votes if path == f.path]
+    votes += [_extra_vote(v, f) for path, v in facts.extra_votes if path == f.path]
     excluded = {**dict(facts.review.excluded if facts.review else ()), **excluded_people(policy, _writers(facts, f))}
     return tuple(_exclude(v, excluded, policy) for v in votes)
+
+
+def _extra_vote(vote: Vote, f: FileFacts) -> Vote:
+    """A review vote covers what the pull request wrote, as an approval commit does (rule 4):
+    what the merge itself wrote is the merger's own, and a GitHub merge has no signer."""
+    if vote.counted and f.merge_wrote:
+        return Vote(vote.person, vote.via, False, "the merge itself wrote this content (not the reviewed pull request)")
+    return vote
 
 
 def _approval_votes(policy: Policy, approval: ApprovalFacts, f: FileFacts) -> list[Vote]:
@@ -493,7 +501,7 @@ def _content(facts: CommitFacts, policy: Policy, signer: str | None, files: list
     if not files:
         return True, ""
     voters = [{v.person for a in facts.approvals for v in _approval_votes(policy, a, f) if v.counted}
-              | {v.person for path, v in facts.extra_votes if path == f.path and v.counted} for f in files]
+              | {v.person for path, v in facts.extra_votes if path == f.path and _extra_vote(v, f).counted} for f in files]
     people = ({signer} if signer else set()) | set.intersection(*voters)
     excluded: dict[str, str] = {}
     writers = list(facts.content_writers)

@@ -230,6 +230,8 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     if not runners:
         _no_lifetimes_without_runners((*approvers, *proposers))
     _unique_github_ids(doc, data, (("approvers", approvers), ("proposers", proposers)))
+    if not runners:
+        _no_reviews_without_runners(doc, approvers)
     names = {p.name for p in approvers}
     groups = {}
     for group, people in data.get("groups", {}).items():
@@ -294,6 +296,21 @@ def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
                 raise ConfigError(message, file=file or POLICY_FILE, line=int(line) if line.isdigit() else None,
                                   hint="list `runners` and run with --signing-key, or drop the lifetime and remove "
                                   "the key with a policy change when it must stop counting (docs/policy.md)")
+
+
+def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person]) -> None:
+    """Review approvals need authenticated stored evidence: runner-signed audit commits.
+
+    The runner and `verify` judge a GitHub merge on the evidence stored on the audit
+    branch; without `runners` anyone who can push that branch could store forged
+    evidence (an APPROVED review nobody gave) and approve any job.
+    """
+    for index, person in enumerate(approvers):
+        if person.github_ids:
+            raise doc.error(("approvers", index, "github"),
+                            f"field 'approvers': {person.name} has a GitHub id (review approvals) but the policy lists no "
+                            "runners: without runner-signed audit commits stored review evidence could be forged",
+                            hint="list the runner's public key under `runners` and run with --signing-key (docs/github.md)")
 
 
 def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Person, ...], groups: dict[str, tuple[str, ...]],
@@ -393,7 +410,8 @@ def _person(doc: config.Document, read: Reader, path: tuple[str | int, ...], dat
             )
         )
     github = data.get("github", ())
-    github_ids = (github,) if isinstance(github, int) else tuple(github)
+    # The schema's integer admits 1.0: ids are ints from here on.
+    github_ids = (int(github),) if isinstance(github, int | float) else tuple(int(g) for g in github)
     return Person(name=data["name"], emails=emails, keys=tuple(keys), github_ids=github_ids)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.helpers.fake_github import FakeGitHub, PrCommit, PullRequest, ago
-from tests.helpers.keys import SshKey
-from tests.helpers.repos import ECHO_RULE, Person, World, job_yaml, policy_yaml
+from tests.helpers.keys import SshKey, shared_ssh_key
+from tests.helpers.repos import ECHO_RULE, Person, Result, World, job_yaml, policy_yaml
 
 ALICE, BOB, CAROL, DAVE = 101, 102, 103, 200  # GitHub ids; dave proposes and is in no policy
 GITHUB = {"GIT_COMMITTER_NAME": "GitHub", "GIT_COMMITTER_EMAIL": "noreply@github.com"}
@@ -18,12 +18,24 @@ class GithubGate:
         self.world = world
         self.fake = fake
         self.numbers = 0
+        # Review approvals need runners (stored evidence is only as good as the audit commits' signatures).
+        self.runner_key = shared_ssh_key(world.tmp / "keys", "runner")
+        self.runners = [{"name": "gha", "key": self.runner_key.public_line}]
+
+    @property
+    def runner_args(self) -> tuple[str, ...]:
+        return ("--signing-key", str(self.runner_key.private), "--runner-name", "gha")
 
     def setup(self, *, required: int = 1, approvers: list[dict[str, Any]] | None = None, **extra: Any) -> str:
         w = self.world
         people = approvers if approvers is not None else [
             w.alice.approver_entry(github=ALICE), w.bob.approver_entry(github=BOB), w.carol.approver_entry(github=CAROL)]
+        extra.setdefault("runners", self.runners)
         return w.setup(policy_yaml(people, [ECHO_RULE], approvals_required=required, **extra))
+
+    def run_once(self, *args: str, env: dict[str, str] | None = None, where: str = "runner") -> Result:
+        """One runner pass against the fake API, signed with the runner key."""
+        return self.world.run_once(*self.runner_args, *args, env={**self.fake.env(), **(env or {})}, where=where)
 
     def open_pr(self, branch: str, files: dict[str, str] | None = None, *, author: int = DAVE, who: Person | None = None,
                 commit_author: int | str | None = "same") -> PullRequest:

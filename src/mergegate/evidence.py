@@ -57,11 +57,14 @@ class Evidence:
     pull: int | None  # the pull request it merged, None when the lookup found none
     exchanges: tuple[Exchange, ...]
     gathered_at: str
+    truncated: str = ""  # why gathering stopped at a bound ("" when complete): the merge is refused
 
     def to_bytes(self) -> bytes:
-        data = {"kind": "github-evidence", "version": EVIDENCE_VERSION, "commit": self.commit,
-                "repository": self.repository, "api_url": self.api_url, "pull": self.pull,
-                "gathered_at": self.gathered_at, "exchanges": [e.as_json() for e in self.exchanges]}
+        data: dict[str, Any] = {"kind": "github-evidence", "version": EVIDENCE_VERSION, "commit": self.commit,
+                                "repository": self.repository, "api_url": self.api_url, "pull": self.pull,
+                                "gathered_at": self.gathered_at, "exchanges": [e.as_json() for e in self.exchanges]}
+        if self.truncated:  # only then: the bytes (and names) of complete evidence stay as they were
+            data["truncated"] = self.truncated
         return (json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
     @property
@@ -83,7 +86,8 @@ class Evidence:
             doc = json.loads(data)
             exchanges = tuple(Exchange(e["url"], int(e["status"]), e["request_id"], e["at"], e["sha256"], e["body"])
                               for e in doc["exchanges"])
-            evidence = cls(doc["commit"], doc["repository"], doc["api_url"], doc["pull"], exchanges, doc["gathered_at"])
+            evidence = cls(doc["commit"], doc["repository"], doc["api_url"], doc["pull"], exchanges, doc["gathered_at"],
+                           str(doc.get("truncated", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise IntegrityError(f"evidence file {where} is malformed ({exc.__class__.__name__}): tampering", file=where) from None
         if doc.get("kind") != "github-evidence" or doc.get("version") != EVIDENCE_VERSION:
@@ -93,11 +97,15 @@ class Evidence:
                 raise IntegrityError(f"evidence file {where}: the body of {exchange.url} does not match its SHA-256: tampering", file=where)
         return evidence
 
+    def _is(self, url: str, suffix: str) -> bool:
+        # Exactly this repository's resource: a page of /repos/other/x/pulls/1/reviews is not one of ours.
+        return _path(url) == _path(f"{self.api_url}/repos/{self.repository}{suffix}")
+
     def pages(self, suffix: str) -> list[Any]:
-        """The items of every page of one listing (the URLs whose path ends with `suffix`), in order."""
+        """The items of every page of one listing (`/repos/<repository><suffix>`), in order."""
         items: list[Any] = []
         for exchange in self.exchanges:
-            if _path(exchange.url).endswith(suffix):
+            if self._is(exchange.url, suffix):
                 page = exchange.json()
                 if not isinstance(page, list):
                     raise Malformed(f"{exchange.url}: expected a list", url=exchange.url, status=exchange.status)
@@ -106,7 +114,7 @@ class Evidence:
 
     def one(self, suffix: str) -> Any:
         for exchange in self.exchanges:
-            if _path(exchange.url).endswith(suffix):
+            if self._is(exchange.url, suffix):
                 return exchange.json()
         raise Malformed(f"the evidence for {self.commit[:7]} holds no answer for {suffix}", url=suffix)
 

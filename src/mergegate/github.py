@@ -21,14 +21,21 @@ from mergegate import audit, reviews
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
 from mergegate.git import Repo
-from mergegate.http import Client, Malformed
+from mergegate.http import Client, Malformed, redact_url, url_problem
 from mergegate.policy import Policy
 from mergegate.reviews import Verdict
 from mergegate.signatures import split_signed_commit, verify_signature
 
 DEFAULT_API_URL = "https://api.github.com"
 PER_PAGE = 100
-MAX_PAGES = 50  # 5,000 reviews or events: far beyond a real pull request; more is refused, not truncated
+MAX_PAGES = 50  # 5,000 reviews or commits (GitHub lists at most 250 commits): far beyond a real pull request
+# The timeline also holds every comment, which anyone may add on a public repository.
+MAX_TIMELINE_PAGES = 100
+MAX_EVIDENCE_BYTES = 48 * 1024 * 1024  # all answers about one merge; evidence is stored on the audit branch
+
+
+class TooLarge(Malformed):
+    """A pull request whose listings pass the bounds: judged (refused), not waited for forever."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,12 @@ class Settings:
         if repository.count("/") != 1 or not all(repository.split("/")):
             raise UsageError(f"GITHUB_REPOSITORY={repository!r} is not owner/name", hint="GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name")
         token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None
-        return cls(api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"), repository=repository, token=token)
+        api_url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+        problem = url_problem(api_url)
+        if problem:
+            raise UsageError(f"GITHUB_API_URL={redact_url(api_url)!r} {problem}",
+                             hint="GitHub Actions sets it (https://api.github.com, or https://<host>/api/v3 on GitHub Enterprise Server)")
+        return cls(api_url=api_url, repository=repository, token=token)
 
     def client(self, **options: Any) -> Client:
         return Client(self.api_url, token=self.token, **options)
@@ -112,7 +124,7 @@ def _pull(client: Client, base: str, number: int, exchanges: list[Exchange]) -> 
     exchanges.append(Exchange.of(response))
     _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
     _listing(client, f"{base}/pulls/{number}/commits", exchanges)
-    _listing(client, f"{base}/issues/{number}/timeline", exchanges)
+    _listing(client, f"{base}/issues/{number}/timeline", exchanges, max_pages=MAX_TIMELINE_PAGES)
 
 
 def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
@@ -121,10 +133,16 @@ def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evid
     exchanges: list[Exchange] = []
     lookup = _listing(client, f"{base}/commits/{commit}/pulls", exchanges)
     number = pick_pull(lookup, commit=commit, repository=settings.repository)
+    truncated = ""
     if number is not None:
-        _pull(client, base, number, exchanges)
+        try:
+            _pull(client, base, number, exchanges)
+        except TooLarge as exc:
+            # Past the bounds the merge is refused (with what was read, and why), so that
+            # comment spam cannot hold every later commit waiting behind this one.
+            truncated = exc.message
     return Evidence(commit=commit, repository=settings.repository, api_url=settings.api_url, pull=number,
-                    exchanges=tuple(exchanges), gathered_at=now)
+                    exchanges=tuple(exchanges), gathered_at=now, truncated=truncated)
 
 
 def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
@@ -135,23 +153,26 @@ def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
             raise Malformed(f"commits/{commit}/pulls: an item is not an object", url="")
         base = item.get("base") or {}
         repo = (base.get("repo") or {}).get("full_name")
-        if item.get("merge_commit_sha") == commit and item.get("merged_at") and repo == repository and isinstance(item.get("number"), int):
+        if item.get("merge_commit_sha") == commit and item.get("merged_at") and repo == repository and type(item.get("number")) is int:
             found.add(item["number"])
     if len(found) > 1:
         raise Malformed(f"commits/{commit}/pulls names {len(found)} merged pull requests for one merge commit", url="")
     return found.pop() if found else None
 
 
-def _listing(client: Client, path: str, exchanges: list[Exchange]) -> list[Any]:
+def _listing(client: Client, path: str, exchanges: list[Exchange], *, max_pages: int | None = None) -> list[Any]:
     """Every page of a listing, following `Link: rel="next"`; a broken chain is not yet evidence."""
     items: list[Any] = []
     url: str | None = client.url(path) + f"?per_page={PER_PAGE}"
     seen: set[str] = set()
+    limit = max_pages or MAX_PAGES
     while url is not None:
         if url in seen:
             raise Malformed(f"GET {path}: pagination loops back to {url}", url=url)
-        if len(seen) >= MAX_PAGES:
-            raise Malformed(f"GET {path}: more than {MAX_PAGES} pages", url=url)
+        if len(seen) >= limit:
+            raise TooLarge(f"GET {path}: more than {limit} pages of {PER_PAGE}", url=url)
+        if sum(len(e.body) for e in exchanges) > MAX_EVIDENCE_BYTES:
+            raise TooLarge(f"GET {path}: GitHub's answers pass {MAX_EVIDENCE_BYTES // 2**20} MiB", url=url)
         seen.add(url)
         response = client.get(url)
         page = response.json()
@@ -278,6 +299,9 @@ class ReviewSource:
         self.client = client
         self.gathered: dict[str, Evidence] = {}
         self._outcomes: dict[tuple[str, str], Outcome] = {}
+        # A commit found waiting stays waiting for the whole pass: the walk and the
+        # records check must not see two different answers to one question.
+        self._waiting: dict[tuple[str, str], NotYet] = {}
 
     def enabled(self, policy: Policy) -> bool:
         """Reviews can count only when some approver has a GitHub id."""
@@ -289,12 +313,21 @@ class ReviewSource:
 
     def outcome(self, sha: str, policy: Policy) -> Outcome:
         key = (sha, policy.commit)
+        if key in self._waiting:
+            raise self._waiting[key]
         if key not in self._outcomes:
             stored = self.stored.get(sha) or self.gathered.get(sha)
             if stored is None and self.offline:
                 raise not_yet(f"no stored GitHub evidence for {sha[:7]}")
-            result = review(self.repo, policy, sha, now=self.now, settings=self.settings, stored=stored,
-                            remote=self.remote, client=self.client)
+            if stored is None and self.client is None and self.settings is not None:
+                # One client per pass: its rate-limit wait budget bounds the whole pass, not each commit.
+                self.client = self.settings.client()
+            try:
+                result = review(self.repo, policy, sha, now=self.now, settings=self.settings, stored=stored,
+                                remote=self.remote, client=self.client)
+            except NotYet as exc:
+                self._waiting[key] = exc
+                raise
             if stored is None:
                 self.gathered[sha] = result.evidence
             self._outcomes[key] = result

@@ -30,7 +30,10 @@ from mergegate.errors import NotYet
 
 DEFAULT_TIMEOUT = 15.0  # seconds, per connect/read/write
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; a reviews page of 100 is well under 1 MiB
-DEFAULT_MAX_WAIT = 60.0  # seconds a pass may wait out one rate limit
+DEFAULT_MAX_WAIT = 60.0  # seconds a pass may wait out rate limits, in all (one client per pass)
+MIN_WAIT = 1.0  # seconds: a `retry-after: 0` (or negative, or a past date) must not become a busy loop
+MAX_RATE_RETRIES = 3  # rate-limit retries of one request; then "not yet" for this pass
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one quick retry
 
 
@@ -111,8 +114,9 @@ class Client:
                  max_body: int = DEFAULT_MAX_BODY, max_wait: float = DEFAULT_MAX_WAIT,
                  sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = _now,
                  transport: httpx.BaseTransport | None = None) -> None:
-        if not base_url.startswith(("https://", "http://")):
-            raise Unreachable(f"API URL {base_url!r} is not an http(s) URL", url=base_url)
+        problem = url_problem(base_url)
+        if problem:
+            raise Unreachable(f"API URL {redact_url(base_url)!r} {problem}", url=redact_url(base_url))
         self.base_url = base_url.rstrip("/")
         self._origin = _origin(self.base_url)
         self.max_body = max_body
@@ -159,13 +163,16 @@ class Client:
         if params:
             url = str(httpx.URL(url).copy_merge_params(dict(params)))
         retried = False
+        limited = 0
         while True:
             response = self._once(method, url, body)
             if 200 <= response.status < 300:
                 return response
             wait = self._rate_limit_wait(response)
             if wait is not None:
-                if self.waited + wait > self.max_wait:
+                wait = max(MIN_WAIT, wait)
+                limited += 1
+                if limited > MAX_RATE_RETRIES or self.waited + wait > self.max_wait:
                     raise RateLimited(f"{method} {url}: rate limited ({response.status}), resets in {wait:.0f}s, "
                                       f"more than this pass still waits ({self.max_wait - self.waited:.0f}s)",
                                       url=url, status=response.status, reset_in=wait)
@@ -231,6 +238,26 @@ def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Resp
     return Response(url=url, status=raw.status_code, request_id=headers.get("x-github-request-id", ""),
                     at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), body=body, link=headers.get("link", ""),
                     retry_after=retry_after, ratelimit_remaining=headers.get("x-ratelimit-remaining"), ratelimit_reset=reset)
+
+
+def url_problem(url: str) -> str:
+    """Why `url` may not be an API base URL ("" when it may): the token goes to it in a header."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "is not an http(s) URL"
+    if parts.username is not None or parts.password is not None:
+        return "holds credentials (user:password@): the token comes from GITHUB_TOKEN, and URLs are stored in evidence"
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK:
+        return "is plain http to a host that is not loopback: the token would travel in clear text (use https)"
+    return ""
+
+
+def redact_url(url: str) -> str:
+    """`url` without any user:password@ part (for messages and stored evidence)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _origin(url: str) -> str:

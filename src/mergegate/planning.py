@@ -227,15 +227,24 @@ def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> au
         raise explain(repo, records, seen, exc) from None
 
 
-def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime) -> None:
+def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime, reviews: ReviewSource | None = None) -> None:
     """Check the signatures and trailers of the audit commits new since the last complete pass
-    (or since this clone last saw the branch); `read_gate` checked their shapes."""
+    (or since this clone last saw the branch); `read_gate` checked their shapes.
+
+    The runner keys are those of the policy in force at each commit's trailer, derived
+    with the walk's own review source (`reviews`, the one `work` was planned with): a
+    policy change approved by reviews may have removed a key. Where that policy cannot
+    be derived yet (its evidence is missing), the check is not yet either (NotYet), never a pass.
+    """
     if not gate.new_records:
         return
     known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
-    assessor = Assessor(repo, at=at)
+    assessor = Assessor(repo, at=at, reviews=reviews)
     policy_at = policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)
-    Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
+    try:
+        Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
+    except NotYet as exc:
+        raise NotYet(f"the audit commits new since the last pass cannot be checked yet: {exc.message}", hint=exc.hint) from None
 
 
 def _judged_path(repo: Repo) -> Path:

@@ -76,6 +76,9 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         return Verdict(number, "none", head, refused=f"PR #{number} is not merged as {short}")
     if pr["base"]["ref"] != "approved" or pr["base"]["repo"]["full_name"] != evidence.repository:
         return Verdict(number, "none", head, refused=f"PR #{number} merged into {pr['base']['repo']['full_name']}:{pr['base']['ref']}, not {evidence.repository}:approved")
+    if evidence.truncated:
+        return Verdict(number, "none", head, refused=f"GitHub's answers about PR #{number} pass mergegate's bounds "
+                       f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed merge")
     method = _method(facts, head, evidence.pages(f"/pulls/{number}/commits"))
     if method == "rebase":
         return Verdict(number, "rebase", head, refused=f"{short} is a rebase merge of PR #{number}: rebase merges approve nothing (their commits are not the reviewed ones); use a merge commit or squash")
@@ -128,7 +131,7 @@ def _excluded(policy: Policy, number: int, pr: dict[str, Any], commits: list[Any
     unmapped = ""
 
     def exclude(account: Any, why: str) -> None:
-        person = policy.github_person(int(account["id"]))
+        person = policy.github_person(_id(account["id"]))
         if person is not None:
             excluded.setdefault(person.name, why)
 
@@ -144,12 +147,19 @@ def _excluded(policy: Policy, number: int, pr: dict[str, Any], commits: list[Any
     return tuple(sorted(excluded.items())), unmapped
 
 
+# Timeline events after which earlier reviews saw another diff: a force-push re-points them at
+# the new head; a base change (the PR retargeted, say from a decoy branch to approved) or a
+# restored head branch shows the same head against other content.
+_RESETS = ("head_ref_force_pushed", "base_ref_changed", "head_ref_restored")
+
+
 def _head_changed(evidence: Evidence, number: int, head: str) -> float:
-    """When the head last changed: the latest force-push, or the head commit's committer date."""
+    """When what the reviewers saw last changed: the latest force-push or base change, or the
+    head commit's committer date."""
     latest = 0.0
     for event in evidence.pages(f"/issues/{number}/timeline"):
         kind = event.get("event")
-        if kind == "head_ref_force_pushed":
+        if kind in _RESETS:
             latest = max(latest, _epoch(event["created_at"]))
         elif kind == "committed" and event.get("sha") == head:
             latest = max(latest, _epoch(event["committer"]["date"]))
@@ -159,10 +169,10 @@ def _head_changed(evidence: Evidence, number: int, head: str) -> float:
 def _votes(policy: Policy, number: int, head: str, changed: float, reviews: list[Any],
            excluded: dict[str, str]) -> tuple[tuple[Vote, ...], list[str]]:
     latest: dict[int, dict[str, Any]] = {}
-    for review in sorted(reviews, key=lambda r: (_epoch(r["submitted_at"]) if r.get("submitted_at") else 0.0, int(r["id"]))):
+    for review in sorted(reviews, key=lambda r: (_epoch(r["submitted_at"]) if r.get("submitted_at") else 0.0, _id(r["id"]))):
         if review.get("user") is None or review.get("state") not in DECIDING:
             continue  # COMMENTED and PENDING never decide; a deleted account decides nothing
-        latest[int(review["user"]["id"])] = review
+        latest[_id(review["user"]["id"])] = review
     votes: list[Vote] = []
     blockers: list[str] = []
     for uid, review in sorted(latest.items()):
@@ -186,7 +196,7 @@ def _votes(policy: Policy, number: int, head: str, changed: float, reviews: list
         elif review.get("commit_id") != head:
             why = f"reviewed {str(review.get('commit_id'))[:7]}, not the merged head {head[:7]}"
         elif _epoch(review["submitted_at"]) <= changed:
-            why = f"submitted before the head last changed (force-push or new head at {_iso(changed)})"
+            why = f"submitted before the pull request last changed (force-push, base change or new head at {_iso(changed)})"
         elif name in excluded:
             if policy.allow_self_approval:
                 votes.append(Vote(name, via + f", self-approved: {excluded[name]}", True, ""))
@@ -194,6 +204,13 @@ def _votes(policy: Policy, number: int, head: str, changed: float, reviews: list
             why = excluded[name]
         votes.append(Vote(name, via, not why, why))
     return tuple(votes), blockers
+
+
+def _id(value: Any) -> int:
+    """A GitHub id as GitHub sends it: a JSON integer (not `true`, not "101")."""
+    if type(value) is not int:
+        raise Malformed(f"{value!r} is not a GitHub id", url="")
+    return value
 
 
 def _sha(value: Any) -> str:

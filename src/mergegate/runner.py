@@ -176,7 +176,7 @@ class Runner:
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
                     reviews=self._reviews)
         # Records other runners (or anyone who can push) appended since the last complete pass.
-        check_new_records(self.repo, gate, work, at=now)
+        check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
         # Before anything runs: a rewrite later must be seen against these tips, so a
         # seen ref that cannot be written stops the pass here (StateError, naming it).
         # (The audit tip only now: it is where the next pass starts checking.)
@@ -261,7 +261,7 @@ class Runner:
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
                     runner_name=self.options.runner_name, remember=False, reviews=self._reviews)
-        check_new_records(self.repo, gate, work, at=now)
+        check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
         warnings = list(gate.warnings)
         if work.policy.runners and self.signing is None:
             warnings.append(f"{work.policy.where} lists runners: a real pass needs --signing-key")
@@ -370,7 +370,9 @@ class Runner:
         evidence = self._reviews.evidence_for(commit)
         if evidence is None:
             return {}
-        self._state.files[evidence.path] = evidence.to_bytes()
+        state = getattr(self, "_state", None)  # `run --dry-run` (preview) writes no files and has no pass state
+        if state is not None:
+            state.files[evidence.path] = evidence.to_bytes()
         return {"evidence": [evidence.sha256]}
 
     def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]]) -> tuple[Outcome, list[dict[str, Any]]]:

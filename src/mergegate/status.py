@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit, github, leases
+from mergegate.errors import NotYet
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
 from mergegate.planning import check_new_records, plan, read_gate
@@ -52,9 +53,12 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
     for record in records:
         if record.event in ("started", "finished", "rejected", "vetoed"):
             latest[record.revision] = record
-    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status",
-                   reviews=github.recorded(repo, gate.records, now=now))
-    check_new_records(repo, gate, pending, at=now)
+    reviews = github.recorded(repo, gate.records, now=now)
+    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status", reviews=reviews)
+    try:
+        check_new_records(repo, gate, pending, at=now, reviews=reviews)
+    except NotYet as exc:  # the runner is still waiting for that evidence: status shows what it can
+        warnings = (*warnings, exc.message)
     planned = {(d.path, d.blob): d for d, _ in pending.items}
     jobs = []
     for _, blob, path in repo.ls_tree(tip, "jobs/"):

@@ -41,7 +41,10 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
     source.check_not_rewritten(tip, records_tip)
     refuse_old_layout(repo, tip, records_tip)
     root, _ = trust_root(repo, tip, trust)
-    assessor = Assessor(repo, at=datetime.now(UTC))
+    # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
+    now = datetime.now(UTC)
+    reviews = github.ReviewSource(repo, now=now, settings=None, stored=github.stored_evidence(repo, records_tip), offline=True)
+    assessor = Assessor(repo, at=now, reviews=reviews)
     # The commits first: a broken record is then reported as the commit that broke it.
     Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip)).check(every_commit(repo, records_tip))
     # Streamed: one log file in memory at a time, whatever the length of the log (issue 12).

@@ -268,7 +268,7 @@ def test_verify_is_incomplete_not_ok_while_the_runner_waits_for_evidence(gate: G
     second = gate.open_pr("cleanup")
     gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
     waiting = gate.merge(second)
-    assert w.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
+    assert gate.run_once(env={"GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
     w.clone("fresh")
     result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
     assert result.code == 1, result.out + result.err
@@ -314,7 +314,7 @@ def test_status_says_waiting_and_show_judges_reviews_as_the_runner_did(gate: Git
     second = gate.open_pr("cleanup")
     gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
     gate.merge(second)
-    assert w.run_once(env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
+    assert gate.run_once(env={"GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
     status = w.mg("status", "--json", where="runner")
     jobs = {j["job"]: j for j in status.json()["jobs"]}
     assert jobs["backup"]["state"] == "succeeded"
@@ -328,7 +328,7 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
     readme = gate.open_pr("readme", {"README.md": "how to use this gate\n"})
     gate.fake.review(readme.number, 300, "APPROVED", readme.head_sha)  # a reviewer with write access, not in the policy
     gate.merge(readme)
-    result = w.run_once(env=gate.fake.env())
+    result = gate.run_once()
     assert result.code == 0 and "warning: not approved: README.md" in result.err and "removed" in result.err
     blocked = gate.open_pr("backup")
     gate.fake.review(blocked.number, ALICE, "APPROVED", blocked.head_sha)

@@ -70,7 +70,7 @@ def test_review_repointed_after_a_force_push_does_not_count(gate: GithubGate) ->
     assert pr.reviews[0].commit_id == pr.head_sha  # GitHub re-pointed it
     verdict = outcome(gate, gate.merge(pr)).verdict
     assert verdict.counted == ()
-    assert "submitted before the head last changed" in verdict.votes[0].why
+    assert "submitted before the pull request last changed" in verdict.votes[0].why
     assert verdict.votes[0].why.endswith(f"at {pr.force_pushes[0]})")  # the force-push, not the commit date
 
 

@@ -117,7 +117,12 @@ def test_signing_key_is_a_private_file_removed_after_the_run(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[-2:] == ["--signing-key", str(tmp_path / "key" / "key")]
-    assert not (tmp_path / "key" / "key").exists()
+    assert (tmp_path / "key" / "key").stat().st_mode & 0o777 == 0o600
+    # mergegate is exec'd (no shell stays to clean up): the next step, run always, removes the key.
+    step = next(s for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"] if s["name"] == "Remove the signing key file")
+    assert step["if"] == "always()"
+    subprocess.run(["bash", "-e", "-c", step["run"]], env={"PATH": os.environ["PATH"], "MG_KEY_DIR": str(tmp_path / "key")}, check=True)
+    assert not (tmp_path / "key").exists()
 
 
 def test_init_github_writes_both_workflows(world: World) -> None:

@@ -613,3 +613,80 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
         runner.kill()
         runner.wait()
         _kill_all(_with(marker))
+
+
+# -- defect 9 (rest): a refused push reuses the pending commit; disk stays bounded --------------
+
+def _refusing_remote(world: World, block: Path, tally: Path) -> None:
+    """A pre-receive hook that refuses every push to the audit branch while `block` exists, counting each refusal."""
+    hook = world.remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/mergegate/audit ] && [ -e {block} ]; then\n"
+                    f"    echo refused >> {tally}; echo 'remote is read-only' >&2; exit 1\n  fi\ndone\n")
+    hook.chmod(0o755)
+
+
+def _refusals(tally: Path) -> int:
+    return len(tally.read_text().splitlines()) if tally.exists() else 0
+
+
+def _loose_objects(clone: Path) -> int:
+    out = subprocess.run(["git", "count-objects", "-v"], cwd=clone, capture_output=True, text=True, check=True).stdout
+    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("count:")))
+
+
+def _pending(clone: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/mergegate/pending/runner"], cwd=clone,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(world: World) -> None:
+    _gate(world)
+    block, tally = world.tmp / "block", world.tmp / "tally"
+    _refusing_remote(world, block, tally)
+    # The job itself closes the remote between its claim and its result.
+    _merge_jobs(world, "p", {"close": ["sh", "-c", f"echo 1 > {block}"]})
+    clone = world.clone("runner")
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.1")
+    try:
+        _until(lambda: _refusals(tally) >= 2, timeout=60)
+        early, pending = _loose_objects(clone), _pending(clone)
+        assert pending
+        _until(lambda: _refusals(tally) >= 10, timeout=60)
+        # Eight more refused pushes of the same records: the same commit each time, no new objects.
+        assert _pending(clone) == pending
+        assert _loose_objects(clone) <= early + 1
+        block.unlink()
+        _until(lambda: world.events("finished"))
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=15)
+    assert [r["status"] for r in world.events("finished")] == ["succeeded"]
+    assert len(world.events("started")) == 1
+    assert _pending(clone) == ""
+    assert world.mg("audit", "verify").code == 0
+
+
+def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world: World) -> None:
+    """A claim is never reused (its lease counts from the push); each new attempt's commit
+    replaces the refused one, whose objects are deleted: one full copy of the log, not one per poll."""
+    _gate(world)
+    _merge_jobs(world, "p", {f"j{i}": ["echo", str(i)] for i in range(20)})  # a log of some size
+    assert world.run_once().code == 0
+    block, tally = world.tmp / "block", world.tmp / "tally"
+    _refusing_remote(world, block, tally)
+    block.write_text("1")
+    _merge_jobs(world, "q", {"later": ["echo", "later"]})
+    clone = world.clone("runner")
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.1")
+    try:
+        _until(lambda: _refusals(tally) >= 2, timeout=60)
+        early = _loose_objects(clone)
+        _until(lambda: _refusals(tally) >= 8, timeout=60)  # each attempt a new claim: +4 objects each without the fix
+        assert _loose_objects(clone) <= early + 1
+        block.unlink()
+        _until(lambda: len(world.events("finished")) == 21)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=15)
+    assert len(world.events("started")) == 21
+    assert _pending(clone) == ""

@@ -401,6 +401,39 @@ class Repo:
             raise failure(f"updating {ref}", text, proc.returncode)
         return False
 
+    def set_ref(self, ref: str, new: str) -> None:
+        """Point `ref` at `new` whatever it held (for this clone's own bookkeeping refs only)."""
+        proc = self.run("update-ref", ref, new, check=False)
+        if proc.returncode != 0:
+            raise failure(f"updating {ref}", proc.stderr, proc.returncode)
+
+    def delete_ref(self, ref: str) -> None:
+        self.run("update-ref", "-d", ref, check=False)
+
+    def discard(self, sha: str) -> int:
+        """Delete the loose objects that only `sha` (a commit no push landed) holds: those reachable
+        from it and from no ref, reflog or index (move or delete the refs to it first).
+
+        A refused push must not leave a full copy of the log file behind each time. Objects
+        anything else can reach (its parent's, an equal evidence file) are kept, and so is
+        everything once `sha` is reachable from any other ref (the push landed after all
+        and was fetched). Packed objects are left to `git gc`. Returns how many were removed.
+        """
+        proc = self.run("rev-list", "--objects", sha, "--not", "--all", "--reflog", "--indexed-objects", check=False)
+        if proc.returncode != 0:
+            return 0
+        objects = self.common_dir / "objects"
+        removed = 0
+        for line in proc.stdout.decode().splitlines():
+            name = line.split(" ", 1)[0]
+            if len(name) == 40:
+                try:
+                    (objects / name[:2] / name[2:]).unlink()
+                    removed += 1
+                except OSError:
+                    continue
+        return removed
+
     def current_branch(self) -> str | None:
         proc = self.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None

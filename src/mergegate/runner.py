@@ -41,6 +41,7 @@ from mergegate.errors import (
 from mergegate.git import Repo, Signing, path_display
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
+from mergegate.pending import Pending
 from mergegate.planning import (
     Gate,
     Plan,
@@ -158,6 +159,7 @@ class Runner:
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
+        self.pending = Pending(self.repo, options.runner_name)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -511,23 +513,34 @@ class Runner:
                     if rest:
                         self._publish(branch, rest)
                     return dropped
-            records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
-            files = {**audit.append(self.repo, parent, tail, records), **self._new_evidence(parent)}
-            judged = self._trailer(parent)
-            sha = self.repo.write_commit(parent=parent, files=files, message=audit_branch.message(_summary(records), judged),
-                                         author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
-            self._check_own_commit(sha, judged)
+            reuse = self.pending.reusable(parent, tail.last_seq, drafts)
+            if reuse is not None:
+                sha, records = reuse  # the same records a refused push held: pushed again, nothing new on disk
+            else:
+                records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
+                files = {**audit.append(self.repo, parent, tail, records), **self._new_evidence(parent)}
+                judged = self._trailer(parent)
+                sha = self.repo.write_commit(parent=parent, files=files, message=audit_branch.message(_summary(records), judged),
+                                             author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
+                self._check_own_commit(sha, judged)
             try:
                 published = branch.publish_records(sha, parent)
             except GitError as exc:
+                self.pending.keep(sha)  # the next attempt pushes it again if it would say the same
                 if any(d["event"] == "finished" for d in drafts):
                     exc.hint = f"the job's result is kept in {self.spool.path} and pushed by the next run"
                 raise
             if published:
+                self.pending.settle(sha)
                 state.checked = sha
                 state.files = {}
                 self.spool.drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
                 return None
+            # Refused because the branch moved: this commit can never be pushed; its objects go.
+            if reuse is not None:
+                self.pending.settle(None)
+            else:
+                self.repo.discard(sha)
             self._refresh(branch, fetch=True)
         raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
 

@@ -319,6 +319,23 @@ def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
     return records
 
 
+def grep_any(repo: Repo, commit: str | None, needles: Sequence[str]) -> list[Record]:
+    """Records at `commit` whose line contains any of `needles` (one git grep; not chain-checked)."""
+    if commit is None or not needles:
+        return []
+    patterns = [arg for needle in needles for arg in ("-e", needle)]
+    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", *patterns, commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
+    records = []
+    for line in proc.stdout.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            records.append(Record(MappingProxyType(value)))
+    return records
+
+
 def started_before(repo: Repo, commit: str | None, path: str, blob: str) -> Record | None:
     """The first `started` record for this job revision, if it ever started."""
     for record in grep(repo, commit, blob):
@@ -328,8 +345,30 @@ def started_before(repo: Repo, commit: str | None, path: str, blob: str) -> Reco
 
 
 def mentions(repo: Repo, commit: str | None, path: str, blob: str) -> bool:
-    """Whether any record names this exact job revision."""
-    return blob != "0" * 40 and any(r.revision == (path, blob) for r in grep(repo, commit, blob))
+    """Whether any record names this exact job revision.
+
+    One `git grep -o` of every blob id the records name, per audit tip, then a lookup
+    (a merge of a thousand new jobs asks a thousand times); a blob found is confirmed
+    with its path by a grep for it.
+    """
+    if blob == "0" * 40 or commit is None:
+        return False
+    if blob not in _named_blobs(repo, commit):
+        return False
+    return any(r.revision == (path, blob) for r in grep(repo, commit, blob))
+
+
+_NAMED: dict[tuple[int, str], frozenset[str]] = {}
+
+
+def _named_blobs(repo: Repo, commit: str) -> frozenset[str]:
+    key = (id(repo), commit)
+    if key not in _NAMED:
+        proc = repo.run("grep", "-a", "-h", "-o", "-E", '"blob":"[0-9a-f]{40}"', commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
+        if len(_NAMED) > 64:
+            _NAMED.clear()
+        _NAMED[key] = frozenset(line[8:48].decode() for line in proc.stdout.splitlines() if len(line) >= 49)
+    return _NAMED[key]
 
 
 def first_recorded(repo: Repo, commit: str | None, sha: str) -> datetime | None:

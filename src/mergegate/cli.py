@@ -107,9 +107,11 @@ def cli() -> None:
               help="Longest wait between polls while the remote is unreachable (the loop).")
 @click.option("--dry-run", "dry_run", is_flag=True,
               help="Say what one pass would claim, run and record; write, push and run nothing.")
+@click.option("--parallel", type=click.IntRange(min=1, max=256), default=1, show_default=True, metavar="N",
+              help="Run up to N jobs at once (their claims go in one push).")
 def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, once: bool,
         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None, shutdown_grace: float,
-        lock_wait: float, max_backoff: float, dry_run: bool) -> int:
+        lock_wait: float, max_backoff: float, dry_run: bool, parallel: int) -> int:
     """Run every newly approved job and push its records to the branch mergegate/audit.
 
     The first SIGINT or SIGTERM stops claiming; the job in flight gets
@@ -122,6 +124,7 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
       mergegate run --once --runner-name ci-1 --json
       mergegate run --interval 30 --runner-name host-1   # the poll loop
       mergegate run --dry-run                            # what a pass would do
+      mergegate run --once --parallel 8                  # up to 8 jobs at once
     """
     from mergegate.commands import run as command
 
@@ -131,7 +134,7 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
                         as_json=as_json, once=once, interval=interval, runner_name=runner_name,
                         signing_key=signing_key, output_dir=output_dir, shutdown_grace=shutdown_grace,
-                        lock_wait=lock_wait, max_backoff=max_backoff)
+                        lock_wait=lock_wait, max_backoff=max_backoff, parallel=parallel)
 
 
 @cli.command()

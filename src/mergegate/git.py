@@ -8,11 +8,13 @@ runner never touches a person's working tree, index or checked-out branch.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -730,6 +732,42 @@ class Repo:
         if signing is not None or sign:
             args.append("-S")
         return self.run(*args, input=message.encode(), env=ident).stdout.decode().strip()
+
+    # -- objects written in-process (the runner's audit commits: no git process per record) ----------
+    def write_object(self, kind: str, data: bytes) -> str:
+        """Store a loose object (as `git hash-object -w` would) and return its id."""
+        stored = self._repo.odb.store(IStream(kind.encode(), len(data), io.BytesIO(data)))
+        return stored.hexsha.decode() if isinstance(stored.hexsha, bytes) else str(stored.hexsha)
+
+    def write_tree(self, entries: Mapping[str, tuple[str, str]]) -> str:
+        """A tree of `name -> (mode, id)` (modes as ls-tree prints them: 100644, 040000)."""
+        def key(item: tuple[str, tuple[str, str]]) -> bytes:
+            name, (mode, _) = item
+            return name.encode() + (b"/" if mode == "040000" else b"")
+        data = b"".join(f"{mode.lstrip('0')} {name}".encode() + b"\0" + bytes.fromhex(sha)
+                        for name, (mode, sha) in sorted(entries.items(), key=key))
+        return self.write_object("tree", data)
+
+    def tree_entries(self, sha: str) -> dict[str, tuple[str, str]]:
+        """`name -> (mode, id)` of one tree, read through the batch process."""
+        data = self._object(sha, "tree")
+        entries, i = {}, 0
+        while i < len(data):
+            space = data.index(b" ", i)
+            nul = data.index(b"\0", space)
+            mode = data[i:space].decode().rjust(6, "0")
+            entries[path_text(data[space + 1:nul])] = (mode, data[nul + 1:nul + 21].hex())
+            i = nul + 21
+        return entries
+
+    def write_commit_object(self, *, tree: str, parent: str | None, message: str, author: tuple[str, str],
+                            signing: Signing | None) -> str:
+        """A commit of `tree` on `parent` by `author` (as committer too); signed through git when `signing`."""
+        if signing is not None:
+            return self.commit_tree(tree=tree, parents=(parent,) if parent else (), message=message, author=author, signing=signing)
+        stamp = f"{author[0]} <{author[1]}> {int(time.time())} +0000"
+        header = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {stamp}\ncommitter {stamp}\n\n"
+        return self.write_object("commit", (header + message).encode())
 
     def merge_tree(self, ours: str, theirs: str) -> str:
         proc = self.run("merge-tree", "--write-tree", "--no-messages", ours, theirs, check=False)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,11 +31,11 @@ from typing import Any
 from mergegate import audit, audit_branch, executor, github, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
-from mergegate.branch import AUDIT_BRANCH, Branch
+from mergegate.branch import AUDIT_BRANCH
+from mergegate.claims import BatchSize, Book, spread
 from mergegate.errors import (
     Denied,
     GitError,
-    IntegrityError,
     MergegateError,
     StateError,
     UsageError,
@@ -41,6 +43,7 @@ from mergegate.errors import (
 from mergegate.git import Repo, Signing, path_display
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
+from mergegate.logend import LogEnd
 from mergegate.pending import Pending
 from mergegate.planning import (
     Gate,
@@ -49,21 +52,17 @@ from mergegate.planning import (
     plan,
     policy_lookup,
     read_gate,
-    read_tail,
 )
 from mergegate.policy import Policy
 from mergegate.processes import ProcessId
+from mergegate.publisher import Publisher
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.spool import Entry, Spool
 
-MAX_PUSH_ATTEMPTS = 10
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
 # plus this much for pushing the result.
 LEASE_SLACK_SECONDS = 5.0
-# A claim is pushed only after a look at both branches at most this old: a veto
-# merged while earlier jobs of the pass ran must still stop the next one.
-FRESH_SECONDS = 1.0
 
 
 def _not_exported(path: str) -> bool:
@@ -72,16 +71,21 @@ def _not_exported(path: str) -> bool:
 
 
 @dataclass
-class _State:
-    """What one pass knows while it publishes: the approved tip it judged and what it checked."""
+class _Flight:
+    """A job this pass prepared (exported, checked), claims, and runs."""
 
-    work: Plan
-    judged: str  # the tip of approved the pass judged (each audit commit's Mergegate-Approved)
-    checked: str | None  # the audit branch tip up to which every commit was checked
-    checker: audit_branch.Checker
-    veto_tip: str  # vetoes on approved were searched up to here
-    fetched: float  # time.monotonic() of the last look at both branches
-    files: dict[str, bytes]  # evidence files the next audit commit adds
+    decision: Decision
+    policy: Policy
+    run_id: str
+    limits: executor.Limits
+    request: executor.ExecRequest
+    tmp: Path
+    program: str
+    provisional: dict[str, Any]  # the spool's "runner stopped" result until the real one
+
+
+def _flight_key(flight: _Flight) -> tuple[str, str, str]:
+    return (flight.decision.path, flight.decision.blob, flight.decision.commit)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Options:
     output_dir: Path | None = None
     shutdown_grace: float = DEFAULT_GRACE
     lock_wait: float = DEFAULT_WAIT
+    parallel: int = 1  # jobs at once (each from its own thread)
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,7 @@ class Runner:
         assessor = Assessor(self.repo, at=now, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
         checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
-        self._state = _State(work, tip, gate.records, checker, tip, time.monotonic(), {})
+        self._files: dict[str, bytes] = {}
         outcomes: list[Outcome] = []
         # Results a previous pass could not push come first; their jobs are not orphans,
         # and a job whose process may still run is not closed yet.
@@ -207,38 +212,40 @@ class Runner:
         outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
         warnings += _newly_unapproved(work)
         pending = [*spooled, *self._bookkeeping(work, outcomes)]
+        # Every revision with a `started` record, for all the pass's candidates: one grep, not one per job.
+        book = Book.load(self.repo, gate.records, [d.blob for d, _ in work.items])
+        self._pub = Publisher(self.repo, branch, self.options.runner_name, self.options.fetch, self.signing, self.spool, self.pending,
+                              tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
+                              vetoes=lambda: self._vetoes(work), more_vetoes=lambda spec: self._more_vetoes(work, spec),
+                              vetoed_draft=lambda d, why: self._draft("vetoed", d, reason=why, **_votes(d)))
         runnable = []
         for decision, policy in work.items:
             key = (decision.path, decision.blob, decision.commit)
             if key in work.handled:
                 continue
-            refusal = self._refusal(decision, work, gate.records)
+            refusal = self._refusal(decision, work, book)
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
             else:
                 runnable.append((decision, policy))
-        for decision, policy in runnable:
-            if self.shutdown.is_set():
-                break  # the next pass starts from the last scanned commit and finds these again
-            outcome, pending = self._run_job(branch, decision, policy, pending)
-            outcomes.append(outcome)
-        else:
-            if work.new_commits:
-                # The unapproved map can hold thousands of paths: it goes into an
-                # evidence file (written once per distinct map), the record names it.
-                fields, held = audit.unapproved_fields(work.unapproved)
-                if held is not None:
-                    self._state.files[held.path] = held.data
-                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           policy_commit=work.policy.commit, commits=len(work.assessments), **fields,
-                                           **self._walked_evidence(work, pending)))
+        ran, pending = self._claim_and_run(spread(runnable, self.options.runner_name), pending)
+        outcomes += ran
+        if not self.shutdown.is_set() and work.new_commits:
+            # The unapproved map can hold thousands of paths: it goes into an
+            # evidence file (written once per distinct map), the record names it.
+            fields, held = audit.unapproved_fields(work.unapproved)
+            if held is not None:
+                self._files[held.path] = held.data
+            pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
+                                       policy_commit=work.policy.commit, commits=len(work.assessments), **fields,
+                                       **self._walked_evidence(work, pending)))
         if pending:
-            self._publish(branch, pending)
+            self._publish(pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
         # either branch (which may also erase the records that would have told) stops this runner.
-        branch.remember(branch.tip(), self._state.checked, seen)
+        branch.remember(branch.tip(), self._pub.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
@@ -268,12 +275,14 @@ class Runner:
         if work.policy.runners and self.signing is None:
             warnings.append(f"{work.policy.where} lists runners: a real pass needs --signing-key")
         outcomes: list[Outcome] = []
+        self._files = {}
         pending = self._bookkeeping(work, outcomes)
         jobs = [Planned(o.job, o.path, o.commit, "would close", o.reason, ()) for o in outcomes]
+        book = Book.load(self.repo, gate.records, [d.blob for d, _ in work.items])
         for decision, _ in work.items:
             if (decision.path, decision.blob, decision.commit) in work.handled:
                 continue
-            refusal = self._refusal(decision, work, gate.records)
+            refusal = self._refusal(decision, work, book)
             command = decision.job.command if decision.job is not None else ()
             if refusal is not None:
                 event, reason = refusal
@@ -309,13 +318,13 @@ class Runner:
                                            policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
         return pending
 
-    def _refusal(self, decision: Decision, work: Plan, records: str | None) -> tuple[str, str] | None:
+    def _refusal(self, decision: Decision, work: Plan, book: Book) -> tuple[str, str] | None:
         if not decision.runnable:
             return "rejected", decision.reason
         veto = self._vetoes(work).get((decision.path, decision.blob))
         if veto is not None:
             return "vetoed", _vetoed(veto)
-        ran = audit.started_before(self.repo, records, decision.path, decision.blob)
+        ran = book.claimed(decision.path, decision.blob)
         if ran is not None:
             return "rejected", (f"this exact revision of {decision.path} already started (seq {ran.get('seq')}, approved at "
                                 f"{str(ran.get('commit'))[:7]}); a job revision runs at most once: change the file to run it again")
@@ -329,6 +338,11 @@ class Runner:
                 found.setdefault((veto.path, veto.blob), veto)
             work.all_vetoes = found
         return work.all_vetoes
+
+    def _more_vetoes(self, work: Plan, spec: str) -> None:
+        found = self._vetoes(work)
+        for veto in self._search_vetoes(spec, work.policy):
+            found.setdefault((veto.path, veto.blob), veto)
 
     def _search_vetoes(self, spec: str, policy: Policy) -> list[Veto]:
         """Vetoes in the first-parent commits `spec` (a tip, or old..new)."""
@@ -344,9 +358,10 @@ class Runner:
             found += assessor.veto(commit, policy).vetoes
         return found
 
-    def _lease(self, limits: executor.Limits) -> dict[str, str]:
-        """Who holds the claim and until when: past `until` with no result, any runner closes it as `lost`."""
-        seconds = limits.timeout_seconds + limits.kill_grace_seconds + self.shutdown.grace + LEASE_SLACK_SECONDS
+    def _lease(self, limits: executor.Limits, wait: float = 0.0) -> dict[str, str]:
+        """Who holds the claim and until when: past `until` with no result, any runner closes it as `lost`.
+        (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
+        seconds = wait + limits.timeout_seconds + limits.kill_grace_seconds + self.shutdown.grace + LEASE_SLACK_SECONDS
         until = datetime.now(UTC) + timedelta(seconds=seconds)
         return {"holder": self.options.runner_name, "until": until.isoformat().replace("+00:00", "Z")}
 
@@ -363,7 +378,7 @@ class Runner:
         for assessment in work.assessments:
             evidence = self._reviews.gathered.get(assessment.commit)
             if evidence is not None and assessment.commit not in named and assessment.commit not in self._reviews.stored:
-                self._state.files[evidence.path] = evidence.to_bytes()
+                self._files[evidence.path] = evidence.to_bytes()
                 reviewed[assessment.commit] = evidence.sha256
         return {"reviewed": reviewed} if reviewed else {}
 
@@ -372,63 +387,182 @@ class Runner:
         evidence = self._reviews.evidence_for(commit)
         if evidence is None:
             return {}
-        state = getattr(self, "_state", None)  # `run --dry-run` (preview) writes no files and has no pass state
-        if state is not None:
-            state.files[evidence.path] = evidence.to_bytes()
+        self._files[evidence.path] = evidence.to_bytes()  # (preview's go nowhere)
         return {"evidence": [evidence.sha256]}
 
-    def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]]) -> tuple[Outcome, list[dict[str, Any]]]:
+    # -- claiming and running: batches of claims, up to --parallel jobs at once ----------------
+    def _claim_and_run(self, runnable: list[tuple[Decision, Policy]], pending: list[dict[str, Any]]) -> tuple[list[Outcome], list[dict[str, Any]]]:
+        """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a time.
+
+        Each push carries the claims of the jobs about to start (more, ahead of a free
+        slot, while jobs are short: claims.BatchSize) and the results of those that
+        ended. Every job runs in a thread of its own that lives until the job ends (the
+        parent-death signal fires when the forking thread exits). Returns the outcomes
+        and the drafts still to push.
+        """
+        parallel = max(1, self.options.parallel)
+        outcomes: list[Outcome] = []
+        queue_ = list(runnable)
+        waiting: list[_Flight] = []  # claimed, not started yet
+        flying: dict[str, _Flight] = {}
+        done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]] = queue.Queue()
+        size = BatchSize(parallel)
+        failure: MergegateError | None = None
+        me = ProcessId.of(os.getpid())
+
+        def land(item: tuple[_Flight, dict[str, Any], Outcome, float]) -> None:
+            flight, finished, outcome, seconds = item
+            flying.pop(flight.run_id, None)
+            pending.append(finished)
+            outcomes.append(outcome)
+            size.ended(seconds, self._pub.push_seconds)
+
+        while True:
+            while not done.empty():
+                land(done.get_nowait())
+            stopping = self.shutdown.is_set() or failure is not None
+            if self.shutdown.is_set() and waiting:  # claimed but not started: never started now, nor ever
+                reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
+                for flight in waiting:
+                    finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=reason)
+                    self.spool.put(Entry(finished, None, me, done=True))
+                    pending.append(finished)
+                    outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", reason, flight.run_id))
+                    _remove_tree(flight.tmp)
+                waiting = []
+            while waiting and len(flying) < parallel and not self.shutdown.is_set():
+                flight = waiting.pop(0)
+                flying[flight.run_id] = flight
+                self._launch(flight, done, me)
+            room = size.size - len(flying) - len(waiting)
+            if not stopping and queue_ and room > 0 and len(waiting) < parallel:
+                batch: list[_Flight] = []
+                while queue_ and len(batch) < room:
+                    decision, policy = queue_.pop(0)
+                    earlier = self._pub.book.claimed(decision.path, decision.blob)
+                    if earlier is not None:  # another runner claimed it while this pass ran
+                        outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {earlier.get('runner')}"))
+                        continue
+                    prepared = self._prepare(decision, policy)
+                    if isinstance(prepared, _Flight):
+                        batch.append(prepared)
+                    else:
+                        outcomes.append(prepared[0])
+                        pending.append(prepared[1])
+                if batch:
+                    try:
+                        waiting += self._claim(batch, [*flying.values(), *waiting], parallel, pending, outcomes)
+                    except (GitError, StateError) as exc:
+                        # Nothing of this batch was claimed; what runs already finishes and is kept.
+                        failure = exc
+                        for flight in batch:
+                            _remove_tree(flight.tmp)
+                    pending = []
+                continue
+            if not flying and not waiting:
+                break
+            if flying:
+                with contextlib.suppress(queue.Empty):
+                    land(done.get(timeout=0.1))
+        if failure is not None:
+            if pending:
+                with contextlib.suppress(MergegateError):
+                    self._publish(pending)  # best effort: the spool keeps them otherwise
+            raise failure
+        return outcomes, pending
+
+    def _prepare(self, decision: Decision, policy: Policy) -> _Flight | tuple[Outcome, dict[str, Any]]:
+        """Everything that can refuse the job, checked before it is claimed (a refusal is final)."""
         job = decision.job
         assert job is not None
         run_id = uuid.uuid4().hex
         limits = _limits(policy, job.timeout_seconds)
-        tmp = tempfile.mkdtemp(prefix="mergegate-job-")
+        tmp = Path(tempfile.mkdtemp(prefix="mergegate-job-"))
         try:
-            # 1. Everything that can refuse the job is checked before it is claimed.
-            try:
-                request = self._request(decision, policy, limits, run_id, Path(tmp))
-                program = executor.preflight(request)
-            except Denied as exc:
-                reason = f"denied before start: {exc.message}"
-                return Outcome(job.id, job.path, decision.commit, "rejected", reason), [*pending, self._draft("rejected", decision, reason=reason, **_votes(decision))]
-            started = self._draft(
-                "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
+            request = self._request(decision, policy, limits, run_id, tmp)
+            program = executor.preflight(request)
+        except Denied as exc:
+            _remove_tree(tmp)
+            reason = f"denied before start: {exc.message}"
+            return (Outcome(job.id, job.path, decision.commit, "rejected", reason),
+                    self._draft("rejected", decision, reason=reason, **_votes(decision)))
+        provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
+        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional)
+
+    def _claim(self, batch: list[_Flight], ahead: list[_Flight], parallel: int, pending: list[dict[str, Any]],
+               outcomes: list[Outcome]) -> list[_Flight]:
+        """Push the claims of `batch` (with `pending`) in one push; the flights claimed, in order.
+
+        At most once: the claim is pushed before the process exists. Until the real
+        result replaces it, the spool holds a "runner stopped" result for each, written
+        before the claim: a claim it could not account for is never made. A claim that
+        waits for a slot has a lease covering the jobs ahead of it.
+        """
+        me = ProcessId.of(os.getpid())
+        free = max(0, parallel - len(ahead))
+        wait = 0.0 if free else sum(f.limits.timeout_seconds + f.limits.kill_grace_seconds for f in ahead)
+        drafts = []
+        for index, flight in enumerate(batch):
+            if index >= free:
+                wait += sum(f.limits.timeout_seconds + f.limits.kill_grace_seconds for f in ([*ahead, *batch][index - free:index - free + 1]))
+            decision, policy, job = flight.decision, flight.policy, flight.decision.job
+            assert job is not None
+            drafts.append(self._draft(
+                "started", decision, run_id=flight.run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
                 rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
-                self_approved=decision.self_approved, limits=_limit_fields(limits), resolved_program=program,
-                lease=self._lease(limits), **_votes(decision),
-            )
-            # 2. At most once: the claim is pushed before the process exists. Until the
-            #    real result replaces it, the spool holds a "runner stopped" result, so
-            #    a runner that dies mid-job closes it on its next pass, whoever ran since.
-            #    It is written before the claim: a claim it could not account for is never made.
-            provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
-            me = ProcessId.of(os.getpid())
-            self.spool.put(Entry(provisional, None, me))
-            dropped = self._publish(branch, [*pending, started], claim=decision)
-            if dropped is not None:
-                self.spool.drop({run_id})
-                event, reason = dropped
-                return Outcome(job.id, job.path, decision.commit, "vetoed" if event == "vetoed" else "claimed", reason, run_id), []
-            if self.shutdown.is_set():  # stopped while claiming: the job is not started now, nor ever
-                reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
-                finished = self._draft("finished", decision, run_id=run_id, status="interrupted", exit_code=None, reason=reason)
-                self.spool.put(Entry(finished, None, me, done=True))
-                return Outcome(job.id, job.path, decision.commit, "interrupted", reason, run_id), [finished]
+                self_approved=decision.self_approved, limits=_limit_fields(flight.limits), resolved_program=flight.program,
+                lease=self._lease(flight.limits, wait), **_votes(decision),
+            ))
+        self.spool.put_many([Entry(f.provisional, None, me) for f in batch])
+        dropped = self._publish([*pending, *drafts], claims={_flight_key(f): f.decision for f in batch})
+        claimed = []
+        for flight in batch:
+            why = dropped.get(_flight_key(flight))
+            if why is None:
+                claimed.append(flight)
+                continue
+            self.spool.drop({flight.run_id})
+            _remove_tree(flight.tmp)
+            event, reason = why
+            outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit,
+                                    "vetoed" if event == "vetoed" else "claimed", reason, flight.run_id))
+        return claimed
 
-            def on_start(pid: int) -> None:
-                self.spool.put(Entry(provisional, ProcessId.of(pid), me))
+    def _launch(self, flight: _Flight, done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]], me: ProcessId | None) -> None:
+        """Run the claimed job in a thread that lives until the job ends; its result goes to `done`."""
+        decision, job = flight.decision, flight.decision.job
+        assert job is not None
 
-            request = replace(request, shutdown=self.shutdown, on_start=on_start)
-            # 3. Run, and keep what it said (bounded and redacted) for the finished record.
+        def on_start(pid: int) -> None:
+            self.spool.put(Entry(flight.provisional, ProcessId.of(pid), me))
+
+        request = replace(flight.request, shutdown=self.shutdown, on_start=on_start)
+
+        def body() -> None:
+            began = time.monotonic()
             try:
-                result = executor.run(request)
-            except Denied as exc:
-                reason = f"denied before start: {exc.message}"
-                finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
-                self.spool.put(Entry(finished, None, me, done=True))
-                return Outcome(job.id, job.path, decision.commit, "failed", reason, run_id), [finished]
-        finally:
-            _remove_tree(Path(tmp))
+                finished, outcome = self._execute(decision, flight.run_id, request)
+            except Exception as exc:  # the job's result is unknown: it is closed as lost, never run again
+                reason = f"the runner failed while running the job ({type(exc).__name__}: {exc}); it is not run again"
+                finished = self._draft("finished", decision, run_id=flight.run_id, status="lost", exit_code=None, reason=reason)
+                outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
+            finally:
+                _remove_tree(flight.tmp)
+            self.spool.put(Entry(finished, None, me, done=True))
+            done.put((flight, finished, outcome, time.monotonic() - began))
+
+        threading.Thread(target=body, name=f"mergegate job {job.path}", daemon=True).start()
+
+    def _execute(self, decision: Decision, run_id: str, request: executor.ExecRequest) -> tuple[dict[str, Any], Outcome]:
+        """Run, and keep what it said (bounded and redacted) for the finished record."""
+        job = decision.job
+        assert job is not None
+        try:
+            result = executor.run(request)
+        except Denied as exc:
+            reason = f"denied before start: {exc.message}"
+            finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
+            return finished, Outcome(job.id, job.path, decision.commit, "failed", reason, run_id)
         fields: dict[str, Any] = {
             "run_id": run_id, "status": result.status, "exit_code": result.exit_code, "signal": result.signal,
             "duration_ms": result.duration_ms, "reason": result.reason, "resolved_program": result.resolved_program,
@@ -438,9 +572,7 @@ class Runner:
             fields.update({f"{name}_tail": stream.tail, f"{name}_bytes": stream.bytes, f"{name}_sha256": stream.sha256})
             if stream.file is not None:
                 fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
-        finished = self._draft("finished", decision, **fields)
-        self.spool.put(Entry(finished, None, ProcessId.of(os.getpid()), done=True))
-        return Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id), [finished]
+        return self._draft("finished", decision, **fields), Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id)
 
     def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
         """A clean export of the approving commit and the job's environment, ready to run."""
@@ -486,136 +618,11 @@ class Runner:
         joined = [" ".join(value.split()) for value in values if "\n" in value]
         return tuple(dict.fromkeys([*values, *lines, *joined]))
 
-    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: Decision | None = None) -> tuple[str, str] | None:
-        """Commit drafts on the audit branch's tip and push; when the push is refused, fetch both
-        branches, re-check, rebase and retry. The runner never writes to approved.
-
-        With `claim`, the drafts hold its `started` record: None means it was pushed;
-        ("claimed" or "vetoed", reason) means the claim was dropped (the other drafts,
-        and a `vetoed` record, are pushed without it).
-        """
-        state = self._state
-        if claim is not None and time.monotonic() - state.fetched > FRESH_SECONDS:
-            self._refresh(branch, fetch=self.options.fetch)  # a veto merged while earlier jobs ran
-        for attempt in range(MAX_PUSH_ATTEMPTS):
-            parent = state.checked
-            tail = read_tail(self.repo, parent)
-            if attempt:
-                drafts = self._not_closed_yet(drafts, parent)
-                if not drafts:
-                    return None
-            if claim is not None:
-                dropped = self._claim_dropped(claim, tail, parent)
-                if dropped is not None:
-                    rest = [d for d in drafts if d["event"] != "started"]
-                    if dropped[0] == "vetoed":
-                        rest.append(self._draft("vetoed", claim, reason=dropped[1], **_votes(claim)))
-                    if rest:
-                        self._publish(branch, rest)
-                    return dropped
-            reuse = self.pending.reusable(parent, tail.last_seq, drafts)
-            if reuse is not None:
-                sha, records = reuse  # the same records a refused push held: pushed again, nothing new on disk
-            else:
-                records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
-                files = {**audit.append(self.repo, parent, tail, records), **self._new_evidence(parent)}
-                judged = self._trailer(parent)
-                sha = self.repo.write_commit(parent=parent, files=files, message=audit_branch.message(_summary(records), judged),
-                                             author=(self.options.runner_name, "runner@mergegate.invalid"), signing=self.signing)
-                self._check_own_commit(sha, judged)
-            try:
-                published = branch.publish_records(sha, parent)
-            except GitError as exc:
-                self.pending.keep(sha)  # the next attempt pushes it again if it would say the same
-                if any(d["event"] == "finished" for d in drafts):
-                    exc.hint = f"the job's result is kept in {self.spool.path} and pushed by the next run"
-                raise
-            if published:
-                self.pending.settle(sha)
-                state.checked = sha
-                state.files = {}
-                self.spool.drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
-                return None
-            # Refused because the branch moved: this commit can never be pushed; its objects go.
-            if reuse is not None:
-                self.pending.settle(None)
-            else:
-                self.repo.discard(sha)
-            self._refresh(branch, fetch=True)
-        raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts", hint="another process keeps moving the branch; run again")
-
-    def _refresh(self, branch: Branch, *, fetch: bool) -> None:
-        """One fetch of both branches; check what other runners appended; look for new vetoes."""
-        state = self._state
-        if fetch:
-            branch.refresh()
-        tip = branch.tip()
-        if not self.repo.is_ancestor(state.judged, tip):
-            raise IntegrityError(f"approved was rewritten during this pass: {state.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)")
-        records = branch.audit_tip()
-        if records != state.checked:
-            if records is None or (state.checked is not None and not self.repo.is_ancestor(state.checked, records)):
-                raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
-                                     f"{(state.checked or '')[:12]} (force-push?)")
-            spec = records if state.checked is None else f"{state.checked}..{records}"
-            replace(state.checker, approved_tip=tip).check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
-            state.checked = records
-        if tip != state.veto_tip:
-            found = self._vetoes(state.work)
-            for veto in self._search_vetoes(f"{state.veto_tip}..{tip}", state.work.policy):
-                found.setdefault((veto.path, veto.blob), veto)
-            state.veto_tip = tip
-        state.fetched = time.monotonic()
-
-    def _not_closed_yet(self, drafts: list[dict[str, Any]], records: str | None) -> list[dict[str, Any]]:
-        """Drafts less `finished` ones whose run another runner closed meanwhile (its lease ran out): one result per run."""
-        keep = []
-        for d in drafts:
-            run_id = d.get("run_id")
-            if d["event"] == "finished" and isinstance(run_id, str) and any(
-                    r.event == "finished" and r.get("run_id") == run_id for r in audit.grep(self.repo, records, run_id)):
-                self.repo.warnings.append(f"run {run_id} of {d.get('path')} was closed by another runner first (lease expired); "
-                                          f"its result here ({d.get('status')}) is not recorded")
-                self.spool.drop({run_id})
-                continue
-            keep.append(d)
-        return keep
-
-    def _claim_dropped(self, claim: Decision, tail: audit.Tail, records: str | None) -> tuple[str, str] | None:
-        """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
-        key = (claim.path, claim.blob, claim.commit)
-        mine = [r for r in tail.since_scanned if (r.get("path"), r.get("blob"), r.get("commit")) == key
-                and r.event in ("started", "rejected", "vetoed")]
-        earlier = mine[0] if mine else audit.started_before(self.repo, records, claim.path, claim.blob)
-        if earlier is not None:
-            # Losing a race is not an outcome of this runner: it is reported as `claimed`.
-            return "claimed", f"claimed by {earlier.get('runner')}"
-        veto = self._vetoes(self._state.work).get((claim.path, claim.blob))
-        if veto is not None:
-            return "vetoed", _vetoed(veto)
-        return None
-
-    def _trailer(self, parent: str | None) -> str:
-        """The approved tip this commit says it judged: the pass's, or a newer one another runner already named."""
-        judged = self._state.judged
-        before = audit_branch.approved_of(self.repo.commit(parent)) if parent is not None else None
-        if before is not None and before != judged and self.repo.is_ancestor(judged, before):
-            return before
-        return judged
-
-    def _new_evidence(self, parent: str | None) -> dict[str, bytes]:
-        """Evidence files to add: those not on the branch yet (a file is its hash, so one that is there is this one)."""
-        return {path: data for path, data in self._state.files.items() if parent is None or self.repo.file_blob(parent, path) is None}
-
-    def _check_own_commit(self, sha: str, judged: str) -> None:
-        """A commit the next pass would call tampering is never pushed: it would stop the gate for good."""
-        policy = self._state.checker.policy_at(judged)
-        if policy.runners:
-            check = self._state.checker.assessor.signature(self.repo.commit(sha), policy.runner_keys())
-            if not check.ok:
-                raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
-                                 hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
-        self._state.checker.check_commit(sha)
+    def _publish(self, drafts: list[dict[str, Any]], *, claims: dict[tuple[str, str, str], Decision] | None = None) -> dict[tuple[str, str, str], tuple[str, str]]:
+        """Push drafts (publisher.py), with the evidence files they name."""
+        self._pub.files.update(self._files)
+        self._files = {}
+        return self._pub.publish(drafts, claims=claims)
 
     # -- the spool: a job's result is kept on disk until it is pushed --------------
     def _spool_load(self, tip: str | None) -> tuple[list[dict[str, Any]], list[Entry]]:
@@ -752,11 +759,3 @@ def _job_id(decision: Decision) -> str | None:
 
 def _copy_ids(record: audit.Record) -> dict[str, Any]:
     return {k: record.get(k) for k in ("job", "path", "blob", "commit")}
-
-
-def _summary(records: list[audit.Record]) -> str:
-    summary: dict[str, int] = {}
-    for record in records:
-        summary[record.event] = summary.get(record.event, 0) + 1
-    parts = ", ".join(f"{n} {event}" for event, n in summary.items())
-    return f"mergegate: audit seq {records[0].seq}-{records[-1].seq} ({parts})"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +63,8 @@ class Entry:
 class Spool:
     path: Path
     warnings: list[str] = field(default_factory=list)
+    # Jobs in parallel report from their own threads: one read-modify-write at a time.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @classmethod
     def for_runner(cls, git_dir: Path, runner_name: str) -> Spool:
@@ -134,11 +137,18 @@ class Spool:
 
     def put(self, entry: Entry) -> None:
         """Keep `entry`, replacing an earlier one of the same run."""
-        self.write([*(e for e in self.read() if e.run_id != entry.run_id), entry])
+        self.put_many([entry])
+
+    def put_many(self, entries: list[Entry]) -> None:
+        """Keep `entries` (one write), replacing earlier ones of the same runs."""
+        with self._lock:
+            runs = {e.run_id for e in entries}
+            self.write([*(e for e in self.read() if e.run_id not in runs), *entries])
 
     def drop(self, run_ids: set[Any]) -> None:
-        if run_ids and self.path.exists():
-            self.write([e for e in self.read() if e.run_id not in run_ids])
+        with self._lock:
+            if run_ids and self.path.exists():
+                self.write([e for e in self.read() if e.run_id not in run_ids])
 
 
 def _parse(line: bytes) -> Entry | None:

@@ -12,11 +12,11 @@ from mergegate.runner import Options, PassResult, Runner
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
          interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None,
-         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0) -> int:
+         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0, parallel: int = 1) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
                             trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
-                            shutdown_grace=shutdown_grace, lock_wait=lock_wait))
+                            shutdown_grace=shutdown_grace, lock_wait=lock_wait, parallel=parallel))
 
     def show(result: PassResult) -> None:
         _show(result, as_json=as_json, once=once)

@@ -1,0 +1,126 @@
+"""Many runners on one merge (issue 9): do four runners help, or collide?
+
+Builds with `git fast-import` a gate (a bare remote) whose `approved` is the policy,
+then one merge signed by an approver adding N jobs, and starts R runners at once
+(`python -m mergegate run --once --json --runner-name rK`, each in its own clone of the
+remote), timing until the last exits. Every case is a fresh gate. Checked after each:
+every job exactly one `started` and one `finished` (all `succeeded`), every runner
+exit 0.
+
+Cases (the issue's goals): 100 trivial jobs (`echo`), 1 runner vs 4 (4 no slower);
+20 jobs of 2 s (`sleep 2`), 1 runner vs 4 (4 at least 3.5x faster).
+
+Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] [--slow-seconds 2] [--runners 1,4]
+                                  [--repeat 1] [--no-docs] [--keep]
+
+The figures go to "## Many runners" in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from perfdoc import LoadWatch, machine_line, stamp, write_section
+from poll_scale import git, isolate
+from throughput import check_once_each, gate, records, trivial_jobs
+
+SECTION = "## Many runners"
+END_MARKER = "<!-- end of fleet.py output: text below, up to the next ## heading, is kept -->"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+
+
+def race(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str) -> dict[str, Any]:
+    first, root = gate(tmp, label, key, jobs)
+    remote = tmp / f"{label}.git"
+    clones = [first] + [tmp / f"{label}-runner{k}" for k in range(1, runners)]
+    for clone in clones[1:]:
+        git(tmp, "clone", "-q", str(remote), str(clone))
+    argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", root]
+    started = time.perf_counter()
+    procs = [subprocess.Popen([*argv, "--runner-name", f"r{k + 1}"], cwd=clone, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for k, clone in enumerate(clones)]
+    outputs = [p.communicate() for p in procs]
+    wall = time.perf_counter() - started
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        raise RuntimeError(f"runner exit codes {codes}: {[err[-500:] for _, err in outputs]}")
+    found = records(remote)
+    check_once_each(found, len(jobs))
+    per_runner = [sum(1 for r in found if r["event"] == "started" and r["runner"] == f"r{k + 1}") for k in range(runners)]
+    pushes = int(git(remote, "rev-list", "--count", "mergegate/audit"))
+    return {"wall": wall, "per_runner": per_runner, "pushes": pushes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--trivial", type=int, default=100, help="trivial jobs in the first case (default 100)")
+    parser.add_argument("--slow", type=int, default=20, help="slow jobs in the second case (default 20)")
+    parser.add_argument("--slow-seconds", type=float, default=2.0, help="how long each slow job sleeps (default 2)")
+    parser.add_argument("--runners", default="1,4", help="comma-separated runner counts (default 1,4)")
+    parser.add_argument("--repeat", type=int, default=1, help="fresh gates per figure; the median is reported")
+    parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary files (their path is printed)")
+    args = parser.parse_args(argv)
+    command = "python benchmarks/fleet.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    counts = [int(c) for c in args.runners.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-fleet-"))
+    load = LoadWatch()
+    rows: list[dict[str, Any]] = []
+    try:
+        isolate(tmp / "home")
+        key = tmp / "alice"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+        cases = [(f"{args.trivial} trivial jobs (`echo`)", "trivial", trivial_jobs(args.trivial)),
+                 (f"{args.slow} jobs of {args.slow_seconds:g} s (`sleep`)", "slow",
+                  trivial_jobs(args.slow, f"[sleep, '{args.slow_seconds:g}']"))]
+        for title, short, jobs in cases:
+            base: float | None = None
+            for runners in counts:
+                runs = [race(tmp, key, jobs, runners, f"{short}-{runners}-{k}") for k in range(args.repeat)]
+                load.sample()
+                wall = statistics.median(r["wall"] for r in runs)
+                base = wall if base is None else base
+                row = {"case": title, "runners": runners, "wall": wall, "speedup": base / wall,
+                       "per_runner": runs[0]["per_runner"], "pushes": runs[0]["pushes"], "load": os.getloadavg()[0]}
+                print(f"{title}, {runners} runner(s): {wall:.2f} s ({row['speedup']:.2f}x the first), jobs per runner "
+                      f"{row['per_runner']}, {row['pushes']} audit commits, load {row['load']:.1f}", flush=True)
+                rows.append(row)
+        note = load.note()
+        print(note)
+        lines = [
+            f"Generated by `{command}` on {stamp()}.",
+            "",
+            f"- Machine: {machine_line()}.",
+            f"- {note}",
+            "- Each figure: one signed merge adding the jobs to a fresh gate (local bare remote), then that many "
+            "`python -m mergegate run --once` started at once, each in its own clone with its own `--runner-name`; "
+            "wall clock until the last exits. Checked: every job exactly one `started` and one `finished`, every "
+            "runner exit 0.",
+            "",
+            "| jobs | runners | wall | vs 1 runner | jobs run per runner | audit commits | load avg (1 min) |",
+            "|---|---:|---:|---:|---|---:|---:|",
+            *(f"| {r['case']} | {r['runners']} | {r['wall']:.2f} s | {r['speedup']:.2f}x | "
+              f"{', '.join(map(str, r['per_runner']))} | {r['pushes']} | {r['load']:.1f} |" for r in rows),
+        ]
+        if not args.no_docs:
+            write_section(DOCS, SECTION, END_MARKER, lines)
+            print(f"wrote {DOCS}")
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The claim protocol: which runnable jobs this runner claims, when, and how many per push.
+
+Every runner of a gate plans the same runnable list (planning.py) and claims by
+pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch tip
+(a plain push, never forced). Many runners must help, not collide:
+
+- **Spread.** Each runner walks the list from its own offset (the SHA-256 of its
+  `--runner-name`, modulo the list's length) and wraps around, so four runners start
+  on four different parts of the list instead of all racing for the first job.
+- **Batches.** One push carries the claims of every job started together (`--parallel
+  N`: up to N) and the results of the jobs that ended since. While jobs are short
+  (each ended within twice the time a push takes here, or `SHORT_SECONDS`), the batch
+  doubles, up to `MAX_BATCH`, claiming
+  jobs ahead of a free slot; a job that takes longer brings it back to N. So a merge of
+  a thousand trivial jobs costs a few dozen pushes, while long jobs are claimed one
+  slot at a time and spread evenly over the runners.
+- **Exact view.** The `Book` knows every revision with a `started` record (and every
+  closed run) as of the audit tip the next push is built on: one `git grep` for the
+  runnable blobs at the start of the pass, then the records each new commit appends
+  (ours, and those a rejected push fetched). A claim is pushed only for a revision
+  the book does not hold; when the push is rejected because the tip moved, the runner
+  fetches, checks the new commits, adds their records to the book, drops the claims
+  another runner made first and pushes the rest. So at most once holds whatever the
+  number of runners: two claims of one revision can never both land on one chain.
+
+A claim made ahead of a free slot waits in this runner's queue; its lease covers the
+jobs ahead of it (each one's timeout and kill grace), so no runner closes it as `lost`
+while it waits. A runner that dies with claims queued leaves them to be closed as
+`lost` (never run: at most once), like a job it was running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from mergegate import audit
+from mergegate.git import Repo
+
+T = TypeVar("T")
+
+MAX_BATCH = 64
+SHORT_SECONDS = 0.25  # a job this short (or shorter than two pushes) is cheaper than a push: claim ahead
+_GREP_BATCH = 500
+
+
+def offset(runner_name: str, n: int) -> int:
+    return int(hashlib.sha256(runner_name.encode()).hexdigest(), 16) % n if n else 0
+
+
+def spread(items: Sequence[T], runner_name: str) -> list[T]:
+    """`items` from this runner's own offset on, wrapping around."""
+    start = offset(runner_name, len(items))
+    return [*items[start:], *items[:start]]
+
+
+@dataclass
+class Book:
+    """Revisions with a `started` record and runs with a `finished` one, as of one audit tip."""
+
+    started: dict[tuple[str, str], audit.Record] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, repo: Repo, tip: str | None, blobs: Iterable[str]) -> Book:
+        """One `git grep` (per few hundred blobs) of the whole audit for these revisions."""
+        book = cls()
+        wanted = sorted(set(blobs))
+        for i in range(0, len(wanted), _GREP_BATCH):
+            book.add(audit.grep_any(repo, tip, wanted[i:i + _GREP_BATCH]))
+        return book
+
+    def add(self, records: Iterable[audit.Record]) -> None:
+        for record in records:
+            path, blob = record.revision
+            if record.event == "started" and isinstance(path, str) and isinstance(blob, str):
+                self.started.setdefault((path, blob), record)
+            elif record.event == "finished" and isinstance(record.get("run_id"), str):
+                self.finished.add(str(record.get("run_id")))
+
+    def claimed(self, path: str, blob: str) -> audit.Record | None:
+        return self.started.get((path, blob))
+
+
+@dataclass
+class BatchSize:
+    """How many jobs one push claims: `parallel`, doubling while jobs are short."""
+
+    parallel: int
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = self.parallel
+
+    def ended(self, seconds: float, push_seconds: float = 0.0) -> None:
+        """A job ended after `seconds`; a push takes about `push_seconds` here."""
+        short = seconds < max(SHORT_SECONDS, 2 * push_seconds)
+        self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if short else self.parallel

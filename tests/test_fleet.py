@@ -1,0 +1,170 @@
+"""Many runners and `--parallel` (issue 9): the claim protocol, real runners racing on one remote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+from tests.test_reliability import _kill_all, _marker, _start_runner, _until, _with
+
+RULES = [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}]
+
+
+def _gate(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], RULES))
+
+
+def _merge(world: World, jobs: dict[str, list[str]]) -> None:
+    world.propose("p", {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()}, who=world.alice)
+    world.signed_merge("p", world.bob)
+
+
+def _once_each(world: World, names: list[str]) -> None:
+    started = Counter(r["job"] for r in world.events("started"))
+    finished = Counter(r["job"] for r in world.events("finished"))
+    assert started == Counter(names), started
+    assert finished == Counter(names), finished
+    assert {r["status"] for r in world.events("finished")} == {"succeeded"}
+
+
+def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifies(world: World) -> None:
+    _gate(world)
+    names = [f"j{i:02d}" for i in range(24)]
+    _merge(world, {name: ["echo", name] for name in names})
+    runners = ["r1", "r2", "r3", "r4"]
+    for name in runners:
+        world.clone(name)
+    procs = [_start_runner(world, "--once", "--json", "--runner-name", name, where=name) for name in runners]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], results
+    _once_each(world, names)
+    # Every runner accounts for every job: ran it, or says who claimed it.
+    for (out, _err), name in zip(results, runners, strict=True):
+        jobs = json.loads(out)["jobs"]
+        assert sorted(j["job"] for j in jobs) == names
+        assert all(j["status"] == "succeeded" or (j["status"] == "claimed" and j["reason"].startswith("claimed by r"))
+                   for j in jobs)
+        ran = {j["job"] for j in jobs if j["status"] == "succeeded"}
+        assert ran == {r["job"] for r in world.events("started") if r["runner"] == name}
+    assert world.mg("audit", "verify").code == 0
+    verified = world.mg("verify", where="admin")
+    assert verified.code == 0, verified.err
+
+
+def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
+    from mergegate.claims import offset, spread
+
+    items = list(range(100))
+    starts = {spread(items, name)[0] for name in ("r1", "r2", "r3", "r4")}
+    assert len(starts) == 4
+    assert all(spread(items, name) == items[offset(name, 100):] + items[:offset(name, 100)] for name in ("r1", "ci-7"))
+
+
+def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(world: World, tmp_path: Path) -> None:
+    """Four jobs that each wait until all four have started: only concurrent runs can all succeed."""
+    _gate(world)
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    wait_for_all = (f"touch {meeting}/$MERGEGATE_JOB_ID; i=0; while [ $(ls {meeting} | wc -l) -lt 4 ]; do "
+                    "sleep 0.05; i=$((i+1)); [ $i -gt 600 ] && exit 1; done; exit 0")
+    names = ["a", "b", "c", "d"]
+    _merge(world, {name: ["sh", "-c", wait_for_all] for name in names})
+    result = world.run_once("--parallel", "4")
+    assert result.code == 0, result.err
+    _once_each(world, names)
+    # One push claimed all four (before any started); one more brought the four results.
+    log = world.git("admin", "log", "--reverse", "--format=%s", "origin/mergegate/audit").splitlines()
+    assert log[0].endswith("(4 started)"), log
+    assert len(log) == 2, log
+    runs = {r["run_id"] for r in world.events("started")}
+    assert len(runs) == 4 and runs == {r["run_id"] for r in world.events("finished")}
+
+
+def test_sigterm_to_a_parallel_runner_interrupts_every_job_in_flight(world: World) -> None:
+    _gate(world)
+    marker = _marker()
+    _merge(world, {"a": ["sleep", marker], "b": ["sleep", marker], "c": ["echo", "c"]})
+    runner = _start_runner(world, "--once", "--json", "--parallel", "2", "--shutdown-grace", "0.5")
+    try:
+        _until(lambda: len(_with(marker)) == 2)
+        runner.send_signal(signal.SIGTERM)
+        _out, err = runner.communicate(timeout=60)
+        assert not _with(marker)
+    finally:
+        _kill_all(_with(marker))
+    assert runner.returncode == 1, err
+    assert "stopped by SIGTERM" in err
+    finished = {r["job"]: r["status"] for r in world.events("finished")}
+    assert finished == {"a": "interrupted", "b": "interrupted"} or finished == {"a": "interrupted", "b": "interrupted", "c": "succeeded"}
+    assert len(world.events("started")) == len(finished)
+
+
+def test_kill_9_of_a_parallel_runner_kills_every_job_tree_within_a_second(world: World) -> None:
+    _gate(world)
+    marker = _marker()
+    _merge(world, {"a": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], "b": ["sleep", marker]})
+    runner = _start_runner(world, "--once", "--parallel", "2")
+    try:
+        _until(lambda: len(_with(marker)) == 4)  # a's sh and its two sleeps, b's sleep
+        time.sleep(0.3)  # the trackers have seen (and told the watchdog of) every process
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        killed = time.monotonic()
+        _until(lambda: not _with(marker), timeout=1.0, step=0.02)
+        assert time.monotonic() - killed < 1.0
+    finally:
+        _kill_all(_with(marker))
+    again = world.run_once()
+    assert again.code == 1, again.err
+    assert sorted(j["status"] for j in again.json()["jobs"]) == ["lost", "lost"]
+    assert len(world.events("started")) == 2 and len(world.events("finished")) == 2
+
+
+def test_batches_double_while_jobs_are_short_and_fall_back_when_one_is_long() -> None:
+    from mergegate.claims import MAX_BATCH, BatchSize
+
+    size = BatchSize(parallel=2)
+    assert size.size == 2
+    for expected in (4, 8, 16, 32, 64, MAX_BATCH):
+        size.ended(0.01, push_seconds=0.05)
+        assert size.size == expected
+    size.ended(0.5, push_seconds=0.05)  # longer than two pushes: claim only what can start
+    assert size.size == 2
+    size.ended(0.5, push_seconds=0.5)  # a slow remote: a job shorter than two pushes is short
+    assert size.size == 4
+
+
+def test_short_jobs_are_claimed_in_growing_batches(world: World) -> None:
+    """Trivial jobs cost a few pushes, not one each: the batch doubles while jobs are short."""
+    _gate(world)
+    names = [f"t{i:02d}" for i in range(40)]
+    _merge(world, {name: ["echo", name] for name in names})
+    result = world.run_once()
+    assert result.code == 0, result.err
+    _once_each(world, names)
+    commits = int(world.git("admin", "rev-list", "--count", "origin/mergegate/audit"))
+    # 1 + 2 + 4 + 8 + 16 + 9 claims and the last results on a quiet machine; one push per job without batches.
+    assert commits <= len(names) // 2 + 1, commits
+
+
+def test_a_claim_waiting_for_a_slot_has_a_lease_covering_the_jobs_ahead(world: World) -> None:
+    _gate(world)
+    names = [f"q{i:02d}" for i in range(12)]
+    _merge(world, {name: ["echo", name] for name in names})
+    assert world.run_once().code == 0
+    started = sorted(world.events("started"), key=lambda r: r["seq"])
+    for record in started:
+        claimed = datetime.fromisoformat(record["time"].replace("Z", "+00:00"))
+        until = datetime.fromisoformat(record["lease"]["until"].replace("Z", "+00:00"))
+        own = record["limits"]["timeout_seconds"] + record["limits"]["kill_grace_seconds"]
+        assert (until - claimed).total_seconds() >= own
+    assert any((datetime.fromisoformat(r["lease"]["until"].replace("Z", "+00:00"))
+                - datetime.fromisoformat(r["time"].replace("Z", "+00:00"))).total_seconds()
+               >= 2 * (r["limits"]["timeout_seconds"] + r["limits"]["kill_grace_seconds"]) for r in started), \
+        "no claim waited behind another: the test did not reach the rule"

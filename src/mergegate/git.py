@@ -8,13 +8,15 @@ runner never touches a person's working tree, index or checked-out branch.
 
 from __future__ import annotations
 
-import io
+import contextlib
+import hashlib
 import os
 import re
 import subprocess
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -735,9 +737,30 @@ class Repo:
 
     # -- objects written in-process (the runner's audit commits: no git process per record) ----------
     def write_object(self, kind: str, data: bytes) -> str:
-        """Store a loose object (as `git hash-object -w` would) and return its id."""
-        stored = self._repo.odb.store(IStream(kind.encode(), len(data), io.BytesIO(data)))
-        return stored.hexsha.decode() if isinstance(stored.hexsha, bytes) else str(stored.hexsha)
+        """Store a loose object, as `git hash-object -w` would, without a process: its id.
+
+        The object is zlib-compressed `<kind> <size>\\0<data>` at objects/xx/yyyy..., written
+        to a temporary file in that directory and renamed into place (so a reader never
+        sees half of it); an object that exists already is left as it is.
+        """
+        body = f"{kind} {len(data)}".encode() + b"\0" + data
+        sha = hashlib.sha1(body, usedforsecurity=False).hexdigest()
+        folder = self.common_dir / "objects" / sha[:2]
+        target = folder / sha[2:]
+        if target.exists():
+            return sha
+        folder.mkdir(exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(zlib.compress(body, 1))
+            os.chmod(temporary, 0o444)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        return sha
 
     def write_tree(self, entries: Mapping[str, tuple[str, str]]) -> str:
         """A tree of `name -> (mode, id)` (modes as ls-tree prints them: 100644, 040000)."""

@@ -62,6 +62,8 @@ class Book:
 
     started: dict[tuple[str, str], audit.Record] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
+    refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
 
     @classmethod
     def load(cls, repo: Repo, tip: str | None, blobs: Iterable[str]) -> Book:
@@ -79,9 +81,16 @@ class Book:
                 self.started.setdefault((path, blob), record)
             elif record.event == "finished" and isinstance(record.get("run_id"), str):
                 self.finished.add(str(record.get("run_id")))
+            elif record.event in ("rejected", "vetoed") and isinstance(path, str) and isinstance(blob, str):
+                self.refused.setdefault((path, blob, str(record.get("commit"))), record)
 
     def claimed(self, path: str, blob: str) -> audit.Record | None:
+        """The first `started` record of this revision, if it ever started."""
         return self.started.get((path, blob))
+
+    def taken(self, path: str, blob: str, commit: str) -> audit.Record | None:
+        """Why this runner must not claim the revision: its `started` record, or another's refusal of it here."""
+        return self.started.get((path, blob)) or self.refused.get((path, blob, commit))
 
 
 @dataclass

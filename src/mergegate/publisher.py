@@ -163,7 +163,7 @@ class Publisher:
 
     def _claim_dropped(self, claim: Decision) -> tuple[str, str] | None:
         """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
-        earlier = self.book.claimed(claim.path, claim.blob)
+        earlier = self.book.taken(claim.path, claim.blob, claim.commit)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.
             return "claimed", f"claimed by {earlier.get('runner')}"

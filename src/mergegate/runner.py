@@ -439,7 +439,7 @@ class Runner:
                 batch: list[_Flight] = []
                 while queue_ and len(batch) < room:
                     decision, policy = queue_.pop(0)
-                    earlier = self._pub.book.claimed(decision.path, decision.blob)
+                    earlier = self._pub.book.taken(decision.path, decision.blob, decision.commit)
                     if earlier is not None:  # another runner claimed it while this pass ran
                         outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {earlier.get('runner')}"))
                         continue

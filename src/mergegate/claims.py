@@ -60,7 +60,7 @@ def spread(items: Sequence[T], runner_name: str) -> list[T]:
 class Book:
     """Revisions with a `started` record and runs with a `finished` one, as of one audit tip."""
 
-    started: dict[tuple[str, str], audit.Record] = field(default_factory=dict)
+    started: dict[tuple[str, str], audit.Record] = field(default_factory=dict)  # the latest attempt's
     finished: set[str] = field(default_factory=set)
     # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
     refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
@@ -78,19 +78,29 @@ class Book:
         for record in records:
             path, blob = record.revision
             if record.event == "started" and isinstance(path, str) and isinstance(blob, str):
-                self.started.setdefault((path, blob), record)
+                known = self.started.get((path, blob))
+                if known is None or _attempt(record) > _attempt(known):
+                    self.started[(path, blob)] = record
             elif record.event == "finished" and isinstance(record.get("run_id"), str):
                 self.finished.add(str(record.get("run_id")))
             elif record.event in ("rejected", "vetoed") and isinstance(path, str) and isinstance(blob, str):
                 self.refused.setdefault((path, blob, str(record.get("commit"))), record)
 
-    def claimed(self, path: str, blob: str) -> audit.Record | None:
-        """The first `started` record of this revision, if it ever started."""
-        return self.started.get((path, blob))
+    def claimed(self, path: str, blob: str, attempt: int = 1) -> audit.Record | None:
+        """A `started` record of this revision's attempt `attempt` or a later one, if there is one."""
+        record = self.started.get((path, blob))
+        return record if record is not None and _attempt(record) >= attempt else None
 
-    def taken(self, path: str, blob: str, commit: str) -> audit.Record | None:
-        """Why this runner must not claim the revision: its `started` record, or another's refusal of it here."""
-        return self.started.get((path, blob)) or self.refused.get((path, blob, commit))
+    def taken(self, path: str, blob: str, commit: str, attempt: int = 1) -> audit.Record | None:
+        """Why this runner must not claim the revision: a `started` record of this attempt (or a later
+        one), or another runner's refusal of it at this commit (a refusal is final too)."""
+        return self.claimed(path, blob, attempt) or self.refused.get((path, blob, commit))
+
+
+def _attempt(record: audit.Record) -> int:
+    """A `started` record's attempt (1-based; records from before retries are attempt 1)."""
+    value = record.get("attempt")
+    return value if isinstance(value, int) and value >= 1 else 1
 
 
 @dataclass

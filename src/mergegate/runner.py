@@ -500,11 +500,14 @@ class Runner:
         """
         me = ProcessId.of(os.getpid())
         free = max(0, parallel - len(ahead))
-        wait = 0.0 if free else sum(f.limits.timeout_seconds + f.limits.kill_grace_seconds for f in ahead)
+
+        def span(flights: list[_Flight]) -> float:
+            return sum(f.limits.timeout_seconds + f.limits.kill_grace_seconds for f in flights)
+
         drafts = []
         for index, flight in enumerate(batch):
-            if index >= free:
-                wait += sum(f.limits.timeout_seconds + f.limits.kill_grace_seconds for f in ([*ahead, *batch][index - free:index - free + 1]))
+            # A claim beyond the free slots may wait for every job ahead of it (as if one at a time: an upper bound).
+            wait = 0.0 if index < free else span(ahead) + span(batch[:index])
             decision, policy, job = flight.decision, flight.policy, flight.decision.job
             assert job is not None
             drafts.append(self._draft(

@@ -656,7 +656,7 @@ def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(w
         assert _pending(clone) == pending
         assert _loose_objects(clone) <= early + 1
         block.unlink()
-        _until(lambda: world.events("finished"))
+        _until(lambda: world.events("finished"), timeout=120)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)
@@ -684,7 +684,7 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
         _until(lambda: _refusals(tally) >= 8, timeout=60)  # each attempt a new claim: +4 objects each without the fix
         assert _loose_objects(clone) <= early + 1
         block.unlink()
-        _until(lambda: len(world.events("finished")) == 21)
+        _until(lambda: len(world.events("finished")) == 21, timeout=120)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)

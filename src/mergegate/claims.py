@@ -9,7 +9,7 @@ pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch
   on four different parts of the list instead of all racing for the first job.
 - **Batches.** One push carries the claims of every job started together (`--parallel
   N`: up to N) and the results of the jobs that ended since. While jobs are short
-  (each ended within twice the time a push takes here, or `SHORT_SECONDS`), the batch
+  (each ended within four times the time a push takes here, or `SHORT_SECONDS`), the batch
   doubles, up to `MAX_BATCH`, claiming
   jobs ahead of a free slot; a job that takes longer brings it back to N. So a merge of
   a thousand trivial jobs costs a few dozen pushes, while long jobs are claimed one
@@ -42,7 +42,7 @@ from mergegate.git import Repo
 T = TypeVar("T")
 
 MAX_BATCH = 64
-SHORT_SECONDS = 0.25  # a job this short (or shorter than two pushes) is cheaper than a push: claim ahead
+SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
 _GREP_BATCH = 500
 
 
@@ -115,5 +115,5 @@ class BatchSize:
 
     def ended(self, seconds: float, push_seconds: float = 0.0) -> None:
         """A job ended after `seconds`; a push takes about `push_seconds` here."""
-        short = seconds < max(SHORT_SECONDS, 2 * push_seconds)
+        short = seconds < max(SHORT_SECONDS, 4 * push_seconds)
         self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if short else self.parallel

@@ -12,6 +12,7 @@ tries again. A push the remote refused outright is kept as the pending commit
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,11 @@ from mergegate.logend import LogEnd
 from mergegate.pending import Pending
 from mergegate.spool import Spool
 
-MAX_PUSH_ATTEMPTS = 10
+# Many runners move the tip all the time: a push built on an older tip loses and is
+# rebuilt on the new one. After a lost race a runner waits a random moment (growing
+# with its losses) so that runners pushing in lockstep fall out of step.
+MAX_PUSH_ATTEMPTS = 40
+RETRY_JITTER_SECONDS = 0.02
 # A claim is pushed only after a look at both branches at most this old: a veto
 # merged while earlier jobs of the pass ran must still stop the next one.
 FRESH_SECONDS = 1.0
@@ -118,8 +123,9 @@ class Publisher:
                 self.pending.settle(None)
             else:
                 self.repo.discard(sha)
+            time.sleep(random.uniform(0, RETRY_JITTER_SECONDS * min(attempt + 1, 25)))
             self.refresh(fetch=True)
-        raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts",
+        raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
                        hint="another process keeps moving the branch; run again")
 
     def refresh(self, *, fetch: bool) -> None:

@@ -535,3 +535,35 @@ def test_hardening_pages_of_another_repository_are_not_ours() -> None:
                         (ex("https://api.github.com/repos/acme/gate/pulls/1/reviews?per_page=100"),
                          ex("https://api.github.com/repos/other/repo/pulls/1/reviews?page=2")), "")
     assert evidence.pages("/pulls/1/reviews") == [1]
+
+
+def test_hardening_a_multi_valued_rel_next_is_followed() -> None:
+    from mergegate.http import Response
+    link = '<https://api.github.com/x?page=2>; rel="next last", <https://api.github.com/x?page=1>; rel="first"'
+    assert Response("u", 200, "", "", b"", link=link).next_url() == "https://api.github.com/x?page=2"
+    assert Response("u", 200, "", "", b"", link='<https://api.github.com/x?page=1>; rel="prev first"').next_url() is None
+
+
+@pytest.mark.parametrize("pr_commits", [None, 0])
+def test_hardening_an_empty_commits_listing_is_refused(pr_commits: int | None) -> None:
+    import hashlib
+    import json
+
+    from mergegate import reviews
+    from mergegate.evidence import Evidence, Exchange
+    from mergegate.policy import load_policy
+    head = "b" * 40
+    pr: dict[str, Any] = {"number": 1, "user": user(999), "head": {"sha": head}}
+    if pr_commits is not None:
+        pr["commits"] = pr_commits
+
+    def ex(path: str, body: Any) -> Exchange:
+        text = json.dumps(body)
+        return Exchange(f"https://api.github.com/repos/acme/gate{path}", 200, "", "", hashlib.sha256(text.encode()).hexdigest(), text)
+
+    evidence = Evidence("a" * 40, "acme/gate", "https://api.github.com", 1,
+                        (ex("/pulls/1", pr), ex("/pulls/1/commits?per_page=100", []), ex("/pulls/1/reviews?per_page=100", []),
+                         ex("/issues/1/timeline?per_page=100", [])), "")
+    text = "version: 1\napprovers:\n  - name: a\n    github: 101\nrunners:\n  - name: r\n    github: 5\n"
+    policy = load_policy(lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40)
+    assert "authorship cannot be checked" in reviews.on_head(evidence, 1, head, policy).refused

@@ -97,9 +97,11 @@ class Response:
             target = target.strip()
             if not (target.startswith("<") and target.endswith(">")):
                 continue
-            rels = [p.strip() for p in params.split(";")]
-            if any(r.replace(" ", "") in ('rel="next"', "rel=next") for r in rels):
-                return target[1:-1]
+            for param in params.split(";"):
+                name, _, value = param.strip().partition("=")
+                # rel may hold several types (RFC 8288: rel="next last")
+                if name.strip().lower() == "rel" and "next" in value.strip().strip('"').split():
+                    return target[1:-1]
         return None
 
 

@@ -98,7 +98,7 @@ def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: d
     """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull request."""
     pr = pr if pr is not None else evidence.one(f"/pulls/{number}")
     commits = evidence.pages(f"/pulls/{number}/commits")
-    if int(pr.get("commits", len(commits))) != len(commits):
+    if type(pr.get("commits")) is not int or pr["commits"] != len(commits) or not commits:
         return Verdict(number, "none", head, refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked")
     if commits and commits[-1]["sha"] != head:
         return Verdict(number, "none", head, refused=f"PR #{number}'s last listed commit is not its head {head[:7]}")

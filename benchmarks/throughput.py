@@ -102,7 +102,11 @@ def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str
     proc = subprocess.run(argv, cwd=runner, capture_output=True, text=True, env=dict(os.environ))
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"run --once exited {proc.returncode}: {proc.stderr[-2000:]}")
+        try:
+            odd = [j for j in json.loads(proc.stdout)["jobs"] if j["status"] != "succeeded"][:3]
+        except (ValueError, KeyError):
+            odd = []
+        raise RuntimeError(f"run --once exited {proc.returncode}: {proc.stderr[-2000:]} {odd}")
     found = records(tmp / f"{label}.git")
     check_once_each(found, n)
     pushes = int(git(tmp / f"{label}.git", "rev-list", "--count", "mergegate/audit"))

@@ -168,3 +168,13 @@ def test_a_claim_waiting_for_a_slot_has_a_lease_covering_the_jobs_ahead(world: W
                 - datetime.fromisoformat(r["time"].replace("Z", "+00:00"))).total_seconds()
                >= 2 * (r["limits"]["timeout_seconds"] + r["limits"]["kill_grace_seconds"]) for r in started), \
         "no claim waited behind another: the test did not reach the rule"
+
+
+def test_many_short_jobs_in_parallel_all_succeed(world: World) -> None:
+    """Jobs ending while others are forked: no job's scan reaps (or adopts) another's just-forked main process."""
+    _gate(world)
+    names = [f"s{i:02d}" for i in range(40)]
+    _merge(world, {name: ["echo", name] for name in names})
+    result = world.run_once("--parallel", "8")
+    assert result.code == 0, result.out[-3000:]
+    _once_each(world, names)

@@ -26,6 +26,7 @@ from typing import Literal
 from mergegate.errors import Denied
 from mergegate.job import forbidden_env_name
 from mergegate.processes import (
+    SPAWNING,
     Tracker,
     Watchdog,
     become_subreaper,
@@ -352,19 +353,20 @@ def _run(request: ExecRequest) -> ExecResult:
     started = time.monotonic()
     try:
         Watchdog.get().start()  # before the job exists: nothing runs that could outlive the runner
-        proc = subprocess.Popen(  # an argv list, never a shell
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=dict(request.env), start_new_session=True, close_fds=True,
-            preexec_fn=functools.partial(child_setup, rlimits, cgroup, os.getpid()),
-        )
+        with SPAWNING:  # registered (as a Tracker) before another job's scan can see it
+            proc = subprocess.Popen(  # an argv list, never a shell
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=cwd, env=dict(request.env), start_new_session=True, close_fds=True,
+                preexec_fn=functools.partial(child_setup, rlimits, cgroup, os.getpid()),
+            )
+            assert proc.stdout is not None and proc.stderr is not None
+            tracker = Tracker(proc.pid, cgroup, sandboxed, run_id=request.run_id)
     except (OSError, subprocess.SubprocessError) as exc:
         if cgroup is not None:
             cgroup.rmdir()  # still empty: nothing started
         for stream in streams:
             stream.close()
         raise Denied(f"could not start {program}: {exc}") from None
-    assert proc.stdout is not None and proc.stderr is not None
-    tracker = Tracker(proc.pid, cgroup, sandboxed, run_id=request.run_id)
     sinks = {proc.stdout.fileno(): streams[0], proc.stderr.fileno(): streams[1]}
     try:
         if request.on_start is not None:

@@ -102,6 +102,10 @@ def _proc_table() -> dict[int, tuple[int, int, bytes, int, int]]:
 # Job main pid -> its Tracker, for telling whose an orphan the runner adopted is.
 _LIVE: dict[int, Tracker] = {}
 _LIVE_LOCK = threading.Lock()
+# Held from before a job's main process is forked until its Tracker is registered: with jobs
+# in parallel, another job's scan must never take a just-forked main (a child of the runner in
+# a session of its own, not registered yet) for an adopted orphan, nor reap it.
+SPAWNING = threading.Lock()
 
 
 class Tracker:
@@ -164,7 +168,7 @@ class Tracker:
         its main process; it is killed all the same.
         """
         me, session, watchdog = os.getpid(), os.getsid(0), self.watchdog.pid
-        with _LIVE_LOCK:
+        with SPAWNING, _LIVE_LOCK:  # every main forked by now is registered
             mains = set(_LIVE)
         found = []
         for pid, (ppid, _, state, start, sid) in table.items():

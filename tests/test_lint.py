@@ -83,3 +83,23 @@ def test_pre_commit_hook_definition_runs_lint_on_the_files_it_selects(world: Wor
     assert proc.returncode == 2
     assert proc.stdout == ""  # --quiet: only problems
     assert proc.stderr.splitlines() == ["error: 'command' is required (jobs/bad.yml:1)"]
+
+
+def test_policy_errors_end_with_a_hint_that_leads_somewhere(world: World) -> None:
+    cases = {
+        "version: 1\napprovers:\n  - name: alice\n    github: octocat\n":
+            ("found 'octocat' (policy/policy.yaml:4)", "hint: find an account's numeric id: gh api users/LOGIN --jq .id"),
+        "version: 1\napprovers:\n  - name: alice\n    github: 7\n  - name: bob\n    github: 7\n":
+            ("GitHub id 7 belongs to both 'alice' and 'bob' (policy/policy.yaml:6)", "hint: one account is one person: keep it "
+             "under one name (gh api user/7 --jq .login shows whose it is)"),
+        "version: 1\napprovers:\n  - name: alice\n    github: 7\ngithub:\n  merge_key: []\n":
+            ("(did you mean 'merge_keys'?)", "hint: the github: keys are in docs/policy.md and docs/github.md"),
+        "version: 1\napprover: []\n": ("(did you mean 'approvers'?)", "hint: every policy key is in docs/policy.md"),
+    }
+    for text, (error, hint) in cases.items():
+        world.write("admin", {"policy/policy.yaml": text})
+        code, _, err = lint(world, "policy/policy.yaml")
+        assert code == 2
+        lines = err.splitlines()
+        assert lines[0].startswith("error: ") and error in lines[0], err
+        assert lines[1].startswith(hint), err

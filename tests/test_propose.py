@@ -183,6 +183,8 @@ def test_open_pr_opens_one_pull_request_with_the_verdict(world: World) -> None:
         again = world.mg("propose", "hello", "--open-pr", "--", "echo", "hi", where="proposer", env=env)
         assert again.code == 0, again.err
         assert "already open: pull request #1" in again.out
+        lines = again.out.splitlines()  # said in the order it happened: the push, then the pull request
+        assert lines.index("pushed to origin/propose/hello") < next(i for i, line in enumerate(lines) if "pull request #1" in line)
         assert len(github.created) == 1  # no duplicate
         assert env["GITHUB_TOKEN"] not in first.out + first.err + again.out + again.err
 

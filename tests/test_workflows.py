@@ -47,6 +47,8 @@ def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() ->
     assert run["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
     job = run["jobs"]["run"]  # type: ignore[index]
     assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
+    # The runner's key is an Environment secret: only this job, on the branches the Environment allows, gets it.
+    assert job["environment"] == workflows.ENVIRONMENT == "mergegate"
     steps = _steps(run)
     assert steps[0]["with"]["persist-credentials"] is False and steps[0]["with"]["fetch-depth"] == 0  # type: ignore[index]
     assert steps[1]["with"]["trust-root"] == "${{ vars.MERGEGATE_TRUST_ROOT }}"  # type: ignore[index]
@@ -63,6 +65,12 @@ def test_no_untrusted_value_is_expanded_in_a_run_script_and_no_pull_request_targ
         steps = doc["runs"]["steps"] if "runs" in doc else _steps(doc)
         for step in steps:
             assert "${{" not in str(step.get("run", "")), (path, step.get("name"))
+
+
+def test_every_checkout_pin_names_its_version_for_reviewers() -> None:
+    for path, text in workflows.files(action=PIN).items():
+        pins = [line.strip() for line in text.splitlines() if "actions/checkout@" in line]
+        assert pins == [f"- uses: {workflows.CHECKOUT} # {workflows.CHECKOUT_VERSION}"], path
 
 
 def test_action_must_be_pinned_to_a_commit() -> None:
@@ -135,8 +143,12 @@ def test_init_github_writes_both_workflows(world: World) -> None:
         assert (where / path).read_text() == workflows.files(action=PIN)[path]
         assert world.git("admin", "ls-tree", "--name-only", "approved", path) == path  # in the trust root
     assert "MERGEGATE_TRUST_ROOT=" in result.out
+    github = next(line for line in result.out.splitlines() if line.startswith("next on GitHub:"))
+    for needed in ("make approved the default branch", "environment mergegate", "protect approved and mergegate/audit"):
+        assert needed in github, github
     refused = world.mg("init", "--github", where="admin")
     assert refused.code == 2 and "--action OWNER/REPO@COMMIT" in refused.err
+    assert "hint: pin the full commit id of the mergegate you reviewed" in refused.err and "TAG^{}" in refused.err
 
 
 def _linters() -> Path | None:

@@ -54,7 +54,8 @@ def _repo_option(f: Callable[..., Any]) -> Callable[..., Any]:
 def _branch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--no-fetch", "no_fetch", is_flag=True, help="Read the remote-tracking branch as it is.")(f)
     f = click.option("--branch", default="approved", show_default=True, help="The approved branch.")(f)
-    f = click.option("--remote", default="origin", show_default=True, help="Remote to fetch from and push to.")(f)
+    f = click.option("--remote", default="origin", show_default=True,
+                     help="Remote to fetch from (and, for commands that push, push to).")(f)
     return _repo_option(f)
 
 

@@ -145,6 +145,10 @@ def _schema(name: str) -> dict[str, Any]:
     return schema
 
 
+# How to find an account's numeric id (a login can be renamed and re-registered, an id cannot).
+GITHUB_ID_HINT = "find an account's numeric id: gh api users/LOGIN --jq .id (docs/github.md)"
+
+
 def validate(doc: Document, *, schema: str) -> None:
     validator = jsonschema.Draft202012Validator(_schema(schema))
     errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
@@ -162,7 +166,18 @@ def validate(doc: Document, *, schema: str) -> None:
             path = (*path, extra[0])
     field = ".".join(str(p) for p in path)
     prefix = f"field '{field}': " if field else ""
-    raise doc.error(path, prefix + _describe(error))
+    raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
+
+
+def _hint(schema: str, path: Path_) -> str | None:
+    """Where to look next: the page that documents the field (job errors explain themselves)."""
+    if schema != "policy":
+        return None
+    if len(path) >= 3 and path[0] in ("approvers", "proposers", "runners") and path[2] == "github":
+        return GITHUB_ID_HINT
+    if path[:1] == ("github",):
+        return "the github: keys are in docs/policy.md and docs/github.md"
+    return "every policy key is in docs/policy.md"
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

@@ -360,7 +360,8 @@ def _unique_github_ids(doc: config.Document, data: dict[str, Any], lists: tuple[
         for index, person in enumerate(people):
             for uid in person.github_ids:
                 if uid in owner and owner[uid] != person.name:
-                    raise doc.error((field, index, "github"), f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'")
+                    raise doc.error((field, index, "github"), f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'",
+                                    hint=f"one account is one person: keep it under one name (gh api user/{uid} --jq .login shows whose it is)")
                 owner[uid] = person.name
 
 

@@ -9,7 +9,10 @@ they follow, each a past or well-known way Actions gates were broken:
 - no `${{ }}` of anything a proposer controls inside a `run:` script: values travel
   through `env:` and are quoted data;
 - the runner's concurrency group never cancels a run in progress;
-- an unset trust-root variable fails the run with a clear message.
+- an unset trust-root variable fails the run with a clear message;
+- the runner's key is read from the GitHub Environment `mergegate`, whose deployment
+  branches the gate's owner limits to `approved`: a workflow on any other branch gets
+  no key (docs/github.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from __future__ import annotations
 from mergegate.errors import UsageError
 
 # Third-party actions are pinned to a commit id (a tag can be moved by whoever controls it).
-CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"  # v4.2.2
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
+CHECKOUT_VERSION = "v4.2.2"  # written next to the pin, for whoever reviews or bumps it
+ENVIRONMENT = "mergegate"  # the GitHub Environment holding MERGEGATE_RUNNER_KEY
+# Where a user gets the full commit id to pin (there may be no tags; an annotated tag's
+# ls-remote line names the tag object, its `^{}` line the commit).
+PIN_HINT = ("pin the full commit id of the mergegate you reviewed: git -C YOUR_MERGEGATE_CHECKOUT rev-parse HEAD, "
+            "or for a tag: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/TAG^{}'")
 CHECK_PATH = ".github/workflows/mergegate-check.yml"
 RUN_PATH = ".github/workflows/mergegate-run.yml"
 
@@ -41,7 +50,7 @@ jobs:
     steps:
       # The merge ref (refs/pull/N/merge, the default for pull_request): works for forks,
       # and the fork's branch name is never used.
-      - uses: {checkout}
+      - uses: {checkout} # {checkout_version}
         with:
           fetch-depth: 0
           persist-credentials: false
@@ -55,7 +64,9 @@ jobs:
 RUN = """\
 # mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
 # so a job that waited for evidence is judged again). Records go to mergegate/audit.
-# Written by `mergegate init --github`; see mergegate's docs/github.md.
+# `schedule` and `workflow_dispatch` use this file as it is on the default branch:
+# make `approved` the default branch. Written by `mergegate init --github`; see
+# mergegate's docs/github.md.
 name: mergegate run
 on:
   push:
@@ -77,11 +88,14 @@ jobs:
     name: mergegate run
     runs-on: ubuntu-latest
     timeout-minutes: 60
+    # The runner's key is a secret of this Environment; limit its deployment branches to
+    # `approved` so that no workflow on another branch can read it (docs/github.md).
+    environment: {environment}
     permissions:
       contents: write       # to push records to mergegate/audit (protect approved separately)
       pull-requests: read   # review evidence for GitHub-made merges
     steps:
-      - uses: {checkout}
+      - uses: {checkout} # {checkout_version}
         with:
           ref: approved
           fetch-depth: 0
@@ -98,7 +112,8 @@ jobs:
 def files(*, action: str) -> dict[str, str]:
     """Path -> text of the workflows for a gate that uses `action` (OWNER/REPO@COMMIT)."""
     check_action(action)
-    return {CHECK_PATH: CHECK.format(action=action, checkout=CHECKOUT), RUN_PATH: RUN.format(action=action, checkout=CHECKOUT)}
+    values = {"action": action, "checkout": CHECKOUT, "checkout_version": CHECKOUT_VERSION, "environment": ENVIRONMENT}
+    return {CHECK_PATH: CHECK.format(**values), RUN_PATH: RUN.format(**values)}
 
 
 def check_action(action: str) -> None:
@@ -106,7 +121,7 @@ def check_action(action: str) -> None:
     name, _, ref = action.partition("@")
     if name.count("/") < 1 or not all(name.split("/")) or len(ref) != 40 or any(c not in "0123456789abcdef" for c in ref):
         raise UsageError(f"--action {action!r} is not OWNER/REPO@COMMIT with a full 40-hex commit id",
-                         hint="pin the mergegate action you reviewed: git ls-remote https://github.com/OWNER/mergegate v0.1.0")
+                         hint=PIN_HINT)
 
 
 if __name__ == "__main__":  # python -m mergegate.workflows DIR ACTION: what .ci/lint-workflows lints

@@ -8,13 +8,14 @@ from mergegate.commands import output
 from mergegate.errors import UsageError
 from mergegate.scaffold import add_workflows, is_gate
 from mergegate.scaffold import init as run_init
+from mergegate.workflows import ENVIRONMENT, PIN_HINT
 
 
 def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
          github: bool = False, action: str | None = None) -> int:
     if github and action is None:
         raise UsageError("init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
-                         hint="pin the release you reviewed: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/v0.1.0^{}'")
+                         hint=PIN_HINT)
     if action is not None and not github:
         raise UsageError("--action is used only with --github (it pins the action the GitHub workflows run)",
                          hint="mergegate init --github --action OWNER/REPO@COMMIT")
@@ -43,7 +44,9 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
         output.line(f"next: git push origin HEAD {result.branch}; then propose jobs as pull requests into {result.branch} "
                     "(mergegate propose ID --open-pr -- COMMAND...), reviewed by the policy's approvers and merged with "
                     "a merge commit or squash")
-        output.line(f"next on GitHub: set the repository variable MERGEGATE_TRUST_ROOT={result.commit}, the secret "
-                    "MERGEGATE_RUNNER_KEY (the runner's private ssh key; its public key under runners: in the policy), "
-                    "and protect approved (docs/github.md)")
+        output.line(f"next on GitHub: make {result.branch} the default branch, set the repository variable "
+                    f"MERGEGATE_TRUST_ROOT={result.commit}, put the runner's private ssh key (its public key under "
+                    f"runners: in the policy) in the secret MERGEGATE_RUNNER_KEY of the environment {ENVIRONMENT} "
+                    f"(deployment branches: {result.branch} only), and protect {result.branch} and mergegate/audit "
+                    "(docs/github.md)")
     return 0

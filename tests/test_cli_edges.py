@@ -57,7 +57,7 @@ def test_json_errors_are_json_on_stdout_with_the_same_exit_code(world: World) ->
     assert result.err.startswith("error: field 'commands.0.args': unknown key 'args'")
     data = result.json()
     assert data == {"error": "field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program",
-                    "file": "policy/policy.yaml", "line": 5, "hint": None, "ok": False}
+                    "file": "policy/policy.yaml", "line": 5, "hint": "every policy key is in docs/policy.md", "ok": False}
     missing = world.mg("check", "no-such-branch", "--json")
     assert missing.code == 2
     error = missing.json()

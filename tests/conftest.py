@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.fake_github import FakeGitHub
+from tests.helpers.github_world import GithubGate
 from tests.helpers.repos import World
 
 
@@ -26,3 +29,15 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return World(tmp_path)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    """A loopback GitHub API (127.0.0.1, an ephemeral port); tests feed it pull requests and faults."""
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def gate(world: World, fake: FakeGitHub) -> GithubGate:
+    return GithubGate(world, fake)

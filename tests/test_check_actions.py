@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.helpers.fake_github import FakeGitHub
 from tests.helpers.github_world import ALICE, BOB, GithubGate
 from tests.helpers.repos import World, job_yaml
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
 
 
 def _actions_env(tmp_path: Path, fake: FakeGitHub, number: int | None) -> dict[str, str]:

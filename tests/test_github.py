@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,21 +12,8 @@ from mergegate.errors import IntegrityError, NotYet
 from mergegate.evidence import Evidence
 from mergegate.git import Repo
 from mergegate.policy import load_policy
-from tests.helpers.fake_github import FakeGitHub
 from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
 from tests.helpers.keys import make_ssh_key
-from tests.helpers.repos import World
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def gate(world: World, fake: FakeGitHub) -> GithubGate:
-    return GithubGate(world, fake)
 
 
 def outcome(gate: GithubGate, sha: str, **kw: object) -> github.Outcome:

@@ -6,27 +6,15 @@ asserts the job did not run and why; each fails on the code before its fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers.fake_github import FakeGitHub, PullRequest, ago, user
+from tests.helpers.fake_github import PullRequest, ago, user
 from tests.helpers.github_world import ALICE, BOB, DAVE, GITHUB, GithubGate
-from tests.helpers.repos import World, job_yaml, policy_yaml
+from tests.helpers.repos import job_yaml, policy_yaml
 
 OFFLINE = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def gate(world: World, fake: FakeGitHub) -> GithubGate:
-    return GithubGate(world, fake)
 
 
 def run(gate: GithubGate, **env: str) -> dict[str, Any]:

@@ -8,25 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from tests.helpers.fake_github import FakeGitHub, PullRequest
+from tests.helpers.fake_github import PullRequest
 from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
-from tests.helpers.repos import World, job_yaml
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def gate(world: World, fake: FakeGitHub) -> GithubGate:
-    return GithubGate(world, fake)
+from tests.helpers.repos import job_yaml
 
 
 def run(gate: GithubGate, **env: str) -> dict[str, Any]:

@@ -304,19 +304,7 @@ def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
     Used where a forged record can only make the runner more careful: a
     `started` that stops a rerun, or the time a commit was first recorded.
     """
-    if commit is None:
-        return []
-    # -a: a match is a match, whatever attributes say about the file being binary.
-    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-e", needle, commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
-    records = []
-    for line in proc.stdout.splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            records.append(Record(MappingProxyType(value)))
-    return records
+    return grep_any(repo, commit, [needle])
 
 
 def grep_any(repo: Repo, commit: str | None, needles: Sequence[str]) -> list[Record]:
@@ -324,6 +312,7 @@ def grep_any(repo: Repo, commit: str | None, needles: Sequence[str]) -> list[Rec
     if commit is None or not needles:
         return []
     patterns = [arg for needle in needles for arg in ("-e", needle)]
+    # -a: a match is a match, whatever attributes say about the file being binary.
     proc = repo.run("grep", "-a", "-h", "-F", "--no-color", *patterns, commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
     records = []
     for line in proc.stdout.splitlines():

@@ -45,16 +45,12 @@ from audit_verify import measured, python_module, verify_once
 from perfdoc import LoadWatch, cleanup, finish, header
 from poll_scale import (
     ALICE,
-    BOB,
-    T0,
-    _commit,
     build_gate,
-    fast_import,
     git,
-    ident,
     isolate,
     new_approved_job,
 )
+from throughput import gate
 
 SEED = "agent-safe-runner==0.4.3"
 SECTION = "## Side by side with the seed"
@@ -178,21 +174,8 @@ def policy(public_key: str, programs: list[str]) -> bytes:
 
 def gate_with_jobs(base: Path, name: str, key: Path, programs: list[str],
                    jobs: dict[str, bytes]) -> tuple[Path, str]:
-    """A remote whose approved is the policy, then one merge signed by alice adding `jobs`; a runner clone."""
-    remote, runner = base / f"{name}.git", base / f"{name}-runner"
-    git(base, "init", "-q", "--bare", str(remote))
-    public = Path(f"{key}.pub").read_text().strip()
-    stream = _commit("refs/heads/approved", 1, ALICE, T0, "initial policy", [], {"policy/policy.yaml": policy(public, programs)})
-    stream += _commit("refs/heads/proposal", 2, BOB, T0 + 10, f"propose {len(jobs)} jobs", [":1"], jobs)
-    marks = fast_import(remote, stream, base / f"{name}.marks")
-    root, side = marks[1], marks[2]
-    tree = git(remote, "rev-parse", f"{side}^{{tree}}")
-    merge = git(remote, "-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit-tree", "-S", tree,
-                "-p", root, "-p", side, "-m", "Merge the jobs into approved", env=ident(ALICE))
-    git(remote, "update-ref", "refs/heads/approved", merge)
-    git(remote, "update-ref", "-d", "refs/heads/proposal")
-    git(base, "clone", "-q", str(remote), str(runner))
-    return runner, root
+    """throughput's gate, with a policy allowing `programs`."""
+    return gate(base, name, key, jobs, policy_for=lambda public: policy(public, programs))
 
 
 def run_once(runner: Path, root: str, expect: int) -> tuple[float, int]:

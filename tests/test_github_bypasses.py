@@ -82,13 +82,9 @@ def test_f1_squash_refuses_an_escaping_symlink(gate: GithubGate) -> None:
 
 def test_f1_squash_refuses_a_duplicate_job_id(gate: GithubGate) -> None:
     gate.setup()
-    first = gate.open_pr("backup")
-    gate.fake.review(first.number, ALICE, "APPROVED", first.head_sha)
-    gate.merge(first)
+    gate.reviewed_merge("backup", ALICE)
     assert run(gate)["jobs"][0]["status"] == "succeeded"
-    pr = gate.open_pr("again", {"jobs/other/backup.yaml": job_yaml("backup", ["echo", "twice"])})
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr, method="squash")
+    gate.reviewed_merge("again", ALICE, {"jobs/other/backup.yaml": job_yaml("backup", ["echo", "twice"])}, method="squash")
     out = run(gate)
     assert started(gate) == ["backup"]
     assert "job id 'backup' is not unique" in reasons(out)["backup"]
@@ -185,9 +181,7 @@ def _rotation(gate: GithubGate, tmp_path: Any) -> tuple[Any, Any, str]:
     approvers = [w.alice.approver_entry(github=ALICE), w.bob.approver_entry(github=BOB), w.carol.approver_entry(github=103)]
     w.setup(policy_yaml(approvers, [{"program": "echo"}], approvals_required=1, policy_approvals_required=2,
                         runners=[{"name": "gha", "key": k1.public_line}]))
-    pr = gate.open_pr("hello")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("hello", ALICE)
     assert w.run_once("--signing-key", str(k1.private), "--runner-name", "gha", env=gate.fake.env()).code == 0
     rotated = policy_yaml(approvers, [{"program": "echo"}], approvals_required=1, policy_approvals_required=2,
                           runners=[{"name": "gha", "key": k2.public_line}])
@@ -406,9 +400,7 @@ def test_d1_past_the_bounds_a_merge_is_refused_not_waited_for(gate: GithubGate, 
 
 def test_b1_dry_run_previews_a_review_approved_job(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     result = gate.world.mg("run", "--dry-run", "--json", *gate.runner_args, env=gate.fake.env())
     assert result.code == 0, result.err
     assert [(j["job"], j["status"]) for j in result.json()["jobs"]] == [("backup", "would run")]

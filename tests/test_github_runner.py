@@ -28,9 +28,7 @@ def started(gate: GithubGate) -> list[dict[str, Any]]:
 
 def test_approver_review_on_the_merged_head_runs_the_job_with_evidence(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     out = run(gate)
     assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
     [record] = started(gate)
@@ -56,9 +54,7 @@ def test_review_on_an_older_head_does_not_run(gate: GithubGate) -> None:
 
 def test_the_api_unreachable_nothing_runs_the_job_waits_with_the_reason(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     result = gate.run_once(env={"GITHUB_API_URL": "http://127.0.0.1:9"})
     assert result.code == 1
     out = result.json()
@@ -73,9 +69,7 @@ def test_the_api_unreachable_nothing_runs_the_job_waits_with_the_reason(gate: Gi
 
 def test_500_then_success_on_the_next_pass(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     gate.fake.fail("/pulls/1", "status", status=500, times=1)
     out = run(gate)
     assert out["jobs"] == [] and "HTTP 500" in out["waiting"]["reason"]
@@ -86,9 +80,7 @@ def test_500_then_success_on_the_next_pass(gate: GithubGate) -> None:
 
 def test_a_403_rate_limit_with_a_near_reset_is_waited_out(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     gate.fake.fail("/reviews", "rate", status=403, reset_in=1)
     out = run(gate)
     assert [j["status"] for j in out["jobs"]] == ["succeeded"], out
@@ -97,9 +89,7 @@ def test_a_403_rate_limit_with_a_near_reset_is_waited_out(gate: GithubGate) -> N
 
 def test_a_403_rate_limit_with_a_far_reset_waits_for_the_next_pass(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     gate.fake.fail("/reviews", "rate", status=403, reset_in=3600)
     out = run(gate)
     assert out["jobs"] == [] and "rate limited" in out["waiting"]["reason"]
@@ -107,18 +97,14 @@ def test_a_403_rate_limit_with_a_far_reset_waits_for_the_next_pass(gate: GithubG
 
 def test_squash_merge_runs(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
-    gate.merge(pr, method="squash")
+    gate.reviewed_merge("backup", BOB, method="squash")
     out = run(gate)
     assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
 
 
 def test_rebase_merge_is_refused_with_the_reason(gate: GithubGate) -> None:
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
-    gate.merge(pr, method="rebase")
+    gate.reviewed_merge("backup", BOB, method="rebase")
     out = run(gate)
     [job] = out["jobs"]
     assert job["status"] == "rejected" and "rebase merges approve nothing" in job["reason"]
@@ -129,9 +115,7 @@ def test_merge_keys_set_and_the_merge_unsigned_does_not_run(gate: GithubGate, tm
     from tests.helpers.keys import make_ssh_key
     key = make_ssh_key(tmp_path / "web-flow", "github")
     gate.setup(github={"merge_keys": [key.public_line]})
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", BOB)
     out = run(gate)
     assert out["jobs"][0]["status"] == "rejected" and "github.merge_keys is set" in out["jobs"][0]["reason"]
     pr2 = gate.open_pr("second")
@@ -198,9 +182,7 @@ def test_policy_change_by_reviews_needs_distinct_eligible_reviewers(gate: Github
 def test_verify_offline_from_a_fresh_clone_rejudges_and_flags_tampered_evidence(gate: GithubGate, tmp_path: Any) -> None:
     w = gate.world
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
-    gate.merge(pr)
+    gate.reviewed_merge("backup", ALICE)
     run(gate)
     fresh = "fresh"
     w.clone(fresh)  # a fresh clone, after the runner pushed
@@ -234,9 +216,7 @@ def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(ga
     assert run(gate)["jobs"] == []  # a pass that walks only the README merge
     [scanned] = w.events("scanned")
     assert list(scanned["reviewed"]) == [readme_merge]  # its evidence goes with the records all the same
-    job = gate.open_pr("backup")
-    gate.fake.review(job.number, ALICE, "APPROVED", job.head_sha)
-    gate.merge(job)
+    gate.reviewed_merge("backup", ALICE)
     assert [j["status"] for j in run(gate)["jobs"]] == ["succeeded"]
     w.clone("fresh")
     result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
@@ -247,9 +227,7 @@ def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(ga
 def test_verify_is_incomplete_not_ok_while_the_runner_waits_for_evidence(gate: GithubGate) -> None:
     w = gate.world
     gate.setup()
-    first = gate.open_pr("backup")
-    gate.fake.review(first.number, ALICE, "APPROVED", first.head_sha)
-    gate.merge(first)
+    gate.reviewed_merge("backup", ALICE)
     run(gate)
     second = gate.open_pr("cleanup")
     gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
@@ -270,9 +248,7 @@ def test_verify_is_incomplete_not_ok_while_the_runner_waits_for_evidence(gate: G
 def test_verify_fetches_a_squashed_prs_head_and_without_a_fetch_says_incomplete(gate: GithubGate) -> None:
     w = gate.world
     gate.setup()
-    pr = gate.open_pr("backup")
-    gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
-    gate.merge(pr, method="squash")
+    pr = gate.reviewed_merge("backup", BOB, method="squash")
     assert [j["status"] for j in run(gate)["jobs"]] == ["succeeded"]
     w.git("admin", "push", "-q", "origin", ":backup")  # GitHub deletes the head branch after the merge
     # Over file:// (a local-path clone would copy every object, the PR head too), as from GitHub.
@@ -289,17 +265,13 @@ def test_verify_fetches_a_squashed_prs_head_and_without_a_fetch_says_incomplete(
 def test_status_says_waiting_and_show_judges_reviews_as_the_runner_did(gate: GithubGate) -> None:
     w = gate.world
     gate.setup()
-    first = gate.open_pr("backup")
-    gate.fake.review(first.number, ALICE, "APPROVED", first.head_sha)
-    gate.merge(first)
+    gate.reviewed_merge("backup", ALICE)
     run(gate)
     shown = w.mg("show", "backup", "--json", where="runner")
     assert shown.code == 0, shown.err
     [revision] = shown.json()["revisions"]
     assert revision["approved"] is True, revision  # the review, as the runner judged it; not "unsigned"
-    second = gate.open_pr("cleanup")
-    gate.fake.review(second.number, ALICE, "APPROVED", second.head_sha)
-    gate.merge(second)
+    gate.reviewed_merge("cleanup", ALICE)
     assert gate.run_once(env={"GITHUB_API_URL": "http://127.0.0.1:9"}).code == 1  # the API is down
     status = w.mg("status", "--json", where="runner")
     jobs = {j["job"]: j for j in status.json()["jobs"]}
@@ -316,9 +288,7 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
     gate.merge(readme)
     result = gate.run_once()
     assert result.code == 0 and "warning: not approved: README.md" in result.err and "removed" in result.err
-    blocked = gate.open_pr("backup")
-    gate.fake.review(blocked.number, ALICE, "APPROVED", blocked.head_sha)
-    gate.merge(blocked)
+    gate.reviewed_merge("backup", ALICE)
     [job] = run(gate)["jobs"]
     assert job["status"] == "rejected" and "put them back to their last approved version (or remove them)" in job["reason"]
     # Doing what it says: a change that removes the file (it had no approved version), merged as any PR.
@@ -334,7 +304,5 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
     gate.fake.review(removal.number, 300, "APPROVED", head)
     gate.merge(removal)
     run(gate)
-    again = gate.open_pr("cleanup")
-    gate.fake.review(again.number, ALICE, "APPROVED", again.head_sha)
-    gate.merge(again)
+    gate.reviewed_merge("cleanup", ALICE)
     assert [(j["job"], j["status"]) for j in run(gate)["jobs"]] == [("cleanup", "succeeded")]

@@ -79,6 +79,14 @@ class GithubGate:
         message = self.world.git("proposer", "log", "-1", "--format=%B", sha)
         return PrCommit(sha, uid, uid, author_date=date, message=message, tree=tree)
 
+    def reviewed_merge(self, branch: str, reviewer: int, files: dict[str, str] | None = None, *,
+                       method: str = "merge") -> PullRequest:
+        """Open a PR, approve its head with `reviewer`'s review, and merge it with the button."""
+        pr = self.open_pr(branch, files)
+        self.fake.review(pr.number, reviewer, "APPROVED", pr.head_sha)
+        self.merge(pr, method=method)
+        return pr
+
     def merge(self, pr: PullRequest, *, method: str = "merge", sign: SshKey | None = None) -> str:
         """Merge the PR into approved as GitHub's merge button would, and mark it merged."""
         w = self.world

@@ -30,6 +30,7 @@ from mergegate import audit, audit_branch, executor, github, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH, Branch
+from mergegate.eligibility import Runnable
 from mergegate.errors import (
     Denied,
     GitError,
@@ -45,6 +46,7 @@ from mergegate.planning import (
     Gate,
     Plan,
     check_new_records,
+    open_after,
     plan,
     policy_lookup,
     read_gate,
@@ -95,6 +97,8 @@ class Options:
     output_dir: Path | None = None
     shutdown_grace: float = DEFAULT_GRACE
     lock_wait: float = DEFAULT_WAIT
+    labels: tuple[str, ...] | None = ()  # claim only jobs whose runs_on are all among these (None: any job, for `plan`)
+    job: str | None = None  # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
 
 
 @dataclass(frozen=True)
@@ -136,10 +140,13 @@ class Planned:
     status: str  # would run, would reject, would veto, would close
     reason: str | None
     command: tuple[str, ...]
+    blob: str | None = None
+    attempt: int | None = None  # would run: which attempt
+    runs_on: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason,
-                "command": list(self.command)}
+                "command": list(self.command), "blob": self.blob, "attempt": self.attempt, "runs_on": list(self.runs_on)}
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,7 @@ class Runner:
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
+        self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -174,7 +182,8 @@ class Runner:
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
-                    reviews=self._reviews)
+                    reviews=self._reviews, labels=self._labels())
+        self.plan = work
         # Records other runners (or anyone who can push) appended since the last complete pass.
         check_new_records(self.repo, gate, work, at=now)
         # Before anything runs: a rewrite later must be seen against these tips, so a
@@ -204,11 +213,17 @@ class Runner:
                             f"that stopped; it is closed once its process is gone ({self.spool.path})")
         outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
         warnings += _newly_unapproved(work)
-        pending = [*spooled, *self._bookkeeping(work, outcomes)]
-        runnable = []
-        for decision, policy in work.items:
-            key = (decision.path, decision.blob, decision.commit)
-            if key in work.handled:
+        only = self.options.job
+        # `run --job PATH` claims and runs that one revision and records nothing else (the sweep pass does).
+        pending = [*spooled, *self._bookkeeping(work, outcomes)] if only is None else [*spooled]
+        runnable: list[Runnable] = []
+        for refused in work.refused if only is None else ():
+            decision = refused.decision
+            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
+            outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "rejected", refused.reason))
+        for item in work.runnable:
+            decision = item.decision
+            if only is not None and decision.path != only:
                 continue
             refusal = self._refusal(decision, work, gate.records)
             if refusal is not None:
@@ -216,21 +231,26 @@ class Runner:
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
             else:
-                runnable.append((decision, policy))
-        for decision, policy in runnable:
+                runnable.append(item)
+        done: dict[tuple[str, str, str], str] = {}
+        for item in runnable:
             if self.shutdown.is_set():
                 break  # the next pass starts from the last scanned commit and finds these again
-            outcome, pending = self._run_job(branch, decision, policy, pending)
+            outcome, pending = self._run_job(branch, item.decision, item.policy, pending, attempt=item.attempt)
             outcomes.append(outcome)
+            done[(item.path, item.blob, item.commit)] = outcome.status
         else:
-            if work.new_commits:
+            still, files = open_after(work, done)
+            if only is None and (work.new_commits or still != list(work.open_before)):
                 # The unapproved map can hold thousands of paths: it goes into an
                 # evidence file (written once per distinct map), the record names it.
+                # `open` lists commits whose jobs may still need a runner: the next pass judges them again.
                 fields, held = audit.unapproved_fields(work.unapproved)
                 if held is not None:
                     self._state.files[held.path] = held.data
+                self._state.files.update(files)
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           policy_commit=work.policy.commit, commits=len(work.assessments), **fields,
+                                           policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
                                            **self._walked_evidence(work, pending)))
         if pending:
             self._publish(branch, pending)
@@ -241,6 +261,9 @@ class Runner:
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
                           work.waiting)
+
+    def _labels(self) -> frozenset[str] | None:
+        return None if self.options.labels is None else frozenset(self.options.labels)
 
     def _review_source(self, gate: Gate, now: datetime) -> github.ReviewSource:
         """GitHub review evidence: what the records were decided on first, else asked of the API."""
@@ -260,7 +283,8 @@ class Runner:
         # The same evidence a pass would judge with (the refusals below read it too).
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
-                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews)
+                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews,
+                    labels=self._labels())
         check_new_records(self.repo, gate, work, at=now)
         warnings = list(gate.warnings)
         if work.policy.runners and self.signing is None:
@@ -268,9 +292,13 @@ class Runner:
         outcomes: list[Outcome] = []
         pending = self._bookkeeping(work, outcomes)
         jobs = [Planned(o.job, o.path, o.commit, "would close", o.reason, ()) for o in outcomes]
-        for decision, _ in work.items:
-            if (decision.path, decision.blob, decision.commit) in work.handled:
-                continue
+        for refused in work.refused:
+            decision = refused.decision
+            command = decision.job.command if decision.job is not None else ()
+            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
+            jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would reject", refused.reason, command))
+        for item in work.runnable:
+            decision = item.decision
             refusal = self._refusal(decision, work, gate.records)
             command = decision.job.command if decision.job is not None else ()
             if refusal is not None:
@@ -278,9 +306,10 @@ class Runner:
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 jobs.append(Planned(_job_id(decision), decision.path, decision.commit, {"rejected": "would reject", "vetoed": "would veto"}.get(event, f"would record {event}"), reason, command))
             else:
-                pending.append(self._draft("started", decision, command=list(command), **_votes(decision)))
+                pending.append(self._draft("started", decision, command=list(command), attempt=item.attempt, **_votes(decision)))
                 pending.append(self._draft("finished", decision))
-                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command))
+                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command,
+                                    decision.blob, item.attempt, item.runs_on))
         if work.new_commits:
             pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
                                        policy_commit=work.policy.commit, commits=len(work.assessments)))
@@ -308,15 +337,12 @@ class Runner:
         return pending
 
     def _refusal(self, decision: Decision, work: Plan, records: str | None) -> tuple[str, str] | None:
+        # (A revision that already started elsewhere is refused by planning: eligibility.judge_attempts.)
         if not decision.runnable:
             return "rejected", decision.reason
         veto = self._vetoes(work).get((decision.path, decision.blob))
         if veto is not None:
             return "vetoed", _vetoed(veto)
-        ran = audit.started_before(self.repo, records, decision.path, decision.blob)
-        if ran is not None:
-            return "rejected", (f"this exact revision of {decision.path} already started (seq {ran.get('seq')}, approved at "
-                                f"{str(ran.get('commit'))[:7]}); a job revision runs at most once: change the file to run it again")
         return None
 
     def _vetoes(self, work: Plan) -> dict[tuple[str, str], Veto]:
@@ -373,7 +399,8 @@ class Runner:
         self._state.files[evidence.path] = evidence.to_bytes()
         return {"evidence": [evidence.sha256]}
 
-    def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]]) -> tuple[Outcome, list[dict[str, Any]]]:
+    def _run_job(self, branch: Branch, decision: Decision, policy: Policy, pending: list[dict[str, Any]], *,
+                 attempt: int = 1) -> tuple[Outcome, list[dict[str, Any]]]:
         job = decision.job
         assert job is not None
         run_id = uuid.uuid4().hex
@@ -391,7 +418,8 @@ class Runner:
                 "started", decision, run_id=run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
                 rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
                 self_approved=decision.self_approved, limits=_limit_fields(limits), resolved_program=program,
-                lease=self._lease(limits), **_votes(decision),
+                lease=self._lease(limits), attempt=attempt, **({"runs_on": list(job.runs_on)} if job.runs_on else {}),
+                **_votes(decision),
             )
             # 2. At most once: the claim is pushed before the process exists. Until the
             #    real result replaces it, the spool holds a "runner stopped" result, so
@@ -400,7 +428,7 @@ class Runner:
             provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
             me = ProcessId.of(os.getpid())
             self.spool.put(Entry(provisional, None, me))
-            dropped = self._publish(branch, [*pending, started], claim=decision)
+            dropped = self._publish(branch, [*pending, started], claim=decision, claim_attempt=attempt)
             if dropped is not None:
                 self.spool.drop({run_id})
                 event, reason = dropped
@@ -482,7 +510,8 @@ class Runner:
         joined = [" ".join(value.split()) for value in values if "\n" in value]
         return tuple(dict.fromkeys([*values, *lines, *joined]))
 
-    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: Decision | None = None) -> tuple[str, str] | None:
+    def _publish(self, branch: Branch, drafts: list[dict[str, Any]], *, claim: Decision | None = None,
+                 claim_attempt: int = 1) -> tuple[str, str] | None:
         """Commit drafts on the audit branch's tip and push; when the push is refused, fetch both
         branches, re-check, rebase and retry. The runner never writes to approved.
 
@@ -501,7 +530,7 @@ class Runner:
                 if not drafts:
                     return None
             if claim is not None:
-                dropped = self._claim_dropped(claim, tail, parent)
+                dropped = self._claim_dropped(claim, tail, parent, attempt=claim_attempt)
                 if dropped is not None:
                     rest = [d for d in drafts if d["event"] != "started"]
                     if dropped[0] == "vetoed":
@@ -566,12 +595,12 @@ class Runner:
             keep.append(d)
         return keep
 
-    def _claim_dropped(self, claim: Decision, tail: audit.Tail, records: str | None) -> tuple[str, str] | None:
-        """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
+    def _claim_dropped(self, claim: Decision, tail: audit.Tail, records: str | None, *, attempt: int = 1) -> tuple[str, str] | None:
+        """Why the claim must not be pushed now: another runner's claim (of this attempt), or a veto on approved."""
         key = (claim.path, claim.blob, claim.commit)
         mine = [r for r in tail.since_scanned if (r.get("path"), r.get("blob"), r.get("commit")) == key
-                and r.event in ("started", "rejected", "vetoed")]
-        earlier = mine[0] if mine else audit.started_before(self.repo, records, claim.path, claim.blob)
+                and (r.event in ("rejected", "vetoed") or (r.event == "started" and audit.attempt_of(r) >= attempt))]
+        earlier = mine[0] if mine else audit.started_before(self.repo, records, claim.path, claim.blob, attempt=attempt)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.
             return "claimed", f"claimed by {earlier.get('runner')}"
@@ -634,13 +663,15 @@ class Runner:
         """
         backoff = Backoff(base=interval, cap=max(interval, max_backoff))
         quiet: dict[str, str] | None = None  # the remote's refs before the last pass that left nothing to do
+        wake: datetime | None = None  # when a retry's backoff ends: a pass is due then, though no ref moved
         with self.shutdown.handling():
             while not self.shutdown.is_set():
                 try:
                     # Ask the remote first (ls-remote: no local write); a pass, and its
                     # fetch, only when a ref it reads moved or something is waiting.
                     refs = self._remote_refs()
-                    if refs is not None and refs == quiet and not self.spool.path.exists():
+                    if (refs is not None and refs == quiet and not self.spool.path.exists()
+                            and (wake is None or datetime.now(UTC) < wake)):
                         self._recovered(backoff, on_recover)
                         self.shutdown.wait(interval)
                         continue
@@ -654,6 +685,7 @@ class Runner:
                 if result.stopped_by:
                     return
                 quiet = refs if self._settled(refs) else None
+                wake = min((q.due for q in self.plan.queued if q.due is not None), default=None) if self.plan else None
                 self.shutdown.wait(interval)
 
     @staticmethod

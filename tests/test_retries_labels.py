@@ -154,6 +154,23 @@ def test_attempts_stop_at_one_plus_retries_and_a_timeout_is_retried(world: World
     assert world.mg("verify").code == 0
 
 
+def test_a_veto_merged_after_a_failed_attempt_stops_its_retry(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], RULES, max_retries=1, retry_backoff_seconds=0))
+    _merge(world, "r", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=1)})
+    assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
+    blob = world.blob("approved", "jobs/f.yaml")
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/f.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    world.git("approver", "push", "-q", "origin", "approved")
+    vetoed = world.run_once()
+    assert [(j["status"], j["reason"][:15]) for j in vetoed.json()["jobs"]] == [("vetoed", "vetoed by carol")]
+    assert len(world.events("started")) == 1
+    assert world.run_once().json()["jobs"] == [] and _last_scanned(world)["open"] == []
+    assert world.mg("verify").code == 0
+
+
 @pytest.mark.parametrize("idempotent", [False, True])
 def test_a_lost_attempt_is_retried_only_when_the_job_is_idempotent(world: World, tmp_path: Path, idempotent: bool) -> None:
     _gate(world, max_retries=1, retry_backoff_seconds=0)
@@ -327,16 +344,29 @@ def test_plan_json_is_a_matrix_of_the_runnable_jobs_and_run_job_claims_exactly_t
     assert world.mg("verify").code == 0
 
 
-def test_two_runners_given_the_same_matrix_entry_run_it_once(world: World) -> None:
+def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: World) -> None:
+    # As the fan-out workflow does it: plan, then one `run --once --job` per entry, each in a clone of
+    # its own with a name of its own, all at once, every entry twice (a re-run of the workflow), then a sweep.
     _gate(world)
-    _merge(world, "one", {"jobs/once.yaml": job_yaml("once", ["sleep", "1"])})
-    world.clone("r1"), world.clone("r2")
-    procs = [_start_runner(world, "--once", "--json", "--job", "jobs/once.yaml", "--runner-name", name, where=name)
-             for name in ("r1", "r2")]
-    results = [(p.wait(timeout=120), p.communicate()) for p in procs]
-    assert [code for code, _ in results] == [0, 0], results
-    shown = [json.loads(out) for _, (out, _) in results]
-    statuses = sorted([j["status"] for s in shown for j in s["jobs"]] + [s["job"]["state"] for s in shown if "job" in s])
-    assert statuses in (["claimed", "succeeded"], ["done", "succeeded"]), shown
-    assert len(world.events("started")) == 1 and len(world.events("finished")) == 1
+    names = [f"j{i}" for i in range(4)]
+    _merge(world, "many", {f"jobs/{n}.yaml": job_yaml(n, ["echo", n]) for n in names})
+    include = world.mg("plan", "--json").json()["include"]
+    assert [e["path"] for e in include] == [f"jobs/{n}.yaml" for n in names]
+    entries = [(e["path"], f"gha-{copy}-{index}") for copy in range(2) for index, e in enumerate(include)]
+    procs = [_start_runner(world, "--once", "--json", "--job", path, "--runner-name", name, where=name) for path, name in entries]
+    results = [(p.wait(timeout=300), p.communicate()) for p in procs]
+    assert [code for code, _ in results] == [0] * len(entries), results
+    outcomes: dict[str, list[str]] = {}
+    for (path, _), (_, (out, _)) in zip(entries, results, strict=True):
+        shown = json.loads(out)
+        outcomes.setdefault(path, []).extend([j["status"] for j in shown["jobs"]] + ([shown["job"]["state"]] if "job" in shown else []))
+    for path, seen in outcomes.items():
+        assert sorted(seen)[-1] == "succeeded" and seen.count("succeeded") == 1, (path, seen)
+    started, finished = world.events("started"), world.events("finished")
+    assert sorted(s["job"] for s in started) == names and sorted(f["job"] for f in finished) == names
+    assert world.events("scanned") == []  # entries record only their job
+    swept = world.run_once()
+    assert swept.code == 0 and swept.json()["jobs"] == []
+    assert len(world.events("scanned")) == 1 and len(world.events("started")) == len(names)
+    assert world.mg("plan", "--json").json() == {"include": []}
     assert world.mg("verify").code == 0

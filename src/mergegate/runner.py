@@ -217,6 +217,7 @@ class Runner:
         # `run --job PATH` claims and runs that one revision and records nothing else (the sweep pass does).
         pending = [*spooled, *self._bookkeeping(work, outcomes)] if only is None else [*spooled]
         runnable: list[Runnable] = []
+        done: dict[tuple[str, str, str], str] = {}  # what this pass did with each runnable item (for `open`)
         for refused in work.refused if only is None else ():
             decision = refused.decision
             pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
@@ -230,9 +231,9 @@ class Runner:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
+                done[(item.path, item.blob, item.commit)] = event
             else:
                 runnable.append(item)
-        done: dict[tuple[str, str, str], str] = {}
         for item in runnable:
             if self.shutdown.is_set():
                 break  # the next pass starts from the last scanned commit and finds these again

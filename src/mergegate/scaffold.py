@@ -90,7 +90,7 @@ def add_workflows(*, repo_path: Path, action: str) -> tuple[str, ...]:
 
 
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,
-         github_action: str | None = None) -> InitResult:
+         github_action: str | None = None, fan_out: bool = False) -> InitResult:
     repo = Repo(repo_path)
     existing_tip = repo.rev(f"refs/heads/{branch}")
     onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
@@ -108,7 +108,7 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
     # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
     files = {"jobs/README.md": JOBS_README}
     if github_action is not None:  # init --github: the pull-request check and runner workflows
-        files.update(workflows.files(action=github_action))
+        files.update(workflows.files(action=github_action, fan_out=fan_out))
     warnings: list[str] = []
     existing = repo.path / POLICY_FILE
     if existing.exists():

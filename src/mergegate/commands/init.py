@@ -11,7 +11,9 @@ from mergegate.scaffold import init as run_init
 
 
 def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
-         github: bool = False, action: str | None = None) -> int:
+         github: bool = False, action: str | None = None, fan_out: bool = False) -> int:
+    if fan_out and not github:
+        raise UsageError("--fan-out is a kind of GitHub runner workflow: it needs --github", hint="mergegate init --github --fan-out --action OWNER/REPO@COMMIT")
     if github and action is None:
         raise UsageError("init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
                          hint="pin the release you reviewed: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/v0.1.0^{}'")
@@ -27,7 +29,7 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
                     "&& git push origin add-workflows); they need the approvals the policy demands of other files")
         return 0
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,
-                      github_action=action if github else None)
+                      github_action=action if github else None, fan_out=fan_out)
     output.warn(result.warnings)
     for path in result.written:
         output.line(f"wrote {path}")

@@ -73,12 +73,12 @@ def is_gate(repo_path: Path, branch: str) -> bool:
     return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
 
 
-def add_workflows(*, repo_path: Path, action: str) -> tuple[str, ...]:
+def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tuple[str, ...]:
     """Write the GitHub workflows into the working tree of an existing gate; committing and
     approving them is a change like any other (they are files the policy's quorum covers)."""
     repo = Repo(repo_path)
     written = []
-    for path, text in workflows.files(action=action).items():
+    for path, text in workflows.files(action=action, fan_out=fan_out).items():
         target = repo.path / path
         if target.exists() and target.read_text() != text:
             raise UsageError(f"{path} exists with other content; not overwritten", file=path,

@@ -22,7 +22,7 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
                          hint="mergegate init --github --action OWNER/REPO@COMMIT")
     if github and action is not None and is_gate(repo, branch):
         # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
-        for path in add_workflows(repo_path=repo, action=action):
+        for path in add_workflows(repo_path=repo, action=action, fan_out=fan_out):
             output.line(f"wrote {path}")
         output.line(f"next: {branch} already has a policy, so commit these on a branch from {branch} and propose them "
                     f"(git switch -c add-workflows origin/{branch} && git add .github/workflows && git commit -m 'GitHub workflows' "

@@ -95,6 +95,7 @@ class Plan:
     refused: list[Refused] = field(default_factory=list)  # record `rejected` for these, never run them
     reopened: list[str] = field(default_factory=list)  # earlier commits judged again: they still had open jobs
     open_before: tuple[dict[str, object], ...] = ()  # the last scanned record's `open` list
+    carried: list[dict[str, object]] = field(default_factory=list)  # open entries not judged this pass (evidence not there)
     before: dict[str, dict[str, str]] = field(default_factory=dict)  # commit -> the unapproved map before it
 
 
@@ -196,7 +197,8 @@ def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: s
         try:
             assessment = Walk(assessor, policy, unapproved, records=records).step(sha)
         except NotYet:
-            continue  # its evidence is gone for now: judged again (and kept open) next pass
+            result.carried.append(entry)  # its evidence is not there now: kept open, judged again next pass
+            continue
         result.reopened.append(sha)
         result.before[sha] = unapproved
         found.extend((d, policy, unapproved) for d in assessment.decisions)
@@ -249,7 +251,7 @@ def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[l
         key = (item.decision.path, item.decision.blob, item.decision.commit)
         if item.decision.commit not in commits and still_open(item, outcomes.get(key)):
             commits.append(item.decision.commit)
-    entries: list[dict[str, object]] = []
+    entries: list[dict[str, object]] = list(work.carried)
     files: dict[str, bytes] = {}
     for sha in commits:
         fields, held = audit.unapproved_fields(work.before.get(sha, {}))

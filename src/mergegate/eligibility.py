@@ -184,7 +184,7 @@ def judge_attempts(decision: Decision, policy: Policy, history: History | None, 
     due = (latest.finished or now) + timedelta(seconds=policy.retries.delay(latest.number))
     if now < due:
         return Queued(decision, policy, "retrying",
-                      f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {_iso(due)}",
+                      f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {iso_up(due)}",
                       latest.number + 1, due)
     return Runnable(decision, policy, latest.number + 1)
 
@@ -266,5 +266,8 @@ def _time(record: Record) -> datetime | None:
         return None
 
 
-def _iso(when: datetime) -> str:
+def iso_up(when: datetime) -> str:
+    """`when` to the second, rounded up: at the time shown, it is due."""
+    if when.microsecond:
+        when = when.replace(microsecond=0) + timedelta(seconds=1)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")

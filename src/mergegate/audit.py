@@ -307,28 +307,35 @@ def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
     return grep_any(repo, commit, [needle])
 
 
-def grep_any(repo: Repo, commit: str | None, needles: Sequence[str]) -> list[Record]:
-    """Records at `commit` whose line contains any of `needles` (one git grep; not chain-checked)."""
-    if commit is None or not needles:
+def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Record]:
+    """Records at `commit` whose line contains any of `needles`: one git grep for all (as `grep`)."""
+    patterns = sorted(set(needles))
+    if commit is None or not patterns:
         return []
-    patterns = [arg for needle in needles for arg in ("-e", needle)]
-    # -a: a match is a match, whatever attributes say about the file being binary.
-    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", *patterns, commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
+    # Patterns on stdin: thousands of blob ids would not fit an argument list.
+    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-f", "-", commit, "--", f"{AUDIT_DIR}log-*.jsonl",
+                    input="".join(f"{needle}\n" for needle in patterns).encode(), check=False)
     records = []
     for line in proc.stdout.splitlines():
         try:
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and isinstance(value.get("seq"), int):
             records.append(Record(MappingProxyType(value)))
     return records
 
 
-def started_before(repo: Repo, commit: str | None, path: str, blob: str) -> Record | None:
-    """The first `started` record for this job revision, if it ever started."""
+def attempt_of(record: Record) -> int:
+    """A `started` record's attempt (1-based); records from before retries existed are attempt 1."""
+    value = record.get("attempt", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def started_before(repo: Repo, commit: str | None, path: str, blob: str, *, attempt: int = 1) -> Record | None:
+    """The first `started` record for this job revision (of `attempt` or a later one), if there is one."""
     for record in grep(repo, commit, blob):
-        if record.get("event") == "started" and record.revision == (path, blob):
+        if record.get("event") == "started" and record.revision == (path, blob) and attempt_of(record) >= attempt:
             return record
     return None
 

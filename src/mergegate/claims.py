@@ -37,13 +37,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mergegate import audit
-from mergegate.git import Repo
 
 T = TypeVar("T")
 
 MAX_BATCH = 64
 SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
-_GREP_BATCH = 500
 
 
 def offset(runner_name: str, n: int) -> int:
@@ -66,12 +64,10 @@ class Book:
     refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, repo: Repo, tip: str | None, blobs: Iterable[str]) -> Book:
-        """One `git grep` (per few hundred blobs) of the whole audit for these revisions."""
+    def of(cls, records: Iterable[audit.Record]) -> Book:
+        """The book of these records (planning's one `git grep` of the audit for the pass's revisions)."""
         book = cls()
-        wanted = sorted(set(blobs))
-        for i in range(0, len(wanted), _GREP_BATCH):
-            book.add(audit.grep_any(repo, tip, wanted[i:i + _GREP_BATCH]))
+        book.add(records)
         return book
 
     def add(self, records: Iterable[audit.Record]) -> None:
@@ -79,7 +75,7 @@ class Book:
             path, blob = record.revision
             if record.event == "started" and isinstance(path, str) and isinstance(blob, str):
                 known = self.started.get((path, blob))
-                if known is None or _attempt(record) > _attempt(known):
+                if known is None or audit.attempt_of(record) > audit.attempt_of(known):
                     self.started[(path, blob)] = record
             elif record.event == "finished" and isinstance(record.get("run_id"), str):
                 self.finished.add(str(record.get("run_id")))
@@ -89,18 +85,12 @@ class Book:
     def claimed(self, path: str, blob: str, attempt: int = 1) -> audit.Record | None:
         """A `started` record of this revision's attempt `attempt` or a later one, if there is one."""
         record = self.started.get((path, blob))
-        return record if record is not None and _attempt(record) >= attempt else None
+        return record if record is not None and audit.attempt_of(record) >= attempt else None
 
     def taken(self, path: str, blob: str, commit: str, attempt: int = 1) -> audit.Record | None:
         """Why this runner must not claim the revision: a `started` record of this attempt (or a later
         one), or another runner's refusal of it at this commit (a refusal is final too)."""
         return self.claimed(path, blob, attempt) or self.refused.get((path, blob, commit))
-
-
-def _attempt(record: audit.Record) -> int:
-    """A `started` record's attempt (1-based; records from before retries are attempt 1)."""
-    value = record.get("attempt")
-    return value if isinstance(value, int) and value >= 1 else 1
 
 
 @dataclass

@@ -108,11 +108,16 @@ def cli() -> None:
               help="Longest wait between polls while the remote is unreachable (the loop).")
 @click.option("--dry-run", "dry_run", is_flag=True,
               help="Say what one pass would claim, run and record; write, push and run nothing.")
+@click.option("--label", "labels", multiple=True, metavar="LABEL",
+              help="This runner's label (repeatable): it claims only jobs whose runs_on it has all of.")
+@click.option("--job", "job", default=None, metavar="PATH",
+              help="With --once: claim and run only this job's runnable revision (a matrix entry of `mergegate plan`).")
 @click.option("--parallel", type=click.IntRange(min=1, max=256), default=1, show_default=True, metavar="N",
               help="Run up to N jobs at once (their claims go in one push).")
 def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool, once: bool,
         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None, shutdown_grace: float,
-        lock_wait: float, max_backoff: float, dry_run: bool, parallel: int) -> int:
+        lock_wait: float, max_backoff: float, dry_run: bool, parallel: int, labels: tuple[str, ...],
+        job: str | None) -> int:
     """Run every newly approved job and push its records to the branch mergegate/audit.
 
     The first SIGINT or SIGTERM stops claiming; the job in flight gets
@@ -120,10 +125,16 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
     the records are pushed before the runner exits. With --json, each pass
     (and, in the loop, each outage and recovery) is one JSON object per line.
 
+    A runner with --label claims only jobs whose runs_on it has all of; a job
+    without runs_on is claimed by any runner. --job PATH claims and runs that
+    one revision and records nothing else (exit 0 if another runner has it).
+
     \b
     Example:
       mergegate run --once --runner-name ci-1 --json
       mergegate run --interval 30 --runner-name host-1   # the poll loop
+      mergegate run --once --label gpu --label linux     # only jobs it has the labels for
+      mergegate run --once --job jobs/deploy.yaml        # one entry of a `mergegate plan` matrix
       mergegate run --dry-run                            # what a pass would do
       mergegate run --once --parallel 8                  # up to 8 jobs at once
     """
@@ -131,11 +142,41 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
 
     if dry_run:
         return command.dry_run(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
-                               as_json=as_json, runner_name=runner_name, signing_key=signing_key)
+                               as_json=as_json, runner_name=runner_name, signing_key=signing_key, labels=labels)
     return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
                         as_json=as_json, once=once, interval=interval, runner_name=runner_name,
                         signing_key=signing_key, output_dir=output_dir, shutdown_grace=shutdown_grace,
-                        lock_wait=lock_wait, max_backoff=max_backoff, parallel=parallel)
+                        lock_wait=lock_wait, max_backoff=max_backoff, parallel=parallel, labels=labels, job=job)
+
+
+@cli.command()
+@_branch_options
+@_trust_option
+@_json_option
+@click.option("--label", "labels", multiple=True, metavar="LABEL",
+              help="Only jobs a runner with these labels may claim (repeatable; default: every runnable job).")
+@click.option("--github", is_flag=True,
+              help="Also write matrix=, count= and more= to $GITHUB_OUTPUT (automatic when GITHUB_ACTIONS=true).")
+@click.option("--limit", type=click.IntRange(min=1), default=256, show_default=True, metavar="N",
+              help="At most N entries (GitHub refuses a matrix of more than 256); the rest wait for the next plan.")
+def plan(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool,
+         labels: tuple[str, ...], github: bool, limit: int) -> int:
+    """List the jobs a runner would claim now, as a GitHub Actions matrix with --json.
+
+    The same planning as a pass (`run --dry-run`); nothing is written. Each
+    entry is one revision: path, job, blob, commit, attempt and runs_on. Run an
+    entry with `mergegate run --once --job PATH`: the same at-most-once claim.
+
+    \b
+    Example:
+      mergegate plan
+      mergegate plan --json            # {"include": [{"path": "jobs/a.yaml", ...}]}
+      mergegate plan --github          # in Actions: matrix=... count=N in $GITHUB_OUTPUT
+    """
+    from mergegate.commands import plan as command
+
+    return command.main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, trust_root=trust_root,
+                        as_json=as_json, labels=labels, github=github, limit=limit)
 
 
 @cli.command()
@@ -143,13 +184,16 @@ def run(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | 
 @_trust_option
 @_json_option
 @click.option("--state", "states", multiple=True, metavar="STATE",
-              type=click.Choice(["queued", "waiting", "running", "succeeded", "failed", "timed_out", "interrupted", "lost", "rejected", "vetoed", "not run"]),
+              type=click.Choice(["queued", "retrying", "waiting", "running", "succeeded", "failed", "timed_out", "interrupted", "lost", "rejected", "vetoed", "not run"]),
               help="Only jobs in this state (repeatable).")
 def status(repo: Path, remote: str, branch: str, no_fetch: bool, trust_root: str | None, as_json: bool,
            states: tuple[str, ...]) -> int:
     """Show every job on approved with its state.
 
-    States: queued, waiting, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run.
+    States: queued (approved, waiting for a runner: with its runs_on labels, if
+    any), retrying (waiting for the backoff before its next attempt), waiting (for
+    GitHub review evidence), running, succeeded, failed, timed_out, interrupted,
+    lost, rejected, vetoed, not run.
 
     \b
     Example:
@@ -359,8 +403,10 @@ def audit_log(repo: Path, remote: str, branch: str, no_fetch: bool, job: str | N
 @click.option("--branch", default="approved", show_default=True)
 @click.option("--github", is_flag=True, help="Also write the GitHub Actions pull-request check and runner workflows.")
 @click.option("--action", default=None, metavar="OWNER/REPO@COMMIT", help="With --github: the mergegate action to use, pinned to a commit id.")
+@click.option("--fan-out", "fan_out", is_flag=True,
+              help="With --github: the runner workflow fans each merge out over a matrix, one entry per job (docs/github.md).")
 def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
-         github: bool, action: str | None) -> int:
+         github: bool, action: str | None, fan_out: bool) -> int:
     """Write a deny-by-default policy and jobs/, and create the approved branch.
 
     No records are written: the first `mergegate run` creates the branch mergegate/audit.
@@ -373,11 +419,12 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
     Example:
       mergegate init --approver alice --key ~/.ssh/id_ed25519.pub
       mergegate init --github --action OWNER/mergegate@COMMIT   # plus the Actions workflows
+      mergegate init --github --fan-out --action OWNER/mergegate@COMMIT   # one matrix entry per job
     """
     from mergegate.commands import init as command
 
     return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch,
-                        github=github, action=action)
+                        github=github, action=action, fan_out=fan_out)
 
 
 @cli.command()

@@ -150,12 +150,14 @@ def _tail(text: Any) -> str:
 
 def _next(state: str, reason: str | None) -> str:
     return {
-        "queued": "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
+        "queued": f"the next runner pass runs it (mergegate run --once, or the next push on GitHub); {reason}"
+                  if reason and "labels" in reason else "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
+        "retrying": f"the next pass after the backoff runs it again: {reason}",
         "running": "a runner is running it; its finished record follows",
         "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a reviewed pull request) runs again",
         "waiting": "the runner judges it once GitHub's review evidence is in (the next pass asks again)",
-        "failed": "nothing: a revision runs at most once; fix it and propose a change to run again",
-        "timed_out": "nothing: a revision runs at most once; raise timeout_seconds in a change to run again",
+        "failed": "nothing (no retries left): fix it and propose a change to run again",
+        "timed_out": "nothing (no retries left): raise timeout_seconds in a change to run again",
         "vetoed": "nothing: it was vetoed; propose a change to run it",
         "not run": "nothing: it was on approved before the runner's first pass; propose a change to run it",
         "removed": "nothing: the file was removed from approved",

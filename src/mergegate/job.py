@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mergegate import config
-from mergegate.errors import ConfigError
+from mergegate.errors import ConfigError, UsageError
 
 JOBS_DIR = "jobs/"
 JOB_SUFFIXES = (".yaml", ".yml")
@@ -25,6 +26,21 @@ FORBIDDEN_ENV: frozenset[str] = frozenset({
     "PYTHONINSPECT", "OPENSSL_CONF", "LOCPATH", "CURL_HOME", "WGETRC",
 })
 FORBIDDEN_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "GIT_", "MERGEGATE_")
+
+
+# A runner label (`run --label`), as a job's `runs_on` entries (schemas/job.schema.json).
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def runner_labels(values: Iterable[str]) -> tuple[str, ...]:
+    """A runner's --label values, checked as job files check runs_on; a bad one is a usage error."""
+    labels = []
+    for value in values:
+        if not LABEL.match(value):
+            raise UsageError(f"--label {value!r} is not a label: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64",
+                             hint="labels are matched exactly against a job's runs_on, e.g. --label gpu --label linux")
+        labels.append(value)
+    return tuple(sorted(set(labels)))
 
 
 def is_job_path(path: str) -> bool:
@@ -55,6 +71,9 @@ class Job:
     cwd: str = "."
     env: tuple[tuple[str, str], ...] = ()
     labels: tuple[str, ...] = ()
+    runs_on: tuple[str, ...] = ()  # a runner must have all of these labels to claim it
+    retries: int = 0  # failed or timed-out attempts run again, at most this often
+    idempotent: bool = False  # may run again after a lost attempt (its runner died mid-run)
 
     @property
     def env_map(self) -> dict[str, str]:
@@ -91,6 +110,9 @@ def parse_job(text: bytes, *, path: str, blob: str) -> Job:
         cwd=normal,
         env=tuple(sorted(env.items())),
         labels=tuple(data.get("labels", ())),
+        runs_on=tuple(sorted(data.get("runs_on", ()))),
+        retries=data.get("retries", 0),
+        idempotent=data.get("idempotent", False),
     )
 
 

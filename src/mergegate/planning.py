@@ -19,6 +19,16 @@ from mergegate import audit
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.audit_branch import Checker, explain, unchecked
 from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
+from mergegate.eligibility import (
+    History,
+    Queued,
+    Refused,
+    Runnable,
+    for_runner,
+    histories,
+    judge_attempts,
+    still_open,
+)
 from mergegate.errors import IntegrityError, NotYet
 from mergegate.git import Repo
 from mergegate.job import is_job_path
@@ -79,16 +89,29 @@ class Plan:
     all_vetoes: dict[tuple[str, str], Veto] | None = None
     new_commits: int = 0
     waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
+    # What to do with each job revision (eligibility.py), in history order:
+    runnable: list[Runnable] = field(default_factory=list)  # claim these (for this runner's labels)
+    queued: list[Queued] = field(default_factory=list)  # approved, but not now: labels, backoff, running
+    refused: list[Refused] = field(default_factory=list)  # record `rejected` for these, never run them
+    reopened: list[str] = field(default_factory=list)  # earlier commits judged again: they still had open jobs
+    open_before: tuple[dict[str, object], ...] = ()  # the last scanned record's `open` list
+    carried: list[dict[str, object]] = field(default_factory=list)  # open entries not judged this pass (evidence not there)
+    before: dict[str, dict[str, str]] = field(default_factory=dict)  # commit -> the unapproved map before it
+    revisions: list[audit.Record] = field(default_factory=list)  # every record naming a decided blob (one grep; the claim book's start)
 
 
 def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
-         remember: bool = True, reviews: ReviewSource | None = None) -> Plan:
+         remember: bool = True, reviews: ReviewSource | None = None, labels: frozenset[str] | None = None) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way.
 
     `records` is the audit branch's tip (None before the first pass), `tail` its end.
     A commit whose evidence is not there yet (NotYet: GitHub's API down, say) ends the
     walk before it: the plan's tip is the last commit judged, so the next pass judges
     that commit again, and nothing after it is decided out of order.
+
+    Commits the last `scanned` record lists as `open` (a job waiting for a runner
+    with its labels, for its retry, or running with retries left) are judged again
+    first. `labels` are the runner's (None: any runner, for status, check and plan).
     """
     # 1. Resume after the last scanned commit, which must still be in the history.
     start, unapproved = root, {}
@@ -116,6 +139,8 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     result.tip = start
     for sha in chain:
         judged_by = walk.policy
+        # The map before each commit: a job of it that stays open is judged again from it.
+        result.before[sha] = walk.unapproved
         try:
             assessment = walk.step(sha)
         except NotYet as exc:
@@ -139,7 +164,103 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
             result.handled_policy.append(record)
         if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
             result.orphans.append(record)
+    # 5. Commits with jobs still open, judged again, then what every revision may do now.
+    reopened = _reopen(repo, result, tail, root=root, records=records, at=at, reviews=reviews)
+    new = [(d, p, result.before.get(d.commit)) for d, p in result.items]
+    _sort(repo, result, [*reopened, *new], records=records, at=at, labels=labels)
     return result
+
+
+def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: str | None, at: datetime,
+            reviews: ReviewSource | None) -> list[tuple[Decision, Policy, dict[str, str] | None]]:
+    """Judge again the commits the last `scanned` record lists as open, each by the policy in force before it.
+
+    Trust stays with the history: the record only says which commits to look at
+    again, and each must be on approved's first-parent line after the trust root.
+    """
+    entries = tail.scanned.get("open") if tail.scanned is not None else None
+    if not isinstance(entries, list) or not entries:
+        return []
+    assert tail.scanned is not None
+    result.open_before = tuple(e for e in entries if isinstance(e, dict))
+    line = set(repo.first_parent_chain(root, result.start))
+    assessor = Assessor(repo, at=at, reviews=reviews)
+    policy_at = policy_lookup(repo, Assessor(repo, at=at), root=root, records=records)
+    found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
+    for entry in result.open_before:
+        sha = entry.get("commit")
+        if not isinstance(sha, str) or sha not in line:
+            raise IntegrityError(f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
+                                 f"on the first-parent history of approved after the trust root {root[:12]}")
+        unapproved = _open_unapproved(repo, records, tail.scanned, entry)
+        parent = repo.commit(sha).parents[0]
+        policy = policy_at(parent)
+        try:
+            assessment = Walk(assessor, policy, unapproved, records=records).step(sha)
+        except NotYet:
+            result.carried.append(entry)  # its evidence is not there now: kept open, judged again next pass
+            continue
+        result.reopened.append(sha)
+        result.before[sha] = unapproved
+        found.extend((d, policy, unapproved) for d in assessment.decisions)
+    return found
+
+
+def _open_unapproved(repo: Repo, records: str | None, scanned: audit.Record, entry: dict[str, object]) -> dict[str, str]:
+    """The unapproved map before an open commit, from the evidence file its entry names."""
+    fields = {**scanned.fields, "unapproved_file": entry.get("unapproved_file"), "unapproved_count": entry.get("unapproved_count")}
+    return audit.read_unapproved(repo, records, audit.Record(fields))
+
+
+def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict[str, str] | None]], *,
+          records: str | None, at: datetime, labels: frozenset[str] | None) -> None:
+    """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts."""
+    if not decisions:
+        return
+    result.revisions = audit.grep_any(repo, records, {d.blob for d, _, _ in decisions})
+    known = histories(result.revisions)
+    seen: set[tuple[str, str, str]] = set()
+    for decision, policy, _ in decisions:
+        key = (decision.path, decision.blob, decision.commit)
+        if key in seen:
+            continue
+        seen.add(key)
+        history = known.get((decision.path, decision.blob)) or History()
+        if not decision.runnable:
+            if key not in result.handled and history.closed_at(decision.commit) is None:
+                result.refused.append(Refused(decision, policy, decision.reason))
+            continue
+        verdict = judge_attempts(decision, policy, history, now=at)
+        if isinstance(verdict, Runnable):
+            verdict = for_runner(verdict, labels)
+        if isinstance(verdict, Runnable):
+            result.runnable.append(verdict)
+        elif isinstance(verdict, Queued):
+            result.queued.append(verdict)
+        elif isinstance(verdict, Refused) and key not in result.handled:
+            result.refused.append(verdict)
+
+
+def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[list[dict[str, object]], dict[str, bytes]]:
+    """The `open` list of this pass's `scanned` record, and the evidence files it names.
+
+    `outcomes` maps (path, blob, commit) to what this pass did with a runnable
+    item (its status, or `claimed`); an item it did not take stays open.
+    """
+    commits: list[str] = []
+    items: list[Runnable | Queued] = [*work.runnable, *work.queued]
+    for item in items:
+        key = (item.decision.path, item.decision.blob, item.decision.commit)
+        if item.decision.commit not in commits and still_open(item, outcomes.get(key)):
+            commits.append(item.decision.commit)
+    entries: list[dict[str, object]] = list(work.carried)
+    files: dict[str, bytes] = {}
+    for sha in commits:
+        fields, held = audit.unapproved_fields(work.before.get(sha, {}))
+        if held is not None:
+            files[held.path] = held.data
+        entries.append({"commit": sha, **fields})
+    return entries, files
 
 
 def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None) -> Policy:

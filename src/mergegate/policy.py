@@ -91,6 +91,20 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Retries:
+    """How often a job may be retried, and how long to wait between attempts (docs/policy.md)."""
+
+    max_retries: int = 0
+    backoff_seconds: float = 30.0
+    max_backoff_seconds: float = 3600.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after attempt `attempt` (1-based) ended before the next one starts:
+        backoff_seconds * 2^(attempt-1), at most max_backoff_seconds."""
+        return float(min(self.backoff_seconds * 2 ** min(max(attempt, 1) - 1, 32), self.max_backoff_seconds))
+
+
+@dataclass(frozen=True)
 class CommandDecision:
     allowed: bool
     rule: CommandRule | None
@@ -125,6 +139,7 @@ class Policy:
     sandbox: str
     keep_output: bool
     github: GithubPolicy = GithubPolicy()
+    retries: Retries = Retries()
 
     @property
     def where(self) -> str:
@@ -156,6 +171,8 @@ class Policy:
         """Deny by default: the first rule whose program and argument prefix fit allows."""
         if job.timeout_seconds is not None and job.timeout_seconds > self.limits.max_timeout_seconds:
             return CommandDecision(False, None, f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds {self.limits.max_timeout_seconds} in {self.where}")
+        if job.retries > self.retries.max_retries:
+            return CommandDecision(False, None, f"retries {job.retries} exceeds max_retries {self.retries.max_retries} in {self.where}")
         for name, _ in job.env:
             if forbidden_env_name(name) or self._reserved(name):
                 return CommandDecision(False, None, f"env {name} is reserved and may not be set by a job")
@@ -272,6 +289,8 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         sandbox=data.get("sandbox", "none"),
         keep_output=data.get("keep_output", False),
         github=_github(doc, data.get("github")),
+        retries=Retries(max_retries=data.get("max_retries", 0), backoff_seconds=float(data.get("retry_backoff_seconds", 30.0)),
+                        max_backoff_seconds=float(data.get("max_retry_backoff_seconds", 3600.0))),
     )
 
 

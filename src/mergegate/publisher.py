@@ -69,8 +69,8 @@ class Publisher:
     def checked(self) -> str | None:
         return self.end.commit
 
-    def publish(self, drafts: list[dict[str, Any]], *, claims: Mapping[Key, Decision] | None = None) -> dict[Key, tuple[str, str]]:
-        """Push `drafts`; with `claims` (their `started` drafts among them), what was dropped and why:
+    def publish(self, drafts: list[dict[str, Any]], *, claims: Mapping[Key, tuple[Decision, int]] | None = None) -> dict[Key, tuple[str, str]]:
+        """Push `drafts`; with `claims` (their `started` drafts among them, each with its attempt), what was dropped and why:
         {key: ("claimed", "claimed by <runner>") or ("vetoed", reason)}. A `vetoed` record replaces a
         claim a veto now stops; the other drafts are pushed without the dropped claims."""
         claims = dict(claims or {})
@@ -80,8 +80,8 @@ class Publisher:
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
-            for key, decision in list(claims.items()):
-                why = self._claim_dropped(decision)
+            for key, (decision, number) in list(claims.items()):
+                why = self._claim_dropped(decision, number)
                 if why is not None:
                     dropped[key] = why
                     del claims[key]
@@ -167,9 +167,9 @@ class Publisher:
             keep.append(d)
         return keep
 
-    def _claim_dropped(self, claim: Decision) -> tuple[str, str] | None:
-        """Why the claim must not be pushed now: another runner's claim, or a veto on approved."""
-        earlier = self.book.taken(claim.path, claim.blob, claim.commit)
+    def _claim_dropped(self, claim: Decision, attempt: int) -> tuple[str, str] | None:
+        """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), or a veto."""
+        earlier = self.book.taken(claim.path, claim.blob, claim.commit, attempt)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.
             return "claimed", f"claimed by {earlier.get('runner')}"

@@ -33,6 +33,7 @@ from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
 from mergegate.claims import BatchSize, Book, spread
+from mergegate.eligibility import Runnable
 from mergegate.errors import (
     Denied,
     GitError,
@@ -49,6 +50,7 @@ from mergegate.planning import (
     Gate,
     Plan,
     check_new_records,
+    open_after,
     plan,
     policy_lookup,
     read_gate,
@@ -82,6 +84,7 @@ class _Flight:
     tmp: Path
     program: str
     provisional: dict[str, Any]  # the spool's "runner stopped" result until the real one
+    attempt: int = 1  # which attempt of the revision this run is (retries)
 
 
 def _flight_key(flight: _Flight) -> tuple[str, str, str]:
@@ -101,6 +104,8 @@ class Options:
     shutdown_grace: float = DEFAULT_GRACE
     lock_wait: float = DEFAULT_WAIT
     parallel: int = 1  # jobs at once (each from its own thread)
+    labels: tuple[str, ...] | None = ()  # claim only jobs whose runs_on are all among these (None: any job, for `plan`)
+    job: str | None = None  # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
 
 
 @dataclass(frozen=True)
@@ -142,10 +147,13 @@ class Planned:
     status: str  # would run, would reject, would veto, would close
     reason: str | None
     command: tuple[str, ...]
+    blob: str | None = None
+    attempt: int | None = None  # would run: which attempt
+    runs_on: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason,
-                "command": list(self.command)}
+                "command": list(self.command), "blob": self.blob, "attempt": self.attempt, "runs_on": list(self.runs_on)}
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,7 @@ class Runner:
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
+        self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -181,7 +190,8 @@ class Runner:
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
-                    reviews=self._reviews)
+                    reviews=self._reviews, labels=self._labels())
+        self.plan = work
         # Records other runners (or anyone who can push) appended since the last complete pass.
         check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
         # Before anything runs: a rewrite later must be seen against these tips, so a
@@ -211,36 +221,50 @@ class Runner:
                             f"that stopped; it is closed once its process is gone ({self.spool.path})")
         outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
         warnings += _newly_unapproved(work)
-        pending = [*spooled, *self._bookkeeping(work, outcomes)]
-        # Every revision with a `started` record, for all the pass's candidates: one grep, not one per job.
-        book = Book.load(self.repo, gate.records, [d.blob for d, _ in work.items])
+        only = self.options.job
+        # `run --job PATH` claims and runs that one revision and records nothing else (the sweep pass does).
+        pending = [*spooled, *self._bookkeeping(work, outcomes)] if only is None else [*spooled]
+        # Every revision with a `started` record, for all the pass's candidates: planning's one grep.
+        book = Book.of(work.revisions)
         self._pub = Publisher(self.repo, branch, self.options.runner_name, self.options.fetch, self.signing, self.spool, self.pending,
                               tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
                               vetoes=lambda: self._vetoes(work), more_vetoes=lambda spec: self._more_vetoes(work, spec),
                               vetoed_draft=lambda d, why: self._draft("vetoed", d, reason=why, **_votes(d)))
-        runnable = []
-        for decision, policy in work.items:
-            key = (decision.path, decision.blob, decision.commit)
-            if key in work.handled:
+        runnable: list[Runnable] = []
+        done: dict[tuple[str, str, str], str] = {}  # what this pass did with each runnable item (for `open`)
+        for refused in work.refused if only is None else ():
+            decision = refused.decision
+            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
+            outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "rejected", refused.reason))
+        for item in work.runnable:
+            decision = item.decision
+            if only is not None and decision.path != only:
                 continue
-            refusal = self._refusal(decision, work, book)
+            refusal = self._refusal(decision, work)
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
+                done[(item.path, item.blob, item.commit)] = event
             else:
-                runnable.append((decision, policy))
+                runnable.append(item)
         ran, pending = self._claim_and_run(spread(runnable, self.options.runner_name), pending)
         outcomes += ran
-        if not self.shutdown.is_set() and work.new_commits:
-            # The unapproved map can hold thousands of paths: it goes into an
-            # evidence file (written once per distinct map), the record names it.
-            fields, held = audit.unapproved_fields(work.unapproved)
-            if held is not None:
-                self._files[held.path] = held.data
-            pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                       policy_commit=work.policy.commit, commits=len(work.assessments), **fields,
-                                       **self._walked_evidence(work, pending)))
+        took = {(o.path, o.commit): o.status for o in ran}  # (a commit has one blob per path)
+        done.update({(i.path, i.blob, i.commit): took[(i.path, i.commit)] for i in runnable if (i.path, i.commit) in took})
+        if not self.shutdown.is_set():
+            still, files = open_after(work, done)
+            if only is None and (work.new_commits or still != list(work.open_before)):
+                # The unapproved map can hold thousands of paths: it goes into an
+                # evidence file (written once per distinct map), the record names it.
+                # `open` lists commits whose jobs may still need a runner: the next pass judges them again.
+                fields, held = audit.unapproved_fields(work.unapproved)
+                if held is not None:
+                    self._files[held.path] = held.data
+                self._files.update(files)
+                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
+                                           policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
+                                           **self._walked_evidence(work, pending)))
         if pending:
             self._publish(pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
@@ -250,6 +274,9 @@ class Runner:
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
                           work.waiting)
+
+    def _labels(self) -> frozenset[str] | None:
+        return None if self.options.labels is None else frozenset(self.options.labels)
 
     def _review_source(self, gate: Gate, now: datetime) -> github.ReviewSource:
         """GitHub review evidence: what the records were decided on first, else asked of the API."""
@@ -269,7 +296,9 @@ class Runner:
         # The same evidence a pass would judge with (the refusals below read it too).
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
-                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews)
+                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews,
+                    labels=self._labels())
+        self.plan = work
         check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
         warnings = list(gate.warnings)
         if work.policy.runners and self.signing is None:
@@ -278,20 +307,24 @@ class Runner:
         self._files = {}
         pending = self._bookkeeping(work, outcomes)
         jobs = [Planned(o.job, o.path, o.commit, "would close", o.reason, ()) for o in outcomes]
-        book = Book.load(self.repo, gate.records, [d.blob for d, _ in work.items])
-        for decision, _ in work.items:
-            if (decision.path, decision.blob, decision.commit) in work.handled:
-                continue
-            refusal = self._refusal(decision, work, book)
+        for refused in work.refused:
+            decision = refused.decision
+            command = decision.job.command if decision.job is not None else ()
+            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
+            jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would reject", refused.reason, command))
+        for item in work.runnable:
+            decision = item.decision
+            refusal = self._refusal(decision, work)
             command = decision.job.command if decision.job is not None else ()
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
                 jobs.append(Planned(_job_id(decision), decision.path, decision.commit, {"rejected": "would reject", "vetoed": "would veto"}.get(event, f"would record {event}"), reason, command))
             else:
-                pending.append(self._draft("started", decision, command=list(command), **_votes(decision)))
+                pending.append(self._draft("started", decision, command=list(command), attempt=item.attempt, **_votes(decision)))
                 pending.append(self._draft("finished", decision))
-                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command))
+                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command,
+                                    decision.blob, item.attempt, item.runs_on))
         if work.new_commits:
             pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
                                        policy_commit=work.policy.commit, commits=len(work.assessments)))
@@ -318,16 +351,13 @@ class Runner:
                                            policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
         return pending
 
-    def _refusal(self, decision: Decision, work: Plan, book: Book) -> tuple[str, str] | None:
+    def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
+        # (A revision that already started elsewhere is refused by planning: eligibility.judge_attempts.)
         if not decision.runnable:
             return "rejected", decision.reason
         veto = self._vetoes(work).get((decision.path, decision.blob))
         if veto is not None:
             return "vetoed", _vetoed(veto)
-        ran = book.claimed(decision.path, decision.blob)
-        if ran is not None:
-            return "rejected", (f"this exact revision of {decision.path} already started (seq {ran.get('seq')}, approved at "
-                                f"{str(ran.get('commit'))[:7]}); a job revision runs at most once: change the file to run it again")
         return None
 
     def _vetoes(self, work: Plan) -> dict[tuple[str, str], Veto]:
@@ -391,7 +421,7 @@ class Runner:
         return {"evidence": [evidence.sha256]}
 
     # -- claiming and running: batches of claims, up to --parallel jobs at once ----------------
-    def _claim_and_run(self, runnable: list[tuple[Decision, Policy]], pending: list[dict[str, Any]]) -> tuple[list[Outcome], list[dict[str, Any]]]:
+    def _claim_and_run(self, runnable: list[Runnable], pending: list[dict[str, Any]]) -> tuple[list[Outcome], list[dict[str, Any]]]:
         """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a time.
 
         Each push carries the claims of the jobs about to start (more, ahead of a free
@@ -438,12 +468,13 @@ class Runner:
             if not stopping and queue_ and room > 0 and len(waiting) < parallel:
                 batch: list[_Flight] = []
                 while queue_ and len(batch) < room:
-                    decision, policy = queue_.pop(0)
-                    earlier = self._pub.book.taken(decision.path, decision.blob, decision.commit)
+                    item = queue_.pop(0)
+                    decision = item.decision
+                    earlier = self._pub.book.taken(decision.path, decision.blob, decision.commit, item.attempt)
                     if earlier is not None:  # another runner claimed it while this pass ran
                         outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {earlier.get('runner')}"))
                         continue
-                    prepared = self._prepare(decision, policy)
+                    prepared = self._prepare(decision, item.policy, item.attempt)
                     if isinstance(prepared, _Flight):
                         batch.append(prepared)
                     else:
@@ -471,7 +502,7 @@ class Runner:
             raise failure
         return outcomes, pending
 
-    def _prepare(self, decision: Decision, policy: Policy) -> _Flight | tuple[Outcome, dict[str, Any]]:
+    def _prepare(self, decision: Decision, policy: Policy, attempt: int) -> _Flight | tuple[Outcome, dict[str, Any]]:
         """Everything that can refuse the job, checked before it is claimed (a refusal is final)."""
         job = decision.job
         assert job is not None
@@ -487,7 +518,7 @@ class Runner:
             return (Outcome(job.id, job.path, decision.commit, "rejected", reason),
                     self._draft("rejected", decision, reason=reason, **_votes(decision)))
         provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
-        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional)
+        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional, attempt)
 
     def _claim(self, batch: list[_Flight], ahead: list[_Flight], parallel: int, pending: list[dict[str, Any]],
                outcomes: list[Outcome]) -> list[_Flight]:
@@ -514,10 +545,11 @@ class Runner:
                 "started", decision, run_id=flight.run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
                 rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
                 self_approved=decision.self_approved, limits=_limit_fields(flight.limits), resolved_program=flight.program,
-                lease=self._lease(flight.limits, wait), **_votes(decision),
+                lease=self._lease(flight.limits, wait), attempt=flight.attempt,
+                **({"runs_on": list(job.runs_on)} if job.runs_on else {}), **_votes(decision),
             ))
         self.spool.put_many([Entry(f.provisional, None, me) for f in batch])
-        dropped = self._publish([*pending, *drafts], claims={_flight_key(f): f.decision for f in batch})
+        dropped = self._publish([*pending, *drafts], claims={_flight_key(f): (f.decision, f.attempt) for f in batch})
         claimed = []
         for flight in batch:
             why = dropped.get(_flight_key(flight))
@@ -621,7 +653,7 @@ class Runner:
         joined = [" ".join(value.split()) for value in values if "\n" in value]
         return tuple(dict.fromkeys([*values, *lines, *joined]))
 
-    def _publish(self, drafts: list[dict[str, Any]], *, claims: dict[tuple[str, str, str], Decision] | None = None) -> dict[tuple[str, str, str], tuple[str, str]]:
+    def _publish(self, drafts: list[dict[str, Any]], *, claims: dict[tuple[str, str, str], tuple[Decision, int]] | None = None) -> dict[tuple[str, str, str], tuple[str, str]]:
         """Push drafts (publisher.py), with the evidence files they name."""
         self._pub.files.update(self._files)
         self._files = {}
@@ -659,13 +691,15 @@ class Runner:
         """
         backoff = Backoff(base=interval, cap=max(interval, max_backoff))
         quiet: dict[str, str] | None = None  # the remote's refs before the last pass that left nothing to do
+        wake: datetime | None = None  # when a retry's backoff ends: a pass is due then, though no ref moved
         with self.shutdown.handling():
             while not self.shutdown.is_set():
                 try:
                     # Ask the remote first (ls-remote: no local write); a pass, and its
                     # fetch, only when a ref it reads moved or something is waiting.
                     refs = self._remote_refs()
-                    if refs is not None and refs == quiet and not self.spool.path.exists():
+                    if (refs is not None and refs == quiet and not self.spool.path.exists()
+                            and (wake is None or datetime.now(UTC) < wake)):
                         self._recovered(backoff, on_recover)
                         self.shutdown.wait(interval)
                         continue
@@ -679,6 +713,7 @@ class Runner:
                 if result.stopped_by:
                     return
                 quiet = refs if self._settled(refs) else None
+                wake = min((q.due for q in self.plan.queued if q.due is not None), default=None) if self.plan else None
                 self.shutdown.wait(interval)
 
     @staticmethod

@@ -73,12 +73,12 @@ def is_gate(repo_path: Path, branch: str) -> bool:
     return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
 
 
-def add_workflows(*, repo_path: Path, action: str) -> tuple[str, ...]:
+def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tuple[str, ...]:
     """Write the GitHub workflows into the working tree of an existing gate; committing and
     approving them is a change like any other (they are files the policy's quorum covers)."""
     repo = Repo(repo_path)
     written = []
-    for path, text in workflows.files(action=action).items():
+    for path, text in workflows.files(action=action, fan_out=fan_out).items():
         target = repo.path / path
         if target.exists() and target.read_text() != text:
             raise UsageError(f"{path} exists with other content; not overwritten", file=path,
@@ -90,7 +90,7 @@ def add_workflows(*, repo_path: Path, action: str) -> tuple[str, ...]:
 
 
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,
-         github_action: str | None = None) -> InitResult:
+         github_action: str | None = None, fan_out: bool = False) -> InitResult:
     repo = Repo(repo_path)
     existing_tip = repo.rev(f"refs/heads/{branch}")
     onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
@@ -108,7 +108,7 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
     # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
     files = {"jobs/README.md": JOBS_README}
     if github_action is not None:  # init --github: the pull-request check and runner workflows
-        files.update(workflows.files(action=github_action))
+        files.update(workflows.files(action=github_action, fan_out=fan_out))
     warnings: list[str] = []
     existing = repo.path / POLICY_FILE
     if existing.exists():

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, github
+from mergegate import audit, eligibility, github
 from mergegate.approvals import Assessor
 from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
@@ -175,6 +175,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip, mentioned=mentioned)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
+    retries: dict[tuple[str, str, str], tuple[int, bool]] = {}  # (retries, idempotent) of each valid revision
     rejected: dict[tuple[str, str, str], str] = {}
     vetoed: dict[tuple[str, str], tuple[int, str]] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
@@ -207,6 +208,8 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         jobs = []
         for d in assessment.decisions:
             (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
+            if d.runnable and d.job is not None:
+                retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
             jobs.append({"path": d.path, "blob": d.blob, "approved": d.runnable, "approvers": list(d.approvers), "reason": d.reason})
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
@@ -222,7 +225,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         if incomplete is None:
             incomplete = (tip, f"audit commits: {exc.message}", 0)
     reached = [r for r in records if r.get("commit") not in unreached]
-    violations.extend(_cross_check(reached, valid, rejected, set(chain)))
+    violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
@@ -281,10 +284,14 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root:
 
 
 def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], str],
-                 rejected: dict[tuple[str, str, str], str], chain: set[str]) -> list[str]:
+                 rejected: dict[tuple[str, str, str], str], chain: set[str],
+                 retries: dict[tuple[str, str, str], tuple[int, bool]] | None = None) -> list[str]:
     problems: list[str] = []
-    started: dict[tuple[str, str], int] = {}
+    started: dict[tuple[str, str], list[audit.Record]] = {}
+    finished: dict[str, audit.Record] = {}
     for record in records:
+        if record.event == "finished" and isinstance(record.get("run_id"), str):
+            finished.setdefault(str(record.get("run_id")), record)
         if record.event != "started":
             continue
         key = (str(record.get("path")), str(record.get("blob")), str(record.get("commit")))
@@ -293,8 +300,12 @@ def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], 
         elif key not in valid:
             why = rejected.get(key, "the commit introduces no such job revision")
             problems.append(f"seq {record.seq}: started {key[0]} at {key[1][:7]} without a valid approval: {why}")
-        revision = key[:2]
-        if revision in started:
-            problems.append(f"seq {record.seq}: {key[0]} at {key[1][:7]} started twice (first at seq {started[revision]})")
-        started.setdefault(revision, record.seq)
+        started.setdefault(key[:2], []).append(record)
+    # Several `started` records of one revision are legitimate only as retries the job and the policy allow.
+    for attempts in started.values():
+        if len(attempts) < 2:
+            continue
+        first = attempts[0]
+        allowed, idempotent = (retries or {}).get((str(first.get("path")), str(first.get("blob")), str(first.get("commit"))), (0, False))
+        problems.extend(eligibility.check_attempts(attempts, finished, retries=allowed, idempotent=idempotent))
     return [*problems, *_finished_twice(records)]

@@ -1,4 +1,7 @@
-"""The two GitHub Actions workflows `mergegate init --github` writes into a gate repository.
+"""The GitHub Actions workflows `mergegate init --github` writes into a gate repository.
+
+The pull-request check, and a runner: one pass per push (`mergegate-run.yml`), or with
+`--fan-out` one matrix entry per runnable job (`mergegate-fan-out.yml`, docs/github.md).
 
 Both are linted in CI (actionlint, `zizmor --offline`, check-jsonschema). The rules
 they follow, each a past or well-known way Actions gates were broken:
@@ -9,6 +12,8 @@ they follow, each a past or well-known way Actions gates were broken:
 - no `${{ }}` of anything a proposer controls inside a `run:` script: values travel
   through `env:` and are quoted data;
 - the runner's concurrency group never cancels a run in progress;
+- matrix values (job paths from `mergegate plan`) reach the action as inputs, which it
+  passes to its script through `env:`;
 - an unset trust-root variable fails the run with a clear message;
 - the runner's key is read from the GitHub Environment `mergegate`, whose deployment
   branches the gate's owner limits to `approved`: a workflow on any other branch gets
@@ -29,6 +34,7 @@ PIN_HINT = ("pin the full commit id of the mergegate you reviewed: git -C YOUR_M
             "or for a tag: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/TAG^{}'")
 CHECK_PATH = ".github/workflows/mergegate-check.yml"
 RUN_PATH = ".github/workflows/mergegate-run.yml"
+FAN_OUT_PATH = ".github/workflows/mergegate-fan-out.yml"
 
 CHECK = """\
 # mergegate: check every pull request into `approved` against the policy in force.
@@ -109,11 +115,121 @@ jobs:
 """
 
 
-def files(*, action: str) -> dict[str, str]:
-    """Path -> text of the workflows for a gate that uses `action` (OWNER/REPO@COMMIT)."""
+FAN_OUT = """\
+# mergegate: fan a merge of many jobs out over a matrix, one runner per job.
+# `plan` lists the runnable jobs (the runner's own planning); each matrix entry claims
+# and runs exactly its job (`mergegate run --once --job PATH`: the same at-most-once
+# claim as any pass, so an entry whose job another runner took exits 0); `sweep` then
+# records what a pass records besides runs (refusals, lost leases, how far it got).
+# Written by `mergegate init --github --fan-out`; see mergegate's docs/github.md.
+name: mergegate fan-out
+on:
+  push:
+    branches: [approved]
+  schedule:
+    - cron: "17,47 * * * *"
+  workflow_dispatch:
+
+permissions: {{}}
+
+# One fan-out at a time, never cancelled mid-job (a newer pending run replaces an older
+# pending one, which had not started: its plan is the newer run's plan).
+concurrency:
+  group: mergegate-runner
+  cancel-in-progress: false
+
+jobs:
+  plan:
+    name: mergegate plan
+    runs-on: ubuntu-latest
+    timeout-minutes: 15
+    permissions:
+      contents: read
+      pull-requests: read   # review evidence for GitHub-made merges
+    outputs:
+      matrix: ${{{{ steps.plan.outputs.matrix }}}}
+      count: ${{{{ steps.plan.outputs.count }}}}
+    steps:
+      - uses: {checkout} # {checkout_version}
+        with:
+          ref: approved
+          fetch-depth: 0
+          persist-credentials: false
+      - id: plan
+        uses: {action}
+        with:
+          command: plan
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          github-token: ${{{{ github.token }}}}
+
+  run:
+    name: mergegate run ${{{{ matrix.job }}}}
+    needs: plan
+    if: needs.plan.outputs.count != '0'
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    # The runner's key is a secret of this Environment (deployment branches: approved).
+    environment: {environment}
+    permissions:
+      contents: write       # to push records to mergegate/audit (protect approved separately)
+      pull-requests: read
+    strategy:
+      fail-fast: false      # one failed job must not cancel the others mid-run
+      max-parallel: 20
+      matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}
+    steps:
+      - uses: {checkout} # {checkout_version}
+        with:
+          ref: approved
+          fetch-depth: 0
+          persist-credentials: false
+      - uses: {action}
+        with:
+          command: run
+          job: ${{{{ matrix.path }}}}
+          # A name of its own per entry: a cancelled entry's job is then closed only by
+          # its lease, never by a sibling that took it for its own orphan.
+          runner-name: gha-${{{{ github.run_id }}}}-${{{{ strategy.job-index }}}}
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
+          github-token: ${{{{ github.token }}}}
+
+  sweep:
+    name: mergegate sweep
+    needs: [plan, run]
+    if: ${{{{ !cancelled() && needs.plan.result == 'success' }}}}
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    # The runner's key is a secret of this Environment (deployment branches: approved).
+    environment: {environment}
+    permissions:
+      contents: write
+      pull-requests: read
+    steps:
+      - uses: {checkout} # {checkout_version}
+        with:
+          ref: approved
+          fetch-depth: 0
+          persist-credentials: false
+      - uses: {action}
+        with:
+          command: run
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
+          github-token: ${{{{ github.token }}}}
+"""
+
+
+def files(*, action: str, fan_out: bool = False) -> dict[str, str]:
+    """Path -> text of the workflows for a gate that uses `action` (OWNER/REPO@COMMIT).
+
+    With `fan_out`, the runner is the matrix workflow instead of the one-pass workflow
+    (both run on every push to approved; a gate uses one).
+    """
     check_action(action)
     values = {"action": action, "checkout": CHECKOUT, "checkout_version": CHECKOUT_VERSION, "environment": ENVIRONMENT}
-    return {CHECK_PATH: CHECK.format(**values), RUN_PATH: RUN.format(**values)}
+    runner = (FAN_OUT_PATH, FAN_OUT) if fan_out else (RUN_PATH, RUN)
+    return {CHECK_PATH: CHECK.format(**values), runner[0]: runner[1].format(**values)}
 
 
 def check_action(action: str) -> None:
@@ -124,11 +240,11 @@ def check_action(action: str) -> None:
                          hint=PIN_HINT)
 
 
-if __name__ == "__main__":  # python -m mergegate.workflows DIR ACTION: what .ci/lint-workflows lints
+if __name__ == "__main__":  # python -m mergegate.workflows DIR ACTION: what .ci/lint-workflows lints (every workflow)
     import sys
     from pathlib import Path
 
-    for path, text in files(action=sys.argv[2]).items():
+    for path, text in {**files(action=sys.argv[2]), **files(action=sys.argv[2], fan_out=True)}.items():
         target = Path(sys.argv[1]) / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

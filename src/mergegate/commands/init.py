@@ -12,7 +12,9 @@ from mergegate.workflows import ENVIRONMENT, PIN_HINT
 
 
 def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
-         github: bool = False, action: str | None = None) -> int:
+         github: bool = False, action: str | None = None, fan_out: bool = False) -> int:
+    if fan_out and not github:
+        raise UsageError("--fan-out is a kind of GitHub runner workflow: it needs --github", hint="mergegate init --github --fan-out --action OWNER/REPO@COMMIT")
     if github and action is None:
         raise UsageError("init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
                          hint=PIN_HINT)
@@ -21,14 +23,14 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
                          hint="mergegate init --github --action OWNER/REPO@COMMIT")
     if github and action is not None and is_gate(repo, branch):
         # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
-        for path in add_workflows(repo_path=repo, action=action):
+        for path in add_workflows(repo_path=repo, action=action, fan_out=fan_out):
             output.line(f"wrote {path}")
         output.line(f"next: {branch} already has a policy, so commit these on a branch from {branch} and propose them "
                     f"(git switch -c add-workflows origin/{branch} && git add .github/workflows && git commit -m 'GitHub workflows' "
                     "&& git push origin add-workflows); they need the approvals the policy demands of other files")
         return 0
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,
-                      github_action=action if github else None)
+                      github_action=action if github else None, fan_out=fan_out)
     output.warn(result.warnings)
     for path in result.written:
         output.line(f"wrote {path}")

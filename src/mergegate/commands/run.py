@@ -5,18 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.errors import GitError, MergegateError
+from mergegate.eligibility import waiting_reason
+from mergegate.errors import GitError, MergegateError, UsageError
+from mergegate.git import Repo
+from mergegate.job import is_job_path, runner_labels
+from mergegate.planning import Plan
 from mergegate.refnames import branch_name
 from mergegate.runner import Options, PassResult, Runner
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
          interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None,
-         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0, parallel: int = 1) -> int:
+         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0, parallel: int = 1,
+         labels: tuple[str, ...] = (), job: str | None = None) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
+    if job is not None and not once:
+        raise UsageError("--job needs --once: it claims and runs one revision, then exits",
+                         hint="mergegate run --once --job jobs/NAME.yaml")
+    if job is not None and not is_job_path(job):
+        raise UsageError(f"--job {job!r} is not a job path", hint="a job is a file jobs/NAME.yaml (as `mergegate plan` prints it)")
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
                             trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
-                            shutdown_grace=shutdown_grace, lock_wait=lock_wait, parallel=parallel))
+                            shutdown_grace=shutdown_grace, lock_wait=lock_wait, parallel=parallel,
+                            labels=runner_labels(labels), job=job))
 
     def show(result: PassResult) -> None:
         _show(result, as_json=as_json, once=once)
@@ -27,6 +38,8 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
 
     if once:
         result = runner.run_once()
+        if job is not None and not any(o.path == job for o in result.outcomes):
+            return _not_run(runner, result, job, as_json=as_json)
         show(result)
         return result.exit_code
 
@@ -86,12 +99,46 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
         output.line("nothing to run")
 
 
+def _not_run(runner: Runner, result: PassResult, path: str, *, as_json: bool) -> int:
+    """`run --once --job PATH` found nothing of PATH to claim: say why (exit 0 when another runner has it)."""
+    code, state, reason = why_not(runner.plan, runner.repo, result.tip, path, labels=runner.options.labels or ())
+    output.warn(result.warnings)
+    if as_json:
+        output.emit({"tip": result.tip, "jobs": [], "job": {"path": path, "state": state, "reason": reason},
+                     "exit_code": code, "stopped_by": result.stopped_by, "waiting": None})
+    else:
+        output.line(f"{output.state(state, 10)} {path}: {reason}")
+    return code
+
+
+def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple[str, ...]) -> tuple[int, str, str]:
+    """(exit code, state, reason) for a job path a `--job` pass did not run."""
+    if work is not None:
+        for queued in work.queued:
+            if queued.decision.path != path:
+                continue
+            if queued.state == "queued":  # its labels: this runner lacks some
+                return 2, "queued", f"{queued.reason}; pass them with --label"
+            return 0, queued.state, queued.reason
+        for refused in work.refused:
+            if refused.decision.path == path:
+                return 1, "rejected", refused.reason
+        for item in work.runnable:
+            if item.path == path:
+                return 0, "queued", f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass"
+        if work.waiting is not None:
+            return 1, "waiting", f"the walk waits for evidence at {work.waiting[0][:7]}: {work.waiting[1]}"
+    if repo.read_file(tip, path) is None:
+        return 2, "unknown", f"no file {path} on approved at {tip[:7]}"
+    return 0, "done", "nothing to run: this revision already ran, is running, or was recorded (see mergegate status)"
+
+
 def dry_run(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
-            runner_name: str, signing_key: str | None) -> int:
+            runner_name: str, signing_key: str | None, labels: tuple[str, ...] = ()) -> int:
     """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
     branch = branch_name(branch, remote)
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
-                            trust_root=trust_root, signing_key=signing_key))
+                            trust_root=trust_root, signing_key=signing_key, labels=runner_labels(labels)))
     preview = runner.preview()
     output.warn(preview.warnings)
     if as_json:

@@ -1,0 +1,64 @@
+"""`mergegate plan`: the jobs a runner would claim now, as a GitHub Actions matrix.
+
+The list is the one a pass claims from, made the same way (`Runner.preview`, as
+`run --dry-run`: the same reading, judge, planning and refusals, nothing written).
+Each entry names one revision; `mergegate run --once --job PATH` claims and runs it
+with the same at-most-once claim as any pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mergegate.commands import output
+from mergegate.job import runner_labels
+from mergegate.refnames import branch_name
+from mergegate.runner import Options, Planned, Runner
+
+# GitHub refuses a matrix of more than 256 entries; the rest wait for the next plan.
+GITHUB_MATRIX_LIMIT = 256
+
+
+def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
+         labels: tuple[str, ...] = (), github: bool = False, limit: int = GITHUB_MATRIX_LIMIT) -> int:
+    branch = branch_name(branch, remote)
+    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name="plan",
+                            trust_root=trust_root, labels=runner_labels(labels) if labels else None))
+    preview = runner.preview()
+    output.warn(preview.warnings)
+    runnable = [j for j in preview.jobs if j.status == "would run"]
+    include = [entry(j) for j in runnable[:limit]]
+    matrix = {"include": include}
+    if github or os.environ.get("GITHUB_ACTIONS") == "true":
+        write_outputs(matrix, left=len(runnable) - len(include))
+    if as_json:
+        output.emit(matrix)
+        return 0
+    for item in include:
+        labels_text = f"  runs_on: {', '.join(item['runs_on'])}" if item["runs_on"] else ""
+        retry = f"  attempt {item['attempt']}" if item["attempt"] > 1 else ""
+        output.line(f"{output.state('runnable', 10)} {item['path']}  ({item['commit'][:7]}){retry}{labels_text}")
+    if len(runnable) > len(include):
+        output.line(f"{len(runnable) - len(include)} more runnable: left for the next plan (at most {limit} at once)")
+    if not include:
+        output.line("nothing to run")
+    return 0
+
+
+def entry(job: Planned) -> dict[str, Any]:
+    """One matrix entry: what `run --once --job` needs, and what a workflow may show or route on."""
+    return {"path": job.path, "job": job.job, "blob": job.blob, "commit": job.commit, "attempt": job.attempt,
+            "runs_on": list(job.runs_on)}
+
+
+def write_outputs(matrix: dict[str, Any], *, left: int) -> None:
+    """`matrix=<one line of JSON>`, `count=N` and `more=N` in $GITHUB_OUTPUT, for `fromJSON(needs.plan.outputs.matrix)`."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        return
+    line = json.dumps(matrix, sort_keys=True, separators=(",", ":"))
+    with Path(target).open("a", encoding="utf-8") as handle:
+        handle.write(f"matrix={line}\ncount={len(matrix['include'])}\nmore={left}\n")

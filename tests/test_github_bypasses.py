@@ -309,6 +309,7 @@ print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "GITHUB_TOKEN": "ghs_SECRET_runner_token",
            "MG_SIGNING_KEY": "runner-private-key-SECRET", "MG_VENV": str(work / "venv"), "MG_KEY_DIR": str(work / "key"),
            "MG_COMMAND": "run", "MG_BASE": "approved", "MG_RUNNER_NAME": "gha", "MERGEGATE_TRUST_ROOT": "0" * 40,
+               "MG_JOB": "", "MG_LABELS": "",
            "GITHUB_SERVER_URL": "https://github.com"}
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i",
                            *(f"{k}={v}" for k, v in env.items()), "bash", "-c", step["run"]],

@@ -306,3 +306,25 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
     run(gate)
     gate.reviewed_merge("cleanup", ALICE)
     assert [(j["job"], j["status"]) for j in run(gate)["jobs"]] == [("cleanup", "succeeded")]
+
+
+def test_a_pass_that_runs_a_job_then_waits_names_the_last_commit_it_judged(gate: GithubGate) -> None:
+    """The audit commit's Mergegate-Approved is the last commit judged, never past the one whose evidence is missing."""
+    w = gate.world
+    gate.setup()
+    first = gate.reviewed_merge("backup", ALICE)
+    gate.fake.fail("/pulls/2", "status", status=500, times=1000)  # the second PR's evidence stays missing
+    gate.reviewed_merge("cleanup", ALICE)
+    result = gate.run_once()
+    assert result.code == 1, result.err  # waiting
+    out = result.json()
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+    assert "HTTP 500" in out["waiting"]["reason"]
+    w.git("admin", "fetch", "-q", "origin")
+    judged = w.git("admin", "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "origin/mergegate/audit").strip()
+    assert judged == first.merge_commit_sha
+    # A fresh clone checks that commit (its trailer's policy is derivable) and waits at the same commit.
+    w.clone("fresh")
+    result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
+    assert result.code == 1, result.out + result.err
+    assert result.json()["violations"] == []

@@ -227,7 +227,7 @@ class Runner:
         # Every revision with a `started` record, for all the pass's candidates: planning's one grep.
         book = Book.of(work.revisions)
         self._pub = Publisher(self.repo, branch, self.options.runner_name, self.options.fetch, self.signing, self.spool, self.pending,
-                              tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
+                              work.tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
                               vetoes=lambda: self._vetoes(work), more_vetoes=lambda spec: self._more_vetoes(work, spec),
                               vetoed_draft=lambda d, why: self._draft("vetoed", d, reason=why, **_votes(d)))
         runnable: list[Runnable] = []

@@ -63,3 +63,33 @@ def test_prefetch_answers_diffs_and_parents_as_git_does_one_at_a_time(tmp_path: 
     assert {"A", "M", "D"} <= kinds and any(len(p) == 3 for p in ahead._parents.values())
     assert any(c.path.startswith("\0") for changes in ahead._diffs.values() for c in changes)  # the non-UTF-8 name
     assert [] in ahead._diffs.values()  # the empty commit
+
+
+def _files(root: Path) -> dict[str, tuple[bool, bytes]]:
+    return {str(p.relative_to(root)): (p.is_symlink(), os.fsencode(os.readlink(p)) if p.is_symlink() else p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def test_exports_of_one_commit_share_an_index_and_each_writes_exactly_that_commits_files(tmp_path: Path) -> None:
+    repo_dir = _history(tmp_path)
+    first, last = _git(repo_dir, "rev-list", "--max-parents=0", "HEAD"), _git(repo_dir, "rev-parse", "HEAD")
+
+    def no_jobs(path: str) -> bool:
+        return path.startswith("jobs/")
+
+    repo = Repo(repo_dir)
+    out = {}
+    for name, commit, skip in (("a", last, no_jobs), ("b", last, no_jobs), ("c", first, no_jobs), ("d", last, lambda p: False)):
+        (tmp_path / name).mkdir()
+        repo.export(commit, tmp_path / name, skip=skip)
+        out[name] = _files(tmp_path / name)
+    # The reference: git's own listing of each commit, less what skip names.
+    for name, commit, skip in (("a", last, no_jobs), ("c", first, no_jobs), ("d", last, lambda p: False)):
+        raw = subprocess.run(["git", "ls-tree", "-r", "--name-only", "-z", commit], cwd=repo_dir, capture_output=True, check=True).stdout
+        listed = [os.fsdecode(p) for p in raw.split(b"\0") if p and not skip(os.fsdecode(p))]
+        assert sorted(out[name]) == sorted(listed), name
+    assert out["a"] == out["b"] and out["a"] != out["c"] and "jobs/j.yaml/inner" in out["d"] and "jobs/j.yaml/inner" not in out["a"]
+    assert out["a"]["link"] == (True, b"a")
+    assert len(repo._indexes) == 3  # a and b shared one
+    repo.close()
+    assert repo._indexes == {}

@@ -222,13 +222,46 @@ def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limit
     sel = selectors.DefaultSelector()
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
+    pipes = set(sinks)  # still open
+    # The main process's exit wakes the loop at once (a pidfd is readable when it exits),
+    # instead of at the next poll: a short job costs what it takes, not a poll interval.
+    pidfd = _pidfd(proc.pid)
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ)
+    try:
+        return _pump_loop(proc, sinks, limits, tracker, shutdown, sel, pipes, pidfd)
+    finally:
+        sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for the job's main process (Linux 5.3+), or None: the loop then polls."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def _pump_loop(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracker,
+               shutdown: Shutdown | None, sel: selectors.BaseSelector, pipes: set[int], pidfd: int | None) -> str | None:
     now = time.monotonic()
-    deadline, phase, phase_end, next_scan, ended = now + limits.timeout_seconds, "run", 0.0, now, None
+    # With a cgroup, a scan the instant the job starts finds nothing the cgroup and the
+    # subreapers would not keep: the first one is due after one interval, like every later one.
+    first_scan = now + (_SCAN_INTERVAL if tracker.cgroup is not None else 0.0)
+    deadline, phase, phase_end, next_scan, ended = now + limits.timeout_seconds, "run", 0.0, first_scan, None
     drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
     while True:
         now = time.monotonic()
         if tracker.main_running and (code := tracker.reap()) is not None:
             proc.returncode = code
+        if pidfd is not None and not tracker.main_running and pidfd in sel.get_map():
+            sel.unregister(pidfd)  # readable for ever from now on
         if now >= next_scan:
             tracker.scan()
             next_scan = now + _SCAN_INTERVAL
@@ -251,17 +284,19 @@ def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limit
         elif phase == "kill" and not tracker.main_running:
             tracker.signal(signal.SIGKILL)
             phase, phase_end = "drain", now + drain
-        if phase == "drain" and (not sel.get_map() or now >= phase_end):
-            sel.close()
+        if phase == "drain" and (not pipes or now >= phase_end):
             return ended
         if not sel.get_map():
             time.sleep(0.02)
         for key, _ in sel.select(0.02) if sel.get_map() else ():
+            if key.fd not in pipes:
+                continue  # the pidfd: the main process exited; it is reaped at the top of the loop
             data = os.read(key.fd, _CHUNK)
             if data:
                 sinks[key.fd].write(data)
             else:
                 sel.unregister(key.fd)
+                pipes.discard(key.fd)
 
 
 def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) -> str:

@@ -270,10 +270,18 @@ class Repo:
         self._commits: dict[str, Commit] = {}
         self._diffs: dict[tuple[str, str], list[Change]] = {}  # read ahead by prefetch
         self._parents: dict[str, tuple[str, ...]] = {}
+        # export(): one private index per (commit, skip), built once and read by every export of it.
+        self._indexes: dict[tuple[str, Callable[[str], bool]], Path] = {}
+        self._index_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._index_lock = threading.Lock()
 
     def close(self) -> None:
-        """End the object-reading process (it is restarted if the Repo is used again)."""
+        """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
         self._objects.close()
+        with self._index_lock:
+            if self._index_dir is not None:
+                self._index_dir.cleanup()
+            self._index_dir, self._indexes = None, {}
 
     # -- running git ------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
@@ -682,12 +690,23 @@ class Repo:
         applies no export-subst (which would put commit subjects, written by
         whoever named a branch, into files) and no export-ignore.
         """
-        entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
-        data = b"".join(f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries)
-        with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self.run("update-index", "-z", "--index-info", input=data, env=env)
-            self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env=env)
+        # checkout-index without -u only reads the index, so a merge of many jobs builds it once.
+        env = {"GIT_INDEX_FILE": str(self._export_index(commit, skip))}
+        self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env=env)
+
+    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> Path:
+        with self._index_lock:
+            index = self._indexes.get((commit, skip))
+            if index is not None and index.exists():
+                return index
+            if self._index_dir is None:
+                self._index_dir = tempfile.TemporaryDirectory(prefix="mergegate-index-")
+            index = Path(self._index_dir.name) / f"{commit}-{len(self._indexes)}"
+            entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
+            data = b"".join(f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries)
+            self.run("update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)})
+            self._indexes[(commit, skip)] = index
+            return index
 
     # -- writing --------------------------------------------------------------
     def write_commit(

@@ -204,10 +204,10 @@ class Tracker:
     def cleanup(self) -> None:
         try:
             for _ in range(50 if self.cgroup is not None else 0):
-                self.signal(signal.SIGKILL)
                 with contextlib.suppress(OSError):
-                    os.rmdir(f"{self.cgroup}")
+                    os.rmdir(f"{self.cgroup}")  # only an empty cgroup goes: nothing of the job is left in it
                     return
+                self.signal(signal.SIGKILL)
                 time.sleep(0.02)
         finally:
             self.scan()  # reaps the adopted orphans that died

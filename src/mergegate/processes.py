@@ -119,6 +119,7 @@ class Tracker:
         self.pid, self.cgroup, self.sandboxed = pid, cgroup, sandboxed
         self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
         self.main_running, self.cpu = True, 0.0
+        self.gone = False  # the last scan, after the main process ended, found nothing of the job alive
         self.run_id = run_id
         self.started = start_time(pid) or 0
         self.watchdog = Watchdog.get()
@@ -189,7 +190,8 @@ class Tracker:
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, 0)
                 return True
-        return any(table[p][2] not in (b"Z", b"X") for p in self.known if p in table)
+        self.gone = not any(table[p][2] not in (b"Z", b"X") for p in self.known if p in table)
+        return not self.gone
 
     def signal(self, sig: int) -> None:
         self.scan()
@@ -206,11 +208,14 @@ class Tracker:
             for _ in range(50 if self.cgroup is not None else 0):
                 with contextlib.suppress(OSError):
                     os.rmdir(f"{self.cgroup}")  # only an empty cgroup goes: nothing of the job is left in it
-                    return
+                    break
                 self.signal(signal.SIGKILL)
                 time.sleep(0.02)
         finally:
-            self.scan()  # reaps the adopted orphans that died
+            # After a scan that found nothing of the job alive and the removal of its (empty)
+            # cgroup, no process of the job is left that could have made an orphan to reap.
+            if not (self.gone and self.cgroup is not None and not self.cgroup.exists()):
+                self.scan()  # reaps the adopted orphans that died
             with _LIVE_LOCK:
                 _LIVE.pop(self.pid, None)
             self.watchdog.tell(f"- {self.run_id}")

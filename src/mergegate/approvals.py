@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from mergegate.git import Change, Commit, Repo, literal
-from mergegate.job import is_job_path
+from mergegate.git import Change, Commit, Repo, literal, path_bytes
+from mergegate.history import CONTENT_PATHSPEC, SYMLINK, History, Side
+from mergegate.job import is_job_path, job_stem
 from mergegate.judge import (
     ABSENT,
     REGULAR,
@@ -49,11 +50,9 @@ if TYPE_CHECKING:
 
 APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
-# Everything a job may read or execute besides job definitions and the policy.
-CONTENT_PATHSPEC = (".", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
 VETO_TRAILER = "Mergegate-Veto"
 
-__all__ = ["APPROVE_TRAILER", "APPROVE_TREE_TRAILER", "VETO_TRAILER", "Assessment", "Assessor", "Decision", "Kind",
+__all__ = ["APPROVE_TRAILER", "APPROVE_TREE_TRAILER", "CONTENT_PATHSPEC", "VETO_TRAILER", "Assessment", "Assessor", "Decision", "Kind",
            "PolicyVerdict", "Veto", "Vote", "describe_votes"]
 
 
@@ -61,8 +60,10 @@ class Assessor:
     """Reads the facts of first-parent commits and hands them to the judge; caches signature checks."""
 
     def __init__(self, repo: Repo, *, at: datetime, known: Callable[[str, str], bool] | None = None,
-                 reviews: ReviewSource | None = None) -> None:
+                 reviews: ReviewSource | None = None, history: History | None = None) -> None:
         self.repo = repo
+        # The whole history read once (verify): a merge's side answered from memory where it can be.
+        self.history = history
         self.at = at
         # GitHub review evidence for merges no approver key signed (None: reviews are not used).
         self.reviews = reviews
@@ -72,6 +73,7 @@ class Assessor:
         self.known = known or (lambda path, blob: True)
         self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
         self._trees: dict[str, dict[str, Entry]] = {}
+        self._targets: dict[str, bytes] = {}  # symlink blob -> target
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
         cache_key = (commit.sha, tuple(keys), self.at)
@@ -158,9 +160,9 @@ class Assessor:
                      parents: tuple[str, ...], veto_trailers: tuple[str, ...], result: str | None = None,
                      merger: str | None = None, squash: bool = False) -> CommitFacts:
         result = result or sha
-        base = self.repo.merge_base(first, second)
-        base_tree = self._tree(base) if base else {}
-        side_tree = self._tree(second)
+        side: Side | _GitSide | None = self.history.side(sha, first, second) if self.history and result == sha else None
+        reads = side or _GitSide(self, first, second)
+        base = reads.base
         paths = [c.path for c in changes_of]
         judged = [c for c in changes_of if is_job_path(c.path) or c.path.startswith(POLICY_DIR)]
         # Who wrote each job and policy file: the merged commits that change it, and any
@@ -170,43 +172,50 @@ class Assessor:
         merge = sha if result == sha else None  # the merge is a writer only of what it wrote (the judge decides)
         # A squash's own history lacks the reviewed side: bytes may have lived on either.
         tips = (tip, second) if squash else (tip,)
-        producers = self._producers(tips, known)
+        producers = self._producers(tips, known, reads)
         files = []
         for c in changes_of:
             before, after = Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob)
             writers: tuple[Writer, ...] = ()
             if c in judged:
-                shas = [*self.repo.commits_touching(first, second, literal(c.path)), *producers.get(c.path, [])]
+                shas = [*reads.touching(c.path), *producers.get(c.path, [])]
                 writers = tuple(self._writer(s, policy) for s in dict.fromkeys(shas) if s != merge)
-            files.append(FileFacts(c.path, before, after, base_tree.get(c.path, ABSENT), side_tree.get(c.path, ABSENT), writers,
-                                   self._text(c.path, after), self._last_approved(c.path, unapproved)))
+            files.append(FileFacts(c.path, before, after, reads.entry(base, c.path) if base else ABSENT, reads.entry(second, c.path),
+                                   writers, self._text(c.path, after), self._last_approved(c.path, unapproved)))
         content = {c.path: c.new_blob for c in changes_of if c not in judged and c.status != "D"}
         suspects = {p: b for p, b in content.items() if self.known(p, b)}
-        content_shas = [*self.repo.commits_touching(first, second, *CONTENT_PATHSPEC),
-                        *sorted({s for shas in self._producers(tips, suspects).values() for s in shas})]
+        content_shas = [*reads.touching_content(),
+                        *sorted({s for shas in self._producers(tips, suspects, reads).values() for s in shas})]
         content_writers = tuple(self._writer(s, policy) for s in dict.fromkeys(content_shas) if s != merge)
-        jobs = any(is_job_path(c.path) and c.status != "D" for c in changes_of)
+        # The judge compares a job's id with the other job paths of the tree that have its name.
+        stems = {job_stem(c.path) for c in changes_of if is_job_path(c.path) and c.status != "D"}
         policy_changes = any(c.path.startswith(POLICY_DIR) for c in changes_of)
         return CommitFacts(
             sha=sha, parents=parents, malformed="", author_name=author[0], author_email=author[1], files=tuple(files),
-            signature=signature, approvals=tuple(self._approvals(first, second, base_tree, set(paths), policy)),
+            signature=signature, approvals=tuple(self._approvals(reads, base, set(paths), policy)),
             veto_trailers=veto_trailers, content_writers=content_writers,
-            job_ids=tuple(p for p in self._tree(result) if is_job_path(p)) if jobs else (),
-            symlinks=self._symlinks(result) if jobs else (),
+            job_ids=reads.job_paths(result, stems) if stems else (),
+            symlinks=tuple((path, self._target(blob)) for path, blob in reads.symlinks(result)) if stems else (),
             policy_tree=self._policy_tree(result) if policy_changes else None,
             policy_drift=tuple(sorted(c.path for c in self.repo.diff(policy.commit, result, POLICY_DIR) if c.path not in paths))
             if policy_changes else (),
             proposal=result != sha, merger=merger,
         )
 
-    def _producers(self, tips: tuple[str, ...], files: Mapping[str, str]) -> dict[str, list[str]]:
+    def _producers(self, tips: tuple[str, ...], files: Mapping[str, str], reads: Reads) -> dict[str, list[str]]:
+        if not files:
+            return {}
+        if isinstance(reads, Side) and tips == (reads.history.line[reads.k],):
+            answered = reads.producers(files)
+            if answered is not None:
+                return answered
         found: dict[str, list[str]] = {}
         for tip in tips:
             for path, shas in self.repo.producers(tip, files).items():
                 found[path] = list(dict.fromkeys([*found.get(path, []), *shas]))
         return found
 
-    def _approvals(self, first: str, second: str, base_tree: Mapping[str, Entry], paths: set[str], policy: Policy) -> list[ApprovalFacts]:
+    def _approvals(self, reads: Reads, base: str | None, paths: set[str], policy: Policy) -> list[ApprovalFacts]:
         """The signed approval commits between `first` and `second`, and what each approves of `paths`.
 
         `Mergegate-Approve: <path> [<mode>] <blob>` approves one file's mode and bytes;
@@ -214,7 +223,8 @@ class Assessor:
         file as it is in that tree, names git cannot put in a trailer included.
         """
         found = []
-        for sha in self.repo.side_commits(first, second):
+        base_entries = {p: reads.entry(base, p) if base else ABSENT for p in paths}
+        for sha in reads.side_commits():
             commit = self.repo.commit(sha)
             named, trees = commit.trailers(APPROVE_TRAILER), commit.trailers(APPROVE_TREE_TRAILER)
             if not named and not trees:
@@ -226,9 +236,9 @@ class Assessor:
                     claims.setdefault(path, rest)
             if not claims and not trees:
                 continue
-            entries = self._tree(sha)
-            tree = {p: entries.get(p, ABSENT) for p in paths} if commit.tree in trees else None
-            changed = frozenset(p for p in paths if entries.get(p, ABSENT) != base_tree.get(p, ABSENT))
+            entries = {p: reads.entry(sha, p) for p in paths}
+            tree = entries if commit.tree in trees else None
+            changed = frozenset(p for p in paths if entries[p] != base_entries[p])
             found.append(ApprovalFacts(sha, self.signature(commit, policy.approver_keys()), claims, tree,
                                        bool(trees) and commit.tree not in trees, changed))
         return found
@@ -261,8 +271,11 @@ class Assessor:
         parents = self.repo.commit(change).parents
         return self._tree(parents[0]).get(path, ABSENT) if parents else ABSENT
 
-    def _symlinks(self, tree: str) -> tuple[tuple[str, bytes], ...]:
-        return tuple((path, self.repo.blob(e.blob)) for path, e in self._tree(tree).items() if e.mode == "120000")
+    def _target(self, blob: str) -> bytes:
+        """A symlink's target (one read per blob: a long walk meets the same links in every tree)."""
+        if blob not in self._targets:
+            self._targets[blob] = self.repo.blob(blob)
+        return self._targets[blob]
 
     def _policy_tree(self, tree: str) -> dict[str, tuple[str, bytes]]:
         return {path: (mode, self.repo.blob(blob) if mode in REGULAR else b"") for mode, blob, path in self.repo.ls_tree(tree, POLICY_DIR)}
@@ -270,6 +283,47 @@ class Assessor:
     def excluded(self, policy: Policy, facts: CommitFacts, path: str) -> dict[str, str]:
         """Who may not count for `path` in the merge `facts` describes (for `approve` to warn)."""
         return next((excluded_people(policy, f.writers) for f in facts.files if f.path == path), {})
+
+
+class Reads(Protocol):
+    """What the facts of a merge of `second` into `first` need from git (history.Side answers the same)."""
+
+    @property
+    def base(self) -> str | None: ...
+
+    def side_commits(self) -> list[str]: ...
+    def touching(self, path: str) -> list[str]: ...
+    def touching_content(self) -> list[str]: ...
+    def entry(self, sha: str, path: str) -> Entry: ...
+    def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]: ...
+    def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]: ...
+
+
+class _GitSide:
+    """The questions of `Reads` asked of git, a process (or a tree listing) each."""
+
+    def __init__(self, assessor: Assessor, first: str, second: str) -> None:
+        self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
+        self.base = self.repo.merge_base(first, second)
+
+    def side_commits(self) -> list[str]:
+        return self.repo.side_commits(self.first, self.second)
+
+    def touching(self, path: str) -> list[str]:
+        return self.repo.commits_touching(self.first, self.second, literal(path))
+
+    def touching_content(self) -> list[str]:
+        return self.repo.commits_touching(self.first, self.second, *CONTENT_PATHSPEC)
+
+    def entry(self, sha: str, path: str) -> Entry:
+        return self.assessor._tree(sha).get(path, ABSENT)
+
+    def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]:
+        return tuple(sorted((p for p in self.assessor._tree(tree) if is_job_path(p) and job_stem(p) in stems), key=path_bytes))
+
+    def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]:
+        links = [(p, e.blob) for p, e in self.assessor._tree(tree).items() if e.mode == SYMLINK]
+        return tuple(sorted(links, key=lambda item: path_bytes(item[0])))
 
 
 def _split_named(trailer: str) -> tuple[str, str]:

@@ -66,8 +66,11 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=file) from None
     try:
-        _check_depth(text, file)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        try:
+            node = _compose(text, file)
+        except yaml.composer.ComposerError:
+            # An alias or anchor problem: which of a file's problems is reported is the two-pass reading's.
+            node = _compose_two_pass(text, file)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -80,6 +83,45 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
     lines: dict[Path_, int] = {}
     data = _convert(node, (), lines, file, set())
     return Document(file=file, data=data, lines=lines)
+
+
+class _DepthLoader(yaml.SafeLoader):
+    """SafeLoader refusing, as it composes, what `_check_depth` refuses before composing (one pass, not two)."""
+
+    def __init__(self, stream: str, file: str) -> None:
+        super().__init__(stream)
+        self.file = file
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if not self.check_event(yaml.CollectionStartEvent):
+            return super().compose_node(parent, index)
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        self.depth += 1
+        if self.depth > MAX_YAML_DEPTH:
+            line = event.start_mark.line + 1 if event.start_mark is not None else None
+            raise ConfigError(f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=self.file, line=line)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    """`_compose_two_pass` in one pass: the same events in the same order, and the depth refused at the
+    same event; only a composer error (alias, anchor, a second document) could come before a depth
+    error that the two-pass reading would report first, so the caller asks that reading then."""
+    loader = _DepthLoader(text, file)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def _compose_two_pass(text: str, file: str) -> yaml.Node | None:
+    """The reference reading: the depth of the whole stream first, then compose."""
+    _check_depth(text, file)
+    return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
 def _check_depth(text: str, file: str) -> None:

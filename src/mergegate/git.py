@@ -274,6 +274,7 @@ class Repo:
         self._indexes: dict[tuple[str, Callable[[str], bool]], Path] = {}
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
         self._index_lock = threading.Lock()
+        self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
 
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
@@ -586,9 +587,21 @@ class Repo:
             sha, *parents = line.split()
             self._parents[sha] = tuple(parents)
         pairs = [(self._parents[sha][0], sha) for sha in chain if self._parents.get(sha)]
+        answers = self.diffs(pairs)
+        if answers is None:  # not what was asked: answer nothing from memory
+            return
+        for pair, changes in zip(pairs, answers, strict=True):
+            self._diffs[pair] = changes
+
+    def diffs(self, pairs: Sequence[tuple[str | None, str]], *pathspecs: str) -> list[list[Change]] | None:
+        """`diff(parent, sha, *pathspecs)` for every (parent, sha) pair (parent None: a root, against
+        the empty tree), in one `diff-tree --stdin`; None if git answered something else than asked."""
+        if not pairs:
+            return []
         # --always: an empty diff still prints its commit line, so every answer is told apart.
-        fed = "".join(f"{sha} {parent}\n" for parent, sha in pairs).encode()
-        fields = self.run("diff-tree", "--stdin", "--always", "-r", "-z", "--no-renames", input=fed).stdout.split(b"\0")
+        fed = "".join(f"{sha} {parent}\n" if parent else f"{sha}\n" for parent, sha in pairs).encode()
+        args = ["diff-tree", "--stdin", "--always", "--root", "-r", "-z", "--no-renames"]
+        fields = self.run(*args, *(["--", *pathspecs] if pathspecs else []), input=fed).stdout.split(b"\0")
         answers: list[list[Change]] = []
         i = 0
         while i < len(fields) - 1:
@@ -599,14 +612,43 @@ class Repo:
             else:
                 answers.append([])
                 i += 1
-        if len(answers) != len(pairs):  # not what was asked: answer nothing from memory
-            self._diffs.clear()
+        return answers if len(answers) == len(pairs) else None
+
+    def graph(self, tip: str) -> list[tuple[str, int, tuple[str, ...], str]]:
+        """(commit, committer date as git's walks order by it, parents and tree as git reads them) of
+        every commit reachable from `tip`, in one `rev-list`."""
+        found = []
+        lines = self.out("rev-list", "--timestamp", "--parents", "--format=%T", tip).splitlines()
+        for header, tree in zip(lines[::2], lines[1::2], strict=True):
+            date, _, sha, *parents = header.split()
+            found.append((sha, int(date), tuple(parents), tree))
+        return found
+
+    def remember(self, parents: Mapping[str, tuple[str, ...]], diffs: Mapping[tuple[str, str], list[Change]]) -> None:
+        """What `prefetch` reads, read by the caller (history.History): `git_parents` and `diff` answer from it."""
+        self._parents.update(parents)
+        self._diffs.update(diffs)
+
+    def preload(self, shas: Sequence[str]) -> None:
+        """Read the objects `shas` ahead in one `cat-file --batch` (a walk over a long history asks
+        for each of them once: one process streaming them all, not a round trip each)."""
+        wanted = [sha for sha in dict.fromkeys(shas) if re.fullmatch(r"[0-9a-f]{40}", sha) and sha not in self._loaded]
+        if not wanted:
             return
-        for pair, changes in zip(pairs, answers, strict=True):
-            self._diffs[pair] = changes
+        out = self.run("cat-file", "--batch", input="".join(f"{sha}\n" for sha in wanted).encode()).stdout
+        at = 0
+        for sha in wanted:
+            end = out.index(b"\n", at)
+            header = out[at:end].split()
+            if len(header) != 3 or header[0].decode() != sha:  # missing (or not what was asked): read it when asked
+                at = end + 1
+                continue
+            size = int(header[2])
+            self._loaded[sha] = (header[1].decode(), out[end + 1:end + 1 + size])
+            at = end + 1 + size + 1
 
     def _object(self, sha: str, kind: str) -> bytes:
-        found = self._objects.read(sha) if len(sha) == 40 else None
+        found = self._loaded.get(sha) or (self._objects.read(sha) if len(sha) == 40 else None)
         if found is None:
             raise GitError(f"object {sha[:12]} not found in {self.path}")
         if found[0] != kind:

@@ -21,6 +21,7 @@ from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError, MergegateError, NotYet
 from mergegate.git import ZERO, Repo
+from mergegate.history import History
 from mergegate.planning import Walk, policy_lookup
 from mergegate.policy import Policy, load_policy
 
@@ -158,8 +159,13 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     chain = repo.first_parent_chain(root, tip)
-    # What the walk asks of each commit of the chain (diff, parents), read in two processes, not two per commit.
-    repo.prefetch(chain)
+    # The merged sides, their authors and trees from one read of the whole history, not a few git
+    # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's diff
+    # and parents. Where it cannot answer as git would, git is asked, as a pass does.
+    history = History.read(repo, root, chain)
+    if history is None:
+        # What the walk asks of each commit of the chain (diff, parents), read in two processes, not two per commit.
+        repo.prefetch(chain)
     seen = _first_seen(repo, records, chain, root)
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     now = datetime.now(UTC)
@@ -172,7 +178,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the runner does.
     reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True,
                                   remote=source.remote if fetch else None)
-    walk = Walk(Assessor(repo, at=now, reviews=reviews), policy, records=records_tip, mentioned=mentioned)
+    walk = Walk(Assessor(repo, at=now, reviews=reviews, history=history), policy, records=records_tip, mentioned=mentioned)
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     retries: dict[tuple[str, str, str], tuple[int, bool]] = {}  # (retries, idempotent) of each valid revision

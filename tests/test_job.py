@@ -123,3 +123,34 @@ def test_unique_ids_across_directories() -> None:
     problems = check_unique_ids(["jobs/a/x.yaml", "jobs/b/x.yml", "jobs/y.yaml"])
     assert set(problems) == {"jobs/a/x.yaml", "jobs/b/x.yml"}
     assert "not unique" in problems["jobs/a/x.yaml"]
+
+
+_DEEP = "a: " + "[" * 65 + "]" * 65 + "\n"
+_DEEP_BLOCK = "".join("  " * i + "- \n" for i in range(64)) + "  " * 64 + "- [x]\n"
+# Each has more than one problem, or one near another: the one-pass reading must report what the two-pass one does.
+_READINGS = [
+    "id: x\ncommand: [echo, '1']\n", "a: &x 1\nb: *x\n", "a: *nope\n" + _DEEP, "a: &x 1\nb: &x 2\n" + _DEEP, _DEEP,
+    _DEEP_BLOCK, _DEEP + "b: [\n", "b: [\n" + _DEEP, "a: 1\n---\nb: 2\n", "a: 1\n---\nb: [\n", "a: 1\n---\n" + _DEEP,
+    "a:\n\t- 1\n", "a: 1\n b: 2\n", "", "# only a comment\n", "[" * 64 + "]" * 64, "a: *nope\nb: [\n", "- *a\n- &a 1\n",
+    "{a: 1, a: 2}", "a: !!python/object:os.system x\n", "\ufeffa: 1\n", "a: 'unterminated\n", "? [a]\n: 1\n",
+]
+
+
+@pytest.mark.parametrize("text", _READINGS)
+def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_does(text: str) -> None:
+    """config._compose_checked (one pass) against config._compose_two_pass (the reference): the same
+    node, or the same error at the same line."""
+    import yaml
+
+    from mergegate import config
+
+    def outcome(read: object) -> object:
+        try:
+            node = read(text, "f.yaml")  # type: ignore[operator]
+            return None if node is None else yaml.serialize(node)
+        except ConfigError as exc:
+            return ("config", exc.message, exc.line)
+        except yaml.YAMLError as exc:
+            return (type(exc).__name__, str(exc))
+
+    assert outcome(config._compose_checked) == outcome(config._compose_two_pass)

@@ -66,11 +66,7 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=file) from None
     try:
-        try:
-            node = _compose(text, file)
-        except yaml.composer.ComposerError:
-            # An alias or anchor problem: which of a file's problems is reported is the two-pass reading's.
-            node = _compose_two_pass(text, file)
+        node = _compose_checked(text, file)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -116,6 +112,14 @@ def _compose(text: str, file: str) -> yaml.Node | None:
         return loader.get_single_node()
     finally:
         loader.dispose()
+
+
+def _compose_checked(text: str, file: str) -> yaml.Node | None:
+    try:
+        return _compose(text, file)
+    except yaml.composer.ComposerError:
+        # An alias or anchor problem: which of a file's problems is reported is the two-pass reading's.
+        return _compose_two_pass(text, file)
 
 
 def _compose_two_pass(text: str, file: str) -> yaml.Node | None:

@@ -17,8 +17,9 @@ import pytest
 
 from mergegate import audit, audit_branch
 from mergegate.eligibility import Attempt, History, judge_attempts
-from mergegate.git import Repo
+from mergegate.git import Repo, Signing
 from mergegate.policy import Retries
+from tests.helpers.keys import shared_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_reliability import _kill_all, _marker, _start_runner, _until, _with
 
@@ -26,6 +27,8 @@ RULES = [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep
 
 
 def _gate(world: World, **extra: object) -> str:
+    if extra.get("max_retries"):
+        extra["runners"] = world.signing_runner()  # retries need runner-signed records
     return world.setup(policy_yaml([world.bob.approver_entry()], RULES, **extra))
 
 
@@ -65,11 +68,11 @@ def test_a_job_runs_only_on_a_runner_that_has_all_its_labels_and_waits_queued_sa
     assert [e["commit"] for e in _last_scanned(world)["open"]] == [merge]
     # Later merges are run by any runner; the labelled job still waits (another runner, another clone).
     _merge(world, "other", {"jobs/plain.yaml": job_yaml("plain", ["echo", "plain"])})
-    later = world.mg("run", "--once", "--json", "--runner-name", "cpu", "--label", "gpu", where="cpu")
+    later = world.mg("run", "--once", "--json", *world.runner_args, "--runner-name", "cpu", "--label", "gpu", where="cpu")
     assert [(j["job"], j["status"]) for j in later.json()["jobs"]] == [("plain", "succeeded")]
     assert [e["commit"] for e in _last_scanned(world)["open"]] == [merge]
     # A runner with every label claims it, from the commit that approved it.
-    gpu = world.mg("run", "--once", "--json", "--runner-name", "gpu-1", "--label", "gpu", "--label", "linux", "--label", "x64", where="gpu")
+    gpu = world.mg("run", "--once", "--json", *world.runner_args, "--runner-name", "gpu-1", "--label", "gpu", "--label", "linux", "--label", "x64", where="gpu")
     assert gpu.code == 0, gpu.err
     assert [(j["job"], j["status"], j["commit"]) for j in gpu.json()["jobs"]] == [("train", "succeeded", merge)]
     (started,) = [r for r in world.events("started") if r["job"] == "train"]
@@ -155,7 +158,8 @@ def test_attempts_stop_at_one_plus_retries_and_a_timeout_is_retried(world: World
 
 
 def test_a_veto_merged_after_a_failed_attempt_stops_its_retry(world: World) -> None:
-    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], RULES, max_retries=1, retry_backoff_seconds=0))
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], RULES, max_retries=1, retry_backoff_seconds=0,
+                            runners=world.signing_runner()))
     _merge(world, "r", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=1)})
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
     blob = world.blob("approved", "jobs/f.yaml")
@@ -178,7 +182,7 @@ def test_a_lost_attempt_is_retried_only_when_the_job_is_idempotent(world: World,
     seen = tmp_path / "first"
     command = ["sh", "-c", f"if [ -e {seen} ]; then echo again; else touch {seen}; sleep {marker}; fi"]
     _merge(world, "r", {"jobs/l.yaml": job_yaml("l", command, retries=1, idempotent=idempotent)})
-    runner = _start_runner(world, "--once")
+    runner = _start_runner(world, "--once", *world.runner_args)
     try:
         _until(lambda: _with(marker))
         os.kill(runner.pid, signal.SIGKILL)
@@ -211,7 +215,9 @@ def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) 
     from mergegate.judge import Decision
     from mergegate.policy import load_policy
 
-    policy = load_policy(lambda p: policy_yaml([], [ECHO_RULE], max_retries=1, retry_backoff_seconds=60).encode()
+    runner = shared_ssh_key(tmp_path / "keys", "runner")
+    text = policy_yaml([], [ECHO_RULE], max_retries=1, retry_backoff_seconds=60, runners=[{"name": "ci", "key": runner.public_line}])
+    policy = load_policy(lambda p: text.encode()
                          if p == "policy/policy.yaml" else None, commit="c" * 40)
     job = parse_job(job_yaml("j", ["echo"], retries=1).encode(), path="jobs/j.yaml", blob="b" * 40)
     decision = Decision("jobs/j.yaml", "b" * 40, "c" * 40, job, True, "ok")
@@ -239,7 +245,8 @@ def _append(world: World, drafts: list[dict[str, Any]]) -> None:
     tail = audit.read_tail(repo, tip)
     records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
     sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message=audit_branch.message("forged", approved),
-                            author=("runner", "runner@mergegate.invalid"), signing=None)
+                            author=("runner", "runner@mergegate.invalid"),
+                            signing=Signing(world.runner_args[1]) if world.runner_args else None)
     world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
 
 
@@ -329,7 +336,7 @@ def test_plan_json_is_a_matrix_of_the_runnable_jobs_and_run_job_claims_exactly_t
     assert gpu.code == 2 and "waiting for a runner with labels gpu (this runner lacks gpu)" in gpu.json()["job"]["reason"]
     denied = world.run_once("--job", "jobs/denied.yaml")
     assert denied.code == 1 and denied.json()["job"]["state"] == "rejected" and "denied by policy" in denied.json()["job"]["reason"]
-    unknown = world.mg("run", "--once", "--job", "jobs/nope.yaml")
+    unknown = world.mg("run", "--once", *world.runner_args, "--job", "jobs/nope.yaml")
     assert unknown.code == 2 and "no file jobs/nope.yaml on approved" in unknown.out
     assert world.mg("run", "--job", "jobs/a.yaml").code == 2  # --job needs --once
     # A failed entry's retry is a new matrix entry, attempt 2.
@@ -353,7 +360,7 @@ def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: Wor
     include = world.mg("plan", "--json").json()["include"]
     assert [e["path"] for e in include] == [f"jobs/{n}.yaml" for n in names]
     entries = [(e["path"], f"gha-{copy}-{index}") for copy in range(2) for index, e in enumerate(include)]
-    procs = [_start_runner(world, "--once", "--json", "--job", path, "--runner-name", name, where=name) for path, name in entries]
+    procs = [_start_runner(world, "--once", *world.runner_args, "--json", "--job", path, "--runner-name", name, where=name) for path, name in entries]
     results = [(p.wait(timeout=300), p.communicate()) for p in procs]
     assert [code for code, _ in results] == [0] * len(entries), results
     outcomes: dict[str, list[str]] = {}

@@ -367,14 +367,24 @@ def _named_blobs(repo: Repo, commit: str) -> frozenset[str]:
     return _NAMED[key]
 
 
+def parse_time(value: object) -> datetime | None:
+    """A record's time (ISO 8601 with a zone, as runners write it), or None for anything else.
+
+    Records are input: a time without a zone (which cannot be compared with an aware
+    one), or no time at all, must make its reader more careful, never crash a pass.
+    """
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def first_recorded(repo: Repo, commit: str | None, sha: str) -> datetime | None:
     times = []
     for record in grep(repo, commit, sha):
-        if record.get("commit") == sha:
-            try:
-                times.append(datetime.fromisoformat(str(record.get("time"))))
-            except ValueError:
-                continue  # a record with a bad time tells nothing about when
+        if record.get("commit") == sha and (when := parse_time(record.get("time"))) is not None:
+            times.append(when)  # (a record with a bad time tells nothing about when)
     return min(times) if times else None
 
 

@@ -17,10 +17,10 @@ The rules (docs/execution.md, "Retries and labels"):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from mergegate.audit import Record
+from mergegate.audit import Record, parse_time
 from mergegate.audit import attempt_of as attempt_number
 from mergegate.judge import Decision
 from mergegate.policy import Policy
@@ -119,6 +119,19 @@ class Refused:
 Verdict = Runnable | Queued | Refused | None  # None: nothing more to do (done, or the records say why)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """What approved says now about a revision that would start late: a retry, or a run that waited.
+
+    A late start needs the revision to be still what approved holds at `path`, and the
+    policy in force now to allow it too (a tightened policy reaches retries and queued runs).
+    """
+
+    tip: str  # the last commit of approved judged
+    blob: str | None  # the revision's path at tip (None: removed)
+    policy: Policy  # in force at tip
+
+
 def histories(records: Iterable[Record]) -> dict[Key, History]:
     """Attempts and refusals per job revision, from any records (in chain order or not)."""
     started: dict[Key, list[Record]] = {}
@@ -157,11 +170,47 @@ def retriable(status: str | None, *, idempotent: bool) -> bool:
     return status in RETRIED or (status == "lost" and idempotent)
 
 
-def judge_attempts(decision: Decision, policy: Policy, history: History | None, *, now: datetime) -> Verdict:
-    """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or nothing."""
+def judge_attempts(decision: Decision, policy: Policy, history: History | None, *, now: datetime,
+                   late: bool = False, standing: Standing | None = None) -> Verdict:
+    """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or nothing.
+
+    `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
+    A start that is late, or a retry, is checked against `standing` (`late_refusal`).
+    """
+    verdict = _attempts(decision, policy, history or History(), now=now)
+    start = verdict.attempt if isinstance(verdict, Runnable) or (isinstance(verdict, Queued) and verdict.state != "running") else None
+    if start is not None and (late or start > 1) and standing is not None:
+        assert isinstance(verdict, Runnable | Queued)
+        why = late_refusal(decision, standing, start)
+        if why is not None:
+            return Refused(decision, policy, why)
+        if standing.policy.commit != policy.commit:
+            # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets, env),
+            # by the rule that policy allows it with.
+            rule = standing.policy.decide_command(decision.job).rule if decision.job is not None else None
+            moved = replace(decision, rule=rule)
+            verdict = replace(verdict, decision=moved, policy=standing.policy)
+    return verdict
+
+
+def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | None:
+    """Why a late start (or retry) of this revision must not happen now, or None."""
+    job = decision.job
+    assert job is not None
+    what = f"attempt {attempt}" if attempt > 1 else "this run, which waited,"
+    if standing.blob != decision.blob:
+        change = "removed" if standing.blob is None else f"changed (now {standing.blob[:7]})"
+        return (f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after {decision.commit[:7]} approved it: "
+                f"{what} of the older revision does not start")
+    now = standing.policy.decide_command(job)
+    if not now.allowed:
+        return f"the policy in force now denies it ({now.reason}): {what} does not start"
+    return None
+
+
+def _attempts(decision: Decision, policy: Policy, history: History, *, now: datetime) -> Verdict:
     job = decision.job
     assert job is not None and decision.runnable
-    history = history or History()
     if history.closed_at(decision.commit) is not None:
         return None  # recorded as rejected or vetoed: final
     mine = history.at(decision.commit)
@@ -260,10 +309,7 @@ def check_attempts(started: Sequence[Record], finished: dict[str, Record], *, re
 
 
 def _time(record: Record) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(record.get("time")).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_time(record.get("time"))
 
 
 def iso_up(when: datetime) -> str:

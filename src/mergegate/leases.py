@@ -50,10 +50,7 @@ def until(record: audit.Record) -> datetime | None:
     lease = record.get("lease")
     if not isinstance(lease, dict):
         return None
-    try:
-        return datetime.fromisoformat(str(lease.get("until")).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return audit.parse_time(lease.get("until"))
 
 
 def expired(repo: Repo, records: str | None, now: datetime) -> list[audit.Record]:

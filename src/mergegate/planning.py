@@ -24,6 +24,7 @@ from mergegate.eligibility import (
     Queued,
     Refused,
     Runnable,
+    Standing,
     for_runner,
     histories,
     judge_attempts,
@@ -189,6 +190,11 @@ def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: s
     found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
     for entry in result.open_before:
         sha = entry.get("commit")
+        if isinstance(sha, str) and sha not in line and repo.rev(sha) is not None and repo.is_ancestor(sha, root):
+            # On approved before a trust root pinned since: that root is where judging starts now.
+            repo.warnings.append(f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still open "
+                                   "(waiting for a runner, or for a retry) are not judged again")
+            continue
         if not isinstance(sha, str) or sha not in line:
             raise IntegrityError(f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
                                  f"on the first-parent history of approved after the trust root {root[:12]}")
@@ -219,7 +225,16 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
         return
     result.revisions = audit.grep_any(repo, records, {d.blob for d, _, _ in decisions})
     known = histories(result.revisions)
+    late = set(result.reopened)
+    at_tip: dict[str, str | None] = {}
+
+    def standing(path: str) -> Standing:
+        if path not in at_tip:
+            at_tip[path] = repo.file_blob(result.tip, path)
+        return Standing(result.tip, at_tip[path], result.policy)
+
     seen: set[tuple[str, str, str]] = set()
+    first: dict[tuple[str, str], str] = {}  # (path, blob) -> the commit whose approval of it this pass runs
     for decision, policy, _ in decisions:
         key = (decision.path, decision.blob, decision.commit)
         if key in seen:
@@ -227,10 +242,19 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
         seen.add(key)
         history = known.get((decision.path, decision.blob)) or History()
         if not decision.runnable:
-            if key not in result.handled and history.closed_at(decision.commit) is None:
+            # A revision that already ran at this commit (a reopened commit judged again later,
+            # say after a key expired) keeps its records: nothing new is said about it.
+            if key not in result.handled and history.closed_at(decision.commit) is None and not history.at(decision.commit):
                 result.refused.append(Refused(decision, policy, decision.reason))
             continue
-        verdict = judge_attempts(decision, policy, history, now=at)
+        verdict = judge_attempts(decision, policy, history, now=at, late=decision.commit in late,
+                                 standing=standing(decision.path))
+        if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault((decision.path, decision.blob), decision.commit):
+            # The same bytes approved at two commits of this pass (added, removed, added again):
+            # a revision runs at most once, from the first.
+            earlier = first[(decision.path, decision.blob)]
+            verdict = Refused(decision, policy, f"this exact revision of {decision.path} is also approved at {earlier[:7]}, "
+                                                f"and runs from there; a job revision runs at most once")
         if isinstance(verdict, Runnable):
             verdict = for_runner(verdict, labels)
         if isinstance(verdict, Runnable):

@@ -249,6 +249,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     _unique_github_ids(doc, data, (("approvers", approvers), ("proposers", proposers)))
     if not runners:
         _no_reviews_without_runners(doc, approvers)
+        _no_retries_without_runners(doc, data)
     names = {p.name for p in approvers}
     groups = {}
     for group, people in data.get("groups", {}).items():
@@ -330,6 +331,20 @@ def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person
                             f"field 'approvers': {person.name} has a GitHub id (review approvals) but the policy lists no "
                             "runners: without runner-signed audit commits stored review evidence could be forged",
                             hint="list the runner's public key under `runners` and run with --signing-key (docs/github.md)")
+
+
+def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> None:
+    """Retries need authenticated records: runner-signed audit commits.
+
+    Whether a revision may run again is decided from its `finished` records. Without
+    `runners`, anyone who can push the audit branch could append a forged `failed`
+    result (of a run still going, or of one that succeeded) and make an approved job
+    run again, which a run at most once never allows.
+    """
+    if data.get("max_retries", 0):
+        raise doc.error(("max_retries",), "field 'max_retries': retries need runner-signed audit records, but the policy "
+                        "lists no runners: a forged failed result could make a job run again",
+                        hint="list the runner's public key under `runners` and run with --signing-key, or set max_retries: 0")
 
 
 def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Person, ...], groups: dict[str, tuple[str, ...]],

@@ -55,7 +55,7 @@ class Publisher:
     book: Book
     vetoes: Callable[[], dict[tuple[str, str], Veto]]  # every valid veto on approved known so far
     more_vetoes: Callable[[str], None]  # search first-parent commits old..new of approved for vetoes
-    vetoed_draft: Callable[[Decision, str], dict[str, Any]]  # the `vetoed` record for a dropped claim
+    vetoed_draft: Callable[[str, Decision, str], dict[str, Any]]  # the `vetoed` or `rejected` record for a dropped claim
     veto_tip: str = ""
     fetched: float = field(default_factory=time.monotonic)  # the last look at both branches
     files: dict[str, bytes] = field(default_factory=dict)  # evidence files the next commit adds
@@ -75,19 +75,27 @@ class Publisher:
         claim a veto now stops; the other drafts are pushed without the dropped claims."""
         claims = dict(claims or {})
         dropped: dict[Key, tuple[str, str]] = {}
+        held: set[tuple[str, str]] = set()
+        for key in list(claims):
+            # At most once within one push too: one claim per revision (planning makes one; this is the backstop).
+            if key[:2] in held:
+                dropped[key] = ("claimed", f"claimed by {self.runner_name} in the same push")
+                del claims[key]
+                drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
+            held.add(key[:2])
         if claims and time.monotonic() - self.fetched > FRESH_SECONDS:
             self.refresh(fetch=self.fetch)  # a veto merged while earlier jobs ran
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
             for key, (decision, number) in list(claims.items()):
-                why = self._claim_dropped(decision, number)
+                why = self._claim_dropped(decision, number, self.end.commit)
                 if why is not None:
                     dropped[key] = why
                     del claims[key]
                     drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
-                    if why[0] == "vetoed":
-                        drafts.append(self.vetoed_draft(decision, why[1]))
+                    if why[0] in ("vetoed", "rejected"):
+                        drafts.append(self.vetoed_draft(why[0], decision, why[1]))
             if not drafts:
                 return dropped
             parent = self.end.commit
@@ -167,8 +175,14 @@ class Publisher:
             keep.append(d)
         return keep
 
-    def _claim_dropped(self, claim: Decision, attempt: int) -> tuple[str, str] | None:
-        """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), or a veto."""
+    def _claim_dropped(self, claim: Decision, attempt: int, parent: str | None) -> tuple[str, str] | None:
+        """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), a veto,
+        or (a retry) a change of its file on approved that the commit will say it judged."""
+        judged = self._trailer(parent)
+        if attempt > 1 and judged != self.judged and (now := self.repo.file_blob(judged, claim.path)) != claim.blob:
+            change = "removed" if now is None else "changed"
+            return "rejected", (f"{claim.path} was {change} on approved (at {judged[:7]}) after {claim.commit[:7]} approved it: "
+                                f"attempt {attempt} of the older revision does not start")
         earlier = self.book.taken(claim.path, claim.blob, claim.commit, attempt)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.

@@ -55,7 +55,8 @@ def parse_since(text: str) -> datetime:
 
 
 def record_time(record: audit.Record) -> datetime:
-    return datetime.fromisoformat(str(record["time"]).replace("Z", "+00:00"))
+    """A record's time; one without a readable, zoned time sorts first (it is shown, never a crash)."""
+    return audit.parse_time(record.get("time")) or datetime.min.replace(tzinfo=UTC)
 
 
 def select(records: Iterable[audit.Record], *, job: str | None = None, since: datetime | None = None,

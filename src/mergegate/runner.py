@@ -229,7 +229,7 @@ class Runner:
         self._pub = Publisher(self.repo, branch, self.options.runner_name, self.options.fetch, self.signing, self.spool, self.pending,
                               work.tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
                               vetoes=lambda: self._vetoes(work), more_vetoes=lambda spec: self._more_vetoes(work, spec),
-                              vetoed_draft=lambda d, why: self._draft("vetoed", d, reason=why, **_votes(d)))
+                              vetoed_draft=lambda event, d, why: self._draft(event, d, reason=why, **_votes(d)))
         runnable: list[Runnable] = []
         done: dict[tuple[str, str, str], str] = {}  # what this pass did with each runnable item (for `open`)
         for refused in work.refused if only is None else ():
@@ -560,7 +560,7 @@ class Runner:
             _remove_tree(flight.tmp)
             event, reason = why
             outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit,
-                                    "vetoed" if event == "vetoed" else "claimed", reason, flight.run_id))
+                                    event if event in ("vetoed", "rejected") else "claimed", reason, flight.run_id))
         return claimed
 
     def _launch(self, flight: _Flight, done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]], me: ProcessId | None) -> None:

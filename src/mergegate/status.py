@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,9 +103,8 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
 
 def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime) -> JobState:
     """A running job with its runner, age and lease (an expired lease is said in the reason)."""
-    age = None
-    with contextlib.suppress(ValueError):
-        age = int((now - datetime.fromisoformat(str(record.get("time")).replace("Z", "+00:00"))).total_seconds())
+    began = audit.parse_time(record.get("time"))
+    age = int((now - began).total_seconds()) if began is not None else None
     end = leases.until(record)
     lease = record.get("lease")
     reason = None

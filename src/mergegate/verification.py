@@ -22,6 +22,8 @@ from mergegate.branch import open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError, MergegateError, NotYet
 from mergegate.git import ZERO, Repo
 from mergegate.history import History
+from mergegate.job import Job
+from mergegate.judge import Decision
 from mergegate.planning import Walk, policy_lookup
 from mergegate.policy import Policy, load_policy
 
@@ -182,6 +184,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
     valid: dict[tuple[str, str, str], str] = {}
     retries: dict[tuple[str, str, str], tuple[int, bool]] = {}  # (retries, idempotent) of each valid revision
+    jobs_of: dict[tuple[str, str], Job] = {}  # the job of each valid revision (retries are judged again by later policies)
     rejected: dict[tuple[str, str, str], str] = {}
     vetoed: dict[tuple[str, str], tuple[int, str]] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
@@ -216,6 +219,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
             if d.runnable and d.job is not None:
                 retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
+                jobs_of.setdefault((d.path, d.blob), d.job)
             jobs.append({"path": d.path, "blob": d.blob, "approved": d.runnable, "approvers": list(d.approvers), "reason": d.reason})
         kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
@@ -233,6 +237,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     reached = [r for r in records if r.get("commit") not in unreached]
     violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
+    violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
@@ -267,6 +272,29 @@ def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str
     return problems
 
 
+def _late_retries(repo: Repo, records: list[audit.Record], jobs: dict[tuple[str, str], Job], policies: dict[str, Policy],
+                  judged: list[tuple[int, str]]) -> list[str]:
+    """A retry that started although, at the tip of approved its runner had judged, the job's file held
+    another revision (or none), or the policy in force there denied the job (eligibility.late_refusal)."""
+    firsts = [seq for seq, _ in judged]
+    problems = []
+    for record in records:
+        if record.event != "started" or audit.attempt_of(record) < 2:
+            continue
+        path, blob = str(record.get("path")), str(record.get("blob"))
+        at = bisect.bisect_right(firsts, record.seq) - 1
+        tip = judged[at][1] if at >= 0 else None
+        job = jobs.get((path, blob))
+        if tip is None or job is None or tip not in policies:
+            continue
+        decision = Decision(path, blob, str(record.get("commit")), job, True, "")
+        why = eligibility.late_refusal(decision, eligibility.Standing(tip, repo.file_blob(tip, path), policies[tip]),
+                                       audit.attempt_of(record))
+        if why is not None:
+            problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
+    return problems
+
+
 def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, datetime]:
     """When the runner first recorded each commit of `chain` (the commits after `root`): the time key
     lifetimes are judged at."""
@@ -274,7 +302,9 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root:
     walked = [root, *chain]
     index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
-        when = datetime.fromisoformat(str(record["time"]))
+        when = audit.parse_time(record.get("time"))
+        if when is None:
+            continue  # says nothing about when (an unauthenticated record; a runner always writes a zone)
         commits = [record.get("commit")]
         if record.event == "scanned" and record.get("start"):
             start, end = index.get(str(record["start"])), index.get(str(record["commit"]))

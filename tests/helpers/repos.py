@@ -58,6 +58,7 @@ class World:
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "init", "--quiet", "--bare", str(self.remote)], check=True)
         self._clones: dict[str, Path] = {}
+        self.runner_args: list[str] = []  # added to every run_once (a gate that lists runners: the signing key)
 
     # -- git --------------------------------------------------------------------
     def clone(self, name: str) -> Path:
@@ -200,7 +201,13 @@ class World:
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def run_once(self, *args: str, **kw: Any) -> Result:
-        return self.mg("run", "--once", "--json", *args, **kw)
+        return self.mg("run", "--once", "--json", *self.runner_args, *args, **kw)
+
+    def signing_runner(self) -> list[dict[str, str]]:
+        """A runner key for this world: every run_once signs with it; the `runners` entry for the policy."""
+        key = shared_ssh_key(self.tmp / "keys", "runner")
+        self.runner_args = ["--signing-key", str(key.private)]
+        return [{"name": "ci", "key": key.public_line}]
 
     def records(self) -> list[dict[str, Any]]:
         """Every audit record on the remote's audit branch, in order."""

@@ -25,14 +25,17 @@ GITHUB_MATRIX_LIMIT = 256
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
          labels: tuple[str, ...] = (), github: bool = False, limit: int = GITHUB_MATRIX_LIMIT) -> int:
     branch = branch_name(branch, remote)
+    github = github or os.environ.get("GITHUB_ACTIONS") == "true"
+    # For a matrix, the entries are for legs started with these same labels (none: a plain runner), so
+    # every entry is one its leg can claim; without --github and --label, what any runner may claim.
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name="plan",
-                            trust_root=trust_root, labels=runner_labels(labels) if labels else None))
+                            trust_root=trust_root, labels=runner_labels(labels) if labels or github else None))
     preview = runner.preview()
     output.warn(preview.warnings)
     runnable = [j for j in preview.jobs if j.status == "would run"]
     include = [entry(j) for j in runnable[:limit]]
     matrix = {"include": include}
-    if github or os.environ.get("GITHUB_ACTIONS") == "true":
+    if github:
         write_outputs(matrix, left=len(runnable) - len(include))
     if as_json:
         output.emit(matrix)

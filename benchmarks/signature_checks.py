@@ -10,7 +10,11 @@
    from a side commit by the proposer. The history is built with
    `git fast-import`, then every commit is rewritten in Python with a real
    SSHSIG signature on each merge (the exact bytes `git merge -S` would
-   store). Timed as a whole process (`python -m mergegate verify --json`).
+   store). Unless --no-records, `mergegate/audit` holds what a runner that
+   ran every job leaves (a `started` and a `finished` record each, then a
+   `scanned`), so verify also cross-checks 2N + 1 records and searches the
+   earlier life of every job revision they name. Timed as a whole process
+   (`python -m mergegate verify --json`).
 
 The figures go to the section "## SSH signature checks" of docs/performance.md
 (notes below the end marker are kept).
@@ -39,8 +43,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from perfdoc import LoadWatch, cleanup, finish, header
+from poll_scale import RUNNER, _commit, fast_import, past_records
 
+from mergegate import audit, audit_branch
 from mergegate.armor import armor, dearmor
+from mergegate.branch import AUDIT_BRANCH
+from mergegate.git import Repo
 from mergegate.signatures import parse_public_key, split_signed_commit, verify_signature
 
 SECTION = "## SSH signature checks"
@@ -163,7 +171,7 @@ def _fi_commit(mark: int, who: tuple[str, str], when: int, message: str, parents
     return b"".join(out) + b"\n"
 
 
-def build_gate(base: Path, n: int, key_file: Path) -> tuple[Path, str, dict[str, float]]:
+def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> tuple[Path, str, dict[str, float]]:
     """A bare repository whose `approved` holds `n` signed approvals; returns (path, trust root, timings)."""
     timings = {}
     remote = base / f"gate-{n}.git"
@@ -209,6 +217,15 @@ def build_gate(base: Path, n: int, key_file: Path) -> tuple[Path, str, dict[str,
         new[old] = write_loose(objects, b"commit", body)
     run("git", "update-ref", "refs/heads/approved", new[order[-1]], cwd=remote)
     run("git", "update-ref", "-d", "refs/heads/build", cwd=remote)
+    if records:
+        # Every job ran: the log a runner leaves, sealed and committed as one audit commit.
+        merges = [new[order[2 * i]] for i in range(1, n + 1)]
+        blobs = {f"jobs/job-{i}.yaml": hashlib.sha1(b"blob %d\0" % len(job) + job).hexdigest()
+                 for i in range(1, n + 1) for job in [f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()]}
+        sealed = audit.seal(past_records(n, new[order[0]], merges, blobs), after_seq=0, after_hash=audit.GENESIS)
+        files = audit.append(Repo(remote), None, audit.read_tail(Repo(remote), None), sealed)
+        message = audit_branch.message(f"mergegate: audit seq 1-{len(sealed)}", merges[-1])
+        fast_import(remote, _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * n + 60, message, [], files))
     run("git", "repack", "-a", "-d", "-q", cwd=remote)
     timings["sign and rewrite"] = time.perf_counter() - t
     # Sanity: the last merge carries a signature mergegate accepts.
@@ -265,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed verify runs per size (default 3)")
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary gates (their path is printed)")
+    parser.add_argument("--no-records", action="store_true",
+                        help="leave mergegate/audit empty (by default it holds the records of every job having run)")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.approvals.split(",") if n.strip()]
     command = "python benchmarks/signature_checks.py" + "".join(
@@ -279,12 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         key = keygen(tmp, "alice", "ed25519", None)
         verify_rows = []
         for n in sizes:
-            remote, root, timings = build_gate(tmp, n, key)
+            remote, root, timings = build_gate(tmp, n, key, records=not args.no_records)
             median, fastest, out = time_verify(remote, root, args.repeat)
-            judged = json.loads(out)["commits"]
-            approvals = sum(1 for c in judged for j in c["jobs"] if j["approved"])
-            if approvals != n:  # every merge judged and approved, or the figure means nothing
-                raise RuntimeError(f"verify approved {approvals} of {n} jobs")
+            report = json.loads(out)
+            approvals = sum(1 for c in report["commits"] for j in c["jobs"] if j["approved"])
+            if approvals != n or report["violations"] or report["records"] != (0 if args.no_records else 2 * n + 1):
+                # every merge judged and approved, every record checked, or the figure means nothing
+                raise RuntimeError(f"verify approved {approvals} of {n} jobs; {report['records']} records; {report['violations'][:3]}")
             load.sample()
             verify_rows.append((n, median, fastest, timings))
             print(f"verify, {n} approvals: median {median:.2f} s, min {fastest:.2f} s "
@@ -304,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             "file, one `ssh-keygen -Y verify` process per signature).",
             "",
             "`mergegate verify` over N signed approvals (whole process, "
-            f"median of {args.repeat}; gate built with fast-import, merges re-signed in Python):",
+            f"median of {args.repeat}; gate built with fast-import, merges re-signed in Python; "
+            + ("no records" if args.no_records else "with the 2N + 1 records of every job having run") + "):",
             "",
             "| approvals | median (s) | min (s) | per approval (ms) | build (s) |",
             "|---:|---:|---:|---:|---:|",

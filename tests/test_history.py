@@ -276,3 +276,15 @@ def test_a_side_with_a_glob_character_in_a_name_is_left_to_git(tmp_path: Path) -
     assert history is not None
     assert history.side(shas["M1"], shas["R"], shas["s"]) is None
     assert history.side(shas["M2"], shas["M1"], shas["t"]) is not None
+
+
+@pytest.mark.parametrize("name", ["GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS"])
+def test_a_pathspec_variable_in_the_environment_leaves_every_merge_to_git(shapes: tuple[Repo, dict[str, str]],
+                                                                          monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """git reads them for every pathspec it matches (the content pathspec, each literal path): its answers then
+    are the environment's, and only git knows them."""
+    repo, shas = shapes
+    chain = repo.first_parent_chain(shas["R"], shas["M10"])
+    assert History.read(repo, shas["R"], chain) is not None
+    monkeypatch.setenv(name, "1")
+    assert History.read(repo, shas["R"], chain) is None

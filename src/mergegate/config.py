@@ -195,8 +195,15 @@ def _schema(name: str) -> dict[str, Any]:
 GITHUB_ID_HINT = "find an account's numeric id: gh api users/LOGIN --jq .id (docs/github.md)"
 
 
+@cache
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    # One per schema: a validator holds no state between documents, and building one per file costs
+    # more than checking a small file against it.
+    return jsonschema.Draft202012Validator(_schema(name))
+
+
 def validate(doc: Document, *, schema: str) -> None:
-    validator = jsonschema.Draft202012Validator(_schema(schema))
+    validator = _validator(schema)
     errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
         return

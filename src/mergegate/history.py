@@ -23,6 +23,7 @@ everywhere else (the Assessor then asks git, as before):
   first-parent line after the trust root or reached from it by a few side
   commits (merges inside the side follow git's full-history TREESAME rules,
   which a line does not need);
+- no GIT_*_PATHSPECS variable changes how git matches pathspecs;
 - the side's changed names hold no glob character (`*?[\\`: the content
   pathspec is then matched here as git matches it; otherwise by git);
 - for earlier writers of the same bytes (`producers`), no two of them share a
@@ -33,6 +34,7 @@ everywhere else (the Assessor then asks git, as before):
 from __future__ import annotations
 
 import bisect
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +49,8 @@ CONTENT_PATHSPEC = (".", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":
 SYMLINK = "120000"
 # How many side commits an entry lookup follows before giving up (and asking git).
 _REACH = 512
+# Variables that change how git matches every pathspec.
+_PATHSPEC_ENV = ("GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS")
 # wildmatch's special characters: a name holding one could match a pattern literally (git's own rules then).
 _GLOB = re.compile(rb"[*?\[\\]")
 
@@ -92,8 +96,8 @@ class History:
         """The history up to the chain's last commit, or None where it could not answer as git does.
 
         Also tells `repo` the chain's parents and first-parent diffs (what `Repo.prefetch` reads)."""
-        if not chain:
-            return None
+        if not chain or any(name in os.environ for name in _PATHSPEC_ENV):
+            return None  # git would match pathspecs as the environment says: let it
         graph = repo.graph(chain[-1])
         parents = {sha: p for sha, _, p, _ in graph}
         dates = {sha: date for sha, date, _, _ in graph}

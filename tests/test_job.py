@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from mergegate.errors import ConfigError
@@ -154,3 +156,98 @@ def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_do
             return (type(exc).__name__, str(exc))
 
     assert outcome(config._compose_checked) == outcome(config._compose_two_pass)
+
+
+_KEYS = ["id", "command", "cwd", "env", "on", "yes", "null", "true", "a-b", "_x", "k" * 128, "k" * 129, "1a", "-a", "<<", "a b"]
+_WORDS = ["echo", "-c", "-", "--x", "a-", "5", "0x1F", "0o7", "017", "1_000", "1.5", ".5", "1e5", ".inf", "-.inf", ".NaN", "~",
+          "null", "Null", "yes", "no", "on", "Off", "y", "n", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-13-45", "=",
+          "<<", "a=b", "50%", "user@host", "/bin/sh", "./x", "a~b", "a#b", "a:b", "a b", "@x", "%x", "`x", "!x", "&a", "*a",
+          "?x", ":x", "-5", "+5", "0b101", "0b_", "1:20", "190:20:30", "TRUE", "tRue", "...", "---", "a.b-c", "0", "-0",
+          "'x'", "''", "'it''s'", "'a b'", "'it's'", '"x"', '""', '"a b"', '"a\\"', '"a\\nb"', "'#'", '"#"', "' lead'", "'é'"]
+_SEPARATORS = [",", ", ", " , ", " ,", ",  "]
+
+
+def _word(rng: random.Random) -> str:
+    return rng.choice(_WORDS[:20] if rng.random() < 0.6 else _WORDS)
+
+
+def _value(rng: random.Random) -> str:
+    roll = rng.random()
+    if roll < 0.55:
+        return _word(rng)
+    if roll < 0.9:
+        items = [_word(rng) for _ in range(rng.randrange(0, 4))]
+        inner = "".join(item + (rng.choice(_SEPARATORS) if i < len(items) - 1 else "") for i, item in enumerate(items))
+        return rng.choice(["[", "[ "]) + inner + rng.choice(["]", "]", " ]", ",]"])
+    return rng.choice(["[[x]]", "{a: 1}", "", "|", ">", "x # c", "x ", "'x' "])
+
+
+def _line(rng: random.Random) -> str:
+    roll = rng.random()
+    if roll < 0.9:
+        key = rng.choice(_KEYS[:6] if rng.random() < 0.8 else _KEYS)
+        return key + rng.choice([": ", ": ", ": ", ":  ", ":", " : "]) + _value(rng)
+    return rng.choice(["# a comment", "#", "", "   ", "\tid: x", "---", "...", "- x", " indented: 1", "key:", "%YAML 1.1"])
+
+
+def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> None:
+    """config._compose_simple against yaml.compose over generated files (and the real job files of the
+    examples): wherever it reads a file at all, the same tree of nodes, tags, values, styles and start marks."""
+    import yaml
+
+    from mergegate import config
+
+    def dump(node: yaml.Node) -> object:
+        mark = node.start_mark
+        where = (mark.name, mark.index, mark.line, mark.column, mark.buffer, mark.pointer)
+        if isinstance(node, yaml.ScalarNode):
+            return ("scalar", node.tag, node.value, node.style, where)
+        if isinstance(node, yaml.SequenceNode):
+            return ("seq", node.tag, node.flow_style, where, [dump(n) for n in node.value])
+        assert isinstance(node, yaml.MappingNode)
+        return ("map", node.tag, node.flow_style, where, [(dump(k), dump(v)) for k, v in node.value])
+
+    rng = random.Random(12)
+    texts = ["id: x\ncommand: [echo, '1']\n", "# job\nid: x\n\ncommand: [sh, -c, 'echo hi']\ntimeout_seconds: 5\n", "id: x"]
+    texts += ["\n".join(_line(rng) for _ in range(rng.randrange(1, 4))) + rng.choice(["", "\n"]) for _ in range(3000)]
+    read = 0
+    for text in texts:
+        node = config._compose_simple(text)
+        if node is None:
+            continue
+        read += 1
+        assert dump(node) == dump(yaml.compose(text, Loader=yaml.SafeLoader)), text
+    assert 300 < read < len(texts) - 300  # both readings were taken, often
+
+
+def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
+    """config._scalar builds only the constructor of a SafeLoader: every value (and every error) as before."""
+    import yaml
+
+    from mergegate import config
+
+    def whole(node: yaml.Node) -> object:
+        loader = yaml.SafeLoader("")
+        try:
+            return repr(loader.construct_object(node, deep=True))
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+        finally:
+            loader.dispose()
+
+    def ours(node: yaml.Node) -> object:
+        try:
+            loader = yaml.SafeLoader.__new__(yaml.SafeLoader)
+            yaml.constructor.SafeConstructor.__init__(loader)
+            return repr(loader.construct_object(node, deep=True))
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+
+    for word in [*_WORDS, "=", "!!binary aGk=", "!!int x", "!!python/name:os.system ''", "2001-02-30", "0b_", "12:61"]:
+        try:
+            node = yaml.compose(f"[{word}]" if not word.startswith("!!") else word, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            continue
+        for scalar in (node.value if isinstance(node, yaml.SequenceNode) else [node]) if node is not None else []:
+            assert ours(scalar) == whole(scalar), word
+    assert config._scalar(yaml.compose("1", Loader=yaml.SafeLoader), "f") == 1

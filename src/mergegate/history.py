@@ -37,6 +37,7 @@ import bisect
 import os
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mergegate.git import ZERO, Change, Repo, path_bytes
@@ -109,14 +110,19 @@ class History:
             return None  # clock skew somewhere: git's date-ordered walks may differ from reachability
         intro = _introductions(line, parents)
         on_line = set(chain)
-        chain_diffs = repo.diffs([(line[k], sha) for k, sha in enumerate(chain)])
+        rest = [(p[0] if p else None, sha) for sha, _, p, _ in graph if intro[sha] > 0 and sha not in on_line]
+        # Two git processes at once (two cores): the chain's diffs, while the commits the walk reads stream in.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reading = pool.submit(repo.diffs, [(line[k], sha) for k, sha in enumerate(chain)])
+            repo.preload([*chain, *(sha for _, sha in rest)])
+            root_tree = {path: Entry(mode, blob) for mode, blob, path in repo.ls_tree(root)}
+            chain_diffs = reading.result()
         if chain_diffs is None:
             return None
         diffs = dict(zip(chain, chain_diffs, strict=True))
         # A diff is its two trees': a side's commit with the trees of a chain commit and its parent (a
         # proposal of one commit on approved's tip, merged as it is) has that diff, read once.
         by_trees = {(trees[line[k]], trees[sha]): changes for k, (sha, changes) in enumerate(zip(chain, chain_diffs, strict=True))}
-        rest = [(p[0] if p else None, sha) for sha, _, p, _ in graph if intro[sha] > 0 and sha not in on_line]
         for parent, sha in rest:
             if parent is not None and (trees[parent], trees[sha]) in by_trees:
                 diffs[sha] = by_trees[(trees[parent], trees[sha])]
@@ -125,13 +131,10 @@ class History:
         if answers is None:
             return None
         diffs.update((sha, changes) for (_, sha), changes in zip(unread, answers, strict=True))
-        root_tree = {path: Entry(mode, blob) for mode, blob, path in repo.ls_tree(root)}
         repo.remember({sha: parents[sha] for sha in chain}, {(line[k], sha): diffs[sha] for k, sha in enumerate(chain)})
-        # What the walk reads of each merge (its commits, the job and policy files it brings), streamed
-        # by one process rather than a round trip each.
-        texts = [c.new_blob for sha in chain for c in diffs[sha]
-                 if c.new_mode in ("100644", "100755") and (is_job_path(c.path) or c.path.startswith(POLICY_DIR))]
-        repo.preload([*chain, *(sha for _, sha in rest), *texts])
+        # The job and policy files the walk reads, streamed by one process rather than a round trip each.
+        repo.preload([c.new_blob for sha in chain for c in diffs[sha]
+                      if c.new_mode in ("100644", "100755") and (is_job_path(c.path) or c.path.startswith(POLICY_DIR))])
         return cls(repo, root, chain, graph, diffs, root_tree)
 
     def side(self, merge: str, first: str, second: str) -> Side | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,19 +153,22 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         last_seen = None
     records: list[audit.Record] = []
     mentioned: Callable[[str, str], bool] | None = None  # None: ask the audit with git grep, as a pass does
-    try:
-        records = audit.read_all(repo, records_tip)
-        # Every record is in memory: which job revisions they name is a set, not a git grep per file.
-        revisions = {r.revision for r in records}
-        mentioned = lambda path, blob: blob != ZERO and (path, blob) in revisions  # noqa: E731
-        _references(repo, records_tip, records)
-    except IntegrityError as exc:
-        violations.append(f"audit: {exc}")
     chain = repo.first_parent_chain(root, tip)
-    # The merged sides, their authors and trees from one read of the whole history, not a few git
-    # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's diff
-    # and parents. Where it cannot answer as git would, git is asked, as a pass does.
-    history = History.read(repo, root, chain)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The merged sides, their authors and trees from one read of the whole history, not a few git
+        # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's diff
+        # and parents. Where it cannot answer as git would, git is asked, as a pass does. Mostly git's
+        # work, so it is read while this thread reads the records.
+        reading = pool.submit(History.read, repo, root, chain)
+        try:
+            records = audit.read_all(repo, records_tip)
+            # Every record is in memory: which job revisions they name is a set, not a git grep per file.
+            revisions = {r.revision for r in records}
+            mentioned = lambda path, blob: blob != ZERO and (path, blob) in revisions  # noqa: E731
+            _references(repo, records_tip, records)
+        except IntegrityError as exc:
+            violations.append(f"audit: {exc}")
+        history = reading.result()
     if history is None:
         # What the walk asks of each commit of the chain (diff, parents), read in two processes, not two per commit.
         repo.prefetch(chain)

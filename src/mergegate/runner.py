@@ -61,7 +61,7 @@ from mergegate.publisher import Publisher
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.spool import Entry, Spool
 
-ORPHANED = "the runner stopped while this job ran; it is not run again (at most once)"
+ORPHANED = "the runner stopped while this job ran; it is not run again (at most once) unless the job says idempotent: true and has retries left"
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
 # plus this much for pushing the result.
 LEASE_SLACK_SECONDS = 5.0
@@ -340,7 +340,7 @@ class Runner:
         for record in work.expired:
             lease = record.get("lease") or {}
             reason = (f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no result; "
-                      "the job is not run again (at most once)")
+                      "the job is not run again (at most once) unless it says idempotent: true and has retries left")
             pending.append({**audit.draft("finished", runner=self.options.runner_name, status="lost", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
             outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "lost", reason, record.get("run_id")))
         recorded = {r.get("commit") for r in work.handled_policy}

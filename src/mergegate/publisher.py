@@ -22,6 +22,7 @@ from mergegate import audit, audit_branch
 from mergegate.approvals import Decision, Veto
 from mergegate.branch import AUDIT_BRANCH, Branch
 from mergegate.claims import Book
+from mergegate.eligibility import Standing, late_refusal
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
 from mergegate.logend import LogEnd
@@ -179,10 +180,12 @@ class Publisher:
         """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), a veto,
         or (a retry) a change of its file on approved that the commit will say it judged."""
         judged = self._trailer(parent)
-        if attempt > 1 and judged != self.judged and (now := self.repo.file_blob(judged, claim.path)) != claim.blob:
-            change = "removed" if now is None else "changed"
-            return "rejected", (f"{claim.path} was {change} on approved (at {judged[:7]}) after {claim.commit[:7]} approved it: "
-                                f"attempt {attempt} of the older revision does not start")
+        if attempt > 1 and judged != self.judged:
+            # The commit will say it judged a newer tip than planning did: the retry must stand there too
+            # (the rule verify applies to it).
+            why = late_refusal(claim, Standing(judged, self.repo.file_blob(judged, claim.path), self.checker.policy_at(judged)), attempt)
+            if why is not None:
+                return "rejected", why
         earlier = self.book.taken(claim.path, claim.blob, claim.commit, attempt)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,9 +121,15 @@ def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatc
     path, blob = audit.log_files(repo, tip)[-1]
     edited = repo.blob(blob).replace(b'"jobs/4.yaml"', b'"jobs/9.yaml"')
     tip = repo.write_commit(parent=tip, files={path: edited}, message="edit\n", author=("t", "t@x"), signing=None)
-    blobs_read: list[str] = []
-    reads = repo.blob
-    monkeypatch.setattr(repo, "blob", lambda sha: blobs_read.append(sha) or reads(sha))
+    blobs_read: list[int] = []
+    reads = repo.blobs
+
+    def counted(shas: list[str]) -> Iterator[bytes]:  # the files handed over so far (git reads one ahead)
+        for data in reads(shas):
+            blobs_read.append(len(data))
+            yield data
+
+    monkeypatch.setattr(repo, "blobs", counted)
 
     stream = audit.iter_all(repo, tip)
     first = [next(stream), next(stream)]
@@ -223,3 +230,100 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
     # the fast path hands them over, and iter_all reads them the reference way.
     accepted = [data for data in others if not isinstance(_slow(data, 4, "e" * 64), str)]
     assert len(accepted) >= 5 and all(audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted)
+
+
+def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
+    """Lines written by `write` (value -> bytes, keys sorted) whose hash is that of their own body bytes:
+    what a forger would write. The reference (which re-encodes canonically) refuses any of them that is
+    not canonical; so must the fast path."""
+    import hashlib
+
+    out = []
+    for value in values:
+        body = {k: v for k, v in value.items() if k != "hash"}
+        out.append(write({**body, "hash": hashlib.sha256(write(body)).hexdigest()}) + b"\n")  # type: ignore[operator]
+    return b"".join(out)
+
+
+def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() -> None:
+    """The orjson stage of `_checked_fast` (and the json stage after it) return values only for a file
+    whose every line is json.dumps-canonical, and then exactly json.loads' values: over the corpus of
+    the test above plus lines orjson writes unlike json.dumps (small and huge floats, big integers),
+    hashed over their own bytes so that only the canonical test stands between them and acceptance."""
+    orjson = pytest.importorskip("orjson")
+    good = _canonical_file()
+    assert audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None  # the stage is reached
+
+    def sorted_orjson(value: object) -> bytes:  # json's spelling for what orjson cannot write (integers past 64 bits)
+        try:
+            return bytes(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+        except TypeError:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+    base = [json.loads(line) for line in good.splitlines()]
+    traps = [1.5e-05, 1e-07, 0.0001, 1e16, 1.5e300, 5.0, -0.0, 0.25, 10**30, -(2**63), 2**64 - 1, "\u2028\x7f\x1f"]
+    corpus = []
+    for trap in traps:
+        values = [{**v, "trap": trap} for v in base]
+        corpus += [_own_hashed(values, sorted_orjson), _resealed(good.splitlines(), lambda v, t=trap: sorted_orjson({**v, "trap": t}))]
+    for i in range(0, len(good), 7):  # single-byte edits, as above (a sample: the test above has them all)
+        corpus.append(good[:i] + bytes([good[i] ^ 0x20]) + good[i + 1:])
+    reached = 0
+    for data in corpus:
+        lines = data.split(b"\n")[:-1]
+        for stage in (audit._canonical_values_orjson, audit._canonical_values_json):
+            values = stage(data, lines)
+            if values is None:
+                continue
+            reached += stage is audit._canonical_values_orjson
+            expected = [json.loads(line) for line in lines]
+            assert values == expected and [type(v) for v in _leaves(values)] == [type(v) for v in _leaves(expected)]
+            assert all(json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == line
+                       for v, line in zip(expected, lines, strict=True)), data
+        fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
+        reference = _slow(data, 4, "e" * 64)
+        if fast is not None:
+            assert not isinstance(reference, str) and [r.fields for r in fast] == [r.fields for r in reference]
+    assert reached >= 8  # the canonical traps (5.0, 0.25, integers, the string) go through orjson
+    # The forged small float in orjson's spelling: orjson alone would take it; the screen hands it to json, which refuses.
+    forged = _own_hashed([{**v, "trap": 1.5e-05} for v in base], sorted_orjson)
+    assert b"0.000015" in forged and isinstance(_slow(forged, 4, "e" * 64), str)
+    assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
+
+
+def _leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [leaf for k in sorted(value) for leaf in (k, *_leaves(value[k]))]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it() -> None:
+    """What `_canonical_values_orjson` assumes of orjson, checked against the installed version:
+    every code point escaped alike (one string holding all of them), keys sorted by code point,
+    and every float spelled as repr() unless its spelling holds one of the screened forms."""
+    import random
+    import struct
+
+    orjson = pytest.importorskip("orjson")
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    assert orjson.dumps(every) == json.dumps(every, ensure_ascii=False).encode()
+    assert orjson.loads(json.dumps(every, ensure_ascii=False).encode()) == every
+    keys = {chr(c): 0 for c in (0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x10FFFF, 0x61, 0x41, 0x20, 0xE9)}
+    assert orjson.dumps(keys, option=orjson.OPT_SORT_KEYS) == json.dumps(keys, sort_keys=True, separators=(",", ":"),
+                                                                          ensure_ascii=False).encode()
+    rng = random.Random(12)
+    floats = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20000)]
+    floats += [m * 10.0**e for e in range(-20, 22) for m in (1.0, 1.5, 9.999999, 123456.789, -2.5)]
+    floats += [rng.uniform(-1e6, 1e6) for _ in range(5000)] + [round(rng.uniform(-1e4, 1e4), rng.randint(0, 9)) for _ in range(5000)]
+    checked = 0
+    for x in floats:
+        if x != x or x in (float("inf"), float("-inf")):
+            continue
+        spelled = orjson.dumps(x)
+        assert b"E" not in spelled
+        if not any(form in spelled for form in audit._ORJSON_FLOAT_FORMS):
+            assert spelled == repr(x).encode(), x
+            checked += 1
+    assert checked > 10000

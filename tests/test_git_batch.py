@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from mergegate.git import Repo
 
 
@@ -93,3 +95,25 @@ def test_exports_of_one_commit_share_an_index_and_each_writes_exactly_that_commi
     assert len(repo._indexes) == 3  # a and b shared one
     repo.close()
     assert repo._indexes == {}
+
+
+def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Path) -> None:
+    """Repo.blobs: every blob's bytes in the order asked (one larger than a default pipe), the same as
+    Repo.blob gives one at a time; a missing object or a tree is an error, not empty bytes."""
+    from mergegate.errors import GitError
+
+    work = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    repo = Repo(work)
+    contents = [b"", b"one\n", bytes(range(256)) * 2000, b"last"]
+    shas = [repo.write_object("blob", data) for data in contents]
+    assert list(repo.blobs(shas + shas[:1])) == [repo.blob(sha) for sha in shas + shas[:1]] == contents + contents[:1]
+    assert list(repo.blobs([])) == []
+    tree = repo.write_tree({"a": ("100644", shas[1])})
+    with pytest.raises(GitError, match="not a blob"):
+        list(repo.blobs([shas[1], tree]))
+    with pytest.raises(GitError, match="not found"):
+        list(repo.blobs([shas[1], "0" * 40]))
+    reading = repo.blobs(shas)
+    assert next(reading) == b""
+    reading.close()  # ends its process early

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mergegate import audit
@@ -62,6 +62,9 @@ class Checker:
     # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
     # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
     judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
+    # Log-file blobs already read and chain-checked whole (blob -> seq of its first record):
+    # a commit that adds one need not read it again (audit verify reads the chain first).
+    verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
         """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
@@ -74,7 +77,7 @@ class Checker:
             self._on_approved(shas[-1])
 
     def check_commit(self, sha: str, *, shape: bool = True) -> None:
-        first = self.check_shape(self.repo, sha) if shape else None
+        first = self.check_shape(self.repo, sha, verified=self.verified) if shape else None
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
@@ -95,7 +98,7 @@ class Checker:
                 raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
 
     @classmethod
-    def check_shape(cls, repo: Repo, sha: str) -> int | None:
+    def check_shape(cls, repo: Repo, sha: str, *, verified: Mapping[str, int] | None = None) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports that)."""
         commit = repo.commit(sha)
@@ -112,10 +115,10 @@ class Checker:
             if before != approved and not repo.is_ancestor(before, approved):
                 raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
                                      "judged by the commit before it")
-        return cls._only_appends(repo, sha, parent)
+        return cls._only_appends(repo, sha, parent, verified or {})
 
     @staticmethod
-    def _only_appends(repo: Repo, sha: str, parent: str | None) -> int | None:
+    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int]) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
         first: int | None = None
@@ -136,6 +139,9 @@ class Checker:
                 raise Tampering(sha, f"deletes audit file {path}", file=path)
             if change.new_mode != "100644":
                 raise Tampering(sha, f"makes {path} something other than a plain file (mode {change.new_mode})", file=path)
+            if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
+                first = verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
+                continue
             new = repo.blob(change.new_blob)
             if not new.endswith(b"\n"):
                 raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)

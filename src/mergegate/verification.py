@@ -21,6 +21,7 @@ from mergegate.approvals import Assessor
 from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
 from mergegate.errors import IntegrityError, MergegateError, NotYet
+from mergegate.evidence import Evidence
 from mergegate.git import ZERO, Repo
 from mergegate.history import History
 from mergegate.job import Job
@@ -45,21 +46,43 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
     source.check_not_rewritten(tip, records_tip)
     refuse_old_layout(repo, tip, records_tip)
     root, _ = trust_root(repo, tip, trust)
-    # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
-    now = datetime.now(UTC)
-    reviews = github.ReviewSource(repo, now=now, settings=None, stored=github.stored_evidence(repo, records_tip), offline=True)
-    assessor = Assessor(repo, at=now, reviews=reviews)
-    # The commits first: a broken record is then reported as the commit that broke it.
-    Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip)).check(every_commit(repo, records_tip))
-    # Streamed: one log file in memory at a time, whatever the length of the log (issue 12).
+    commits = every_commit(repo, records_tip)
+
+    def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
+        # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
+        now = datetime.now(UTC)
+        assessor = Assessor(repo, at=now, reviews=github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True))
+        return Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip), verified=verified)
+
+    # The chain first, streamed: one log file in memory at a time, whatever the length of the log
+    # (issue 12); then the commits, with what the chain's reading already established (the evidence
+    # records name, the log files it checked whole). A broken chain is still reported as the
+    # commit that broke it: the commits are checked before its error is raised.
     count, finished, unapproved = 0, _FinishedTwice(), _Unapproved()
-    for record in audit.iter_all(repo, records_tip):
-        count += 1
-        if problem := finished.add(record):
-            raise IntegrityError(problem)
-        unapproved.add(record)
-    unapproved.check(repo, records_tip)
-    return AuditReport(records_tip or "", count, len(audit.log_files(repo, records_tip)))
+    naming: list[audit.Record] = []  # records that may name evidence (as `git grep evidence` finds them)
+    verified: dict[str, int] = {}
+    files = 0
+    try:
+        for log in audit.iter_files(repo, records_tip):
+            files += 1
+            count += len(log.records)
+            for record in log.records:
+                if record.fields["event"] in ("finished", "scanned"):
+                    if problem := finished.add(record):
+                        raise IntegrityError(problem)
+                    unapproved.add(record)
+            if log.records and type(log.records[0].fields["seq"]) is int:
+                verified[log.blob] = log.records[0].fields["seq"]
+            if b"evidence" in log.data:
+                lines = log.data.splitlines()  # as parse_file splits them
+                naming += [record for record, line in zip(log.records, lines, strict=False) if b"evidence" in line]
+        unapproved.check(repo, records_tip)
+        stored = github.stored_evidence(repo, records_tip, naming)
+    except IntegrityError:
+        checker(github.stored_evidence(repo, records_tip), {}).check(commits)
+        raise
+    checker(stored, verified).check(commits)
+    return AuditReport(records_tip or "", count, files)
 
 
 class _FinishedTwice:

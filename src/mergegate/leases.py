@@ -55,9 +55,9 @@ def until(record: audit.Record) -> datetime | None:
 
 def expired(repo: Repo, records: str | None, now: datetime) -> list[audit.Record]:
     """Open runs whose lease ran out before `now` (records without a lease never expire)."""
-    out = []
-    for record in open_runs(repo, records):
-        end = until(record)
-        if end is not None and end.astimezone(UTC) < now:
-            out.append(record)
-    return out
+    return ended(open_runs(repo, records), now)
+
+
+def ended(runs: list[audit.Record], now: datetime) -> list[audit.Record]:
+    """Those of open `runs` whose lease ran out before `now`."""
+    return [record for record in runs if (end := until(record)) is not None and end.astimezone(UTC) < now]

@@ -16,6 +16,7 @@ import contextlib
 import os
 import pwd
 import queue
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mergegate import audit, audit_branch, executor, github, leases
+from mergegate import audit, audit_branch, executor, github, idle, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
@@ -184,6 +185,8 @@ class Runner:
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()
         self.repo.warnings.clear()
+        # Whatever this pass does, the last quiet pass no longer stands for the next one (idle.py).
+        idle.forget(self.repo.git_dir, self.options.runner_name)
         now = datetime.now(UTC)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
@@ -214,7 +217,8 @@ class Runner:
         recovered = {d.get("run_id") for d in spooled} | {e.run_id for e in running}
         work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
         closing = recovered | {o.get("run_id") for o in work.orphans}
-        work.expired = [r for r in leases.expired(self.repo, gate.records, now) if r.get("run_id") not in closing]
+        runs = leases.open_runs(self.repo, gate.records)
+        work.expired = [r for r in leases.ended(runs, now) if r.get("run_id") not in closing]
         for entry in running:
             where = f" as pid {entry.job.pid}" if entry.job else ""
             warnings.append(f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
@@ -265,6 +269,7 @@ class Runner:
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
                                            policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
                                            **self._walked_evidence(work, pending)))
+        wrote = bool(pending)
         if pending:
             self._publish(pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
@@ -272,8 +277,32 @@ class Runner:
         branch.remember(branch.tip(), self._pub.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
+        if not (outcomes or wrote or changes or warnings or self.spool.warnings or self.repo.warnings):
+            self._remember_quiet(gate, work, runs)
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
                           work.waiting)
+
+    def quiet_key(self) -> str:
+        """What the pass decides by besides the two refs and the time (idle.py): the same key,
+        computed by `run --once` from its command line, finds this pass's memory."""
+        return idle.key(remote=self.options.remote, branch=self.options.branch, trust_root=self.options.trust_root,
+                        runner_name=self.options.runner_name, labels=self.options.labels, signing_key=self.options.signing_key)
+
+    def _remember_quiet(self, gate: Gate, work: Plan, runs: list[audit.Record]) -> None:
+        """A pass that found nothing to do leaves its memory, so that the next `run --once` with
+        nothing new costs one `ls-remote` (idle.py). Only a pass that fetched from a remote, with
+        the trust root pinned by commit id, nothing waiting for evidence, spooled or pending."""
+        pinned = self.options.trust_root or os.environ.get("MERGEGATE_TRUST_ROOT") or ""
+        if (self.options.job is not None or not self.options.fetch or gate.branch.remote is None or work.waiting is not None
+                or work.orphans or work.expired or self.shutdown.is_set() or not _FULL_ID.fullmatch(pinned)
+                or self.spool.path.exists() or self.pending.get() is not None):
+            return
+        prefix = f"refs/remotes/{self.options.remote}/"
+        refs = {ref: self.repo.rev(prefix + ref.removeprefix("refs/heads/")) or "" for ref in self._watched()}
+        # Time-based work: a retry's backoff ending, another runner's lease running out (it is then closed as lost).
+        dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
+        wake = min(d.astimezone(UTC) for d in dues).isoformat() if dues else None
+        idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 
     def _labels(self) -> frozenset[str] | None:
         return None if self.options.labels is None else frozenset(self.options.labels)
@@ -741,6 +770,9 @@ class Runner:
             return False
         prefix = f"refs/remotes/{self.options.remote}/"
         return all(self.repo.rev(prefix + ref.removeprefix("refs/heads/")) == sha for ref, sha in before.items())
+
+
+_FULL_ID = re.compile(r"[0-9a-f]{40}")
 
 
 def _remove_tree(path: Path) -> None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mergegate import idle
 from mergegate.commands import output
-from mergegate.eligibility import waiting_reason
 from mergegate.errors import GitError, MergegateError, UsageError
 from mergegate.git import Repo
-from mergegate.job import is_job_path, runner_labels
-from mergegate.planning import Plan
 from mergegate.refnames import branch_name
-from mergegate.runner import Options, PassResult, Runner
+
+if TYPE_CHECKING:  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
+    from mergegate.planning import Plan
+    from mergegate.runner import PassResult, Runner
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
@@ -22,6 +24,12 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     if job is not None and not once:
         raise UsageError("--job needs --once: it claims and runs one revision, then exits",
                          hint="mergegate run --once --job jobs/NAME.yaml")
+    if once and job is None and fetch and _quiet(repo=repo, remote=remote, branch=branch, trust_root=trust_root,
+                                                 runner_name=runner_name, labels=labels, signing_key=signing_key, as_json=as_json):
+        return 0
+    from mergegate.job import is_job_path, runner_labels
+    from mergegate.runner import Options, Runner
+
     if job is not None and not is_job_path(job):
         raise UsageError(f"--job {job!r} is not a job path", hint="a job is a file jobs/NAME.yaml (as `mergegate plan` prints it)")
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
@@ -76,6 +84,26 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     return 0
 
 
+def _quiet(*, repo: Path, remote: str, branch: str, trust_root: str | None, runner_name: str, labels: tuple[str, ...],
+           signing_key: str | None, as_json: bool) -> bool:
+    """Say what the last quiet pass said, if a pass now would find the same nothing (idle.py)."""
+    try:
+        clone = Repo(repo)
+    except GitError:
+        return False  # the pass says what is wrong
+    key = idle.key(remote=remote, branch=branch, trust_root=trust_root, runner_name=runner_name, labels=labels,
+                   signing_key=signing_key)
+    quiet = idle.still_quiet(clone, runner_name=runner_name, remote=remote, key=key)
+    clone.close()
+    if quiet is None:
+        return False
+    if as_json:
+        output.emit({"tip": quiet.tip, "jobs": [], "policy_changes": [], "exit_code": 0, "stopped_by": None, "waiting": None})
+    else:
+        output.line("nothing to run")
+    return True
+
+
 def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     output.warn(result.warnings)
     if as_json:
@@ -123,6 +151,8 @@ def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple
         for refused in work.refused:
             if refused.decision.path == path:
                 return 1, "rejected", refused.reason
+        from mergegate.eligibility import waiting_reason
+
         for item in work.runnable:
             if item.path == path:
                 return 0, "queued", f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass"
@@ -136,6 +166,9 @@ def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple
 def dry_run(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
             runner_name: str, signing_key: str | None, labels: tuple[str, ...] = ()) -> int:
     """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
+    from mergegate.job import runner_labels
+    from mergegate.runner import Options, Runner
+
     branch = branch_name(branch, remote)
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
                             trust_root=trust_root, signing_key=signing_key, labels=runner_labels(labels)))

@@ -411,6 +411,20 @@ def poll_nothing_new(gate: Gate, repeat: int) -> Timing:
     return measure(f"(a) run --once, nothing new, {gate.jobs} past jobs", repeat, lambda: gate.reset(gate.pristine), once)
 
 
+def poll_first_idle(gate: Gate, repeat: int) -> Timing:
+    """(a) without the clone's quiet memory (idle.py): the full pass the first idle poll after any change makes."""
+    def setup() -> None:
+        gate.reset(gate.pristine)
+        shutil.rmtree(gate.runner / ".git" / "mergegate" / "quiet", ignore_errors=True)
+
+    def once() -> float:
+        elapsed, proc = run_mergegate(gate.runner, poll_args(gate))
+        expect_poll(proc, jobs=0, what=f"{gate.name}: first run --once with nothing new")
+        return elapsed
+
+    return measure(f"(a0) first run --once, nothing new (full pass), {gate.jobs} past jobs", repeat, setup, once)
+
+
 def poll_one_new(gate: Gate, key: Path, repeat: int) -> Timing:
     def setup() -> None:
         gate.reset(new_approved_job(gate, key))
@@ -610,13 +624,19 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     add(startup(args.repeat, fresh.runner))
     fresh_a = add(poll_nothing_new(fresh, args.repeat))
     fresh_b = add(poll_one_new(fresh, key, args.repeat))
+    fresh_a0 = add(poll_first_idle(fresh, args.repeat))
     big_a = add(poll_nothing_new(big, args.repeat))
+    big_a0 = add(poll_first_idle(big, args.repeat))
     big_b = add(poll_one_new(big, key, args.repeat))
     add(plain_command(big, f"mergegate status --json, {big.jobs} past jobs", ["status", "--json", "--trust-root", big.root], args.repeat))
     add(plain_command(big, f"mergegate audit verify --json, {big.jobs} past jobs", ["audit", "verify", "--json"], args.repeat))
 
     a, b = verdict(big_a, fresh_a), verdict(big_b, fresh_b)
-    summary = interpretation(big.jobs, a, b)
+    a0 = verdict(big_a0, fresh_a0)
+    summary = interpretation(big.jobs, a, b) + (
+        f" (a) is the idle poll as a polling clone sees it: after one quiet pass (the untimed warm-up) it asks "
+        f"`ls-remote` and stops (idle.py); {big_a.median * 1000:.0f} ms against the goal's 150 ms. The first idle "
+        f"poll after any change (a0) is a full pass: {a0[1]} on the fresh gate.")
     print()
     print("\n".join(table(rows)))
     print()

@@ -235,6 +235,32 @@ def test_tampering_with_the_audit_branch_stops_every_command(world: World, case:
     assert "jobs/k.yaml" not in [r["path"] for r in world.events("started")]
 
 
+def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(world: World) -> None:
+    """audit verify proves most versions of a log file by hashing prefixes of the last one (audit_branch.Tips):
+    a version that edited records, or cut them and a later commit put them back, is no prefix, or is shorter
+    than the version before it, and is read and named as before."""
+    _gate(world)
+    _run_job(world)
+    _run_job(world, "j2")
+    log = world.checkout_audit() / "audit/log-000001.jsonl"
+    original = log.read_text()
+    log.write_text(original.replace('"exit_code":0', '"exit_code":1', 1))
+    edited = world.commit_audit(message="edit")
+    log.write_text(original)
+    world.commit_audit(message="restore")
+    result = world.mg("audit", "verify")
+    assert result.code == 3 and f"audit commit {edited[:12]} on mergegate/audit rewrites existing audit records" in result.err, result.err
+    # A cut that the next commit restores: both versions are prefixes of the tip's file, the cut one shorter.
+    world.git("mallory", "push", "-q", "-f", "origin", f"{edited}~1:refs/heads/mergegate/audit")
+    log = world.checkout_audit() / "audit/log-000001.jsonl"
+    log.write_text("".join(original.splitlines(keepends=True)[:2]))
+    cut = world.commit_audit(message="cut")
+    log.write_text(original)
+    world.commit_audit(message="restore")
+    result = world.mg("audit", "verify", where="fresh")
+    assert result.code == 3 and f"audit commit {cut[:12]} on mergegate/audit rewrites existing audit records" in result.err, result.err
+
+
 def test_an_unsigned_audit_commit_is_tampering_when_runners_are_listed(world: World) -> None:
     key = make_ssh_key(world.tmp / "keys", "runner")
     _gate(world, runners=[{"name": "ci", "key": key.public_line}])

@@ -57,8 +57,9 @@ class Checker:
     assessor: Assessor
     approved_tip: str
     policy_at: Callable[[str], Policy]
-    # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it).
-    _line: set[str] = field(default_factory=set, compare=False, repr=False)
+    # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it):
+    # commit -> its place, 0 for the tip (an older commit has a larger place).
+    _line: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
     # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
     judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
@@ -66,18 +67,27 @@ class Checker:
     # a commit that adds one need not read it again (audit verify reads the chain first).
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
+    _tips: list[Tips] = field(default_factory=list, compare=False, repr=False)
+
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
         """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
 
         Without `shapes`, only the signatures (the shapes were checked already, before anything read the records).
         """
-        for sha in shas:
-            self.check_commit(sha, shape=shapes)
+        if shapes and len(shas) > 1:
+            self._tips[:] = [Tips(self.repo, shas[-1])]  # the log files as the last of them holds them
+        try:
+            for sha in shas:
+                self.check_commit(sha, shape=shapes)
+        finally:
+            self._tips.clear()
         if shas:
             self._on_approved(shas[-1])
 
     def check_commit(self, sha: str, *, shape: bool = True) -> None:
-        first = self.check_shape(self.repo, sha, verified=self.verified) if shape else None
+        line = self._first_parent_line()
+        first = self.check_shape(self.repo, sha, verified=self.verified, tips=self._tips[0] if self._tips else None,
+                                 line=line) if shape else None
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
@@ -86,9 +96,7 @@ class Checker:
         # The trailer picks the policy that says whether a runner must sign, so it must name a
         # commit on approved's own first-parent line: an ancestor reached through a second parent
         # (a proposal's merge of an old base) has a first-parent history that skips policy changes.
-        if not self._line:
-            self._line.update(self.repo.out("rev-list", "--first-parent", self.approved_tip).split())
-        if approved not in self._line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
+        if approved not in line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
             raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
                                  f"(runners judge approved's tip, never a merged side commit)")
         policy = self.policy_at(approved)
@@ -97,8 +105,14 @@ class Checker:
             if not check.ok:
                 raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
 
+    def _first_parent_line(self) -> dict[str, int]:
+        if not self._line:
+            self._line.update((sha, place) for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.approved_tip).split()))
+        return self._line
+
     @classmethod
-    def check_shape(cls, repo: Repo, sha: str, *, verified: Mapping[str, int] | None = None) -> int | None:
+    def check_shape(cls, repo: Repo, sha: str, *, verified: Mapping[str, int] | None = None, tips: Tips | None = None,
+                    line: Mapping[str, int] | None = None) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports that)."""
         commit = repo.commit(sha)
@@ -112,13 +126,18 @@ class Checker:
             before = approved_of(repo.commit(parent))
             if before is None:
                 raise Tampering(parent, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
-            if before != approved and not repo.is_ancestor(before, approved):
+            # Both on approved's first-parent line: ancestry is their order on it (no git process per commit).
+            if line is not None and before in line and approved in line:
+                descends = line[before] >= line[approved]
+            else:
+                descends = before == approved or repo.is_ancestor(before, approved)
+            if not descends:
                 raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
                                      "judged by the commit before it")
-        return cls._only_appends(repo, sha, parent, verified or {})
+        return cls._only_appends(repo, sha, parent, verified or {}, tips)
 
     @staticmethod
-    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int]) -> int | None:
+    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int], tips: Tips | None = None) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
         first: int | None = None
@@ -142,6 +161,18 @@ class Checker:
             if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
                 first = verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
                 continue
+            size = tips.prefix(path, change.new_blob) if tips is not None else None
+            if tips is not None and size is not None:  # this version is the first `size` bytes of the file at the last commit
+                data = tips.data
+                if size == 0 or data[size - 1] != 0x0A:
+                    raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=data.count(b"\n", 0, size) + 1)
+                if change.status == "A":
+                    first = _first_seq(data, 0, first)
+                    continue
+                old_size = tips.prefix(path, change.old_blob)
+                if old_size is not None and old_size <= size:  # the old version is a prefix too, and shorter: appended
+                    first = _first_seq(data, old_size, first)
+                    continue
             new = repo.blob(change.new_blob)
             if not new.endswith(b"\n"):
                 raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)
@@ -176,6 +207,48 @@ class Checker:
             f"history of approved at {self.approved_tip[:12]}: approved was rewritten (force-push?) or the records are forged",
             hint="investigate before trusting either branch; if this clone fetched only one of them, run again with a fetch",
         )
+
+
+class Tips:
+    """The log files as one audit commit holds them, one file's bytes in memory at a time.
+
+    A commit before it that changed a file left a version that only ever grew since, so each
+    version is normally the first bytes of that file: proven, without reading it, when its
+    object id is the SHA-1 of the blob of those bytes. Checking every commit of a long audit
+    branch then reads each file once (git would inflate every version), at the cost of hashing
+    the prefixes. A version that is not a prefix is read and checked as before, which names
+    what it changed.
+    """
+
+    def __init__(self, repo: Repo, tip: str) -> None:
+        self.repo = repo
+        try:
+            self.blobs = dict(audit.log_files(repo, tip))
+        except IntegrityError:
+            self.blobs = {}  # the commits' own checks say what is wrong
+        self.path: str | None = None
+        self.data = b""
+        self.sizes: dict[str, int] = {}  # versions of `path` proven to be prefixes of `data`, by size
+
+    def prefix(self, path: str, blob: str) -> int | None:
+        """The size of version `blob` of `path` if it is the first bytes of that file at the tip, else None."""
+        tip_blob = self.blobs.get(path)
+        if tip_blob is None or len(blob) != 40:
+            return None
+        if self.path != path:
+            self.path, self.data = path, self.repo.blob(tip_blob)
+            self.sizes = {tip_blob: len(self.data)}
+        if blob in self.sizes:
+            return self.sizes[blob]
+        size = self.repo.object_size(blob)
+        if size is None or size > len(self.data):
+            return None
+        digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+        digest.update(memoryview(self.data)[:size])
+        if digest.hexdigest() != blob:
+            return None
+        self.sizes[blob] = size
+        return size
 
 
 def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail) -> list[str]:

@@ -81,6 +81,7 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
     except IntegrityError:
         checker(github.stored_evidence(repo, records_tip), {}).check(commits)
         raise
+    repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit
     checker(stored, verified).check(commits)
     return AuditReport(records_tip or "", count, files)
 

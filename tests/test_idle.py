@@ -15,6 +15,8 @@ from tests.test_retries_labels import _fails_once
 
 
 def _gate(world: World, **extra: object) -> str:
+    if extra.get("max_retries"):
+        extra["runners"] = world.signing_runner()  # retries need runner-signed records (every run_once signs)
     return world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}], **extra))
 
 

@@ -56,7 +56,10 @@ def _verify(world: World) -> dict[str, Any]:
 def test_deleting_a_failing_job_stops_its_retries(world: World) -> None:
     _gate(world, max_retries=2, retry_backoff_seconds=0)
     _merge(world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "echo attempt; exit 1"], retries=2)})
-    assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
+    (failed,) = world.run_once().json()["jobs"]
+    # The run says that this failure is retried, and when.
+    assert (failed["status"], failed["attempt"]) == ("failed", 1) and failed["retry_at"] is not None
+    assert failed["reason"].endswith(f"attempt 1 of 3: attempt 2 is due at {failed['retry_at']}")
     removed = _merge_removal(world, "rm-f", ["jobs/f.yaml"])
     (job,) = world.run_once().json()["jobs"]
     assert job["status"] == "rejected" and f"jobs/f.yaml was removed on approved (at {removed[:7]})" in job["reason"]
@@ -222,3 +225,60 @@ def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succee
     time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1)  # bob's key is past valid_before now
     world.run_once()  # reopens the merge (gpu is still open) and judges all of it again, now
     assert [r["event"] for r in world.records() if r.get("path") == "jobs/a.yaml"] == ["started", "finished"]
+
+
+# -- found by a new user's walk-through (notes/newuser9.md) ------------------------------------------
+
+def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_removed(world: World) -> None:
+    """`run --once --job` writes no scanned record: its `started` must not hide the next attempt's refusal."""
+    _gate(world, max_retries=2, retry_backoff_seconds=0)
+    _merge(world, "x", {"jobs/x.yaml": job_yaml("x", ["sh", "-c", "exit 1"], retries=2)})
+    leg = world.run_once("--job", "jobs/x.yaml", "--runner-name", "leg-0")
+    assert [j["status"] for j in leg.json()["jobs"]] == ["failed"]
+    _merge_removal(world, "rm-x", ["jobs/x.yaml"])
+    (job,) = world.run_once("--runner-name", "sweep").json()["jobs"]
+    assert job["status"] == "rejected" and "jobs/x.yaml was removed on approved" in job["reason"]
+    assert [r["event"] for r in world.records() if r.get("path") == "jobs/x.yaml"] == ["started", "finished", "rejected"]
+
+
+def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_later(world: World, tmp_path: Path) -> None:
+    from tests.test_reliability import _start_runner, _until
+    _gate(world, max_retries=1, retry_backoff_seconds=2)
+    marker = tmp_path / "flaky.ran"
+    flaky = ["sh", "-c", f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 3; fi"]
+    _merge(world, "r", {"jobs/flaky.yaml": job_yaml("flaky", flaky, retries=1)})
+    loop = _start_runner(world, *world.runner_args, "--interval", "60", "--json")
+    try:
+        began = time.monotonic()
+        _until(lambda: len(world.events("finished")) >= 2, timeout=40, step=0.5)
+        assert time.monotonic() - began < 30  # the 2 s backoff, not the 60 s interval
+    finally:
+        loop.terminate()
+        loop.wait(timeout=30)
+    assert [f["status"] for f in world.events("finished")] == ["failed", "succeeded"]
+
+
+def test_removing_a_job_is_checked_approved_and_verified_as_its_removal(world: World) -> None:
+    """The documented way to stop a job (remove its file) goes through check and approve --merge."""
+    _gate(world, max_retries=2, retry_backoff_seconds=0)
+    _merge(world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=2)})
+    assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
+    world.git("proposer", "fetch", "-q", "origin")
+    world.git("proposer", "checkout", "-q", "-B", "rm-f", "origin/approved")
+    world.git("proposer", "rm", "-q", "jobs/f.yaml")
+    world.git("proposer", "commit", "-q", "-m", "stop f", who=world.alice)
+    world.git("proposer", "push", "-q", "-f", "origin", "rm-f")
+    checked = world.mg("check", "origin/rm-f", "--json", where="proposer")
+    assert checked.code == 0, checked.err
+    assert [(f["path"], f["state"]) for f in checked.json()["files"]] == [("jobs/f.yaml", "removed")]
+    reviewer = world.clone("bob-clone")
+    for args in (["user.name", "bob"], ["user.email", "bob@example.com"], ["gpg.format", "ssh"],
+                 ["user.signingkey", str(world.bob.key.private)]):
+        world.git(reviewer, "config", *args)
+    approved = world.mg("approve", "origin/rm-f", "--merge", where="bob-clone")
+    assert approved.code == 0, approved.err
+    (job,) = world.run_once().json()["jobs"]
+    assert job["status"] == "rejected" and "jobs/f.yaml was removed on approved" in job["reason"]
+    shown = world.mg("verify", "-v", where="verifier")
+    assert shown.code == 0, shown.err
+    assert "removes jobs/f.yaml; merge signed by bob" in shown.out

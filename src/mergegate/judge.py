@@ -242,7 +242,8 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
     after = _unapproved_after(facts, content, content_ok, unapproved)
     if not jobs and not policy_files:
         by = f"merge signed by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "not a signed approval"
-        summary = "changes no job or policy; " + by
+        removed = [path_display(f.path) for f in facts.files if is_job_path(f.path) and f.after == ABSENT]
+        summary = (f"removes {', '.join(removed)}; " if removed else "changes no job or policy; ") + by
         summary += f"; other files: {content_why}" if content and (signer or reviewed) else ""
         return Assessment(facts.sha, "other", policy, summary=summary, content=names, content_approved=content_ok, unapproved=after)
     votes = {f.path: _votes(facts, policy, f, signer) for f in (*jobs, *policy_files)}

@@ -261,7 +261,9 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
             result.runnable.append(verdict)
         elif isinstance(verdict, Queued):
             result.queued.append(verdict)
-        elif isinstance(verdict, Refused) and key not in result.handled:
+        elif isinstance(verdict, Refused) and result.handled.get(key) not in ("rejected", "vetoed"):
+            # (A `started` since the last scanned record, say by `run --job`, which writes none,
+            # does not make a refusal of the next attempt already recorded.)
             result.refused.append(verdict)
 
 

@@ -35,7 +35,7 @@ class FileCheck:
     path: str
     blob: str
     job: str | None
-    state: str  # "allowed", "denied", "invalid", "policy", "content"
+    state: str  # "allowed", "denied", "invalid", "policy", "content", "removed"
     reason: str
     approvals: str  # quorum so far, in words
     approved: bool  # quorum already met by approval commits on the proposal
@@ -130,6 +130,11 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
         elif is_job_path(f.path) and f.after == ABSENT and f.path in unapproved:
             results.append(FileCheck(f.path, ZERO, None, "content", "a job file the proposal deletes", "", True, (), f.after.mode,
                                      _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+        elif is_job_path(f.path) and f.after == ABSENT:
+            # Removing a job is how to stop it: once merged, no retry of it, and no run of it still
+            # waiting for a runner, starts. Nothing is approved by it, so it needs no quorum.
+            results.append(FileCheck(f.path, ZERO, None, "removed", "the proposal removes this job: once merged, no retry of it "
+                                     "and no run of it still waiting for a runner starts", "", True, (), f.after.mode))
     return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy, resolved, assessment, facts)
 
 

@@ -34,7 +34,7 @@ from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
 from mergegate.claims import BatchSize, Book, spread
-from mergegate.eligibility import Runnable
+from mergegate.eligibility import RETRIED, Runnable, iso_up, retriable
 from mergegate.errors import (
     Denied,
     GitError,
@@ -88,6 +88,13 @@ class _Flight:
     attempt: int = 1  # which attempt of the revision this run is (retries)
 
 
+def _sleep(interval: float, wake: datetime | None) -> float:
+    """Until the next poll: `interval`, or less when a retry falls due sooner."""
+    if wake is None:
+        return interval
+    return max(0.05, min(interval, (wake - datetime.now(UTC)).total_seconds()))
+
+
 def _flight_key(flight: _Flight) -> tuple[str, str, str]:
     return (flight.decision.path, flight.decision.blob, flight.decision.commit)
 
@@ -117,9 +124,12 @@ class Outcome:
     status: str  # succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, claimed (by another runner)
     reason: str | None
     run_id: str | None = None
+    attempt: int | None = None  # of a run this pass started
+    retry_at: str | None = None  # when the next attempt is due, if this one ended retriable with retries left
 
     def as_json(self) -> dict[str, Any]:
-        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason, "run_id": self.run_id}
+        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason, "run_id": self.run_id,
+                "attempt": self.attempt, "retry_at": self.retry_at}
 
 
 @dataclass(frozen=True)
@@ -612,6 +622,12 @@ class Runner:
                 outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
             finally:
                 _remove_tree(flight.tmp)
+            outcome = replace(outcome, attempt=flight.attempt)
+            allowed = 1 + job.retries
+            if retriable(outcome.status, idempotent=job.idempotent) and flight.attempt < allowed:
+                due = datetime.now(UTC) + timedelta(seconds=flight.policy.retries.delay(flight.attempt))
+                outcome = replace(outcome, retry_at=iso_up(due),
+                                  reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt {flight.attempt + 1} is due at {iso_up(due)}")
             self.spool.put(Entry(finished, None, me, done=True))
             done.put((flight, finished, outcome, time.monotonic() - began))
 
@@ -730,7 +746,7 @@ class Runner:
                     if (refs is not None and refs == quiet and not self.spool.path.exists()
                             and (wake is None or datetime.now(UTC) < wake)):
                         self._recovered(backoff, on_recover)
-                        self.shutdown.wait(interval)
+                        self.shutdown.wait(_sleep(interval, wake))
                         continue
                     result = self.run_once()
                 except (GitError, StateError) as exc:
@@ -743,7 +759,10 @@ class Runner:
                     return
                 quiet = refs if self._settled(refs) else None
                 wake = min((q.due for q in self.plan.queued if q.due is not None), default=None) if self.plan else None
-                self.shutdown.wait(interval)
+                if any(o.status in RETRIED for o in result.outcomes):
+                    # This pass's plan predates that result: the next one says when its retry is due.
+                    wake = datetime.now(UTC)
+                self.shutdown.wait(_sleep(interval, wake))
 
     @staticmethod
     def _recovered(backoff: Backoff, on_recover: Callable[[int, float], None] | None) -> None:

@@ -31,7 +31,8 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name="plan",
                             trust_root=trust_root, labels=runner_labels(labels) if labels or github else None))
     preview = runner.preview()
-    output.warn(preview.warnings)
+    # Planning signs nothing: the fan-out's plan step has no key, and needs none.
+    output.warn([w for w in preview.warnings if not w.endswith("a real pass needs --signing-key")])
     runnable = [j for j in preview.jobs if j.status == "would run"]
     include = [entry(j) for j in runnable[:limit]]
     matrix = {"include": include}
@@ -47,7 +48,10 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     if len(runnable) > len(include):
         output.line(f"{len(runnable) - len(include)} more runnable: left for the next plan (at most {limit} at once)")
     if not include:
-        output.line("nothing to run")
+        output.line("nothing to run now")
+    # What is approved but not runnable now, and why (labels, a retry's backoff, a run elsewhere).
+    for waiting in runner.plan.queued if runner.plan is not None else ():
+        output.line(f"{output.state(waiting.state, 10)} {waiting.decision.path}  ({waiting.decision.commit[:7]}): {waiting.reason}")
     return 0
 
 

@@ -212,3 +212,15 @@ def test_even_if_denied_proposes_a_denied_job_for_a_policy_change(world: World) 
     # Invalid is refused whatever the flag.
     invalid = world.mg("propose", "bad", "--even-if-denied", "--cwd", "/etc", "--", "tar", where="proposer")
     assert invalid.code == 2
+
+
+def test_propose_writes_retries_labels_and_idempotent(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], max_retries=2, runners=world.signing_runner()))
+    agent(world)
+    result = world.mg("propose", "sync", "--retries", "2", "--idempotent", "--runs-on", "linux", "--runs-on", "gpu",
+                      "--json", "--", "echo", "sync", where="proposer")
+    assert result.code == 0, result.err
+    text = world.git("proposer", "show", f"{result.json()['commit']}:jobs/sync.yaml")
+    assert "retries: 2" in text and "idempotent: true" in text and "runs_on:\n- linux\n- gpu" in text
+    too_many = world.mg("propose", "again", "--retries", "3", "--", "echo", "x", where="proposer")
+    assert too_many.code == 1 and "retries 3 exceeds max_retries 2" in too_many.out + too_many.err

@@ -266,6 +266,10 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 @click.option("--timeout", type=click.IntRange(min=1), default=None, metavar="SECONDS", help="timeout_seconds of the job.")
 @click.option("--cwd", default=None, help="Working directory inside the repository.")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="An environment variable for the job (repeatable; never a secret).")
+@click.option("--retries", type=click.IntRange(min=0, max=100), default=None, metavar="N",
+              help="retries of the job: run again up to N times after a failed or timed-out attempt (at most the policy's max_retries).")
+@click.option("--idempotent", is_flag=True, help="The job may run again after a runner died mid-run (a lost attempt is retried).")
+@click.option("--runs-on", "runs_on", multiple=True, metavar="LABEL", help="A label a runner must have to claim the job (repeatable).")
 @click.option("--branch", "branch_name", default=None, help="Proposal branch (default: propose/ID).")
 @click.option("--push", is_flag=True, help="Push the branch (without force).")
 @click.option("--open-pr", "open_pr", is_flag=True, help="Also open a pull request against the base (needs GITHUB_TOKEN).")
@@ -278,8 +282,9 @@ def approve(branch_name: str, merge: bool, base: str, remote: str, no_fetch: boo
 @_trust_option
 @_json_option
 def propose(job: str, argv: tuple[str, ...], description: str | None, timeout: int | None, cwd: str | None,
-            env: tuple[str, ...], branch_name: str | None, push: bool, open_pr: bool, even_if_denied: bool, base: str,
-            remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool) -> int:
+            env: tuple[str, ...], retries: int | None, idempotent: bool, runs_on: tuple[str, ...], branch_name: str | None,
+            push: bool, open_pr: bool, even_if_denied: bool, base: str, remote: str, no_fetch: bool, repo: Path,
+            trust_root: str | None, as_json: bool) -> int:
     """Propose jobs/ID.yaml running ARGV, on a branch from approved.
 
     The file is validated and judged exactly as `mergegate check` would judge
@@ -297,6 +302,7 @@ def propose(job: str, argv: tuple[str, ...], description: str | None, timeout: i
     from mergegate.commands import propose as command
 
     return command.main(job=job, argv=argv, description=description, timeout=timeout, cwd=cwd, env=env,
+                        retries=retries, idempotent=idempotent, runs_on=runs_on,
                         branch=branch_name, push=push, open_pr=open_pr, base=base, remote=remote, fetch=not no_fetch,
                         repo=repo, trust_root=trust_root, as_json=as_json, even_if_denied=even_if_denied)
 

@@ -71,14 +71,16 @@ def build(gate: Gate) -> Any:
         "branch is pushed (never forced). Returns the branch, commit and check verdict. " + NO_APPROVAL))
     def propose_job(job_id: str, command: list[str], description: str | None = None,
                     timeout_seconds: int | None = None, cwd: str | None = None,
-                    env: dict[str, str] | None = None, branch: str | None = None, push: bool = False) -> dict[str, Any]:
+                    env: dict[str, str] | None = None, branch: str | None = None, push: bool = False,
+                    retries: int | None = None, idempotent: bool = False, runs_on: list[str] | None = None) -> dict[str, Any]:
         from mergegate.proposer import Draft, propose
 
         def call() -> dict[str, Any]:
             if push and not gate.allow_push:
                 raise UsageError("this server was started with --no-push", hint="propose without push; a person pushes the branch")
             draft = Draft(job=job_id, command=tuple(command), description=description, timeout_seconds=timeout_seconds,
-                          cwd=cwd, env=tuple((env or {}).items()))
+                          cwd=cwd, env=tuple((env or {}).items()), retries=retries, idempotent=idempotent,
+                          runs_on=tuple(runs_on or ()))
             result = propose(draft, repo_path=gate.repo, base=gate.base, remote=gate.remote, branch=branch, push=push,
                              fetch=True, trust=gate.trust_root)
             return result.as_json()

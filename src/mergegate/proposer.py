@@ -35,6 +35,9 @@ class Draft:
     timeout_seconds: int | None = None
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    retries: int | None = None
+    idempotent: bool = False
+    runs_on: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:
@@ -50,6 +53,12 @@ class Draft:
             data["cwd"] = self.cwd
         if self.env:
             data["env"] = dict(self.env)
+        if self.retries is not None:
+            data["retries"] = self.retries
+        if self.idempotent:
+            data["idempotent"] = True
+        if self.runs_on:
+            data["runs_on"] = list(self.runs_on)
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000).encode()
 
 

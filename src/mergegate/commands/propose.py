@@ -10,8 +10,10 @@ from mergegate.proposer import Draft, parse_env, propose
 
 def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: int | None, cwd: str | None,
          env: tuple[str, ...], branch: str | None, push: bool, open_pr: bool, base: str, remote: str, fetch: bool,
-         repo: Path, trust_root: str | None, as_json: bool, even_if_denied: bool = False) -> int:
-    draft = Draft(job=job, command=argv, description=description, timeout_seconds=timeout, cwd=cwd, env=parse_env(env))
+         repo: Path, trust_root: str | None, as_json: bool, even_if_denied: bool = False, retries: int | None = None,
+         idempotent: bool = False, runs_on: tuple[str, ...] = ()) -> int:
+    draft = Draft(job=job, command=argv, description=description, timeout_seconds=timeout, cwd=cwd, env=parse_env(env),
+                  retries=retries, idempotent=idempotent, runs_on=runs_on)
     result = propose(draft, repo_path=repo, base=base, remote=remote, branch=branch, push=push, fetch=fetch,
                      trust=trust_root, open_pr=open_pr, even_if_denied=even_if_denied)
     if as_json:

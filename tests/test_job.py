@@ -251,3 +251,45 @@ def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
         for scalar in (node.value if isinstance(node, yaml.SequenceNode) else [node]) if node is not None else []:
             assert ours(scalar) == whole(scalar), word
     assert config._scalar(yaml.compose("1", Loader=yaml.SafeLoader), "f") == 1
+
+
+def _job_data(rng: random.Random) -> dict[str, object]:
+    def pick(options: list[object]) -> object:  # mostly a valid value (the first two are), else any
+        return rng.choice(options[:2] if rng.random() < 0.8 else options)
+
+    values: dict[str, list[object]] = {
+        "id": ["x", "job-1", "a.b_c-d", "A", "-x", "x\n", "", "x" * 128, "x" * 129, 5, None],
+        "command": [["echo"], ["echo", "1"], [], ["a" * 65537], [1], "echo", [True], [["x"]]],
+        "description": ["d", "", "x" * 4097, 1],
+        "timeout_seconds": [1, 300, 0, -1, True, 1.0, 1.5, "5"],
+        "cwd": [".", "a/b", "", "x" * 4097, 1],
+        "env": [{"A": "1"}, {}, {"a_1": "x"}, {"1A": "x"}, {"A": 1}, {"A-B": "x"}, {"A": "x" * 65537}, [], {"A\n": "x"}],
+        "labels": [["a", "b"], ["a"], [], ["a", "a"], ["-a"], ["a/b"], ["x" * 65], [1], [1, True], "a"],
+        "runs_on": [["a"], ["a.b", "c"], [], ["a/b"], ["a", "a"], ["a." + "x" * 62]],
+        "retries": [0, 100, 3, 101, -1, True],
+        "idempotent": [True, False, 0, "yes"],
+        "extra": ["x"],
+    }
+    keys = [k for k in values if (k in ("id", "command") and rng.random() < 0.9) or rng.random() < 0.3]
+    return {k: pick(values[k]) for k in keys}
+
+
+def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
+    """config._surely_valid is one-sided: whatever it accepts, jsonschema (the reference) finds no error
+    in; it may leave anything to jsonschema. Over generated jobs of every field's edge values."""
+    import jsonschema
+
+    from mergegate import config
+
+    schema = config._schema("job")
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(7)
+    accepted = 0
+    for _ in range(4000):
+        data = _job_data(rng)
+        valid = not list(validator.iter_errors(data))
+        if config._surely_valid(schema, data):
+            accepted += 1
+            assert valid, data
+    assert accepted > 400
+    assert not config._surely_valid(config._schema("policy"), {"version": 1})  # keywords it does not read: jsonschema's

@@ -271,6 +271,8 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def validate(doc: Document, *, schema: str) -> None:
+    if _surely_valid(_schema(schema), doc.data):
+        return  # what jsonschema would say too (no error), at a tenth of its cost
     validator = _validator(schema)
     errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
@@ -288,6 +290,75 @@ def validate(doc: Document, *, schema: str) -> None:
     field = ".".join(str(p) for p in path)
     prefix = f"field '{field}': " if field else ""
     raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
+
+
+_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+_TYPES: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean": bool}
+
+
+def _surely_valid(schema: Any, instance: Any) -> bool:
+    """True only when `instance` satisfies `schema` as jsonschema reads it; False also whenever unsure
+    (a keyword not read here, a float, a uniqueness of non-strings): then jsonschema decides.
+
+    The keywords of job.schema.json, each as jsonschema's own check of it (`pattern` is re.search).
+    """
+    if not isinstance(schema, dict):
+        return False
+    for keyword, value in schema.items():
+        if keyword in _ANNOTATIONS:
+            continue
+        if keyword == "type":
+            if value == "integer":
+                if type(instance) is not int:
+                    return False
+            elif value not in _TYPES or type(instance) is not _TYPES[value]:
+                return False
+        elif keyword in ("pattern", "maxLength", "minLength") and type(instance) is not str:
+            return False
+        elif keyword == "pattern":
+            if not re.search(value, instance):
+                return False
+        elif keyword == "maxLength":
+            if len(instance) > value:
+                return False
+        elif keyword == "minLength":
+            if len(instance) < value:
+                return False
+        elif keyword in ("minimum", "maximum"):
+            if type(instance) is not int or type(value) is not int or (instance < value if keyword == "minimum" else instance > value):
+                return False
+        elif keyword in ("items", "minItems", "maxItems", "uniqueItems"):
+            if type(instance) is not list:
+                return False
+            if keyword == "items" and not all(_surely_valid(value, item) for item in instance):
+                return False
+            if (keyword == "minItems" and len(instance) < value) or (keyword == "maxItems" and len(instance) > value):
+                return False
+            if keyword == "uniqueItems" and value is not False:
+                if value is not True or not all(type(item) is str for item in instance) or len(set(instance)) != len(instance):
+                    return False
+        elif keyword in ("properties", "required", "additionalProperties", "maxProperties", "propertyNames"):
+            if type(instance) is not dict:
+                return False
+            known = schema.get("properties", {})
+            if keyword == "properties":
+                if not all(_surely_valid(value[key], item) for key, item in instance.items() if key in value):
+                    return False
+            elif keyword == "required":
+                if not all(key in instance for key in value):
+                    return False
+            elif keyword == "additionalProperties":
+                extra = [item for key, item in instance.items() if key not in known]
+                if (value is False and extra) or (value is not False and not all(_surely_valid(value, item) for item in extra)):
+                    return False
+            elif keyword == "maxProperties":
+                if len(instance) > value:
+                    return False
+            elif not all(_surely_valid(value, key) for key in instance):
+                return False
+        else:
+            return False
+    return True
 
 
 def _hint(schema: str, path: Path_) -> str | None:

@@ -328,3 +328,13 @@ def test_a_pass_that_runs_a_job_then_waits_names_the_last_commit_it_judged(gate:
     result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
     assert result.code == 1, result.out + result.err
     assert result.json()["violations"] == []
+
+
+def test_a_runner_without_its_key_asks_github_nothing(gate: GithubGate) -> None:
+    """A policy with runners needs signed audit commits: a keyless runner refuses before any API call."""
+    gate.setup()
+    gate.reviewed_merge("backup", ALICE)
+    before = len(gate.fake.requests)
+    result = gate.world.run_once("--runner-name", "ci", env=gate.fake.env())
+    assert result.code == 2 and "lists runners, so audit commits must be signed" in result.err
+    assert gate.fake.requests[before:] == [] and started(gate) == []

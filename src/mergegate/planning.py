@@ -102,7 +102,8 @@ class Plan:
 
 
 def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
-         remember: bool = True, reviews: ReviewSource | None = None, labels: frozenset[str] | None = None) -> Plan:
+         remember: bool = True, reviews: ReviewSource | None = None, labels: frozenset[str] | None = None,
+         before_walk: Callable[[Policy], None] | None = None) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way.
 
     `records` is the audit branch's tip (None before the first pass), `tail` its end.
@@ -129,6 +130,8 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at, reviews=reviews)
     walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records), unapproved, records=records)
+    if before_walk is not None:
+        before_walk(walk.policy)  # e.g. the runner refuses here, before asking GitHub anything, when it cannot sign
     result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
     # 3. Judge each first-parent commit by the policy in force before it.
     chain = repo.first_parent_chain(start, tip)

@@ -203,7 +203,7 @@ class Runner:
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
-                    reviews=self._reviews, labels=self._labels())
+                    reviews=self._reviews, labels=self._labels(), before_walk=self._can_sign)
         self.plan = work
         # Records other runners (or anyone who can push) appended since the last complete pass.
         check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
@@ -211,11 +211,7 @@ class Runner:
         # seen ref that cannot be written stops the pass here (StateError, naming it).
         # (The audit tip only now: it is where the next pass starts checking.)
         seen = branch.remember(tip, gate.records, gate.seen)
-        if work.policy.runners and self.signing is None:
-            raise UsageError(
-                f"{work.policy.where} lists runners, so audit commits must be signed",
-                hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
-            )
+        self._can_sign(work.policy)  # (again: a policy change the walk adopted may list runners)
         assessor = Assessor(self.repo, at=now, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
         checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
@@ -313,6 +309,12 @@ class Runner:
         dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
         wake = min(d.astimezone(UTC) for d in dues).isoformat() if dues else None
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
+
+    def _can_sign(self, policy: Policy) -> None:
+        """A policy that lists runners needs signed audit commits: without a key, refuse before any work."""
+        if policy.runners and self.signing is None:
+            raise UsageError(f"{policy.where} lists runners, so audit commits must be signed",
+                             hint="pass --signing-key with the runner's ssh key path or OpenPGP key id")
 
     def _labels(self) -> frozenset[str] | None:
         return None if self.options.labels is None else frozenset(self.options.labels)

@@ -282,3 +282,27 @@ def test_policy_github_bad_input_is_a_config_error(text: str, message: str) -> N
     with pytest.raises(ConfigError, match=message) as info:
         _policy(text)
     assert info.value.file == "policy/policy.yaml" and info.value.line is not None
+
+
+def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(gate: GithubGate) -> None:
+    """verify re-reads listings from the evidence: a page its predecessor's Link names must be there."""
+    from dataclasses import replace
+
+    from mergegate.http import Malformed
+
+    gate.setup()
+    pr = gate.open_pr("backup")
+    for i in range(230):
+        gate.fake.review(pr.number, 10_000 + i, "COMMENTED", pr.head_sha, minutes_ago=20)
+    gate.fake.review(pr.number, CAROL, "APPROVED", pr.head_sha)
+    evidence = outcome(gate, gate.merge(pr)).evidence
+    suffix = f"/pulls/{pr.number}/reviews"
+    pages = [e for e in evidence.exchanges if e.url.split("?")[0].endswith(suffix)]
+    assert len(pages) == 3 and 'rel="next"' in pages[0].link and 'rel="next"' not in pages[2].link
+    again = Evidence.from_bytes(evidence.to_bytes(), name=evidence.sha256)
+    assert again == evidence and len(again.pages(suffix)) == 231
+    without_middle = replace(evidence, exchanges=tuple(e for e in evidence.exchanges if e is not pages[1]))
+    with pytest.raises(Malformed, match="stops before"):
+        without_middle.pages(suffix)
+    # An answer without a Link header is stored as before (its evidence file keeps its name).
+    assert '"link"' not in replace(evidence, exchanges=tuple(replace(e, link="") for e in evidence.exchanges)).to_bytes().decode()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mergegate.errors import IntegrityError
-from mergegate.http import Malformed, Response
+from mergegate.http import Malformed, Response, next_link
 
 EVIDENCE_DIR = "audit/evidence/"
 EVIDENCE_VERSION = 1
@@ -30,6 +30,7 @@ class Exchange:
     at: str
     sha256: str
     body: str  # the exact body, UTF-8
+    link: str = ""  # the Link header (pagination), "" when there was none
 
     @classmethod
     def of(cls, response: Response) -> Exchange:
@@ -37,14 +38,17 @@ class Exchange:
             text = response.body.decode("utf-8")
         except UnicodeDecodeError:
             raise Malformed(f"GET {response.url}: the body is not UTF-8", url=response.url, status=response.status) from None
-        return cls(response.url, response.status, response.request_id, response.at, response.sha256, text)
+        return cls(response.url, response.status, response.request_id, response.at, response.sha256, text, response.link)
 
     def json(self) -> Any:
         return json.loads(self.body)
 
     def as_json(self) -> dict[str, Any]:
-        return {"url": self.url, "status": self.status, "request_id": self.request_id, "at": self.at,
+        data = {"url": self.url, "status": self.status, "request_id": self.request_id, "at": self.at,
                 "sha256": self.sha256, "body": self.body}
+        if self.link:  # only then: evidence of answers without one keeps its bytes (and name)
+            data["link"] = self.link
+        return data
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ class Evidence:
             raise IntegrityError(f"evidence file {where} is not named by its SHA-256: tampering", file=where)
         try:
             doc = json.loads(data)
-            exchanges = tuple(Exchange(e["url"], int(e["status"]), e["request_id"], e["at"], e["sha256"], e["body"])
-                              for e in doc["exchanges"])
+            exchanges = tuple(Exchange(e["url"], int(e["status"]), e["request_id"], e["at"], e["sha256"], e["body"],
+                                       str(e.get("link", ""))) for e in doc["exchanges"])
             evidence = cls(doc["commit"], doc["repository"], doc["api_url"], doc["pull"], exchanges, doc["gathered_at"],
                            str(doc.get("truncated", "")))
         except (ValueError, KeyError, TypeError) as exc:
@@ -104,12 +108,17 @@ class Evidence:
     def pages(self, suffix: str) -> list[Any]:
         """The items of every page of one listing (`/repos/<repository><suffix>`), in order."""
         items: list[Any] = []
-        for exchange in self.exchanges:
-            if self._is(exchange.url, suffix):
-                page = exchange.json()
-                if not isinstance(page, list):
-                    raise Malformed(f"{exchange.url}: expected a list", url=exchange.url, status=exchange.status)
-                items += page
+        listing = [e for e in self.exchanges if self._is(e.url, suffix)]
+        for index, exchange in enumerate(listing):
+            page = exchange.json()
+            if not isinstance(page, list):
+                raise Malformed(f"{exchange.url}: expected a list", url=exchange.url, status=exchange.status)
+            # Every page a stored Link header names as next is stored next: no page of it left out.
+            following = next_link(exchange.link)
+            if following is not None and (index + 1 >= len(listing) or listing[index + 1].url != following):
+                raise Malformed(f"the evidence for {self.commit[:7]} stops before {following}, the page after {exchange.url}",
+                                url=exchange.url, status=exchange.status)
+            items += page
         return items
 
     def one(self, suffix: str) -> Any:

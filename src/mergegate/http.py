@@ -92,17 +92,22 @@ class Response:
 
     def next_url(self) -> str | None:
         """The `rel="next"` target of the Link header (RFC 8288), if any."""
-        for part in self.link.split(","):
-            target, _, params = part.strip().partition(";")
-            target = target.strip()
-            if not (target.startswith("<") and target.endswith(">")):
-                continue
-            for param in params.split(";"):
-                name, _, value = param.strip().partition("=")
-                # rel may hold several types (RFC 8288: rel="next last")
-                if name.strip().lower() == "rel" and "next" in value.strip().strip('"').split():
-                    return target[1:-1]
-        return None
+        return next_link(self.link)
+
+
+def next_link(link: str) -> str | None:
+    """The `rel="next"` target of a Link header value (RFC 8288), if any."""
+    for part in link.split(","):
+        target, _, params = part.strip().partition(";")
+        target = target.strip()
+        if not (target.startswith("<") and target.endswith(">")):
+            continue
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            # rel may hold several types (RFC 8288: rel="next last")
+            if name.strip().lower() == "rel" and "next" in value.strip().strip('"').split():
+                return target[1:-1]
+    return None
 
 
 def _now() -> datetime:

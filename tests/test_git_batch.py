@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,30 @@ def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Pa
     reading = repo.blobs(shas)
     assert next(reading) == b""
     reading.close()  # ends its process early
+
+
+def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header(tmp_path: Path, monkeypatch: Any) -> None:
+    """A job without a sandbox may read the environment of the runner's git children in /proc (T1)."""
+    repo_dir = _history(tmp_path)
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_SECRET")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "2")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "http.https://github.com/.extraheader")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "AUTHORIZATION: basic SECRET")
+    monkeypatch.setenv("GIT_CONFIG_KEY_1", "alias.showenv")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_1", "!env")
+    repo = Repo(repo_dir)
+    shown = repo.out("showenv")  # a local verb: git's own environment, as its children see it
+    assert "SECRET" not in shown and "GITHUB_TOKEN" not in shown
+    assert repo.run("config", "--get", "http.https://github.com/.extraheader", check=False).returncode == 1
+    repo.commit(repo.out("rev-parse", "HEAD"))  # starts the long-lived object reader
+    proc = repo._objects._proc
+    assert proc is not None
+    assert b"SECRET" not in Path(f"/proc/{proc.pid}/environ").read_bytes()
+    # The verbs that talk to a remote keep both (the push needs them).
+    assert repo.run("ls-remote", str(repo_dir), check=False).returncode == 0
+    from mergegate.git import _NETWORK_VERBS, _without_credentials
+    assert "push" in _NETWORK_VERBS and "fetch" in _NETWORK_VERBS
+    assert _without_credentials({"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "http.extraHeader", "GIT_CONFIG_VALUE_0": "x",
+                                 "GIT_CONFIG_KEY_1": "core.abbrev", "GIT_CONFIG_VALUE_1": "12", "GH_TOKEN": "t"}) == {
+        "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.abbrev", "GIT_CONFIG_VALUE_0": "12"}
+    repo.close()

@@ -97,6 +97,36 @@ def _verb(args: tuple[str, ...]) -> str:
     return args[i] if i < len(args) else args[0]
 
 
+# git verbs that talk to a remote: only they get the push and API credentials of the environment.
+_NETWORK_VERBS = frozenset({"fetch", "push", "ls-remote", "pull", "clone"})
+_TOKENS = ("GITHUB_TOKEN", "GH_TOKEN")
+
+
+def _without_credentials(env: dict[str, str]) -> dict[str, str]:
+    """`env` less the tokens and the `http.*.extraheader` (auth) entries of GIT_CONFIG_*.
+
+    Every other git process (cat-file, grep, commit-tree, ...) runs while a job may run:
+    a job without a sandbox, as the same user, could read a process's environment in /proc.
+    So credentials reach only the processes that need them; other GIT_CONFIG_* entries stay.
+    """
+    out = {k: v for k, v in env.items() if k not in _TOKENS and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+    out.pop("GIT_CONFIG_COUNT", None)
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        count = 0
+    kept = 0
+    for i in range(count):
+        key, value = env.get(f"GIT_CONFIG_KEY_{i}"), env.get(f"GIT_CONFIG_VALUE_{i}")
+        if key is None or value is None or re.fullmatch(r"http\..*\.?extraheader", key, flags=re.IGNORECASE):
+            continue
+        out[f"GIT_CONFIG_KEY_{kept}"], out[f"GIT_CONFIG_VALUE_{kept}"] = key, value
+        kept += 1
+    if kept:
+        out["GIT_CONFIG_COUNT"] = str(kept)
+    return out
+
+
 def _covering_pathspecs(paths: list[str], crowd: int = 16) -> list[str]:
     """Literal pathspecs covering `paths`: a folder holding more than `crowd` of them stands for them.
 
@@ -178,7 +208,7 @@ class _Objects:
 
     def _start(self) -> tuple[IO[bytes], IO[bytes]]:
         if self._proc is None or self._proc.poll() is not None:
-            env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+            env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
             env.pop("GIT_WORK_TREE", None)
             self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch-command"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
@@ -294,6 +324,8 @@ class Repo:
         matches") cannot change what git tells the runner.
         """
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        if _verb(args) not in _NETWORK_VERBS:
+            full_env = _without_credentials(full_env)
         where = ["-C", str(self.path)] if worktree else ["--git-dir", str(self.git_dir)]
         if not worktree:
             full_env.pop("GIT_WORK_TREE", None)
@@ -675,7 +707,7 @@ class Repo:
                 raise GitError(f"object {sha[:12]} not found in {self.path}")
         if not shas:
             return
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
         env.pop("GIT_WORK_TREE", None)
         proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)

@@ -248,7 +248,8 @@ def _scalar(node: yaml.Node, file: str) -> Any:
         # Unquoted times become datetime objects in YAML 1.1; keep them as the
         # text the user wrote so the schema and the error messages see that.
         return node.value if isinstance(value, (datetime, date)) else value
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:
+        # ValueError: a value PyYAML tags by its shape alone but cannot build (0b_, 2001-02-30).
         raise ConfigError(f"invalid value: {exc}", file=file, line=node.start_mark.line + 1) from None
 
 

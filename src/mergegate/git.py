@@ -257,20 +257,26 @@ class _Objects:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc)
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # at interpreter exit anything may already be gone
             pass
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End a batch process: close its pipes (it exits on end of input), killed if it does not within 5 s."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _locate(path: Path) -> tuple[Path, Path, Path]:
@@ -735,14 +741,7 @@ class Repo:
         except (OSError, ValueError):
             raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
         finally:
-            for stream in (stdin, stdout):
-                with contextlib.suppress(OSError):
-                    stream.close()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc)
 
     def diff(self, parent: str | None, sha: str, *pathspecs: str) -> list[Change]:
         if not pathspecs and parent is not None and (parent, sha) in self._diffs:

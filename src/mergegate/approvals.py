@@ -74,6 +74,7 @@ class Assessor:
         self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
         self._trees: dict[str, dict[str, Entry]] = {}
         self._targets: dict[str, bytes] = {}  # symlink blob -> target
+        self._changes: dict[str, tuple[str, ...] | None] = {}  # an unapproved change -> its parents (None: not here)
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
         cache_key = (commit.sha, tuple(keys), self.at)
@@ -266,9 +267,13 @@ class Assessor:
     def _last_approved(self, path: str, unapproved: Mapping[str, str]) -> Entry | None:
         """The version of an unapproved path before its first unapproved change."""
         change = unapproved.get(path)
-        if change is None or self.repo.rev(change) is None:
+        if change is None:
             return None
-        parents = self.repo.commit(change).parents
+        if change not in self._changes:  # one change usually holds many paths: asked of git once
+            self._changes[change] = self.repo.commit(change).parents if self.repo.rev(change) is not None else None
+        parents = self._changes[change]
+        if parents is None:
+            return None
         return self._tree(parents[0]).get(path, ABSENT) if parents else ABSENT
 
     def _target(self, blob: str) -> bytes:

@@ -111,14 +111,18 @@ class History:
         intro = _introductions(line, parents)
         on_line = set(chain)
         rest = [(p[0] if p else None, sha) for sha, _, p, _ in graph if intro[sha] > 0 and sha not in on_line]
-        # Two git processes at once (two cores): the chain's diffs, while the commits the walk reads stream in.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            reading = pool.submit(repo.diffs, [(line[k], sha) for k, sha in enumerate(chain)])
+        # git processes at once (two cores): the chain's diffs in two halves (each compares whole trees
+        # of folders that grow with the history: most of git's work), while the commits stream in.
+        pairs = [(line[k], sha) for k, sha in enumerate(chain)]
+        half = len(pairs) // 2
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            readings = [pool.submit(repo.diffs, part) for part in (pairs[:half], pairs[half:])]
             repo.preload([*chain, *(sha for _, sha in rest)])
             root_tree = {path: Entry(mode, blob) for mode, blob, path in repo.ls_tree(root)}
-            chain_diffs = reading.result()
-        if chain_diffs is None:
+            halves = [reading.result() for reading in readings]
+        if halves[0] is None or halves[1] is None:
             return None
+        chain_diffs = [*halves[0], *halves[1]]
         diffs = dict(zip(chain, chain_diffs, strict=True))
         # A diff is its two trees': a side's commit with the trees of a chain commit and its parent (a
         # proposal of one commit on approved's tip, merged as it is) has that diff, read once.

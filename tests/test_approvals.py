@@ -391,10 +391,7 @@ def test_check_reports_stale_and_missing_approvals(world: World) -> None:
 def test_approve_command_makes_a_counted_approval_commit(world: World) -> None:
     _two_person(world)
     world.propose("p", JOB, who=world.alice)
-    reviewer = world.clone("carol-clone")
-    for args in (["user.name", "carol"], ["user.email", "carol@example.com"], ["gpg.format", "ssh"],
-                 ["user.signingkey", str(world.carol.key.private)]):
-        world.git(reviewer, "config", *args)
+    reviewer = world.signing_clone("carol-clone", world.carol)
     world.git(reviewer, "fetch", "-q", "origin")
     result = world.mg("approve", "origin/p", where="carol-clone")
     assert result.code == 0, result.err
@@ -406,10 +403,7 @@ def test_approve_command_makes_a_counted_approval_commit(world: World) -> None:
 def test_approve_merge_command(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", JOB, who=world.alice)
-    reviewer = world.clone("bob-clone")
-    for args in (["user.name", "bob"], ["user.email", "bob@example.com"], ["gpg.format", "ssh"],
-                 ["user.signingkey", str(world.bob.key.private)]):
-        world.git(reviewer, "config", *args)
+    world.signing_clone("bob-clone", world.bob)
     result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
     assert result.code == 0, result.err
     assert _only_job(world)["status"] == "succeeded"
@@ -585,11 +579,7 @@ def test_auditor_clone_notices_a_force_push(world: World) -> None:
 
 
 def _reviewer(world: World, name: str, person: Person) -> Path:
-    clone = world.clone(name)
-    for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
-                 ["user.signingkey", str(person.key.private)]):
-        world.git(clone, "config", *args)
-    return clone
+    return world.signing_clone(name, person)
 
 
 def test_approve_refuses_an_approval_that_would_not_count(world: World) -> None:

@@ -137,11 +137,7 @@ def test_gitlink_at_a_job_path_is_rejected_and_later_jobs_run(world: World) -> N
 
 
 def _signing_clone(world: World, name: str, person: Person) -> Path:
-    clone = world.clone(name)
-    for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
-                 ["user.signingkey", str(person.key.private)]):
-        world.git(clone, "config", *args)
-    return clone
+    return world.signing_clone(name, person)
 
 
 def test_tag_named_like_the_branch_is_not_what_approve_signs(world: World) -> None:

@@ -12,6 +12,7 @@ from mergegate.errors import IntegrityError, NotYet
 from mergegate.evidence import Evidence
 from mergegate.git import Repo
 from mergegate.policy import load_policy
+from tests.helpers.fake_github import PullRequest
 from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
 from tests.helpers.keys import make_ssh_key
 
@@ -127,13 +128,18 @@ def test_two_reviewers_and_one_person_with_two_accounts(gate: GithubGate) -> Non
     assert sum(1 for v in verdict.votes if v.person == "alice" and v.counted) == 2  # two accounts, one person
 
 
-def test_reviews_over_three_pages(gate: GithubGate) -> None:
+def _three_pages_of_reviews(gate: GithubGate) -> tuple[PullRequest, github.Outcome]:
+    """A PR with 230 comments and carol's approval (three pages of 100), merged and judged."""
     gate.setup()
     pr = gate.open_pr("backup")
     for i in range(230):
         gate.fake.review(pr.number, 10_000 + i, "COMMENTED", pr.head_sha, minutes_ago=20)
     gate.fake.review(pr.number, CAROL, "APPROVED", pr.head_sha)
-    result = outcome(gate, gate.merge(pr))
+    return pr, outcome(gate, gate.merge(pr))
+
+
+def test_reviews_over_three_pages(gate: GithubGate) -> None:
+    _, result = _three_pages_of_reviews(gate)
     assert result.verdict.counted == ("carol",)
     pages = [p for p in gate.fake.paths() if "/reviews" in p]
     assert len(pages) == 3 and "page=3" in pages[-1]
@@ -290,12 +296,8 @@ def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(
 
     from mergegate.http import Malformed
 
-    gate.setup()
-    pr = gate.open_pr("backup")
-    for i in range(230):
-        gate.fake.review(pr.number, 10_000 + i, "COMMENTED", pr.head_sha, minutes_ago=20)
-    gate.fake.review(pr.number, CAROL, "APPROVED", pr.head_sha)
-    evidence = outcome(gate, gate.merge(pr)).evidence
+    pr, judged = _three_pages_of_reviews(gate)
+    evidence = judged.evidence
     suffix = f"/pulls/{pr.number}/reviews"
     pages = [e for e in evidence.exchanges if e.url.split("?")[0].endswith(suffix)]
     assert len(pages) == 3 and 'rel="next"' in pages[0].link and 'rel="next"' not in pages[2].link

@@ -17,19 +17,7 @@ import yaml
 from mergegate import audit, audit_branch, workflows
 from mergegate.git import Repo
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-
-RULES = [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}]
-
-
-def _gate(world: World, **extra: object) -> str:
-    if extra.get("max_retries"):
-        extra["runners"] = world.signing_runner()  # retries need runner-signed records
-    return world.setup(policy_yaml([world.bob.approver_entry()], RULES, **extra))
-
-
-def _merge(world: World, branch: str, files: dict[str, str]) -> str:
-    world.propose(branch, files, who=world.alice)
-    return world.signed_merge(branch, world.bob)
+from tests.test_retries_labels import RULES, _gate, _merge
 
 
 def _merge_removal(world: World, branch: str, paths: list[str]) -> str:
@@ -271,10 +259,7 @@ def test_removing_a_job_is_checked_approved_and_verified_as_its_removal(world: W
     checked = world.mg("check", "origin/rm-f", "--json", where="proposer")
     assert checked.code == 0, checked.err
     assert [(f["path"], f["state"]) for f in checked.json()["files"]] == [("jobs/f.yaml", "removed")]
-    reviewer = world.clone("bob-clone")
-    for args in (["user.name", "bob"], ["user.email", "bob@example.com"], ["gpg.format", "ssh"],
-                 ["user.signingkey", str(world.bob.key.private)]):
-        world.git(reviewer, "config", *args)
+    world.signing_clone("bob-clone", world.bob)
     approved = world.mg("approve", "origin/rm-f", "--merge", where="bob-clone")
     assert approved.code == 0, approved.err
     (job,) = world.run_once().json()["jobs"]

@@ -203,6 +203,14 @@ class World:
     def run_once(self, *args: str, **kw: Any) -> Result:
         return self.mg("run", "--once", "--json", *self.runner_args, *args, **kw)
 
+    def signing_clone(self, name: str, person: Person) -> Path:
+        """A clone whose git signs as `person` with their ssh key (for `mergegate approve`)."""
+        clone = self.clone(name)
+        for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
+                     ["user.signingkey", str(person.key.private)]):
+            self.git(clone, "config", *args)
+        return clone
+
     def signing_runner(self) -> list[dict[str, str]]:
         """A runner key for this world: every run_once signs with it; the `runners` entry for the policy."""
         key = shared_ssh_key(self.tmp / "keys", "runner")

@@ -67,13 +67,9 @@ jobs:
           github-token: ${{{{ github.token }}}}
 """
 
-RUN = """\
-# mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
-# so a job that waited for evidence is judged again). Records go to mergegate/audit.
-# `schedule` and `workflow_dispatch` use this file as it is on the default branch:
-# make `approved` the default branch. Written by `mergegate init --github`; see
-# mergegate's docs/github.md.
-name: mergegate run
+# Both runner workflows: every push to approved, a schedule (a job that waited for evidence,
+# or for its retry, is judged again) and by hand; no permission unless a job asks for one.
+TRIGGERS = """\
 on:
   push:
     branches: [approved]
@@ -82,7 +78,16 @@ on:
   workflow_dispatch:
 
 permissions: {{}}
+"""
 
+RUN = """\
+# mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
+# so a job that waited for evidence is judged again). Records go to mergegate/audit.
+# `schedule` and `workflow_dispatch` use this file as it is on the default branch:
+# make `approved` the default branch. Written by `mergegate init --github`; see
+# mergegate's docs/github.md.
+name: mergegate run
+""" + TRIGGERS + """
 # One runner at a time, and never cancel one mid-job: a cancelled run could leave a
 # started job without its result.
 concurrency:
@@ -123,15 +128,7 @@ FAN_OUT = """\
 # records what a pass records besides runs (refusals, lost leases, how far it got).
 # Written by `mergegate init --github --fan-out`; see mergegate's docs/github.md.
 name: mergegate fan-out
-on:
-  push:
-    branches: [approved]
-  schedule:
-    - cron: "17,47 * * * *"
-  workflow_dispatch:
-
-permissions: {{}}
-
+""" + TRIGGERS + """
 # One fan-out at a time, never cancelled mid-job (a newer pending run replaces an older
 # pending one, which had not started: its plan is the newer run's plan).
 concurrency:

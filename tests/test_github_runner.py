@@ -338,3 +338,14 @@ def test_a_runner_without_its_key_asks_github_nothing(gate: GithubGate) -> None:
     result = gate.world.run_once("--runner-name", "ci", env=gate.fake.env())
     assert result.code == 2 and "lists runners, so audit commits must be signed" in result.err
     assert gate.fake.requests[before:] == [] and started(gate) == []
+
+
+def test_plan_says_it_stopped_at_a_merge_whose_evidence_is_missing(gate: GithubGate) -> None:
+    """An API outage is not an empty plan: the fan-out's plan step says why nothing is listed."""
+    gate.setup()
+    gate.reviewed_merge("backup", ALICE)
+    shown = gate.world.mg("plan", "--github", env={**gate.fake.env(), "GITHUB_API_URL": "http://127.0.0.1:9",
+                                                 "GITHUB_OUTPUT": str(gate.world.tmp / "out")}, where="runner")
+    assert shown.code == 0, shown.err
+    assert "jobs from there on are not planned yet" in shown.err and "waiting for evidence" in shown.err
+    assert "::warning title=mergegate: waiting for evidence::" in shown.err

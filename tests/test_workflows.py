@@ -260,3 +260,22 @@ def test_action_without_github_is_refused(world: World) -> None:
     world.clone("admin")
     result = world.mg("init", "--action", PIN, where="admin")
     assert result.code == 2 and "--action is used only with --github" in result.err
+
+
+def test_switching_an_existing_gate_to_the_fan_out_removes_the_one_pass_runner(world: World) -> None:
+    """Both runner workflows would fire on every push and race for every job."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    where = world.clone("admin")
+    assert world.mg("init", "--github", "--action", PIN, where="admin").code == 0
+    assert (where / workflows.RUN_PATH).exists()
+    switched = world.mg("init", "--github", "--fan-out", "--action", PIN, where="admin")
+    assert switched.code == 0, switched.err
+    assert not (where / workflows.RUN_PATH).exists() and (where / workflows.FAN_OUT_PATH).exists()
+    assert f"removed {workflows.RUN_PATH}" in switched.out
+    # And back; a runner workflow of someone else's is never deleted.
+    assert world.mg("init", "--github", "--action", PIN, where="admin").code == 0
+    assert not (where / workflows.FAN_OUT_PATH).exists()
+    (where / workflows.FAN_OUT_PATH).write_text("name: mine\n")
+    refused = world.mg("init", "--github", "--action", PIN, where="admin")
+    assert refused.code == 2 and "was not written by mergegate" in refused.err
+    assert (where / workflows.FAN_OUT_PATH).read_text() == "name: mine\n"

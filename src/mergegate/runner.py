@@ -174,6 +174,7 @@ class Preview:
     records: tuple[dict[str, Any], ...]  # drafts, as the pass would record them (the results are unknown yet)
     warnings: tuple[str, ...]
     policy_changes: tuple[tuple[str, str, str], ...]
+    waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
 
 
 class Runner:
@@ -370,7 +371,7 @@ class Runner:
             pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
                                        policy_commit=work.policy.commit, commits=len(work.assessments)))
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
-        return Preview(gate.tip, tuple(jobs), tuple(pending), tuple(warnings), changes)
+        return Preview(gate.tip, tuple(jobs), tuple(pending), tuple(warnings), changes, work.waiting)
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []

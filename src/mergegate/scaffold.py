@@ -73,11 +73,21 @@ def is_gate(repo_path: Path, branch: str) -> bool:
     return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
 
 
-def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tuple[str, ...]:
+def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Write the GitHub workflows into the working tree of an existing gate; committing and
-    approving them is a change like any other (they are files the policy's quorum covers)."""
+    approving them is a change like any other (they are files the policy's quorum covers).
+    Returns (written, removed): the other kind of runner workflow goes, since a gate runs one
+    (both would race for every job on every push)."""
     repo = Repo(repo_path)
     written = []
+    removed = []
+    other, template = (workflows.RUN_PATH, workflows.RUN) if fan_out else (workflows.FAN_OUT_PATH, workflows.FAN_OUT)
+    if (repo.path / other).exists():
+        if not (repo.path / other).read_text().startswith(template.splitlines()[0]):
+            raise UsageError(f"{other} exists and was not written by mergegate; a gate runs one runner workflow", file=other,
+                             hint="remove it (or move it aside) and run again")
+        (repo.path / other).unlink()
+        removed.append(other)
     for path, text in workflows.files(action=action, fan_out=fan_out).items():
         target = repo.path / path
         if target.exists() and target.read_text() != text:
@@ -86,7 +96,7 @@ def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tup
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         written.append(path)
-    return tuple(written)
+    return tuple(written), tuple(removed)
 
 
 def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,

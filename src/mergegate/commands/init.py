@@ -23,10 +23,13 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
                          hint="mergegate init --github --action OWNER/REPO@COMMIT")
     if github and action is not None and is_gate(repo, branch):
         # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
-        for path in add_workflows(repo_path=repo, action=action, fan_out=fan_out):
+        written, removed = add_workflows(repo_path=repo, action=action, fan_out=fan_out)
+        for path in written:
             output.line(f"wrote {path}")
+        for path in removed:
+            output.line(f"removed {path}: a gate runs one runner workflow (commit its removal with the rest)")
         output.line(f"next: {branch} already has a policy, so commit these on a branch from {branch} and propose them "
-                    f"(git switch -c add-workflows origin/{branch} && git add .github/workflows && git commit -m 'GitHub workflows' "
+                    f"(git switch -c add-workflows origin/{branch} && git add -A .github/workflows && git commit -m 'GitHub workflows' "
                     "&& git push origin add-workflows); they need the approvals the policy demands of other files")
         return 0
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,

@@ -33,6 +33,12 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     preview = runner.preview()
     # Planning signs nothing: the fan-out's plan step has no key, and needs none.
     output.warn([w for w in preview.warnings if not w.endswith("a real pass needs --signing-key")])
+    if preview.waiting is not None:
+        # Not an empty plan: what comes after this commit is not judged yet (the next plan asks again).
+        commit, why = preview.waiting
+        output.warn([f"stopped at {commit[:12]}: {why}; jobs from there on are not planned yet"])
+        if github:
+            output.line(f"::warning title=mergegate: waiting for evidence::stopped at {commit[:12]}: {why}", err=True)
     runnable = [j for j in preview.jobs if j.status == "would run"]
     include = [entry(j) for j in runnable[:limit]]
     matrix = {"include": include}

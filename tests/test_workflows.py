@@ -279,3 +279,11 @@ def test_switching_an_existing_gate_to_the_fan_out_removes_the_one_pass_runner(w
     refused = world.mg("init", "--github", "--action", PIN, where="admin")
     assert refused.code == 2 and "was not written by mergegate" in refused.err
     assert (where / workflows.FAN_OUT_PATH).read_text() == "name: mine\n"
+
+
+def test_init_github_without_a_policy_or_key_says_to_write_the_policy_first(world: World) -> None:
+    world.clone("admin")
+    world.git("admin", "config", "user.name", "alice")
+    world.git("admin", "config", "user.email", "alice@example.com")
+    result = world.mg("init", "--github", "--action", PIN, where="admin")
+    assert result.code == 2 and "no policy/policy.yaml here" in result.err and "github: ids" in result.err

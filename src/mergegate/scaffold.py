@@ -128,6 +128,11 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
         if ignored:
             warnings.append(f"{POLICY_FILE} exists and is used as it is; ignored {', '.join(ignored)}")
     else:
+        if github_action is not None and key is None and repo.config("user.signingkey") is None:
+            # On GitHub the approvers are their accounts (github: ids) and the runner's key: a policy to write first.
+            raise UsageError(f"no {POLICY_FILE} here and no approver key given",
+                             hint=f"on GitHub, write {POLICY_FILE} first with your approvers' github: ids and the runner's key "
+                                  "under runners (docs/github.md §1), then run init again; or pass --key for a key-signed gate")
         key_line = _key_line(repo, key)
         name = approver or repo.config("user.name") or "approver"
         parse_public_key(key_line, owner=name, source="--key")

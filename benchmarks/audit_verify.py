@@ -10,7 +10,7 @@
 3. It writes the section "## audit verify, 100,000 records" of
    docs/performance.md (notes below the end marker are kept).
 
-Usage: python benchmarks/audit_verify.py [--records 100000] [--repeat 5] [--no-docs] [--keep]
+Usage: python benchmarks/audit_verify.py [--records 100000] [--repeat 5] [--commits 1] [--no-docs] [--keep]
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ END_MARKER = "<!-- end of audit_verify.py output: text below, up to the next ## 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 
 
-def build(base: Path, records: int) -> tuple[Path, int, int]:
-    """A bare gate with about `records` audit records; returns (path, records, bytes of log)."""
+def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
+    """A bare gate with about `records` audit records in `commits` audit commits (each appending the
+    next records, as runner passes do); returns (path, records, bytes of log)."""
     remote = base / "gate.git"
     base.mkdir(parents=True, exist_ok=True)
     git(base, "init", "-q", "--bare", str(remote))
@@ -64,8 +65,22 @@ def build(base: Path, records: int) -> tuple[Path, int, int]:
     sealed = audit.seal(past_records(jobs, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS)
     repo = Repo(remote)
     files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
-    message = audit_branch.message(f"mergegate: audit seq 1-{len(sealed)}", root)
-    fast_import(remote, _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60, message, [], files))
+    # Where each record ends: (its file, the offset after its line), to cut the files as each commit left them.
+    ends: list[tuple[str, int]] = []
+    for path, data in files.items():
+        offset = 0
+        for line in data.splitlines(keepends=True):
+            offset += len(line)
+            ends.append((path, offset))
+    size = -(-len(sealed) // max(1, commits))
+    stream = []
+    for start in range(0, len(sealed), size):
+        stop = min(start + size, len(sealed))
+        changed = {path: files[path][:end] for path, end in ends[start:stop]}  # the last end per file wins
+        message = audit_branch.message(f"mergegate: audit seq {start + 1}-{stop}", root)
+        # Successive commits to one ref in one fast-import stream chain onto each other.
+        stream.append(_commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 + start, message, [], changed))
+    fast_import(remote, b"".join(stream))
     return remote, len(sealed), sum(len(data) for data in files.values())
 
 
@@ -122,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=100_000, help="records in the log (default 100000)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs (default 5)")
+    parser.add_argument("--commits", type=int, default=1,
+                        help="audit commits the records are spread over, as passes append them (default 1)")
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary gate (its path is printed)")
     args = parser.parse_args(argv)
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         isolate(tmp / "home")
         t = time.perf_counter()
-        remote, records, size = build(tmp, args.records)
+        remote, records, size = build(tmp, args.records, args.commits)
         built = time.perf_counter() - t
         root = git(remote, "rev-parse", "approved")
         walls, peaks, totals = [], [], []
@@ -145,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, "
               f"min {fastest:.2f} s, peak RSS {peak / 2**20:.1f} MiB (with git children {max(totals) / 2**20:.1f} MiB)")
         lines = [
-            *header(f"python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}", load),
+            *header(f"python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}"
+                    + (f" --commits {args.commits}" if args.commits != 1 else ""), load),
             f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
-            f"{size / 2**20:.1f} MiB, one commit on {AUDIT_BRANCH} (built in {built:.1f} s).",
+            f"{size / 2**20:.1f} MiB, {'one commit' if args.commits == 1 else f'{args.commits} commits'} on {AUDIT_BRANCH} "
+            f"(built in {built:.1f} s).",
             "- Each run is `python -m mergegate audit verify --json` as a subprocess; peak RSS is the "
             "Python process's own ru_maxrss, and GNU time's %M with the git processes it ran.",
             "",

@@ -261,6 +261,22 @@ def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(wor
     assert result.code == 3 and f"audit commit {cut[:12]} on mergegate/audit rewrites existing audit records" in result.err, result.err
 
 
+def test_a_file_number_skipped_and_filled_in_later_is_named(world: World) -> None:
+    """audit verify follows the file numbers commit by commit from the root (no tree listing per commit):
+    a commit adding log-000003.jsonl before log-000002.jsonl exists is named, though the tip is numbered 1..3."""
+    _gate(world)
+    _run_job(world)
+    clone = world.checkout_audit()
+    line = (clone / "audit/log-000001.jsonl").read_text().splitlines(keepends=True)[-1]
+    (clone / "audit/log-000003.jsonl").write_text(line)
+    skipped = world.commit_audit(message="skip a number")
+    (clone / "audit/log-000002.jsonl").write_text(line)
+    world.commit_audit(message="fill it in")
+    result = world.mg("audit", "verify")
+    assert result.code == 3, result.out + result.err
+    assert f"audit commit {skipped[:12]} on mergegate/audit audit log files are not numbered 1..2: audit/log-000003.jsonl" in result.err, result.err
+
+
 def test_an_unsigned_audit_commit_is_tampering_when_runners_are_listed(world: World) -> None:
     key = make_ssh_key(world.tmp / "keys", "runner")
     _gate(world, runners=[{"name": "ci", "key": key.public_line}])

@@ -68,6 +68,9 @@ class Checker:
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     _tips: list[Tips] = field(default_factory=list, compare=False, repr=False)
+    # The numbers of the log files at the last commit checked, when known (a check from the branch's root):
+    # a commit that adds a file is then checked to continue the numbering without listing its tree.
+    _logs: list[set[int]] = field(default_factory=list, compare=False, repr=False)
 
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
         """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
@@ -76,18 +79,21 @@ class Checker:
         """
         if shapes and len(shas) > 1:
             self._tips[:] = [Tips(self.repo, shas[-1])]  # the log files as the last of them holds them
+            if not self.repo.commit(shas[0]).parents:
+                self._logs[:] = [set()]
         try:
             for sha in shas:
                 self.check_commit(sha, shape=shapes)
         finally:
             self._tips.clear()
+            self._logs.clear()
         if shas:
             self._on_approved(shas[-1])
 
     def check_commit(self, sha: str, *, shape: bool = True) -> None:
         line = self._first_parent_line()
         first = self.check_shape(self.repo, sha, verified=self.verified, tips=self._tips[0] if self._tips else None,
-                                 line=line) if shape else None
+                                 line=line, logs=self._logs[0] if self._logs else None) if shape else None
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
@@ -112,7 +118,7 @@ class Checker:
 
     @classmethod
     def check_shape(cls, repo: Repo, sha: str, *, verified: Mapping[str, int] | None = None, tips: Tips | None = None,
-                    line: Mapping[str, int] | None = None) -> int | None:
+                    line: Mapping[str, int] | None = None, logs: set[int] | None = None) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports that)."""
         commit = repo.commit(sha)
@@ -134,10 +140,11 @@ class Checker:
             if not descends:
                 raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
                                      "judged by the commit before it")
-        return cls._only_appends(repo, sha, parent, verified or {}, tips)
+        return cls._only_appends(repo, sha, parent, verified or {}, tips, logs)
 
     @staticmethod
-    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int], tips: Tips | None = None) -> int | None:
+    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int], tips: Tips | None = None,
+                      numbers: set[int] | None = None) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
         first: int | None = None
@@ -188,7 +195,12 @@ class Checker:
             first = _first_seq(new, len(old), first)
         if logs == 0:
             raise Tampering(sha, "appends no record")
-        if any(c.status == "A" and c.path.endswith(".jsonl") for c in changes):
+        added = {int(c.path[len("audit/log-"):-len(".jsonl")]) for c in changes if c.status == "A" and c.path.endswith(".jsonl")}
+        if numbers is not None:  # the files before this commit are known (every commit since the root passed these rules)
+            numbers |= added
+            if numbers == set(range(1, len(numbers) + 1)):
+                return first
+        if added:
             try:
                 audit.log_files(repo, sha)  # a new file continues the numbering
             except IntegrityError as exc:

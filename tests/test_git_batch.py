@@ -145,3 +145,21 @@ def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header
                                  "GIT_CONFIG_KEY_1": "core.abbrev", "GIT_CONFIG_VALUE_1": "12", "GH_TOKEN": "t"}) == {
         "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.abbrev", "GIT_CONFIG_VALUE_0": "12"}
     repo.close()
+
+
+def test_the_users_git_config_and_pathspec_variables_do_not_change_what_git_tells_mergegate(tmp_path: Path, monkeypatch: Any) -> None:
+    """Invariant 1: a veto found by --grep, a glob pathspec, a root commit's diff are git's defaults' answers."""
+    repo_dir = tmp_path / "r"
+    _git(tmp_path, "init", "-q", str(repo_dir))
+    (repo_dir / "a.txt").write_text("a\n")
+    _git(repo_dir, "add", "-A")
+    _git(repo_dir, "commit", "-q", "-m", "first\n\nMergegate-Veto: jobs/x.yaml abc")
+    for key, value in (("grep.patternType", "fixed"), ("log.showRoot", "false")):
+        _git(repo_dir, "config", key, value)
+    monkeypatch.setenv("GIT_LITERAL_PATHSPECS", "1")
+    repo = Repo(repo_dir)
+    head = repo.out("rev-parse", "HEAD")
+    assert repo.out("log", "--regexp-ignore-case", "--grep=^mergegate-veto:", "--format=%H") == head
+    assert repo.out("log", "--format=%H", "--", "*.txt") == head
+    assert "a.txt" in repo.out("log", "--raw", "--format=%H", head)  # the root commit's diff is shown
+    repo.close()

@@ -216,6 +216,12 @@ def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(ga
     assert run(gate)["jobs"] == []  # a pass that walks only the README merge
     [scanned] = w.events("scanned")
     assert list(scanned["reviewed"]) == [readme_merge]  # its evidence goes with the records all the same
+    # A pass finds it too (one grep of the log for the records that name evidence, `reviewed` maps included).
+    from mergegate import github
+    from mergegate.git import Repo
+    runner = Repo(w.clone("runner"))
+    assert readme_merge in github.stored_evidence(runner, runner.rev("refs/remotes/origin/mergegate/audit"))
+    runner.close()
     gate.reviewed_merge("backup", ALICE)
     assert [j["status"] for j in run(gate)["jobs"]] == ["succeeded"]
     w.clone("fresh")

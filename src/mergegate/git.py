@@ -97,6 +97,13 @@ def _verb(args: tuple[str, ...]) -> str:
     return args[i] if i < len(args) else args[0]
 
 
+# What git answers the runner and verify must not depend on the user's git config or environment
+# (invariant 1): the settings that change what a log, grep or pathspec says are pinned to git's
+# defaults, and the pathspec variables are dropped.
+_PINNED = ("-c", "log.showRoot=true", "-c", "log.follow=false", "-c", "diff.renames=true", "-c", "grep.patternType=basic",
+           "-c", "grep.extendedRegexp=false", "-c", "core.quotePath=true")
+_PATHSPEC_ENV = ("GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS")
+
 # git verbs that talk to a remote: only they get the push and API credentials of the environment.
 _NETWORK_VERBS = frozenset({"fetch", "push", "ls-remote", "pull", "clone"})
 _TOKENS = ("GITHUB_TOKEN", "GH_TOKEN")
@@ -332,11 +339,13 @@ class Repo:
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
         if _verb(args) not in _NETWORK_VERBS:
             full_env = _without_credentials(full_env)
+        for name in _PATHSPEC_ENV:
+            full_env.pop(name, None)
         where = ["-C", str(self.path)] if worktree else ["--git-dir", str(self.git_dir)]
         if not worktree:
             full_env.pop("GIT_WORK_TREE", None)
         proc = subprocess.run(
-            ["git", *where, *args],
+            ["git", *_PINNED, *where, *args],
             input=input,
             capture_output=True,
             env=full_env,

@@ -270,7 +270,10 @@ def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit
     found: dict[str, Evidence] = {}
     if records_tip is None:
         return found
-    for record in (audit.grep(repo, records_tip, "evidence") if records is None else records):
+    # `evidence: [...]` on decisions, and `reviewed: {commit: digest}` on scanned records (which
+    # need not say "evidence" anywhere): one grep for both.
+    named = audit.grep_any(repo, records_tip, ['"evidence"', '"reviewed"']) if records is None else records
+    for record in named:
         for commit, digest in _named_evidence(record):
             evidence = Evidence.from_bytes(audit.read_evidence(repo, records_tip, str(digest)), name=str(digest))
             if evidence.commit != commit:

@@ -682,7 +682,9 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
         _until(lambda: _refusals(tally) >= 2, timeout=60)
         early = _loose_objects(clone)
         _until(lambda: _refusals(tally) >= 8, timeout=60)  # each attempt a new claim: +4 objects each without the fix
-        assert _loose_objects(clone) <= early + 1
+        # At most one attempt's commit more than before (the one being pushed when counted): bounded,
+        # where six more attempts would have left 24 more objects.
+        assert _loose_objects(clone) <= early + 5
         block.unlink()
         _until(lambda: len(world.events("finished")) == 21, timeout=120)
     finally:

@@ -88,6 +88,13 @@ class _Flight:
     attempt: int = 1  # which attempt of the revision this run is (retries)
 
 
+def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
+    """When time-based work falls due: a retry's backoff ending, another runner's lease running out
+    (its job is then closed as lost), whichever is first."""
+    dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
+    return min(d.astimezone(UTC) for d in dues) if dues else None
+
+
 def _sleep(interval: float, wake: datetime | None) -> float:
     """Until the next poll: `interval`, or less when a retry falls due sooner."""
     if wake is None:
@@ -186,6 +193,7 @@ class Runner:
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
         self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
+        self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -284,6 +292,7 @@ class Runner:
         branch.remember(branch.tip(), self._pub.checked, seen)
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
+        self.wake = _due(work, runs)
         if not (outcomes or wrote or changes or warnings or self.spool.warnings or self.repo.warnings):
             self._remember_quiet(gate, work, runs)
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
@@ -306,9 +315,7 @@ class Runner:
             return
         prefix = f"refs/remotes/{self.options.remote}/"
         refs = {ref: self.repo.rev(prefix + ref.removeprefix("refs/heads/")) or "" for ref in self._watched()}
-        # Time-based work: a retry's backoff ending, another runner's lease running out (it is then closed as lost).
-        dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
-        wake = min(d.astimezone(UTC) for d in dues).isoformat() if dues else None
+        wake = self.wake.isoformat() if self.wake is not None else None
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 
     def _can_sign(self, policy: Policy) -> None:
@@ -761,7 +768,7 @@ class Runner:
                 if result.stopped_by:
                     return
                 quiet = refs if self._settled(refs) else None
-                wake = min((q.due for q in self.plan.queued if q.due is not None), default=None) if self.plan else None
+                wake = self.wake  # a retry falling due, another runner's lease running out
                 if any(o.status in RETRIED for o in result.outcomes):
                     # This pass's plan predates that result: the next one says when its retry is due.
                     wake = datetime.now(UTC)

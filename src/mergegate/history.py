@@ -27,7 +27,9 @@ everywhere else (the Assessor then asks git, as before):
 - the side's changed names hold no glob character (`*?[\\`: the content
   pathspec is then matched here as git matches it; otherwise by git);
 - for earlier writers of the same bytes (`producers`), no two of them share a
-  date (git's order between equal dates depends on the whole walk).
+  date (git's order between equal dates depends on the whole walk);
+- no diff lists a path twice (a tree git would not write: unsorted, or a name
+  twice; replaying diffs and listing trees disagree on it).
 `tests/test_history.py` holds every answer to git's own, one question at a time.
 """
 
@@ -135,6 +137,10 @@ class History:
         if answers is None:
             return None
         diffs.update((sha, changes) for (_, sha), changes in zip(unread, answers, strict=True))
+        if any(len({c.path for c in changes}) != len(changes) for changes in diffs.values()):
+            # A path twice in one diff: a tree git never writes (unsorted, or a name twice), where
+            # replaying diffs and listing trees disagree. Ask git, as the runner does.
+            return None
         repo.remember({sha: parents[sha] for sha in chain}, {(line[k], sha): diffs[sha] for k, sha in enumerate(chain)})
         # The job and policy files the walk reads, streamed by one process rather than a round trip each.
         repo.preload([c.new_blob for sha in chain for c in diffs[sha]

@@ -14,10 +14,9 @@ from typing import Any
 
 import yaml
 
-from mergegate import audit, audit_branch, workflows
-from mergegate.git import Repo
+from mergegate import audit, workflows
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_retries_labels import RULES, _gate, _merge
+from tests.test_retries_labels import RULES, _append, _gate, _merge
 
 
 def _merge_removal(world: World, branch: str, paths: list[str]) -> str:
@@ -141,17 +140,7 @@ def test_retries_without_runners_are_a_configuration_error_naming_the_field(worl
 
 def _forge(world: World, drafts: list[dict[str, Any]]) -> None:
     """Well-chained records appended by someone who can push mergegate/audit (a gate without runners)."""
-    repo = Repo(world.clone("mallory"))
-    world.git("mallory", "fetch", "-q", "origin")
-    tip = repo.rev("refs/remotes/origin/mergegate/audit")
-    assert tip is not None
-    approved = audit_branch.approved_of(repo.commit(tip))
-    assert approved is not None
-    tail = audit.read_tail(repo, tip)
-    records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
-    sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message=audit_branch.message("mergegate: audit", approved),
-                            author=("runner", "runner@mergegate.invalid"), signing=None)
-    world.git("mallory", "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
+    _append(world, drafts, where="mallory", sign=False)
 
 
 def test_a_record_time_without_a_zone_does_not_stop_every_later_pass(world: World) -> None:

@@ -233,11 +233,12 @@ def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) 
 
 # -- verify --------------------------------------------------------------------------------------
 
-def _append(world: World, drafts: list[dict[str, Any]]) -> None:
-    """Records appended through the runner's own code path (as a runner that broke the rules would)."""
-    clone = world.clone("runner")
+def _append(world: World, drafts: list[dict[str, Any]], *, where: str = "runner", sign: bool = True) -> None:
+    """Records appended through the runner's own code path (as a runner that broke the rules would, with its
+    key; or, `sign=False`, as anyone who can push mergegate/audit of a gate that lists no runners)."""
+    clone = world.clone(where)
     repo = Repo(clone)
-    world.git("runner", "fetch", "-q", "origin")
+    world.git(where, "fetch", "-q", "origin")
     tip = repo.rev("refs/remotes/origin/mergegate/audit")
     assert tip is not None
     approved = audit_branch.approved_of(repo.commit(tip))
@@ -246,8 +247,8 @@ def _append(world: World, drafts: list[dict[str, Any]]) -> None:
     records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
     sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message=audit_branch.message("forged", approved),
                             author=("runner", "runner@mergegate.invalid"),
-                            signing=Signing(world.runner_args[1]) if world.runner_args else None)
-    world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
+                            signing=Signing(world.runner_args[1]) if world.runner_args and sign else None)
+    world.git(where, "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
 
 
 def _retry_of(record: dict[str, Any], attempt: int, status: str) -> list[dict[str, Any]]:

@@ -80,6 +80,22 @@ on:
 permissions: {{}}
 """
 
+# A pass of the runner: the checkout of approved (no credentials kept) and the action's `run`.
+RUN_STEPS = """\
+    steps:
+      - uses: {checkout} # {checkout_version}
+        with:
+          ref: approved
+          fetch-depth: 0
+          persist-credentials: false
+      - uses: {action}
+        with:
+          command: run
+          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
+          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
+          github-token: ${{{{ github.token }}}}
+"""
+
 RUN = """\
 # mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
 # so a job that waited for evidence is judged again). Records go to mergegate/audit.
@@ -105,19 +121,7 @@ jobs:
     permissions:
       contents: write       # to push records to mergegate/audit (protect approved separately)
       pull-requests: read   # review evidence for GitHub-made merges
-    steps:
-      - uses: {checkout} # {checkout_version}
-        with:
-          ref: approved
-          fetch-depth: 0
-          persist-credentials: false
-      - uses: {action}
-        with:
-          command: run
-          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
-          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
-          github-token: ${{{{ github.token }}}}
-"""
+""" + RUN_STEPS
 
 
 FAN_OUT = """\
@@ -202,19 +206,7 @@ jobs:
     permissions:
       contents: write
       pull-requests: read
-    steps:
-      - uses: {checkout} # {checkout_version}
-        with:
-          ref: approved
-          fetch-depth: 0
-          persist-credentials: false
-      - uses: {action}
-        with:
-          command: run
-          trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
-          signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
-          github-token: ${{{{ github.token }}}}
-"""
+""" + RUN_STEPS
 
 
 def files(*, action: str, fan_out: bool = False) -> dict[str, str]:

@@ -37,6 +37,8 @@ def test_denied_and_invalid_jobs_are_annotated_at_their_line(world: World, fake:
     assert "### mergegate check: not allowed" in summary
     row = next(line for line in summary.splitlines() if line.startswith("| ok |"))
     assert "| echo hi | allowed |" in row and "| bob |" in row and "alice, carol" in row
+    # The approvals it still needs say that bob's review counts at the merge (not "no approvals" alone).
+    assert "the reviews on this head (bob) count too once it is merged with a merge commit or squash" in row
     outputs = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
     assert outputs["allowed"] == "false" and outputs["denied-count"] == "1" and outputs["invalid-count"] == "1"
     assert outputs["allowed-count"] == "1"

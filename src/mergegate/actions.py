@@ -105,8 +105,12 @@ def summary(report: CheckReport, reviews: ReviewState, approvers: tuple[str, ...
     for f in report.files:
         may = [name for name in approvers if name not in counted and name not in reviews.excluded]
         given = ", ".join(sorted(counted)) if not reviews.note else reviews.note
+        needed = f.approvals
+        if counted and not reviews.note and f.state in ("allowed", "policy"):
+            # The approvals text is the proposal's own (approval commits); reviews count at the merge.
+            needed += f"; the reviews on this head ({given}) count too once it is merged with a merge commit or squash"
         out.append("| " + " | ".join(_cell(c) for c in (
-            f.job or f.path, where(f).command, f.state, f.reason, f.approvals, given or "none", ", ".join(may) or "nobody")) + " |")
+            f.job or f.path, where(f).command, f.state, f.reason, needed, given or "none", ", ".join(may) or "nobody")) + " |")
     return "\n".join(out) + "\n"
 
 

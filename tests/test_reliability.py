@@ -88,6 +88,15 @@ def _git_calls(trace: Path, verb: str) -> int:
     return sum(1 for line in text.splitlines() if f"built-in: git {verb} " in line)
 
 
+def _kill_9_and_see_the_jobs_die(runner: subprocess.Popen[str], marker: str) -> None:
+    """kill -9 the runner; every process of its jobs (found by `marker`) is gone within a second."""
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    killed = time.monotonic()
+    _until(lambda: not _with(marker), timeout=1.0, step=0.02)
+    assert time.monotonic() - killed < 1.0
+
+
 def _kill_all(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -106,11 +115,7 @@ def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: Wo
     runner = _start_runner(world, "--once")
     try:
         _until(lambda: len(_with(marker)) == 4)  # sh and its three sleeps
-        os.kill(runner.pid, signal.SIGKILL)
-        runner.wait()
-        killed = time.monotonic()
-        _until(lambda: not _with(marker), timeout=1.0, step=0.02)
-        assert time.monotonic() - killed < 1.0
+        _kill_9_and_see_the_jobs_die(runner, marker)
     finally:
         _kill_all(_with(marker))
     # The next pass in the same clone closes it, once, and never runs it again.

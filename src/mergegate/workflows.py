@@ -80,14 +80,19 @@ on:
 permissions: {{}}
 """
 
-# A pass of the runner: the checkout of approved (no credentials kept) and the action's `run`.
-RUN_STEPS = """\
-    steps:
+# The checkout every runner job starts with: approved's whole history, no credentials kept.
+CHECKOUT_APPROVED = """\
       - uses: {checkout} # {checkout_version}
         with:
           ref: approved
           fetch-depth: 0
           persist-credentials: false
+"""
+
+# A pass of the runner: the checkout of approved (no credentials kept) and the action's `run`.
+RUN_STEPS = """\
+    steps:
+""" + CHECKOUT_APPROVED + """\
       - uses: {action}
         with:
           command: run
@@ -151,11 +156,7 @@ jobs:
       matrix: ${{{{ steps.plan.outputs.matrix }}}}
       count: ${{{{ steps.plan.outputs.count }}}}
     steps:
-      - uses: {checkout} # {checkout_version}
-        with:
-          ref: approved
-          fetch-depth: 0
-          persist-credentials: false
+""" + CHECKOUT_APPROVED + """\
       - id: plan
         uses: {action}
         with:
@@ -179,11 +180,7 @@ jobs:
       max-parallel: 20
       matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}
     steps:
-      - uses: {checkout} # {checkout_version}
-        with:
-          ref: approved
-          fetch-depth: 0
-          persist-credentials: false
+""" + CHECKOUT_APPROVED + """\
       - uses: {action}
         with:
           command: run

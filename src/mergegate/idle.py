@@ -1,16 +1,18 @@
-"""A clone's memory of its last quiet pass, so that an idle `run --once` costs an `ls-remote` (issue 12).
+"""A clone's memory of its last settled pass, so that an idle `run --once` costs an `ls-remote` (issue 12).
 
-A pass that found nothing to do (nothing run, rejected or recorded, nothing
-waiting for evidence, nothing spooled or pending) leaves
-`<git dir>/mergegate/quiet/<runner>.json`: the tips of `approved` and
-`mergegate/audit` it fetched and checked, the options it ran with, and when
-its next time-based work falls due (a retry's backoff ending, another
-runner's lease running out). The next `run --once` with the same options asks
-the remote first (`git ls-remote`: no fetch, no local write); when both refs
-are still there, in the remote and in this clone's remote-tracking refs, the
-spool is empty and nothing is due, it reports the same nothing without
-fetching, reading records or planning. Every other pass removes the memory
-before it starts, and writes it again only if it ends quiet.
+A pass that ended settled leaves `<git dir>/mergegate/quiet/<runner>.json`:
+the tips of `approved` and `mergegate/audit` as it fetched and pushed them,
+the options it ran with, and when its next time-based work falls due (a
+retry's backoff ending, another runner's lease running out). Settled is the
+runner's to say (`Runner._remember_quiet`): a pass that found nothing to do,
+or one that ran jobs, pushed every record and saw nobody else's records come
+in, with nothing waiting for evidence and no retry of its own to come. The
+next `run --once` with the same options asks the remote first (`git
+ls-remote`: no fetch, no local write); when both refs are still there, in the
+remote and in this clone's remote-tracking refs, the spool is empty, there is
+no pending commit and nothing is due, it reports the same nothing a full pass
+would, without fetching, reading records or planning. Every pass removes the
+memory before it starts, and writes it again only if it ends settled.
 
 Skipping is safe because the pass it stands for would decide nothing: its
 input is those two commits (already checked), the options and the time, and

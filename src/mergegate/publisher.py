@@ -62,6 +62,7 @@ class Publisher:
     files: dict[str, bytes] = field(default_factory=dict)  # evidence files the next commit adds
     own_checked: str | None = None  # the trailer with which an own commit was fully checked
     push_seconds: float = 0.0  # how long the last push that landed took (batches grow while jobs are shorter)
+    others: bool = False  # whether another runner's audit commits came in during the pass (idle.py: not settled)
 
     def __post_init__(self) -> None:
         self.veto_tip = self.veto_tip or self.judged
@@ -147,6 +148,7 @@ class Publisher:
         records = self.branch.audit_tip()
         checked = self.end.commit
         if records != checked:
+            self.others = True
             if records is None or (checked is not None and not self.repo.is_ancestor(checked, records)):
                 raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
                                      f"{(checked or '')[:12]} (force-push?)")

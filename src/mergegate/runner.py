@@ -284,7 +284,6 @@ class Runner:
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
                                            policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
                                            **self._walked_evidence(work, pending)))
-        wrote = bool(pending)
         if pending:
             self._publish(pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
@@ -293,8 +292,8 @@ class Runner:
         changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
         stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         self.wake = _due(work, runs)
-        if not (outcomes or wrote or changes or warnings or self.spool.warnings or self.repo.warnings):
-            self._remember_quiet(gate, work, runs)
+        if not (spooled or running or warnings or self.spool.warnings or self.repo.warnings):
+            self._remember_quiet(gate, work, runs, outcomes)
         return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
                           work.waiting)
 
@@ -304,17 +303,29 @@ class Runner:
         return idle.key(remote=self.options.remote, branch=self.options.branch, trust_root=self.options.trust_root,
                         runner_name=self.options.runner_name, labels=self.options.labels, signing_key=self.options.signing_key)
 
-    def _remember_quiet(self, gate: Gate, work: Plan, runs: list[audit.Record]) -> None:
-        """A pass that found nothing to do leaves its memory, so that the next `run --once` with
-        nothing new costs one `ls-remote` (idle.py). Only a pass that fetched from a remote, with
-        the trust root pinned by commit id, nothing waiting for evidence, spooled or pending."""
+    def _remember_quiet(self, gate: Gate, work: Plan, runs: list[audit.Record], outcomes: list[Outcome]) -> None:
+        """A pass that ended settled leaves its memory, so that the next `run --once` with nothing
+        new costs one `ls-remote` (idle.py), also right after a pass that ran jobs.
+
+        Settled: the next pass, from the refs this one fetched and pushed, would find nothing to
+        do before the memory's wake time. So: every record pushed (nothing spooled or pending);
+        the remote's refs are the tip of approved it judged and its own last audit commit (no
+        other runner's records came in meanwhile: their claims and leases are not in this
+        plan); nothing waiting for evidence or carried over for it; no job of this pass with a
+        retry to come (its due time is the next plan's to say) and no lost job closed (it may
+        be retried); the trust root pinned by commit id; fetched from a remote. (The caller
+        also wants no warnings and no results recovered from an earlier pass.)
+        """
         pinned = self.options.trust_root or os.environ.get("MERGEGATE_TRUST_ROOT") or ""
         if (self.options.job is not None or not self.options.fetch or gate.branch.remote is None or work.waiting is not None
-                or work.orphans or work.expired or self.shutdown.is_set() or not _FULL_ID.fullmatch(pinned)
+                or work.carried or work.orphans or work.expired or self.shutdown.is_set() or not _FULL_ID.fullmatch(pinned)
+                or any(o.retry_at is not None for o in outcomes) or self._pub.others
                 or self.spool.path.exists() or self.pending.get() is not None):
             return
         prefix = f"refs/remotes/{self.options.remote}/"
         refs = {ref: self.repo.rev(prefix + ref.removeprefix("refs/heads/")) or "" for ref in self._watched()}
+        if list(refs.values()) != [gate.tip, self._pub.checked or ""]:
+            return  # approved moved while the pass ran, or the audit branch is not where its last push left it
         wake = self.wake.isoformat() if self.wake is not None else None
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mergegate.git import Repo
+from mergegate.git import Repo, path_bytes, path_text
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
@@ -163,3 +163,97 @@ def test_the_users_git_config_and_pathspec_variables_do_not_change_what_git_tell
     assert repo.out("log", "--format=%H", "--", "*.txt") == head
     assert "a.txt" in repo.out("log", "--raw", "--format=%H", head)  # the root commit's diff is shown
     repo.close()
+
+
+def _rev_parse(path: Path, commit: str, name: str) -> str | None:
+    arg = f"{commit}:".encode() + path_bytes(name)
+    proc = subprocess.run([b"git", b"rev-parse", b"--verify", b"--quiet", arg], cwd=path, capture_output=True)
+    return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+
+def _tree_object(path: Path, entries: list[tuple[str, bytes, str]]) -> str:
+    """A tree written as given (order, duplicates and modes untouched), as a hostile push could carry."""
+    raw = b"".join(mode.encode() + b" " + name + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries)
+    return _git(path, "hash-object", "-t", "tree", "-w", "--literally", "--stdin", input=raw)
+
+
+def test_file_blob_reads_trees_itself_and_answers_as_rev_parse_does(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    blob = _git(path, "hash-object", "-w", "--stdin", input=b"x\n")
+    other = _git(path, "hash-object", "-w", "--stdin", input=b"y\n")
+    inner = _tree_object(path, [("100644", b"j.yaml", blob)])
+    # Trees git would not write: out of order, a name twice, a zero-padded folder mode.
+    odd = {
+        "unsorted": [("100644", b"b", blob), ("100644", b"a", other), ("40000", b"jobs", inner)],
+        "twice": [("100644", b"a", blob), ("100644", b"a", other), ("40000", b"jobs", inner)],
+        "padded": [("100644", b"a", blob), ("040000", b"jobs", inner)],
+        "tree-first": [("100644", b"a", blob), ("40000", b"jobs", inner), ("100644", b"jobs.yaml", other)],
+        "plain": [("100644", b"a", blob), ("100644", b"jobs.yaml", other), ("40000", b"jobs", inner)],  # jobs.yaml sorts before jobs/
+    }
+    commits = [_git(path, "rev-parse", "HEAD"), _git(path, "rev-parse", "HEAD~1")]
+    commits += [_git(path, "commit-tree", _tree_object(path, entries), "-m", name) for name, entries in odd.items()]
+    names = ["a", "b", "link", "jobs", "jobs/j.yaml", "jobs/j.yaml/inner", "jobs/nope", "a/b", path_text(b"caf\xe9"), "s1.txt",
+             "jobs.yaml", "nope", "jobs//j.yaml", "./a", "jobs/../a", "jobs/", "a\nb"]
+    for commit in commits:
+        repo = Repo(path)
+        for name in names:
+            assert repo.file_blob(commit, name) == _rev_parse(path, commit, name), (commit, name)
+    # A tree of git's own order is read without a git process per question.
+    repo = Repo(path)
+    calls: list[tuple[str, ...]] = []
+    run = repo.run
+    repo.run = lambda *args, **kw: calls.append(args) or run(*args, **kw)  # type: ignore[method-assign]
+    assert [repo.file_blob(commits[-1], n) for n in ("a", "jobs/j.yaml", "jobs.yaml", "nope")] == [blob, blob, other, None]
+    assert calls == []
+
+
+def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_list_does(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from mergegate.approvals import Assessor, _GitSide
+    from mergegate.git import literal
+
+    path = _history(tmp_path)
+    first = _git(path, "rev-parse", "main")
+    shapes: dict[str, str] = {}
+    # A line: adds, an edit, a mode change, a file becoming a folder and back, a delete.
+    _git(path, "checkout", "-q", "-b", "line", first)
+    for step in ["mkdir -p jobs/d && echo 1 > jobs/a.yaml && echo 1 > jobs/d/x.yaml", "echo 2 >> jobs/a.yaml && chmod +x a",
+                 "rm jobs/a.yaml && mkdir jobs/a.yaml && echo 3 > jobs/a.yaml/in", "rm -r jobs/a.yaml && echo 4 > jobs/a.yaml",
+                 "rm -r jobs/d && echo 5 > jobs/b.yml", "true"]:
+        subprocess.run(["sh", "-c", step], cwd=path, check=True)
+        _git(path, "add", "-A")
+        _git(path, "commit", "-q", "--allow-empty", "-m", step)
+    shapes["line"] = _git(path, "rev-parse", "HEAD")
+    # A line from a root of its own (history unrelated to approved's).
+    _git(path, "checkout", "-q", "--orphan", "orphan")
+    _git(path, "rm", "-rq", "--cached", ".")
+    (path / "jobs").mkdir(exist_ok=True)
+    (path / "jobs" / "a.yaml").write_text("orphan\n")
+    _git(path, "add", "jobs/a.yaml")
+    _git(path, "commit", "-q", "-m", "root")
+    (path / "jobs" / "c.yaml").write_text("c\n")
+    _git(path, "add", "jobs/c.yaml")
+    _git(path, "commit", "-q", "-m", "c")
+    shapes["orphan"] = _git(path, "rev-parse", "HEAD")
+    # A side with a merge in it: git answers each path (full-history rules for merges).
+    _git(path, "checkout", "-q", "-f", "-b", "merged", shapes["line"])
+    _git(path, "merge", "-q", "--no-ff", "--allow-unrelated-histories", "-X", "ours", "-m", "inner merge", "orphan")
+    shapes["merged"] = _git(path, "rev-parse", "HEAD")
+    shapes["nothing"] = first  # an empty side
+    names = ["jobs/a.yaml", "jobs/d", "jobs/d/x.yaml", "jobs/b.yml", "jobs/c.yaml", "a", "jobs", "nope", "jobs/a.yaml/in", "jobs/a"]
+    for shape, second in shapes.items():
+        repo = Repo(path)
+        side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+        for name in names:
+            assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (shape, name)
+        assert (side._line is None) == (shape == "merged"), shape
+    # The line is read once for every file, not a rev-list per file.
+    expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
+    repo = Repo(path)
+    side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, shapes["line"])
+    calls: list[str] = []
+    run = repo.run
+    repo.run = lambda *args, **kw: calls.append(args[0]) or run(*args, **kw)  # type: ignore[method-assign]
+    assert [side.touching(name) for name in names] == expected and sum(map(len, expected)) >= 10
+    assert calls == ["rev-list", "diff-tree"]

@@ -335,6 +335,47 @@ def test_a_torn_spool_line_is_set_aside_with_a_warning_and_the_pass_goes_on(worl
     assert world.run_once().code == 0
 
 
+def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each_runs_last_state(tmp_path: Path) -> None:
+    """A change costs one appended line (and one fsync), not a rewrite of every entry (issue 12: the
+    rewrite under a lock bounded --parallel); a fresh reader sees exactly what the writer holds."""
+    import threading
+
+    from mergegate.spool import COMPACT_SLACK, Entry, Spool
+
+    def entry(run_id: str, *, done: bool = False, n: int = 0) -> Entry:
+        return Entry({"event": "finished", "run_id": run_id, "n": n}, None, None, done=done)
+
+    spool = Spool(tmp_path / "s.jsonl")
+    spool.put_many([entry("a"), entry("b")])  # created: an atomic write
+    inode = spool.path.stat().st_ino
+    spool.put(entry("a", done=True))
+    spool.drop({"b"})
+    spool.put(entry("c"))
+    assert spool.path.stat().st_ino == inode  # appended to, never rewritten
+    assert len(spool.path.read_bytes().splitlines()) == 5
+    assert [(e.run_id, e.done) for e in Spool(spool.path).read()] == [("a", True), ("c", False)]
+    # A line torn by a crash: each run keeps its last complete state.
+    with open(spool.path, "ab") as f:
+        f.write(b'{"done": true, "job": null, "record": {"event": "finished", "run_')
+    fresh = Spool(spool.path)
+    assert [(e.run_id, e.done) for e in fresh.read()] == [("a", True), ("c", False)]
+    assert "could not be read (a torn write?)" in fresh.warnings[0]
+    # Compacted once it holds more than twice its live entries plus the slack; removed once empty.
+    for n in range(3 * COMPACT_SLACK):
+        fresh.put(entry("c", n=n))
+    assert len(fresh.path.read_bytes().splitlines()) <= 2 * 2 + COMPACT_SLACK + 1
+    assert [(e.run_id, e.record["n"]) for e in Spool(fresh.path).read()] == [("a", 0), ("c", 3 * COMPACT_SLACK - 1)]
+    # Jobs in parallel report from their own threads: every state lands.
+    threads = [threading.Thread(target=lambda k=k: [fresh.put(entry(f"t{k}", n=n)) for n in range(20)]) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {e.run_id: e.record["n"] for e in Spool(fresh.path).read()} == {"a": 0, "c": 3 * COMPACT_SLACK - 1, **{f"t{k}": 19 for k in range(8)}}
+    fresh.drop({"a", "c", *(f"t{k}" for k in range(8))})
+    assert not fresh.path.exists() and Spool(fresh.path).read() == []
+
+
 def test_spool_survives_any_bytes(tmp_path: Path) -> None:
     from mergegate.spool import Entry, Spool
 

@@ -14,7 +14,7 @@ into power.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -310,12 +310,35 @@ class _GitSide:
     def __init__(self, assessor: Assessor, first: str, second: str) -> None:
         self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
         self.base = self.repo.merge_base(first, second)
+        self._line: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet
 
     def side_commits(self) -> list[str]:
         return self.repo.side_commits(self.first, self.second)
 
     def touching(self, path: str) -> list[str]:
-        return self.repo.commits_touching(self.first, self.second, literal(path))
+        line = self._touched_line()
+        if line is None:
+            return self.repo.commits_touching(self.first, self.second, literal(path))
+        wanted = path_bytes(path)
+        return [sha for sha, names in line if wanted in names]
+
+    def _touched_line(self) -> list[tuple[str, frozenset[bytes]]] | None:
+        """The merged side as (commit, every path its diff changes and each folder above one), tip first,
+        when it is a line of non-merge commits; None otherwise (git answers each path, as before).
+
+        On a line, `rev-list --full-history first..second -- :(literal)path` lists, in the line's
+        order, the commits whose diff from their one parent (a root: from nothing) changes `path`
+        or something under it: one `rev-list` and one `diff-tree --stdin` for every job file of
+        the merge, not a `rev-list` each (a merge adding 100 jobs asked git 100 times)."""
+        if self._line is False:
+            self._line = None
+            listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
+            if all(len(item) <= 2 for item in listed):
+                pairs = [(item[1] if len(item) == 2 else None, item[0]) for item in listed]
+                diffs = self.repo.diffs(pairs)
+                if diffs is not None:
+                    self._line = [(sha, frozenset(_with_folders(c.path for c in changes))) for (_, sha), changes in zip(pairs, diffs, strict=True)]
+        return self._line if isinstance(self._line, list) else None
 
     def touching_content(self) -> list[str]:
         return self.repo.commits_touching(self.first, self.second, *CONTENT_PATHSPEC)
@@ -329,6 +352,18 @@ class _GitSide:
     def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]:
         links = [(p, e.blob) for p, e in self.assessor._tree(tree).items() if e.mode == SYMLINK]
         return tuple(sorted(links, key=lambda item: path_bytes(item[0])))
+
+
+def _with_folders(paths: Iterable[str]) -> set[bytes]:
+    """Each path and every folder above it (`a/b/c`: `a/b/c`, `a/b`, `a`)."""
+    found: set[bytes] = set()
+    for path in paths:
+        raw = path_bytes(path)
+        found.add(raw)
+        while b"/" in raw:
+            raw = raw.rpartition(b"/")[0]
+            found.add(raw)
+    return found
 
 
 def _split_named(trailer: str) -> tuple[str, str]:

@@ -29,6 +29,8 @@ _BATCH = 256  # pathspecs per git call: a merge may bring more files than one co
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _DETAIL_BYTES = 4096
 _COMMIT_CACHE = 4096
+_ASK_GIT = object()  # file_blob: an answer only git gives exactly
+_MODES = (b"40000", b"100644", b"100755", b"120000", b"160000")  # the modes git writes
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
 QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
@@ -318,6 +320,7 @@ class Repo:
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
+        self._trees: dict[str, dict[bytes, tuple[bytes, str]] | None] = {}  # file_blob's tree listings
 
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
@@ -796,8 +799,63 @@ class Repo:
         return entries
 
     def file_blob(self, commit: str, path: str) -> str | None:
+        """The object `path` names at `commit` (what `rev-parse <commit>:<path>` says), or None if absent.
+
+        Read through the object process (a planning pass asks this of every job: a
+        process each cost more than the rest of its planning); git answers where the
+        walk could differ from its own: a commit not named by its full id, a path with an
+        empty, `.` or `..` part, or a tree on the way that is not in git's own order."""
+        found = self._tree_entry(commit, path)
+        if found is None or isinstance(found, str):
+            return found
         proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path_arg(path)}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+    def _tree_entry(self, commit: str, path: str) -> str | object | None:
+        if not re.fullmatch(r"[0-9a-f]{40}", commit) or "\n" in path:
+            return _ASK_GIT
+        parts = path_bytes(path).split(b"/")
+        if any(part in (b"", b".", b"..") for part in parts):
+            return _ASK_GIT
+        if commit not in self._commits and self._objects.kind(commit) != "commit":
+            return _ASK_GIT
+        sha = self.commit(commit).tree
+        for k, part in enumerate(parts):
+            entries = self._tree_listing(sha)
+            if entries is None:
+                return _ASK_GIT
+            entry = entries.get(part)
+            if entry is None:
+                return None
+            mode, sha = entry
+            if k + 1 < len(parts) and mode != b"40000":
+                return None  # a file where the path goes on: git finds nothing there either
+        return sha
+
+    def _tree_listing(self, tree: str) -> dict[bytes, tuple[bytes, str]] | None:
+        """name -> (mode, object) of tree `tree`; None unless its entries are in git's order, each name once."""
+        found = self._trees.get(tree)
+        if found is not None or tree in self._trees:
+            return found
+        raw = self._object(tree, "tree")
+        entries: dict[bytes, tuple[bytes, str]] = {}
+        at, last = 0, b""
+        ordered = True
+        while at < len(raw) and ordered:
+            space, nul = raw.find(b" ", at), raw.find(b"\0", at)
+            if not 0 <= space < nul or nul + 21 > len(raw):
+                ordered = False  # not a tree git wrote: let git read it
+                break
+            mode, name = raw[at:space], raw[space + 1:nul]
+            key = name + b"/" if mode == b"40000" else name
+            ordered = mode in _MODES and key > last and name not in entries
+            last = key
+            entries[name] = (mode, raw[nul + 1:nul + 21].hex())
+            at = nul + 21
+        if len(self._trees) >= _COMMIT_CACHE:
+            del self._trees[next(iter(self._trees))]
+        self._trees[tree] = entries if ordered else None
+        return self._trees[tree]
 
     def blob_size(self, commit: str, path: str) -> int | None:
         """The size of `path` at `commit` without reading it; None if absent."""

@@ -11,12 +11,25 @@ process; when the job ends the real result replaces it; once the result is
 pushed the entry is dropped. A later pass pushes what is left, but only once the
 job's process is known to be gone (`Entry.gone`).
 
-Writes are atomic (a temporary file, fsync, rename, fsync of the directory), so a
-crash leaves the old spool or the new one. A line that cannot be read anyway (a
-torn write by an older version, a disk error, an edit) is moved to
-`<runner>.jsonl.corrupt` and named in a warning; it never stops a pass. A write
-that fails stops the pass (StateError naming the file): the runner claims nothing
-it could not account for.
+The file is a journal: a change appends a line (the entry's new state, or
+`{"dropped": [run ids]}` once results are pushed), and reading keeps the last
+state of each run. Appending one line and syncing it costs one fsync; rewriting
+the whole spool for every change (a temporary file, two fsyncs, a rename) took
+several milliseconds a job under a lock every job in parallel waits for, and
+bounded `--parallel` well below what the push allows (issue 12). The file is
+created, and compacted once it holds more than twice the live entries (plus
+`COMPACT_SLACK` lines), by an atomic rewrite (a temporary file, fsync, rename,
+fsync of the directory); it is removed once nothing is left in it, so an existing
+file means something is spooled.
+
+What is synced before it counts: a claim's provisional result (before the claim is
+pushed), the job's process (once it exists), its real result. A `dropped` line is
+not synced: lost in a crash, the next pass finds the result on the audit branch (or
+no claim there) and drops the entry anyway. A crash leaves each run's entry as of
+its last complete line. A line that cannot be read (a write torn by a crash, a disk
+error, an edit) is moved to `<runner>.jsonl.corrupt` and named in a warning; it
+never stops a pass. A write that fails stops the pass (StateError naming the file):
+the runner claims nothing it could not account for.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +46,8 @@ from typing import Any
 
 from mergegate.errors import StateError
 from mergegate.processes import ProcessId
+
+COMPACT_SLACK = 64  # lines a journal may hold beyond twice its live entries before it is rewritten
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,10 @@ class Spool:
     warnings: list[str] = field(default_factory=list)
     # Jobs in parallel report from their own threads: one read-modify-write at a time.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    # The live entries as this object last read or wrote them (one pass at a time per clone: the
+    # run lock), and how many lines the file holds: a change appends without reading the file again.
+    _live: dict[str | None, Entry] | None = field(default=None, repr=False, compare=False)
+    _lines: int = field(default=0, repr=False, compare=False)
 
     @classmethod
     def for_runner(cls, git_dir: Path, runner_name: str) -> Spool:
@@ -76,26 +96,37 @@ class Spool:
         return self.path.with_name(self.path.name + ".corrupt")
 
     def read(self) -> list[Entry]:
+        """The live entries on disk (the last state of each run not dropped since)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
+            self._live, self._lines = {}, 0
             return []
         except OSError as exc:
             raise StateError(f"cannot read the spool: {exc.strerror or exc}", file=str(self.path),
                              hint="the runner keeps results it has not pushed there; check its permissions") from None
-        entries: list[Entry] = []
+        live: dict[str | None, Entry] = {}
         bad: list[tuple[int, bytes]] = []
+        lines = 0
         for number, line in enumerate(data.splitlines(), start=1):
             if not line.strip():
+                continue
+            lines += 1
+            dropped = _dropped(line)
+            if dropped is not None:
+                for run_id in dropped:
+                    live.pop(run_id, None)
                 continue
             entry = _parse(line)
             if entry is None:
                 bad.append((number, line))
             else:
-                entries.append(entry)
+                live.pop(entry.run_id, None)  # its latest state goes last, as a rewrite would put it
+                live[entry.run_id] = entry
+        self._live, self._lines = live, lines
         if bad:
-            self._set_aside(bad, entries)
-        return entries
+            self._set_aside(bad, list(live.values()))
+        return list(live.values())
 
     def _set_aside(self, bad: list[tuple[int, bytes]], entries: list[Entry]) -> None:
         when = datetime.now(UTC).isoformat(timespec="seconds")
@@ -115,14 +146,16 @@ class Spool:
         )
 
     def write(self, entries: list[Entry]) -> None:
+        """Replace the whole spool with `entries` (atomic: the old spool or the new one survives a crash)."""
         try:
             if not entries:
                 self.path.unlink(missing_ok=True)
+                self._live, self._lines = {}, 0
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.path.with_name(self.path.name + ".tmp")
             with open(temporary, "wb") as f:
-                f.write(b"".join(json.dumps(e.as_json(), sort_keys=True).encode() + b"\n" for e in entries))
+                f.write(b"".join(_line(e) for e in entries))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temporary, self.path)
@@ -134,21 +167,82 @@ class Spool:
         except OSError as exc:
             raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
                              hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+        self._live = {e.run_id: e for e in entries}
+        self._lines = len(entries)
 
     def put(self, entry: Entry) -> None:
         """Keep `entry`, replacing an earlier one of the same run."""
         self.put_many([entry])
 
     def put_many(self, entries: list[Entry]) -> None:
-        """Keep `entries` (one write), replacing earlier ones of the same runs."""
-        with self._lock:
-            runs = {e.run_id for e in entries}
-            self.write([*(e for e in self.read() if e.run_id not in runs), *entries])
+        """Keep `entries` (one synced append), replacing earlier ones of the same runs."""
+        def apply(live: dict[str | None, Entry]) -> None:
+            for entry in entries:
+                live.pop(entry.run_id, None)  # its latest state goes last
+                live[entry.run_id] = entry
+
+        if entries:
+            self._change(apply, b"".join(_line(e) for e in entries), sync=True)
 
     def drop(self, run_ids: set[Any]) -> None:
+        """Forget these runs (their results are pushed, or their claims never were); not synced (see above)."""
+        def apply(live: dict[str | None, Entry]) -> None:
+            for run_id in run_ids:
+                live.pop(run_id, None)
+
+        if run_ids:
+            self._change(apply, json.dumps({"dropped": sorted(map(str, run_ids))}).encode() + b"\n", sync=False)
+
+    def _change(self, apply: Callable[[dict[str | None, Entry]], None], line: bytes, *, sync: bool) -> None:
         with self._lock:
-            if run_ids and self.path.exists():
-                self.write([e for e in self.read() if e.run_id not in run_ids])
+            if self._live is None:
+                self.read()
+            live = self._live
+            assert live is not None
+            had = bool(live)
+            apply(live)
+            if not live:
+                self.write([])
+                return
+            if not had or self._lines + 1 > 2 * len(live) + COMPACT_SLACK:
+                self.write(list(live.values()))  # created, or compacted: atomic
+                return
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            except OSError as exc:
+                raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
+                                 hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+            self._lines += line.count(b"\n")
+            try:
+                os.write(fd, line)
+            except OSError as exc:
+                os.close(fd)
+                raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
+                                 hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+        try:  # outside the lock: jobs in parallel sync their own lines at once
+            if sync:
+                os.fsync(fd)
+        except OSError as exc:
+            raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
+                             hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+        finally:
+            os.close(fd)
+
+
+def _line(entry: Entry) -> bytes:
+    return json.dumps(entry.as_json(), sort_keys=True).encode() + b"\n"
+
+
+def _dropped(line: bytes) -> list[str] | None:
+    """The run ids of a `dropped` line; None if the line is something else."""
+    if not line.startswith(b'{"dropped"'):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    ids = value.get("dropped") if isinstance(value, dict) and len(value) == 1 else None
+    return ids if isinstance(ids, list) and all(isinstance(i, str) for i in ids) else None
 
 
 def _parse(line: bytes) -> Entry | None:

@@ -72,6 +72,32 @@ def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
     assert all(spread(items, name) == items[offset(name, 100):] + items[:offset(name, 100)] for name in ("r1", "ci-7"))
 
 
+def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> None:
+    """Following the other runner it met, a runner would lose every later claim to it (a push each for nothing)."""
+    from mergegate.claims import jump
+
+    items = list(range(12))
+    taken = [k in (0, 1, 6, 11) for k in items]  # free: 2-5 (4 jobs) and 7-10 (4 jobs): the first longest
+    assert jump(items, taken) == [4, 5, 7, 8, 9, 10, 2, 3]
+    assert jump(items, [k in (0, 3) for k in items]) == [8, 9, 10, 11, 1, 2, 4, 5, 6, 7]
+    assert jump([1, 2, 3], [True, True, True]) == []
+
+
+def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobody_claimed() -> None:
+    from mergegate.claims import MAX_BATCH, BatchSize
+
+    size = BatchSize(1)
+    assert size.target(untaken=99, runners=1) == 1  # nothing ended yet: one claim at a time
+    size.ended(0.01)
+    assert size.short and size.size == 2
+    assert size.target(untaken=99, runners=1) == 50  # alone so far: half, for a runner that may come
+    assert size.target(untaken=99, runners=3) == 25
+    assert size.target(untaken=1000, runners=1) == MAX_BATCH
+    assert size.target(untaken=1, runners=3) == 2  # never below the doubling batch
+    size.ended(5.0)  # a long job: one at a time again, whatever is left
+    assert not size.short and size.target(untaken=99, runners=1) == 1
+
+
 def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(world: World, tmp_path: Path) -> None:
     """Four jobs that each wait until all four have started: only concurrent runs can all succeed."""
     _gate(world)

@@ -6,11 +6,19 @@ pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch
 
 - **Spread.** Each runner walks the list from its own offset (the SHA-256 of its
   `--runner-name`, modulo the list's length) and wraps around, so four runners start
-  on four different parts of the list instead of all racing for the first job.
+  on four different parts of the list instead of all racing for the first job. A
+  runner whose next job was claimed by another has reached that runner's part: it
+  jumps to the middle of the longest stretch nobody has claimed (`jump`) instead of
+  following the other runner, losing each claim to it.
+- **Fresh before choosing.** Before it picks the jobs of a claim, a runner whose last
+  look at both branches is older than `publisher.FRESH_SECONDS` looks again (the look
+  a claim needs anyway, for vetoes), so it picks among jobs nobody claimed meanwhile
+  rather than pushing a claim certain to be dropped.
 - **Batches.** One push carries the claims of every job started together (`--parallel
   N`: up to N) and the results of the jobs that ended since. While jobs are short
   (each ended within four times the time a push takes here, or `SHORT_SECONDS`), the batch
-  doubles, up to `MAX_BATCH`, claiming
+  doubles, and is at least a fair share of the jobs nobody has claimed (`BatchSize.target`:
+  split between the runners seen claiming and one more), up to `MAX_BATCH`, claiming
   jobs ahead of a free slot; a job that takes longer brings it back to N. So a merge of
   a thousand trivial jobs costs a few dozen pushes, while long jobs are claimed one
   slot at a time and spread evenly over the runners.
@@ -52,6 +60,31 @@ def spread(items: Sequence[T], runner_name: str) -> list[T]:
     """`items` from this runner's own offset on, wrapping around."""
     start = offset(runner_name, len(items))
     return [*items[start:], *items[:start]]
+
+
+def jump(items: Sequence[T], taken: Sequence[bool]) -> list[T]:
+    """The items not taken, from the middle of the longest stretch of them on, wrapping around.
+
+    A runner whose next job another runner claimed first has run into that runner's
+    part of the list: walking on, it would lose every later claim there too (each loss
+    a push for nothing). It goes instead to where nobody is: the middle of the longest
+    stretch no one has claimed, whose owner, working from the stretch's start, reaches
+    the middle last (work splitting)."""
+    best, best_length, start, length = 0, 0, 0, 0
+    for index, claimed in enumerate(taken):
+        if claimed:
+            length = 0
+            continue
+        if length == 0:
+            start = index
+        length += 1
+        if length > best_length:
+            best, best_length = start, length
+    middle = best + best_length // 2
+    free = [k for k, claimed in enumerate(taken) if not claimed]
+    at = next((n for n, k in enumerate(free) if k >= middle), 0)
+    order = free[at:] + free[:at]
+    return [items[k] for k in order]
 
 
 @dataclass
@@ -99,11 +132,24 @@ class BatchSize:
 
     parallel: int
     size: int = 0
+    short: bool = False  # the last job that ended was short
 
     def __post_init__(self) -> None:
         self.size = self.parallel
 
     def ended(self, seconds: float, push_seconds: float = 0.0) -> None:
         """A job ended after `seconds`; a push takes about `push_seconds` here."""
-        short = seconds < max(SHORT_SECONDS, 4 * push_seconds)
-        self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if short else self.parallel
+        self.short = seconds < max(SHORT_SECONDS, 4 * push_seconds)
+        self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if self.short else self.parallel
+
+    def target(self, untaken: int, runners: int) -> int:
+        """How many jobs this runner may hold claimed (running or waiting) after the next push.
+
+        While jobs are short, at least a fair share of what nobody has claimed yet: split
+        between the runners seen claiming in this pass and one more that may come. Every
+        push a runner saves is one that cannot collide with the others' pushes on the one
+        tip (with four runners on trivial jobs, two of three pushes lost the race)."""
+        if not self.short:
+            return self.size
+        share = -(-untaken // (runners + 1))
+        return min(max(self.parallel, MAX_BATCH), max(self.size, share))

@@ -85,8 +85,8 @@ class Publisher:
                 del claims[key]
                 drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
             held.add(key[:2])
-        if claims and time.monotonic() - self.fetched > FRESH_SECONDS:
-            self.refresh(fetch=self.fetch)  # a veto merged while earlier jobs ran
+        if claims:
+            self.fresh()  # a veto merged while earlier jobs ran
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
@@ -137,6 +137,11 @@ class Publisher:
             self.refresh(fetch=True)
         raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
                        hint="another process keeps moving the branch; run again")
+
+    def fresh(self) -> None:
+        """Look at both branches again if the last look is older than FRESH_SECONDS (before choosing claims)."""
+        if time.monotonic() - self.fetched > FRESH_SECONDS:
+            self.refresh(fetch=self.fetch)
 
     def refresh(self, *, fetch: bool) -> None:
         """One fetch of both branches; check what other runners appended; look for new vetoes."""

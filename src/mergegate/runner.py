@@ -33,7 +33,7 @@ from mergegate import audit, audit_branch, executor, github, idle, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
-from mergegate.claims import BatchSize, Book, spread
+from mergegate.claims import BatchSize, Book, jump, spread
 from mergegate.eligibility import RETRIED, Runnable, iso_up, retriable
 from mergegate.errors import (
     Denied,
@@ -194,6 +194,7 @@ class Runner:
         self.pending = Pending(self.repo, options.runner_name)
         self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
         self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
+        self._pass_keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -493,6 +494,7 @@ class Runner:
         parallel = max(1, self.options.parallel)
         outcomes: list[Outcome] = []
         queue_ = list(runnable)
+        self._pass_keys = {(item.decision.path, item.decision.blob) for item in runnable}
         waiting: list[_Flight] = []  # claimed, not started yet
         flying: dict[str, _Flight] = {}
         done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]] = queue.Queue()
@@ -524,16 +526,27 @@ class Runner:
                 flight = waiting.pop(0)
                 flying[flight.run_id] = flight
                 self._launch(flight, done, me)
-            room = size.size - len(flying) - len(waiting)
+            room = (size.target(*self._share(queue_)) if size.short else size.size) - len(flying) - len(waiting)
             if not stopping and queue_ and room > 0 and len(waiting) < parallel:
+                try:
+                    self._pub.fresh()  # choose among jobs nobody claimed meanwhile
+                except (GitError, StateError) as exc:
+                    failure = exc
+                    continue
                 batch: list[_Flight] = []
                 while queue_ and len(batch) < room:
+                    if self._taken(queue_[0]) is not None:
+                        # Another runner's part of the list: go where nobody is (claims.jump).
+                        taken = [self._taken(item) for item in queue_]
+                        for item, earlier in zip(queue_, taken, strict=True):
+                            if earlier is not None:
+                                decision = item.decision
+                                outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed",
+                                                        f"claimed by {earlier.get('runner')}"))
+                        queue_ = jump(queue_, [earlier is not None for earlier in taken])
+                        continue
                     item = queue_.pop(0)
                     decision = item.decision
-                    earlier = self._pub.book.taken(decision.path, decision.blob, decision.commit, item.attempt)
-                    if earlier is not None:  # another runner claimed it while this pass ran
-                        outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {earlier.get('runner')}"))
-                        continue
                     prepared = self._prepare(decision, item.policy, item.attempt)
                     if isinstance(prepared, _Flight):
                         batch.append(prepared)
@@ -561,6 +574,18 @@ class Runner:
                     self._publish(pending)  # best effort: the spool keeps them otherwise
             raise failure
         return outcomes, pending
+
+    def _share(self, queue_: list[Runnable]) -> tuple[int, int]:
+        """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any of this pass's jobs."""
+        untaken = sum(1 for item in queue_ if self._taken(item) is None)
+        keys = self._pass_keys
+        runners = {str(r.get("runner")) for key, r in self._pub.book.started.items() if key in keys}
+        return untaken, len(runners | {self.options.runner_name})
+
+    def _taken(self, item: Runnable) -> audit.Record | None:
+        """Another runner's claim (or refusal) of this item, as of the last look at the audit branch."""
+        decision = item.decision
+        return self._pub.book.taken(decision.path, decision.blob, decision.commit, item.attempt)
 
     def _prepare(self, decision: Decision, policy: Policy, attempt: int) -> _Flight | tuple[Outcome, dict[str, Any]]:
         """Everything that can refuse the job, checked before it is claimed (a refusal is final)."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -291,5 +294,96 @@ def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
         if config._surely_valid(schema, data):
             accepted += 1
             assert valid, data
+        assert config._verdict(schema, data, schema) in (valid, None), data  # its "invalid" is exact too
     assert accepted > 400
-    assert not config._surely_valid(config._schema("policy"), {"version": 1})  # keywords it does not read: jsonschema's
+
+
+def _policy_data(rng: random.Random) -> dict[str, object]:
+    """A policy of every key's edge values: mostly valid values (the first two of each), else any."""
+    def pick(options: list[object]) -> object:
+        return rng.choice(options[:2] if rng.random() < 0.8 else options)
+
+    ssh = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice"
+    key = [ssh, {"key": ssh, "valid_after": "2024-01-01T00:00:00Z"}, {"file": "keys/a.pub"}, {"key": ssh, "file": "keys/a"},
+           {}, {"key": ssh, "valid_before": "2024-01-01"}, {"file": "../x"}, "", 5, {"key": ssh, "extra": 1}, {"key": ""},
+           {"key": ssh, "valid_after": "2024-01-01T00:00:00.5+02:00"}, None]
+
+    def person() -> dict[str, object]:
+        fields: dict[str, list[object]] = {
+            "name": ["alice", "Bob Smith", "-x", "", "a" * 129, 5, None],
+            "email": ["a@example.com", "b@x", "x" * 255, 3],
+            "emails": [["a@x"], [], ["x" * 255], "a@x", [1]],
+            "key": key,
+            "keys": [[ssh], [ssh, {"file": "keys/b"}], [], ssh, [""], [{}]],
+            "github": [1, [1, 2], [1, 1], [], 0, -1, "alice", [True], True, [0], 2**40],
+            "login": ["x"],
+        }
+        names = [k for k in fields if (k == "name" and rng.random() < 0.9) or (k in ("key", "keys", "github") and rng.random() < 0.5)
+                 or rng.random() < 0.15]
+        return {k: pick(fields[k]) for k in names}
+
+    people = [[person() for _ in range(rng.randint(1, 3))], [], "alice", [None]]
+    values: dict[str, list[object]] = {
+        "version": [1, 1, 2, True, "1", 1.0, None],
+        "approvers": people, "proposers": people, "runners": people,
+        "groups": [{"ops": ["alice"]}, {}, {"-x": ["a"]}, {"ops": "alice"}, {"ops": [5]}, []],
+        "approvals_required": [1, 2, 0, True, "1", 1.5],
+        "policy_approvals_required": [2, 1, -1, None],
+        "allow_self_approval": [False, True, 0, "no"],
+        "approval_rules": [[{"paths": ["a/**"], "approvals_required": 2}], [{"name": "r", "require": [{"group": "ops", "count": 1}]}],
+                           [{"paths": []}], [{"require": []}], [{"require": [{"group": "ops"}]}], [{"other": 1}], {}],
+        "commands": [[{"program": "echo"}], [{"program": "sh", "args_prefix": ["-c"], "network": True}], [{}],
+                     [{"program": ""}], [{"program": "x", "args_prefix": "-c"}], [{"program": "x", "extra": 1}], "echo"],
+        "limits": [{"max_timeout_seconds": 60}, {}, {"max_timeout_seconds": 0}, {"nope": 1}, {"max_output_bytes": True}],
+        "env_allowlist": [["HOME", "A_1"], [], ["1X"], ["A-B"], "HOME"],
+        "reserved_env": [["AWS_*"], [], ["*X"], [""]],
+        "path": ["/usr/bin", "/bin", "", 3],
+        "sandbox": ["none", "bwrap", "docker", None, True],
+        "max_retries": [0, 3, 100, 101, -1, 2.0],
+        "retry_backoff_seconds": [30, 0, 0.5, -1, 86401, "30"],
+        "github": [{"merge_keys": [ssh]}, {}, {"merge_keys": []}, {"allow_unmapped_authors": "yes"}, {"other": 1}],
+        "unknown_key": [1],
+    }
+    keys = [k for k in values if (k in ("version", "approvers") and rng.random() < 0.9) or rng.random() < 0.25]
+    return {k: pick(values[k]) for k in keys}
+
+
+def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
+    """config._verdict reads policy.schema.json's keywords too ($ref, oneOf, anyOf, not, const, enum):
+    every True is valid to jsonschema (the reference) and every False invalid (oneOf and not decide by
+    it), over generated policies of every key's edge values; None leaves it to jsonschema."""
+    import jsonschema
+
+    from mergegate import config
+
+    schema = config._schema("policy")
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(11)
+    decided = {True: 0, False: 0}
+    for _ in range(4000):
+        data = _policy_data(rng)
+        valid = not list(validator.iter_errors(data))
+        verdict = config._verdict(schema, data, schema)
+        assert verdict in (valid, None), (verdict, data)
+        if verdict is not None:
+            decided[verdict] += 1
+    assert decided[True] > 400 and decided[False] > 400, decided
+
+
+def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path: Path) -> None:
+    """The reason for the quick check: jsonschema costs about 0.2 s of CPU to import, in every runner."""
+    from tests.helpers.repos import ECHO_RULE, policy_yaml
+
+    policy = policy_yaml([{"name": "alice", "email": "a@example.com", "key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA a",
+                           "github": [5]}], [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"], "network": False}],
+                         approvals_required=1, max_retries=2, retry_backoff_seconds=10, limits={"max_timeout_seconds": 60},
+                         groups={"ops": ["alice"]}, env_allowlist=["HOME"], sandbox="none")
+    (tmp_path / "policy.yaml").write_text(policy)
+    (tmp_path / "job.yaml").write_text("id: hello\ncommand: [echo, hi]\nretries: 1\nruns_on: [linux]\n")
+    code = ("import sys; from pathlib import Path; from mergegate import config\n"
+            "for name in ('policy', 'job'):\n"
+            "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), file=name, schema=name), schema=name)\n"
+            "assert 'jsonschema' not in sys.modules, 'imported'\n"
+            "config.validate(config.load(b'id: x\\ncommand: [1]\\n', file='bad', schema='job'), schema='job')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "ConfigError" in done.stderr and "command" in done.stderr, done.stderr

@@ -7,20 +7,21 @@ every value so that an error can point at it.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache
-from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from mergegate.errors import ConfigError
+
+if TYPE_CHECKING:  # imported when a document is not provably valid (about 0.2 s of CPU a process saves)
+    import jsonschema
 
 Path_ = tuple[str | int, ...]
 
@@ -255,7 +256,8 @@ def _scalar(node: yaml.Node, file: str) -> Any:
 
 @cache
 def _schema(name: str) -> dict[str, Any]:
-    text = resources.files("mergegate.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    # Next to this module (importlib.resources would cost more to import than the read).
+    text = (Path(__file__).parent / "schemas" / f"{name}.schema.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
@@ -268,12 +270,16 @@ GITHUB_ID_HINT = "find an account's numeric id: gh api users/LOGIN --jq .id (doc
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     # One per schema: a validator holds no state between documents, and building one per file costs
     # more than checking a small file against it.
+    import jsonschema
+
     return jsonschema.Draft202012Validator(_schema(name))
 
 
 def validate(doc: Document, *, schema: str) -> None:
     if _surely_valid(_schema(schema), doc.data):
-        return  # what jsonschema would say too (no error), at a tenth of its cost
+        return  # what jsonschema would say too (no error), at a tenth of its cost, without importing it
+    import jsonschema
+
     validator = _validator(schema)
     errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
@@ -293,73 +299,112 @@ def validate(doc: Document, *, schema: str) -> None:
     raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
 
 
-_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+# Keywords that assert nothing (`format` too: the validator is built without a format checker).
+_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "format"})
 _TYPES: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean": bool}
 
 
 def _surely_valid(schema: Any, instance: Any) -> bool:
     """True only when `instance` satisfies `schema` as jsonschema reads it; False also whenever unsure
-    (a keyword not read here, a float, a uniqueness of non-strings): then jsonschema decides.
+    (then jsonschema decides, and says why not). Held to jsonschema over generated jobs and policies."""
+    return _verdict(schema, instance, schema) is True
 
-    The keywords of job.schema.json, each as jsonschema's own check of it (`pattern` is re.search).
+
+def _verdict(schema: Any, instance: Any, root: Any) -> bool | None:
+    """Whether `instance` satisfies `schema` (a part of `root`, for `$ref`): True or False only where
+    that is what jsonschema (Draft 2020-12, no format checker) says too; None when unsure.
+
+    The keywords of job.schema.json and policy.schema.json, each as jsonschema's own check of it
+    (`pattern` is re.search); anything else is None. Floats are always None (an integral float is
+    an integer to jsonschema), and so are keywords on instances of a type they do not apply to.
+    False is exact too, because `oneOf` and `not` decide by it.
     """
-    if not isinstance(schema, dict):
-        return False
-    for keyword, value in schema.items():
-        if keyword in _ANNOTATIONS:
-            continue
-        if keyword == "type":
-            if value == "integer":
-                if type(instance) is not int:
-                    return False
-            elif value not in _TYPES or type(instance) is not _TYPES[value]:
-                return False
-        elif keyword in ("pattern", "maxLength", "minLength") and type(instance) is not str:
-            return False
-        elif keyword == "pattern":
-            if not re.search(value, instance):
-                return False
-        elif keyword == "maxLength":
-            if len(instance) > value:
-                return False
-        elif keyword == "minLength":
-            if len(instance) < value:
-                return False
-        elif keyword in ("minimum", "maximum"):
-            if type(instance) is not int or type(value) is not int or (instance < value if keyword == "minimum" else instance > value):
-                return False
-        elif keyword in ("items", "minItems", "maxItems", "uniqueItems"):
-            if type(instance) is not list:
-                return False
-            if keyword == "items" and not all(_surely_valid(value, item) for item in instance):
-                return False
-            if (keyword == "minItems" and len(instance) < value) or (keyword == "maxItems" and len(instance) > value):
-                return False
-            if keyword == "uniqueItems" and value is not False:
-                if value is not True or not all(type(item) is str for item in instance) or len(set(instance)) != len(instance):
-                    return False
-        elif keyword in ("properties", "required", "additionalProperties", "maxProperties", "propertyNames"):
-            if type(instance) is not dict:
-                return False
+    if not isinstance(schema, dict) or type(instance) not in _EXACT:
+        return None
+    return _all(_keyword(keyword, value, schema, instance, root) for keyword, value in schema.items() if keyword not in _ANNOTATIONS)
+
+
+# The types YAML reading gives (subclasses, floats, bytes and dates: unsure).
+_EXACT = frozenset({str, int, bool, list, dict, type(None)})
+
+
+def _keyword(keyword: str, value: Any, schema: dict[str, Any], instance: Any, root: Any) -> bool | None:
+    kind = type(instance)
+    if keyword == "type":
+        if value in ("integer", "number"):  # (floats are unsure: see above)
+            return kind is int
+        if value == "null":
+            return instance is None
+        return kind is _TYPES[value] if isinstance(value, str) and value in _TYPES else None
+    if keyword == "$ref":
+        if not isinstance(value, str) or not value.startswith("#/$defs/") or "/" in value[8:] or "~" in value:
+            return None
+        target = root.get("$defs", {}).get(value[8:]) if isinstance(root, dict) else None
+        return None if target is None else _verdict(target, instance, root)
+    if keyword == "const":
+        # jsonschema's equality: a bool equals only a bool (True is not 1); strings and ints by value.
+        return (kind is type(value) and instance == value) if kind in (str, int, bool) and type(value) in (str, int, bool) else None
+    if keyword == "enum":
+        return (kind is str and instance in value) if kind is str or all(type(v) is str for v in value) else None
+    if keyword in ("oneOf", "anyOf"):
+        found = [_verdict(part, instance, root) for part in value]
+        if keyword == "anyOf":
+            return True if True in found else (None if None in found else False)
+        return None if None in found else found.count(True) == 1
+    if keyword == "not":
+        inner = _verdict(value, instance, root)
+        return None if inner is None else not inner
+    if keyword in ("pattern", "maxLength", "minLength"):
+        if kind is not str:
+            return None
+        if keyword == "pattern":
+            return re.search(value, instance) is not None
+        return bool(len(instance) <= value if keyword == "maxLength" else len(instance) >= value)
+    if keyword in ("minimum", "maximum"):
+        if kind is not int or type(value) is not int:
+            return None
+        return bool(instance >= value if keyword == "minimum" else instance <= value)
+    if keyword in ("items", "minItems", "maxItems", "uniqueItems"):
+        if kind is not list or "prefixItems" in schema:  # (items then reads only what prefixItems does not)
+            return None
+        if keyword == "items":
+            return _all(_verdict(value, item, root) for item in instance)
+        if keyword in ("minItems", "maxItems"):
+            return bool(len(instance) >= value if keyword == "minItems" else len(instance) <= value)
+        if value is False:
+            return True
+        if value is not True or not all(type(item) in (str, int) for item in instance):
+            return None  # (a bool is no int to jsonschema, but is one in a Python set)
+        return len(set(instance)) == len(instance)
+    if keyword in ("properties", "required", "additionalProperties", "maxProperties", "propertyNames"):
+        if kind is not dict:
+            return None
+        if keyword == "properties":
+            return _all(_verdict(value[key], item, root) for key, item in instance.items() if key in value)
+        if keyword == "required":
+            return all(key in instance for key in value)
+        if keyword == "additionalProperties":
+            if "patternProperties" in schema:  # (additional means matched by neither)
+                return None
             known = schema.get("properties", {})
-            if keyword == "properties":
-                if not all(_surely_valid(value[key], item) for key, item in instance.items() if key in value):
-                    return False
-            elif keyword == "required":
-                if not all(key in instance for key in value):
-                    return False
-            elif keyword == "additionalProperties":
-                extra = [item for key, item in instance.items() if key not in known]
-                if (value is False and extra) or (value is not False and not all(_surely_valid(value, item) for item in extra)):
-                    return False
-            elif keyword == "maxProperties":
-                if len(instance) > value:
-                    return False
-            elif not all(_surely_valid(value, key) for key in instance):
-                return False
-        else:
+            extra = [item for key, item in instance.items() if key not in known]
+            if value is False:
+                return not extra
+            return _all(_verdict(value, item, root) for item in extra)
+        if keyword == "maxProperties":
+            return bool(len(instance) <= value)
+        return _all(_verdict(value, key, root) for key in instance)
+    return None
+
+
+def _all(verdicts: Iterable[bool | None]) -> bool | None:
+    """All true: True; any false: False (one failing keyword or item makes it invalid); else None (unsure)."""
+    unsure = False
+    for verdict in verdicts:
+        if verdict is False:
             return False
-    return True
+        unsure = unsure or verdict is None
+    return None if unsure else True
 
 
 def _hint(schema: str, path: Path_) -> str | None:
@@ -379,6 +424,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         known = schema.get("properties", {})
         extra = sorted(set(instance) - set(known))
+        import difflib  # (an error's hint only)
+
         guess = difflib.get_close_matches(extra[0], list(known), n=1) if extra else []
         hint = f" (did you mean '{guess[0]}'?)" if guess else ""
         return f"unknown key {', '.join(map(repr, extra))}{hint}; allowed keys: {', '.join(sorted(known))}"

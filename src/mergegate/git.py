@@ -9,18 +9,20 @@ runner never touches a person's working tree, index or checked-out branch.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import subprocess
-import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tempfile
+# (hashlib, tempfile and zlib are imported where objects are written: an idle `run --once`
+# asks `ls-remote` through this module and needs none of them, nor the modules they import.)
 
 from mergegate.errors import GitError
 
@@ -887,6 +889,8 @@ class Repo:
             if index is not None and index.exists():
                 return index
             if self._index_dir is None:
+                import tempfile
+
                 self._index_dir = tempfile.TemporaryDirectory(prefix="mergegate-index-")
             index = Path(self._index_dir.name) / f"{commit}-{len(self._indexes)}"
             entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
@@ -908,6 +912,8 @@ class Repo:
     ) -> str:
         """A commit on `parent` (a root commit if None) that sets `files`, built with a private index
         (author None: the person's own)."""
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             self.run("read-tree", *([parent] if parent else ["--empty"]), env=env)
@@ -949,6 +955,10 @@ class Repo:
         to a temporary file in that directory and renamed into place (so a reader never
         sees half of it); an object that exists already is left as it is.
         """
+        import hashlib
+        import tempfile
+        import zlib
+
         body = f"{kind} {len(data)}".encode() + b"\0" + data
         sha = hashlib.sha1(body, usedforsecurity=False).hexdigest()
         folder = self.common_dir / "objects" / sha[:2]

@@ -259,3 +259,16 @@ def test_the_quiet_ends_with_a_spooled_result_a_pending_commit_or_another_trust_
     assert "fetch" not in _traced(world, tmp_path, "--trust-root", root)[1]
     _, verbs = _traced(world, tmp_path, "--trust-root", root, env_trust=merge)
     assert "fetch" in verbs
+
+
+def test_a_full_pass_with_nothing_new_walks_back_to_the_trust_root_once(world: World, tmp_path: Path) -> None:
+    """The trust root against the tip, then against the last scanned commit (the same one): one walk
+    through all of history, not two (git.Repo.is_ancestor keeps its yes answers)."""
+    root = _gate(world)
+    tip = _merge(world, "one", {"jobs/one.yaml": job_yaml("one", ["echo", "1"])})
+    _traced(world, tmp_path, "--trust-root", root)
+    idle.forget(world.clone("runner") / ".git", "runner")
+    trace = tmp_path / "walks"
+    result = world.run_once("--trust-root", root, env={"GIT_TRACE": str(trace)})
+    assert result.code == 0 and result.json()["jobs"] == [], result.err
+    assert trace.read_text().count(f"merge-base --is-ancestor {root} {tip}") == 1

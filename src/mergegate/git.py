@@ -317,6 +317,7 @@ class Repo:
         self._commits: dict[str, Commit] = {}
         self._diffs: dict[tuple[str, str], list[Change]] = {}  # read ahead by prefetch
         self._parents: dict[str, tuple[str, ...]] = {}
+        self._ancestors: set[tuple[str, str]] = set()  # is_ancestor's yes answers between full commit ids
         # export(): one private index per (commit, skip), built once and read by every export of it.
         self._indexes: dict[tuple[str, Callable[[str], bool]], Path] = {}
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -540,7 +541,17 @@ class Repo:
 
     # -- history --------------------------------------------------------------
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        return self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
+        # Between two commit ids the answer never changes: asked twice in a pass (the trust root
+        # against the tip, then against the last scanned commit, the same one when nothing is new),
+        # the second is not another walk through all of history.
+        # (Only a yes is kept: a no may be a commit not fetched yet.)
+        key = (ancestor, descendant)
+        if key in self._ancestors:
+            return True
+        answer = self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
+        if answer and _FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant):
+            self._ancestors.add(key)
+        return answer
 
     def root_commit(self, tip: str) -> str:
         roots = self.out("rev-list", "--first-parent", "--max-parents=0", tip).split()
@@ -1016,6 +1027,7 @@ class Repo:
 
 
 _HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # Headers git itself reads (and only at their one place): anywhere else they are
 # ambiguous, because git and a looser reader would disagree on what the commit says.
 _FIXED = (b"tree", b"parent", b"author", b"committer")

@@ -399,8 +399,13 @@ def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Rec
     # Patterns on stdin: thousands of blob ids would not fit an argument list.
     proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-f", "-", commit, "--", f"{AUDIT_DIR}log-*.jsonl",
                     input="".join(f"{needle}\n" for needle in patterns).encode(), check=False)
+    return records_of(proc.stdout.splitlines())
+
+
+def records_of(lines: Iterable[bytes]) -> list[Record]:
+    """The records among grepped log lines (a line that is no record object is skipped: grep is not the chain check)."""
     records = []
-    for line in proc.stdout.splitlines():
+    for line in lines:
         try:
             value = json.loads(line)
         except ValueError:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mergegate import audit, reviews
+from mergegate import audit, loggrep, reviews
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
 from mergegate.git import Repo
@@ -260,7 +260,26 @@ def _named_evidence(record: audit.Record) -> list[tuple[str, str]]:
     return pairs
 
 
-def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit.Record] | None = None) -> dict[str, Evidence]:
+def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Record]:
+    """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log files'
+    part remembered by the clone (loggrep.py)."""
+    def more(seen: list[bytes], lines: list[bytes]) -> list[bytes]:
+        return [*seen, *lines]
+
+    def dump(seen: list[bytes]) -> list[str]:
+        return [line.decode("utf-8", "surrogateescape") for line in seen]
+
+    def load(value: list[str]) -> list[bytes]:
+        return [str(line).encode("utf-8", "surrogateescape") for line in value]
+
+    start: list[bytes] = []
+    lines = loggrep.folded(repo, records_tip, "evidence", ["-a", "-F", "--no-color", "-e", '"evidence"', "-e", '"reviewed"'],
+                           more, start, dump=dump, load=load, remember=remember)
+    return audit.records_of(lines)
+
+
+def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit.Record] | None = None, *,
+                    remember: bool = True) -> dict[str, Evidence]:
     """The evidence each decision was recorded on, by the commit it is about.
 
     Only files a record names (`evidence: [<sha256>]`, with the record's `commit`) count:
@@ -272,7 +291,7 @@ def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit
         return found
     # `evidence: [...]` on decisions, and `reviewed: {commit: digest}` on scanned records (which
     # need not say "evidence" anywhere): one grep for both.
-    named = audit.grep_any(repo, records_tip, ['"evidence"', '"reviewed"']) if records is None else records
+    named = _naming(repo, records_tip, remember=remember) if records is None else records
     for record in named:
         for commit, digest in _named_evidence(record):
             evidence = Evidence.from_bytes(audit.read_evidence(repo, records_tip, str(digest)), name=str(digest))

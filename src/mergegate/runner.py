@@ -339,10 +339,10 @@ class Runner:
     def _labels(self) -> frozenset[str] | None:
         return None if self.options.labels is None else frozenset(self.options.labels)
 
-    def _review_source(self, gate: Gate, now: datetime) -> github.ReviewSource:
+    def _review_source(self, gate: Gate, now: datetime, *, remember: bool = True) -> github.ReviewSource:
         """GitHub review evidence: what the records were decided on first, else asked of the API."""
         return github.ReviewSource(self.repo, now=now, settings=github.Settings.from_env(),
-                                   stored=github.stored_evidence(self.repo, gate.records),
+                                   stored=github.stored_evidence(self.repo, gate.records, remember=remember),
                                    remote=self.options.remote if gate.branch.remote is not None else None)
 
     def preview(self) -> Preview:
@@ -355,7 +355,7 @@ class Runner:
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
         # The same evidence a pass would judge with (the refusals below read it too).
-        self._reviews = self._review_source(gate, now)
+        self._reviews = self._review_source(gate, now, remember=False)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
                     runner_name=self.options.runner_name, remember=False, reviews=self._reviews,
                     labels=self._labels())

@@ -323,7 +323,178 @@ def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it()
             continue
         spelled = orjson.dumps(x)
         assert b"E" not in spelled
-        if not any(form in spelled for form in audit._ORJSON_FLOAT_FORMS):
+        if not audit._holds_float_forms(spelled):
             assert spelled == repr(x).encode(), x
             checked += 1
     assert checked > 10000
+
+
+def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
+    """`_holds_float_forms` sends a file to json's reading for any float orjson may spell unlike repr()
+    (the test above holds orjson to that), but not for text that merely holds `e-` (`one-time`)."""
+    for spelled in (b"1e-7", b"-1.5e-07", b"1e+16", b"2.5E+300".lower(), b"0.000015", b"-0.00001"):
+        assert audit._holds_float_forms(b'{"x":' + spelled + b'}') and audit._holds_float_forms(spelled), spelled
+    for text in (b'{"rule":"one-time","a":"make-release e+ c++","t":0.001,"n":1e3}', b"e-", b"", b"0.000"):
+        assert not audit._holds_float_forms(text), text
+    # A canonical file whose text holds `e-` goes through orjson; a forged 1e-07 next to that text does not.
+    good = _canonical_file().replace(b"jobs/j.yaml", b"jobs/one-time.yaml")
+    good = _resealed(good.splitlines(), lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    assert b"e-" in good and audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+    orjson = pytest.importorskip("orjson")
+    forged = _own_hashed([{**json.loads(line), "trap": 1e-07} for line in good.splitlines()],
+                         lambda v: bytes(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)))
+    assert b'"trap":1e-7' in forged and isinstance(_slow(forged, 4, "e" * 64), str)
+    assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
+
+
+# -- audit verify on every core (audit_chain) ----------------------------------------
+
+
+def _many_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int = 11) -> tuple[Repo, str]:
+    """A log of `files` files of 2 records (a `finished` with a run id in each), in one commit."""
+    monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
+    repo = _repo(tmp_path)
+    tip = repo.rev("HEAD")
+    assert tip is not None
+    drafts: list[dict[str, object]] = []
+    for i in range(files):
+        drafts += [audit.draft("started", runner="r", path=f"jobs/{i}.yaml", run_id=f"run-{i}"),
+                   audit.draft("finished", runner="r", path=f"jobs/{i}.yaml", run_id=f"run-{i}", exit_code=0, ratio=0.5)]
+    return repo, _append(repo, tip, drafts)
+
+
+def _replaced(repo: Repo, tip: str, number: int, data: bytes) -> str:
+    path = f"audit/log-{number:06d}.jsonl"
+    return repo.write_commit(parent=tip, files={path: data}, message="tamper\n", author=("t", "t@x"), signing=None)
+
+
+def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_hash: str) -> bytes:
+    """Log file `number`'s records sealed again after (after_seq, after_hash): right in itself, wrong as a link."""
+    data = repo.read_file(tip, f"audit/log-{number:06d}.jsonl")
+    assert data is not None
+    drafts = [{k: v for k, v in json.loads(line).items() if k not in ("seq", "prev", "hash")} for line in data.splitlines()]
+    return b"".join(r.line() for r in audit.seal(drafts, after_seq=after_seq, after_hash=after_hash))
+
+
+def _outcome(repo: Repo, tip: str, workers: int) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
+    """What each file yields (and what audit verify keeps of the chain), or the error, with `workers` workers."""
+    from mergegate import audit_chain, verification
+
+    try:
+        kept = verification._read_chain(repo, tip, workers=workers)
+        return [(c.path, c.blob, c.records, c.first_seq, c.summary)
+                for c in audit_chain.check_chain(repo, tip, verification._facts, workers=workers)] + [
+            ("kept", str(kept.verified), kept.records, kept.files, [r.fields for r in kept.naming])]
+    except Exception as exc:  # (compared across worker counts, whatever it is)
+        return type(exc).__name__, str(exc), getattr(exc, "file", None), getattr(exc, "line", None)
+
+
+def test_the_chain_checked_in_workers_is_the_chain_checked_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_chain in 2 or 3 forked workers yields what the serial reading yields (files, counts, first seqs,
+    the facts audit verify keeps), and proves canonical files in the workers (the reference reading, here,
+    is never needed for them)."""
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    serial = _outcome(repo, tip, 1)
+    assert isinstance(serial, list) and len(serial) == 12 and [c[3] for c in serial[:-1]] == list(range(1, 23, 2))
+    assert serial[4][4].finished == [("run-4", 10)]  # type: ignore[attr-defined]
+
+    def no_reference(data: bytes, path: str) -> list[audit.Record]:
+        raise AssertionError(f"{path} was read the reference way")
+
+    monkeypatch.setattr(audit, "parse_file", no_reference)
+    assert _outcome(repo, tip, 2) == serial and _outcome(repo, tip, 3) == serial
+
+
+@pytest.mark.parametrize("number", [5, 6])  # a file of either worker's share (2 workers), linked to the other's
+@pytest.mark.parametrize("tamper", ["prev", "seq", "edit", "two finished"])
+def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, tamper: str) -> None:
+    """Files checked by different workers: a file right in itself but not linked to the one before (its prev
+    or its seq), an edited record, and a run finished twice across files are the same error, file and line,
+    with 1, 2 or 3 workers."""
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    before = audit.read_all(repo, tip)[2 * (number - 1) - 1]  # the last record of the file before
+    data = repo.read_file(tip, f"audit/log-{number:06d}.jsonl")
+    assert data is not None
+    if tamper == "prev":
+        data = _resealed_file(repo, tip, number, after_seq=before.seq, after_hash="f" * 64)
+    elif tamper == "seq":
+        data = _resealed_file(repo, tip, number, after_seq=before.seq + 1, after_hash=before["hash"])
+    elif tamper == "edit":
+        data = data.replace(b'"exit_code":0', b'"exit_code":1')
+    if tamper != "two finished":
+        bad = _replaced(repo, tip, number, data)
+    else:  # the file's `finished` record takes the run id of the file before's, in a log sealed again
+        drafts = [{k: v for k, v in r.fields.items() if k not in ("seq", "prev", "hash")} for r in audit.read_all(repo, tip)]
+        drafts[2 * number - 1]["run_id"] = f"run-{number - 2}"
+        sealed = audit.seal(drafts, after_seq=0, after_hash=audit.GENESIS)
+        files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
+        bad = repo.write_commit(parent=tip, files=files, message="tamper\n", author=("t", "t@x"), signing=None)
+    serial = _outcome(repo, bad, 1)
+    assert isinstance(serial, tuple), serial
+    expected = {"prev": ("IntegrityError", f"seq {2 * number - 1}: prev does not match", f"audit/log-{number:06d}.jsonl", 1),
+                "seq": ("IntegrityError", f"seq {2 * number}: expected seq {2 * number - 1}", f"audit/log-{number:06d}.jsonl", 1),
+                "edit": ("IntegrityError", f"seq {2 * number}: hash does not match", f"audit/log-{number:06d}.jsonl", 2),
+                "two finished": ("IntegrityError", f"seq {2 * number}: run run-{number - 2} has 2 finished records", None, None)}[tamper]
+    assert (serial[0], serial[2], serial[3]) == (expected[0], expected[2], expected[3]) and expected[1] in serial[1], serial
+    assert _outcome(repo, bad, 2) == serial and _outcome(repo, bad, 3) == serial
+
+
+@pytest.mark.parametrize("how", ["killed", "raises", "exits"])
+def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A worker killed by a signal, raising, or exiting without answering for its files: never a pass, but an
+    IntegrityError naming the first file not verified; no worker is left running."""
+    import os
+    import signal
+
+    from mergegate import audit_chain, verification
+
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    proven = audit._proven
+
+    def failing(data: bytes) -> object:
+        if b'"jobs/6.yaml"' in data:  # log-000007, the first file of worker 0 that it cannot finish
+            if how == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if how == "raises":
+                raise RuntimeError("boom")
+            os._exit(0)
+        return proven(data)
+
+    monkeypatch.setattr(audit, "_proven", failing)
+    children = _children()
+    checked: list[str] = []
+    with pytest.raises(IntegrityError) as caught:
+        for log in audit_chain.check_chain(repo, tip, verification._facts, workers=2):
+            checked.append(log.path)
+    assert checked == [f"audit/log-{n:06d}.jsonl" for n in range(1, 7)]
+    assert caught.value.file == "audit/log-000007.jsonl" and caught.value.exit_code == 3
+    words = {"killed": "was killed by signal 9", "raises": "failed (RuntimeError: boom)", "exits": "stopped answering"}[how]
+    assert f"audit/log-000007.jsonl and the files after it were not verified: the process checking them {words}" in str(caught.value)
+    assert _children() == children
+
+
+def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from mergegate.errors import GitError
+
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    blob = dict(audit.log_files(repo, tip))["audit/log-000004.jsonl"]
+    loose = tmp_path / "gate/.git/objects" / blob[:2] / blob[2:]
+    assert loose.exists()
+    shutil.move(loose, tmp_path / "moved")
+    serial = _outcome(repo, tip, 1)
+    assert isinstance(serial, tuple) and serial[0] == GitError.__name__ and blob[:12] in serial[1], serial
+    assert _outcome(repo, tip, 2) == serial
+
+
+def _children() -> set[int]:
+    """This process's child processes (zombies included) as the kernel lists them."""
+    import os
+
+    found: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as listing:
+            found |= {int(pid) for pid in listing.read().split()}
+    return found

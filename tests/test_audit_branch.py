@@ -503,3 +503,49 @@ def test_a_branch_under_the_audit_name_is_named_in_the_error(world: World) -> No
     assert "the branch mergegate/audit/x is in the way of mergegate/audit" in result.err
     assert "git push origin --delete mergegate/audit/x" in result.err
     assert world.events("started") == []  # no claim, so the job never started
+
+
+def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_bad_link(world: World) -> None:
+    """With enough log files `audit verify` checks them in forked workers (audit_chain): the output is the
+    same, and a file right in itself but not linked to the one before (another worker's) is named as before."""
+    from mergegate import audit_chain
+
+    _gate(world)
+    _run_job(world)
+    records = world.records()
+    clone = world.checkout_audit()
+    seq, prev = len(records), records[-1]["hash"]
+    count = audit_chain.PARALLEL_FROM_FILES + 2
+    lines: list[str] = []
+    for number in range(2, count + 1):  # one record a file, as a runner writes them (canonical, chained)
+        record = {"event": "rejected", "job": None, "path": f"jobs/x{number}.yaml", "blob": None, "commit": None,
+                  "runner": "forger", "time": "2026-01-01T00:00:00.000000Z", "reason": "one-time", "seq": seq + 1, "prev": prev}
+        record["hash"] = record_hash(record)
+        seq, prev = seq + 1, record["hash"]
+        lines.append(json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
+        (clone / f"audit/log-{number:06d}.jsonl").write_text(lines[-1])
+    world.commit_audit(message="many files")
+    result = world.mg("audit", "verify", "--json")
+    assert result.code == 0, result.err
+    assert (result.json()["records"], result.json()["files"]) == (len(records) + count - 1, count)
+    # Instead (a fresh clone, as the log was never pushed otherwise), log-000007 sealed after a record that is
+    # not log-000006's, and the files after it chained on: each file right in itself, one broken link.
+    many = world.git("mallory", "rev-parse", "HEAD")
+    world.git("mallory", "reset", "-q", "--hard", "HEAD~1")
+    for number in range(2, 7):
+        (clone / f"audit/log-{number:06d}.jsonl").write_text(lines[number - 2])
+    seq, prev = len(records) + 5, "f" * 64
+    for number in range(7, count + 1):
+        record = {**json.loads(lines[number - 2]), "seq": seq + 1, "prev": prev}
+        record.pop("hash")
+        record["hash"] = record_hash(record)
+        seq, prev = seq + 1, record["hash"]
+        (clone / f"audit/log-{number:06d}.jsonl").write_text(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    relinked = world.commit_audit(message="many files, one bad link", push=False)
+    world.git("mallory", "push", "-q", "-f", "origin", f"{relinked}:refs/heads/mergegate/audit")
+    assert relinked != many
+    result = world.mg("audit", "verify", "--json", where="fresh")
+    assert result.code == 3, result.out + result.err
+    error = json.loads(result.out)
+    assert error["ok"] is False and (error["file"], error["line"]) == ("audit/log-000007.jsonl", 1), error
+    assert error["error"] == f"seq {len(records) + 6}: prev does not match the hash of seq {len(records) + 5}", error

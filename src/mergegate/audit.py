@@ -20,9 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import repeat
 from json.scanner import make_scanner
-from operator import methodcaller
 from types import MappingProxyType
 from typing import Any
 
@@ -46,7 +44,6 @@ _FILE = re.compile(r"^audit/log-(\d{6})\.jsonl$")
 _EVIDENCE = re.compile(r"^audit/evidence/([0-9a-f]{64})\.json$")
 _COMMON = ("event", "job", "path", "blob", "commit", "runner")
 _REQUIRED = ("seq", "prev", "hash", "time", *_COMMON)
-_REQUIRED_KEYS = frozenset(_REQUIRED)
 
 
 def now() -> str:
@@ -183,14 +180,59 @@ def check_links(records: Sequence[Record], *, prev_seq: int | None, prev_hash: s
 _SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # what json.loads runs, without its per-call wrapping
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 # orjson spells a float unlike repr() (so unlike json.dumps) only in exponent forms and below 1e-4
-# (`1e-5` for 1e-05, `0.000015` for 1.5e-05); a file holding any of these bytes is read the json way.
+# (`1e-7` for 1e-07, `0.000015` for 1.5e-05); a file holding any of these forms is read the json way.
 _ORJSON_FLOAT_FORMS = (b"e-", b"e+", b"0.0000")
+
+
+def _holds_float_forms(data: bytes) -> bool:
+    """Whether `data` may hold a float orjson spells in one of `_ORJSON_FLOAT_FORMS`: it holds
+    `0.0000`, or `e-` or `e+` after a digit (an exponent starts so; text such as `one-time`
+    does not send a file to the slower reading). Searched from the end (faster in CPython), and
+    `e+` only where there is a `+` at all (one memchr)."""
+    if data.rfind(b"0.0000") != -1:
+        return True
+    for form in (b"e-", b"e+") if b"+" in data else (b"e-",):
+        end = len(data)
+        while (at := data.rfind(form, 0, end)) > 0:
+            if 0x30 <= data[at - 1] <= 0x39:
+                return True
+            end = at
+    return False
 
 
 def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record] | None:
     """The records of one log file, checked as parse_file + check_links would, for files as
     mergegate writes them (every line the canonical JSON of its record); None for any other
     file, and for any file with a problem (the caller reads it the slow way, which names it).
+
+    `_proven` checks the file alone; what is left is its link to the file before: the first
+    record's seq and prev.
+    """
+    values = _proven(data)
+    if values is None or not linked(values[0], prev_seq=prev_seq, prev_hash=prev_hash):
+        return None
+    return records_of(values)
+
+
+def records_of(values: list[dict[str, Any]]) -> list[Record]:
+    return list(map(Record, map(MappingProxyType, values)))
+
+
+def linked(first: Mapping[str, Any], *, prev_seq: int, prev_hash: str) -> bool:
+    """Whether a proven file's first record (`_proven`: its seq an int) follows (prev_seq, prev_hash)."""
+    return bool(first["seq"] == prev_seq + 1 and first["prev"] == prev_hash)
+
+
+# The members every record has, in one lookup per record; the first four are the chain's.
+_MEMBERS = operator.itemgetter("seq", "prev", "hash", "event", *(k for k in _REQUIRED if k not in ("seq", "prev", "hash", "event")))
+
+
+def _proven(data: bytes) -> list[dict[str, Any]] | None:
+    """The values of a log file's lines when the file alone passes every check parse_file +
+    check_links make (complete lines, each the canonical JSON of a record with every required
+    member, seqs counting up by one, each prev the hash before it, each hash right, known
+    events), for files as mergegate writes them; else None. Not checked: the first record's
+    link to the file before (`linked`), the one thing a file cannot prove alone.
 
     It never accepts what the slow way refuses: `_canonical_values` shows that each line is
     exactly one JSON value and is the canonical JSON of that value, so the canonical body that
@@ -204,35 +246,42 @@ def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record]
     values = _canonical_values(data, lines)
     if values is None:
         return None
-    # Each check below runs over the whole file at C speed (map, list and set comparisons), not
+    # Each check below runs over the whole file at C speed (map, tuple and set comparisons), not
     # one Python statement per record: at 1,000 records per file that is most of the cost.
     try:
-        if not all(map(operator.le, repeat(_REQUIRED_KEYS), map(dict.keys, values))):  # dict.keys: dicts only
+        # KeyError: a member missing; TypeError: a line that is not an object.
+        seqs, prevs, hashes, events = list(zip(*map(_MEMBERS, values), strict=True))[:4]
+        if set(map(type, seqs)) != {int} or seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
             return None
-        seqs = list(map(operator.itemgetter("seq"), values))
-        hashes = list(map(operator.itemgetter("hash"), values))
-        if set(map(type, seqs)) != {int} or seqs != list(range(prev_seq + 1, prev_seq + 1 + len(seqs))):
+        if prevs[1:] != hashes[:-1] or not set(events) <= _EVENT_SET:
             return None
-        if list(map(operator.itemgetter("prev"), values)) != [prev_hash, *hashes[:-1]]:
-            return None
-        if not set(map(operator.itemgetter("event"), values)) <= _EVENT_SET:
-            return None
-    except TypeError:  # not a dict, or an unhashable event
+    except (KeyError, TypeError):  # (TypeError too for an unhashable event)
         return None
     # The body record_hash hashes: the line less `"hash":"<64 hex>",`. In canonical JSON the
     # record's own `hash` member is followed by a comma (job, path, prev ... sort after it). If
     # the first `"hash":"` of a line is another one (a nested key), or the hash is not 64
     # characters, the cut is elsewhere and what is hashed still holds the hash, which no
     # SHA-256 equals: refused.
-    cuts = list(map(bytes.find, lines, repeat(b'"hash":"')))
-    if -1 in cuts:
+    if _digests(lines) != list(hashes):
         return None
-    heads = map(operator.getitem, lines, map(slice, repeat(None), cuts))
-    tails = map(operator.getitem, lines, map(slice, map(operator.add, cuts, repeat(_HASH_MEMBER)), repeat(None)))
-    digests = map(methodcaller("hexdigest"), map(hashlib.sha256, map(operator.add, heads, tails)))
-    if list(digests) != hashes:
-        return None
-    return list(map(Record, map(MappingProxyType, values)))
+    return values
+
+
+_SHA256 = hashlib.sha256()  # copied per line: cheaper than a new hash object (no digest lookup)
+
+
+def _digests(lines: list[bytes]) -> list[str] | None:
+    """The SHA-256 of each line less its first `"hash":"<64 characters>",` (None if a line has no `"hash":"`)."""
+    digests = []
+    for line in lines:
+        cut = line.find(b'"hash":"')
+        if cut == -1:
+            return None
+        digest = _SHA256.copy()
+        digest.update(line[:cut])
+        digest.update(line[cut + _HASH_MEMBER:])
+        digests.append(digest.hexdigest())
+    return digests
 
 
 def _canonical_values(data: bytes, lines: list[bytes]) -> list[Any] | None:
@@ -254,7 +303,7 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
     lone surrogates, invalid UTF-8) or writes it back differently (big integers become floats,
     duplicate keys collapse), and the equality fails.
     """
-    if orjson is None or any(form in data for form in _ORJSON_FLOAT_FORMS):
+    if orjson is None or _holds_float_forms(data):
         return None
     loads = orjson.loads
     try:

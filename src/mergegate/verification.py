@@ -9,14 +9,15 @@ trust root, judges every commit again, and cross-checks the records against it.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from mergegate import audit, eligibility, github
+from mergegate import audit, audit_chain, eligibility, github
 from mergegate.approvals import Assessor
 from mergegate.audit_branch import Checker, every_commit
 from mergegate.branch import open_branch, refuse_old_layout, trust_root
@@ -58,32 +59,70 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
     # (issue 12); then the commits, with what the chain's reading already established (the evidence
     # records name, the log files it checked whole). A broken chain is still reported as the
     # commit that broke it: the commits are checked before its error is raised.
-    count, finished, unapproved = 0, _FinishedTwice(), _Unapproved()
-    naming: list[audit.Record] = []  # records that may name evidence (as `git grep evidence` finds them)
-    verified: dict[str, int] = {}
-    files = 0
     try:
-        for log in audit.iter_files(repo, records_tip):
-            files += 1
-            count += len(log.records)
-            for record in log.records:
-                if record.fields["event"] in ("finished", "scanned"):
-                    if problem := finished.add(record):
-                        raise IntegrityError(problem)
-                    unapproved.add(record)
-            if log.records and type(log.records[0].fields["seq"]) is int:
-                verified[log.blob] = log.records[0].fields["seq"]
-            if b"evidence" in log.data:
-                lines = log.data.splitlines()  # as parse_file splits them
-                naming += [record for record, line in zip(log.records, lines, strict=False) if b"evidence" in line]
-        unapproved.check(repo, records_tip)
-        stored = github.stored_evidence(repo, records_tip, naming)
+        chain = _read_chain(repo, records_tip)
+        chain.unapproved.check(repo, records_tip)
+        stored = github.stored_evidence(repo, records_tip, chain.naming)
     except IntegrityError:
         checker(github.stored_evidence(repo, records_tip), {}).check(commits)
         raise
     repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit
-    checker(stored, verified).check(commits)
-    return AuditReport(records_tip or "", count, files)
+    checker(stored, chain.verified).check(commits)
+    return AuditReport(records_tip or "", chain.records, chain.files)
+
+
+@dataclass
+class _Chain:
+    """What `audit verify` keeps of the chain it read: counts, the first seq of each log-file blob
+    (the commit checks need not read those again), the evidence references to check."""
+
+    records: int = 0
+    files: int = 0
+    verified: dict[str, int] = field(default_factory=dict)
+    naming: list[audit.Record] = field(default_factory=list)  # records that may name evidence (as `git grep evidence` finds them)
+    unapproved: _Unapproved = field(default_factory=lambda: _Unapproved())
+
+
+def _read_chain(repo: Repo, records_tip: str | None, *, workers: int | None = None) -> _Chain:
+    """The whole chain, checked, and the facts verify keeps, one file's worth at a time; IntegrityError at the
+    first problem in chain order (a broken link, or a run finished twice)."""
+    chain, finished = _Chain(), _FinishedTwice()
+    # The files are checked in worker processes (audit_chain); what is needed of each comes back as a _Facts.
+    for log in audit_chain.check_chain(repo, records_tip, _facts, workers=workers):
+        chain.files += 1
+        chain.records += log.records
+        for run_id, seq in log.summary.finished:
+            if problem := finished.add_run(run_id, seq):
+                raise IntegrityError(problem)
+        for fields in log.summary.unapproved:
+            chain.unapproved.add(audit.Record(MappingProxyType(fields)))
+        if log.first_seq is not None:
+            chain.verified[log.blob] = log.first_seq
+        chain.naming += [audit.Record(MappingProxyType(fields)) for fields in log.summary.naming]
+    return chain
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What `audit verify` needs of one log file beyond its chain, made where the file was read
+    (a worker process): its `finished` records' (run id, seq), the fields of its `scanned`
+    records naming an unapproved map, and of its records that may name evidence."""
+
+    finished: list[tuple[str, int]]
+    unapproved: list[dict[str, Any]]
+    naming: list[dict[str, Any]]
+
+
+def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> _Facts:
+    """(As `_FinishedTwice.add` and `_Unapproved.add` pick their records; a seq as `Record.seq` reads it.)"""
+    finished = [(run_id, int(fields["seq"])) for fields in records
+                if fields["event"] == "finished" and isinstance(run_id := fields.get("run_id"), str)]
+    unapproved = [dict(fields) for fields in records if fields["event"] == "scanned" and fields.get("unapproved_file")]
+    naming: list[dict[str, Any]] = []
+    if b"evidence" in data:
+        lines = data.splitlines()  # as parse_file splits them
+        naming = [dict(fields) for fields, line in zip(records, lines, strict=False) if b"evidence" in line]
+    return _Facts(finished, unapproved, naming)
 
 
 class _FinishedTwice:
@@ -96,9 +135,12 @@ class _FinishedTwice:
         run_id = record.get("run_id")
         if record.event != "finished" or not isinstance(run_id, str):
             return None
+        return self.add_run(run_id, record.seq)
+
+    def add_run(self, run_id: str, seq: int) -> str | None:
         if run_id in self.first:
-            return f"seq {record.seq}: run {run_id} has 2 finished records (first at seq {self.first[run_id]})"
-        self.first[run_id] = record.seq
+            return f"seq {seq}: run {run_id} has 2 finished records (first at seq {self.first[run_id]})"
+        self.first[run_id] = seq
         return None
 
 

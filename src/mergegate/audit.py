@@ -250,7 +250,7 @@ def _proven(data: bytes) -> list[dict[str, Any]] | None:
     # one Python statement per record: at 1,000 records per file that is most of the cost.
     try:
         # KeyError: a member missing; TypeError: a line that is not an object.
-        seqs, prevs, hashes, events = list(zip(*map(_MEMBERS, values), strict=True))[:4]
+        seqs, prevs, hashes, events = list(zip(*map(_MEMBERS, values), strict=False))[:4]  # (all of 10)
         if set(map(type, seqs)) != {int} or seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
             return None
         if prevs[1:] != hashes[:-1] or not set(events) <= _EVENT_SET:
@@ -308,7 +308,9 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
     loads = orjson.loads
     try:
         values = [loads(line) for line in lines]
-        if orjson.dumps(values, option=orjson.OPT_SORT_KEYS) != b"[" + b",".join(lines) + b"]":
+        written, joined = orjson.dumps(values, option=orjson.OPT_SORT_KEYS), b",".join(lines)
+        # written == b"[" + joined + b"]", without two more copies of the file (orjson writes a list in brackets)
+        if len(written) != len(joined) + 2 or not written.startswith(joined, 1) or written[-1] != 0x5D:
             return None
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return None

@@ -9,10 +9,12 @@ trust root, judges every commit again, and cross-checks the records against it.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import compress, repeat
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -114,10 +116,14 @@ class _Facts:
 
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> _Facts:
-    """(As `_FinishedTwice.add` and `_Unapproved.add` pick their records; a seq as `Record.seq` reads it.)"""
-    finished = [(run_id, int(fields["seq"])) for fields in records
-                if fields["event"] == "finished" and isinstance(run_id := fields.get("run_id"), str)]
-    unapproved = [dict(fields) for fields in records if fields["event"] == "scanned" and fields.get("unapproved_file")]
+    """(As `_FinishedTwice.add` and `_Unapproved.add` pick their records; a seq as `Record.seq` reads it.)
+    Over a thousand records a file, in as few Python steps per record as it takes (issue 12)."""
+    events = list(map(operator.itemgetter("event"), records))
+    picked = compress(records, map(operator.eq, events, repeat("finished")))
+    finished = [(run_id, int(seq)) for run_id, seq in ((fields.get("run_id"), fields["seq"]) for fields in picked)
+                if isinstance(run_id, str)]
+    unapproved = [] if "scanned" not in events else [
+        dict(fields) for fields in records if fields["event"] == "scanned" and fields.get("unapproved_file")]
     naming: list[dict[str, Any]] = []
     if b"evidence" in data:
         lines = data.splitlines()  # as parse_file splits them

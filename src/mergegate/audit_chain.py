@@ -20,6 +20,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ def check_chain(repo: Repo, commit: str | None, summarise: Summarise[T], *,
     """
     files = audit.log_files(repo, commit)
     count = _workers(len(files)) if workers is None else workers
-    if count < 2 or not hasattr(os, "fork"):
+    # (Forking while other threads run could leave a worker waiting on a lock one of them held.)
+    if count < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
         for log in audit.iter_files(repo, commit):
             yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records), summarise(log.data, [r.fields for r in log.records]))
         return

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from perfdoc import LoadWatch, cleanup, finish, header
 from poll_scale import (
@@ -100,37 +101,106 @@ def python_module(python: str, module: str, *args: str) -> list[str]:
     return [python, "-c", SELF_RSS, module, *args]
 
 
-def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, int, str]:
-    """Wall seconds, own peak RSS, peak RSS with children (bytes) and stdout of one process.
+class Run(NamedTuple):
+    """One whole-process run, as `measured` takes it."""
+
+    wall: float  # seconds
+    own: int  # peak RSS of the Python process itself (bytes)
+    total: int  # GNU time's %M: the peak RSS of the largest of it and the children it waited for (bytes)
+    out: str  # its stdout
+    cpu: float  # user + system seconds of it and every child it waited for (workers, git)
+
+
+def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Run:
+    """Wall seconds, own peak RSS, peak RSS with children (bytes), stdout and CPU seconds of one process.
 
     Peaks: GNU time's %M (`/usr/bin/time`) is the process and every child it
     waited for (git, for mergegate; a job's process for a runner). For argv
     made by python_module, the Python process's own peak is read too; else it
     is reported as the %M figure. (wait4() from this 40 MB process would not
     do: on Linux a child's ru_maxrss starts at its parent's size at fork.)
+    CPU is GNU time's %U + %S: user and system time of the process and every
+    child it waited for, which load inflates less than wall time.
     RuntimeError if the process fails.
     """
     if not Path("/usr/bin/time").exists():
         raise RuntimeError("GNU time is needed to measure peak memory: apt-get install time")
     with tempfile.TemporaryDirectory(prefix="mg-rss-") as scratch:
         total_file, self_file = Path(scratch, "total"), Path(scratch, "self")
-        wrapped = ["/usr/bin/time", "-f", "%M", "-o", str(total_file), *argv]
+        wrapped = ["/usr/bin/time", "-f", "%M %U %S", "-o", str(total_file), *argv]
         full_env = {**(env if env is not None else os.environ), "MG_SELF_RSS": str(self_file)}
         t = time.perf_counter()
         done = subprocess.run(wrapped, capture_output=True, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd, check=False)
         wall = time.perf_counter() - t
-        total = int(total_file.read_text().strip().splitlines()[-1]) * 1024
+        peak, user, system = total_file.read_text().strip().splitlines()[-1].split()
+        total = int(peak) * 1024
         own = int(self_file.read_text()) * 1024 if self_file.exists() else total
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:5])} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}")
-    return wall, own, total, done.stdout.decode(errors="replace")
+    return Run(wall, own, total, done.stdout.decode(errors="replace"), float(user) + float(system))
 
 
-def verify_once(remote: Path, root: str) -> tuple[float, int, int]:
-    argv = python_module(sys.executable, "mergegate", "audit", "verify", "--repo", str(remote), "--json")
-    wall, own, total, out = measured(argv, env={**os.environ, "MERGEGATE_TRUST_ROOT": root})
-    assert '"ok": true' in out, out[:300]
-    return wall, own, total
+def tree_memory(argv: list[str], env: dict[str, str] | None = None, every: float = 0.005) -> tuple[int, int, int]:
+    """Peak memory of a process and all its descendants, sampled every `every` seconds from
+    /proc/<pid>/smaps_rollup: (peak summed PSS of its Python processes, peak summed PSS of all,
+    most processes at once). PSS divides each shared page among the processes that map it, so
+    forked workers are counted for what they add, not for the pages they share with their parent.
+    (A separate run: sampling takes CPU the timed runs should not lose.)"""
+    with tempfile.TemporaryDirectory(prefix="mg-pss-") as scratch:
+        full_env = {**(env if env is not None else os.environ), "MG_SELF_RSS": str(Path(scratch, "self"))}
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
+        python = everything = most = 0
+        while proc.poll() is None:
+            pids = _tree(proc.pid)
+            sizes = {pid: _pss(pid) for pid in pids}
+            python = max(python, sum(size for pid, size in sizes.items() if _comm(pid).startswith("python")))
+            everything = max(everything, sum(sizes.values()))
+            most = max(most, len(pids))
+            time.sleep(every)
+        err = proc.stderr.read() if proc.stderr else b""
+    if proc.wait() != 0:
+        raise RuntimeError(f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}")
+    return python, everything, most
+
+
+def _tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                todo += [int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+    return found
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def verify_argv(remote: Path) -> list[str]:
+    return python_module(sys.executable, "mergegate", "audit", "verify", "--repo", str(remote), "--json")
+
+
+def verify_once(remote: Path, root: str) -> Run:
+    run = measured(verify_argv(remote), env={**os.environ, "MERGEGATE_TRUST_ROOT": root})
+    assert '"ok": true' in run.out, run.out[:300]
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,33 +220,42 @@ def main(argv: list[str] | None = None) -> int:
         remote, records, size = build(tmp, args.records, args.commits)
         built = time.perf_counter() - t
         root = git(remote, "rev-parse", "approved")
-        walls, peaks, totals = [], [], []
+        runs: list[Run] = []
         for i in range(args.repeat + 1):  # the first is a warm-up
-            wall, own, total = verify_once(remote, root)
+            run = verify_once(remote, root)
             if i:
-                walls.append(wall)
-                peaks.append(own)
-                totals.append(total)
+                runs.append(run)
             load.sample()
-        median, fastest, peak = statistics.median(walls), min(walls), max(peaks)
-        print(f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, "
-              f"min {fastest:.2f} s, peak RSS {peak / 2**20:.1f} MiB (with git children {max(totals) / 2**20:.1f} MiB)")
+        python_pss, all_pss, processes = tree_memory(verify_argv(remote), env={**os.environ, "MERGEGATE_TRUST_ROOT": root})
+        load.sample()
+        walls, cpus = [r.wall for r in runs], [r.cpu for r in runs]
+        peaks, totals = [r.own for r in runs], [r.total for r in runs]
+        median, fastest = statistics.median(walls), min(walls)
+        print(f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, min {fastest:.2f} s, "
+              f"CPU median {statistics.median(cpus):.2f} s, peak RSS {max(peaks) / 2**20:.1f} MiB, "
+              f"Python processes' peak PSS {python_pss / 2**20:.1f} MiB (with git {all_pss / 2**20:.1f} MiB)")
         lines = [
             *header(f"python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}"
                     + (f" --commits {args.commits}" if args.commits != 1 else ""), load),
             f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
             f"{size / 2**20:.1f} MiB, {'one commit' if args.commits == 1 else f'{args.commits} commits'} on {AUDIT_BRANCH} "
             f"(built in {built:.1f} s).",
-            "- Each run is `python -m mergegate audit verify --json` as a subprocess; peak RSS is the "
-            "Python process's own ru_maxrss, and GNU time's %M with the git processes it ran.",
+            "- Each run is `python -m mergegate audit verify --json` as a subprocess, which checks the log files in "
+            "forked workers (one per CPU); CPU is user + system time of it, its workers and its git processes "
+            "(GNU time); peak RSS is the main Python process's own ru_maxrss; PSS (proportional: a page shared by "
+            "the workers and their parent counted once in all) is sampled every 5 ms over the whole process tree "
+            f"in one more run (at most {processes} processes at once).",
             "",
             "| measurement | median | min | runs | goal |",
             "|---|---:|---:|---:|---|",
             f"| wall time | {median:.2f} s | {fastest:.2f} s | {len(walls)} | at most 1 s |",
-            f"| peak RSS | {statistics.median(peaks) / 2**20:.1f} MiB | {min(peaks) / 2**20:.1f} MiB | "
+            f"| CPU time, with workers and git | {statistics.median(cpus):.2f} s | {min(cpus):.2f} s | {len(cpus)} | |",
+            f"| peak RSS, main process | {statistics.median(peaks) / 2**20:.1f} MiB | {min(peaks) / 2**20:.1f} MiB | "
             f"{len(peaks)} | at most 60 MiB |",
-            f"| peak RSS with its git children | {statistics.median(totals) / 2**20:.1f} MiB | "
-            f"{min(totals) / 2**20:.1f} MiB | {len(totals)} | (git maps the pack) |",
+            f"| peak PSS, all its Python processes (main and workers) | {python_pss / 2**20:.1f} MiB | | 1 | at most 60 MiB |",
+            f"| peak PSS, with its git processes | {all_pss / 2**20:.1f} MiB | | 1 | (git maps the pack) |",
+            f"| peak RSS of the largest process, git included (GNU time) | {statistics.median(totals) / 2**20:.1f} MiB | "
+            f"{min(totals) / 2**20:.1f} MiB | {len(totals)} | |",
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)
     finally:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from audit_verify import build as build_audit_gate
-from audit_verify import measured, python_module, verify_once
+from audit_verify import measured, python_module, tree_memory, verify_argv, verify_once
 from perfdoc import LoadWatch, cleanup, finish, header
 from poll_scale import (
     ALICE,
@@ -180,7 +180,7 @@ def gate_with_jobs(base: Path, name: str, key: Path, programs: list[str],
 
 def run_once(runner: Path, root: str, expect: int) -> tuple[float, int]:
     argv = python_module(sys.executable, "mergegate", "run", "--once", "--json", "--trust-root", root)
-    wall, rss, _, out = measured(argv, env=dict(os.environ), cwd=runner)
+    wall, rss, _, out, _ = measured(argv, env=dict(os.environ), cwd=runner)
     jobs = json.loads(out)["jobs"]
     ok = sum(1 for j in jobs if j["status"] == "succeeded")
     if ok != expect:
@@ -204,7 +204,7 @@ def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
     gate = build_gate(tmp, "history", n, Path(f"{key}.pub").read_text().strip())
     gate.reset(new_approved_job(gate, key))
     argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", gate.root]
-    ours, _, _, _ = measured(argv, env=dict(os.environ), cwd=gate.runner)
+    ours = measured(argv, env=dict(os.environ), cwd=gate.runner).wall
     theirs = seed(bin_dir, "history", tmp / "seed-history", n)
     assert theirs["status"] == "succeeded", theirs
     return {"row": f"{n} past jobs, then one more approved and run", "ours": ours, "seed": theirs["seconds"],
@@ -214,14 +214,21 @@ def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
 def row_audit(tmp: Path, bin_dir: Path, n: int) -> list[dict[str, Any]]:
     remote, records, _ = build_audit_gate(tmp / "audit", n)
     root = git(remote, "rev-parse", "approved")
-    ours, ours_rss, _ = min((verify_once(remote, root) for _ in range(3)), key=lambda r: r[0])
+    ours = min((verify_once(remote, root) for _ in range(3)), key=lambda r: r.wall)
     log = seed(bin_dir, "audit", tmp / "seed-audit", n)["audit"]
     argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--audit", log, "audit-verify")
-    theirs, theirs_rss, _, out = min((measured(argv) for _ in range(3)), key=lambda r: r[0])
-    assert json.loads(out)["entries"] == n, out
-    return [{"row": f"audit verify, {records} records: time", "ours": ours, "seed": theirs, "unit": "s", "note": "best of 3"},
-            {"row": f"audit verify, {records} records: peak RSS", "ours": ours_rss / 2**20,
-             "seed": theirs_rss / 2**20, "unit": "MiB", "note": "own RSS of the Python process, best-time run"}]
+    theirs = min((measured(argv) for _ in range(3)), key=lambda r: r.wall)
+    assert json.loads(theirs.out)["entries"] == n, theirs.out
+    env = {**os.environ, "MERGEGATE_TRUST_ROOT": root}
+    ours_pss, theirs_pss = tree_memory(verify_argv(remote), env=env)[0], tree_memory(argv)[0]
+    return [{"row": f"audit verify, {records} records: time", "ours": ours.wall, "seed": theirs.wall, "unit": "s",
+             "note": "best of 3"},
+            {"row": f"audit verify, {records} records: CPU", "ours": ours.cpu, "seed": theirs.cpu, "unit": "s",
+             "note": "user + system, children included (mergegate: its workers and git), best-time run"},
+            {"row": f"audit verify, {records} records: peak RSS", "ours": ours.own / 2**20,
+             "seed": theirs.own / 2**20, "unit": "MiB", "note": "own RSS of the main Python process, best-time run"},
+            {"row": f"audit verify, {records} records: peak PSS", "ours": ours_pss / 2**20, "seed": theirs_pss / 2**20,
+             "unit": "MiB", "note": "all Python processes (mergegate: main and workers), sampled, one more run"}]
 
 
 def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str, Any]]:
@@ -231,7 +238,7 @@ def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str,
     queued = seed(bin_dir, "output", tmp / "seed-output", size)
     argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--db", queued["db"], "--audit",
                          queued["audit"], "--policy", queued["policy"], "run", queued["job"], "--execute", "--worker", "w")
-    theirs, theirs_rss, _, out = measured(argv, cwd=tmp / "seed-output")
+    theirs, theirs_rss, _, out, _ = measured(argv, cwd=tmp / "seed-output")
     assert json.loads(out)["status"] == "succeeded", out[:300]
     shown = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
     return [{"row": f"a job printing {shown}: time", "ours": ours, "seed": theirs, "unit": "s", "note": ""},

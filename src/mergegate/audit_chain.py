@@ -57,12 +57,14 @@ def check_chain(repo: Repo, commit: str | None, summarise: Summarise[T], *,
 
     The first broken link in chain order raises IntegrityError naming its file and line; a file
     is yielded only once it and every file before it are proven. `workers` forked processes
-    check the files (default: one per CPU this process may use, up to 4; none for a short log).
+    check the files (default: one per CPU this process may use, up to 4; none for a short log,
+    or while other threads run).
     """
     files = audit.log_files(repo, commit)
     count = _workers(len(files)) if workers is None else workers
-    # (Forking while other threads run could leave a worker waiting on a lock one of them held.)
-    if count < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
+    # Forking while other threads run could leave a worker waiting on a lock one of them held: then
+    # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
+    if count < 2 or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
         for log in audit.iter_files(repo, commit):
             yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records), summarise(log.data, [r.fields for r in log.records]))
         return

@@ -211,10 +211,6 @@ def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record]
     values = _proven(data)
     if values is None or not linked(values[0], prev_seq=prev_seq, prev_hash=prev_hash):
         return None
-    return records_of(values)
-
-
-def records_of(values: list[dict[str, Any]]) -> list[Record]:
     return list(map(Record, map(MappingProxyType, values)))
 
 

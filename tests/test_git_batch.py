@@ -98,6 +98,68 @@ def test_exports_of_one_commit_share_an_index_and_each_writes_exactly_that_commi
     assert repo._indexes == {}
 
 
+def _tree_as_written(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry under `root`: kind, permission bits and contents (or link target)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        kind = "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
+        data = os.fsencode(os.readlink(path)) if kind == "link" else path.read_bytes() if kind == "file" else b""
+        found[str(path.relative_to(root))] = (kind, mode & 0o7777, data)
+    return found
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_index_writes_it(tmp_path: Path, umask: int,
+                                                                                             monkeypatch: Any) -> None:
+    """Up to _TEMPLATE_FILES files, each export copies one checkout-index's output (no git process per job):
+    the same names, kinds, permission bits (executable or not, less the umask), contents and link targets."""
+    from mergegate import git as git_module
+
+    repo_dir = tmp_path / "r"
+    _git(tmp_path, "init", "-q", str(repo_dir))
+    subprocess.run(["sh", "-c", "mkdir -p a/b/c jobs && printf 'x\\r\\n' > a/b/c/deep && printf '#!/bin/sh\\n' > run.sh && chmod +x run.sh "
+                    "&& ln -s run.sh link && ln -s a/b dirlink && echo 'id: j' > jobs/j.yaml && : > empty"], cwd=repo_dir, check=True)
+    _git(repo_dir, "add", "-A")
+    _git(repo_dir, "commit", "-q", "-m", "tree")
+    head = _git(repo_dir, "rev-parse", "HEAD")
+    old = os.umask(umask)
+    try:
+        reference = tmp_path / "reference"
+        reference.mkdir()
+        index = tmp_path / "index"
+        subprocess.run(["git", "read-tree", head], cwd=repo_dir, env={**os.environ, "GIT_INDEX_FILE": str(index)}, check=True)
+        subprocess.run(["git", "--work-tree", str(reference), "checkout-index", "--all", "--force", "--quiet"], cwd=repo_dir,
+                       env={**os.environ, "GIT_INDEX_FILE": str(index)}, check=True)
+        repo = Repo(repo_dir)
+        calls: list[str] = []
+        run = repo.run
+        repo.run = lambda *args, **kw: calls.append(args[2] if args[0] == "--work-tree" else args[0]) or run(*args, **kw)  # type: ignore[method-assign]
+        exports = []
+        for name in ("one", "two", "three"):
+            (tmp_path / name).mkdir()
+            repo.export(head, tmp_path / name)
+            exports.append(_tree_as_written(tmp_path / name))
+    finally:
+        os.umask(old)
+    assert exports[0] == exports[1] == exports[2] == _tree_as_written(reference)
+    assert exports[0]["run.sh"][1] == 0o777 & ~umask and exports[0]["empty"][1] == 0o666 & ~umask
+    assert exports[0]["link"][0] == "link" and exports[0]["a/b/c"] == ("dir", 0o777 & ~umask, b"")
+    assert calls == ["ls-tree", "update-index", "checkout-index"]  # one checkout-index for the three
+    # A larger tree is written by checkout-index for each export, as before.
+    monkeypatch.setattr(git_module, "_TEMPLATE_FILES", 3)
+    calls.clear()
+    old = os.umask(umask)
+    try:
+        for name in ("four", "five"):
+            (tmp_path / name).mkdir()
+            repo.export(head, tmp_path / name)
+            assert _tree_as_written(tmp_path / name) == exports[0]
+    finally:
+        os.umask(old)
+    assert calls == ["checkout-index", "checkout-index"]
+
+
 def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Path) -> None:
     """Repo.blobs: every blob's bytes in the order asked (one larger than a default pipe), the same as
     Repo.blob gives one at a time; a missing object or a tree is an error, not empty bytes."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -32,6 +33,7 @@ _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _DETAIL_BYTES = 4096
 _COMMIT_CACHE = 4096
 _ASK_GIT = object()  # file_blob: an answer only git gives exactly
+_TEMPLATE_FILES = 64  # an export of at most this many files copies one checkout-index's output
 _MODES = (b"40000", b"100644", b"100755", b"120000", b"160000")  # the modes git writes
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
@@ -277,6 +279,35 @@ class _Objects:
             pass
 
 
+def _copy_checkout(source: Path, dest: Path) -> None:
+    """Write into `dest` what checkout-index wrote into `source`, as it writes it: folders with
+    mode 0777 and files with 0666, or 0777 when executable, both less the umask; symlinks as
+    symlinks; contents byte for byte."""
+    with os.scandir(source) as entries:
+        for entry in entries:
+            target = os.path.join(dest, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), target)
+            elif entry.is_dir(follow_symlinks=False):
+                os.mkdir(target)
+                _copy_checkout(Path(entry.path), Path(target))
+            else:
+                mode = 0o777 if entry.stat(follow_symlinks=False).st_mode & 0o100 else 0o666
+                with open(entry.path, "rb") as f:
+                    data = f.read()
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+                try:
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _end(proc: subprocess.Popen[bytes]) -> None:
     """End a batch process: close its pipes (it exits on end of input), killed if it does not within 5 s."""
     for stream in (proc.stdin, proc.stdout):
@@ -319,7 +350,7 @@ class Repo:
         self._parents: dict[str, tuple[str, ...]] = {}
         self._ancestors: set[tuple[str, str]] = set()  # is_ancestor's yes answers between full commit ids
         # export(): one private index per (commit, skip), built once and read by every export of it.
-        self._indexes: dict[tuple[str, Callable[[str], bool]], Path] = {}
+        self._indexes: dict[tuple[str, Callable[[str], bool]], tuple[Path, int]] = {}
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
@@ -891,14 +922,31 @@ class Repo:
         whoever named a branch, into files) and no export-ignore.
         """
         # checkout-index without -u only reads the index, so a merge of many jobs builds it once.
-        env = {"GIT_INDEX_FILE": str(self._export_index(commit, skip))}
-        self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env=env)
-
-    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> Path:
+        index, files = self._export_index(commit, skip)
+        if files > _TEMPLATE_FILES:
+            self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env={"GIT_INDEX_FILE": str(index)})
+            return
+        # A small tree: checkout-index writes it once, and each export copies what it wrote
+        # as it would have written it (a git process per job cost more than the rest of the
+        # export: issue 12's throughput). The copy is of checkout-index's own output, so
+        # attributes, filters and core.symlinks apply exactly as they do to a large tree.
         with self._index_lock:
-            index = self._indexes.get((commit, skip))
-            if index is not None and index.exists():
-                return index
+            template = index.with_name(index.name + ".files")
+            if not template.exists():
+                building = index.with_name(index.name + ".building")
+                shutil.rmtree(building, ignore_errors=True)
+                building.mkdir()
+                self.run("--work-tree", str(building), "checkout-index", "--all", "--force", "--quiet",
+                         env={"GIT_INDEX_FILE": str(index)})
+                building.rename(template)
+        _copy_checkout(template, dest)
+
+    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> tuple[Path, int]:
+        """The private index of `commit` less what `skip` names, and how many files it holds."""
+        with self._index_lock:
+            found = self._indexes.get((commit, skip))
+            if found is not None and found[0].exists():
+                return found
             if self._index_dir is None:
                 import tempfile
 
@@ -907,8 +955,8 @@ class Repo:
             entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
             data = b"".join(f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries)
             self.run("update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)})
-            self._indexes[(commit, skip)] = index
-            return index
+            self._indexes[(commit, skip)] = (index, len(entries))
+            return index, len(entries)
 
     # -- writing --------------------------------------------------------------
     def write_commit(

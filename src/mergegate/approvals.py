@@ -166,6 +166,7 @@ class Assessor:
         base = reads.base
         paths = [c.path for c in changes_of]
         judged = [c for c in changes_of if is_job_path(c.path) or c.path.startswith(POLICY_DIR)]
+        judged_paths = {c.path for c in judged}  # `c in judged` was a list scan per file: quadratic in the merge
         # Who wrote each job and policy file: the merged commits that change it, and any
         # commit in history that wrote these exact bytes (bytes with an earlier life).
         known = {c.path: c.new_blob for c in judged if c.status != "D" and self.known(c.path, c.new_blob)}
@@ -178,12 +179,12 @@ class Assessor:
         for c in changes_of:
             before, after = Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob)
             writers: tuple[Writer, ...] = ()
-            if c in judged:
+            if c.path in judged_paths:
                 shas = [*reads.touching(c.path), *producers.get(c.path, [])]
                 writers = tuple(self._writer(s, policy) for s in dict.fromkeys(shas) if s != merge)
             files.append(FileFacts(c.path, before, after, reads.entry(base, c.path) if base else ABSENT, reads.entry(second, c.path),
                                    writers, self._text(c.path, after), self._last_approved(c.path, unapproved)))
-        content = {c.path: c.new_blob for c in changes_of if c not in judged and c.status != "D"}
+        content = {c.path: c.new_blob for c in changes_of if c.path not in judged_paths and c.status != "D"}
         suspects = {p: b for p, b in content.items() if self.known(p, b)}
         content_shas = [*reads.touching_content(),
                         *sorted({s for shas in self._producers(tips, suspects, reads).values() for s in shas})]

@@ -256,7 +256,13 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
         result = _reject_all(facts, policy, jobs, [], content, unapproved, reason, votes=votes)
         return replace(result, policy_changed=True, policy_verdict=verdict)
     # 5. Each job revision.
-    decisions = tuple(judge_job(facts, policy, f, votes[f.path], jobs, unapproved) for f in sorted(jobs, key=lambda f: f.path))
+    # Built once for the whole commit (each job compared with every other job path was
+    # quadratic: a merge of a thousand jobs made a million comparisons).
+    merged = frozenset(j.path for j in jobs)
+    by_stem: dict[str, list[str]] = {}
+    for other in facts.job_ids:
+        by_stem.setdefault(job_stem(other), []).append(other)
+    decisions = tuple(judge_job(facts, policy, f, votes[f.path], merged, by_stem, unapproved) for f in sorted(jobs, key=lambda f: f.path))
     after = _jobs_after(facts, decisions, after)
     decisions = _taint(facts, decisions, after)
     summary = f"approval by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "proposal"
@@ -269,8 +275,8 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
                       unapproved=after, policy_verdict=verdict)
 
 
-def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vote, ...], jobs: list[FileFacts],
-              unapproved: Mapping[str, str]) -> Decision:
+def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vote, ...], merged: frozenset[str],
+              by_stem: Mapping[str, list[str]], unapproved: Mapping[str, str]) -> Decision:
     """One job revision: valid, unique, allowed, signed where required, then its quorum."""
     path, blob = f.path, f.after.blob
 
@@ -282,8 +288,8 @@ def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vot
         return refuse("invalid", f"invalid job file: {invalid}", None)
     # Only jobs that were approved (or come in this same commit) hold an id: a stray file
     # pushed without approval must not keep an approved job from running.
-    merged = {j.path for j in jobs}
-    same = sorted(p for p in facts.job_ids if p != path and job_stem(p) == job.id and (p in merged or p not in unapproved))
+    # `merged`: the job paths this commit merges; `by_stem`: facts.job_ids by their stem.
+    same = sorted(p for p in by_stem.get(job.id, ()) if p != path and (p in merged or p not in unapproved))
     if same:
         return refuse("invalid", f"job id '{job.id}' is not unique: also {', '.join(same)}", job)
     requirement = policy.requirement_for(job)

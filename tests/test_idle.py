@@ -268,7 +268,40 @@ def test_a_full_pass_with_nothing_new_walks_back_to_the_trust_root_once(world: W
     tip = _merge(world, "one", {"jobs/one.yaml": job_yaml("one", ["echo", "1"])})
     _traced(world, tmp_path, "--trust-root", root)
     idle.forget(world.clone("runner") / ".git", "runner")
+    (world.clone("runner") / ".git" / "mergegate" / "ancestors").unlink()  # (the clone's memory of it: the next test)
     trace = tmp_path / "walks"
     result = world.run_once("--trust-root", root, env={"GIT_TRACE": str(trace)})
     assert result.code == 0 and result.json()["jobs"] == [], result.err
     assert trace.read_text().count(f"merge-base --is-ancestor {root} {tip}") == 1
+
+
+def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(world: World, tmp_path: Path) -> None:
+    """The trust root's ancestry and the policy log from it are walks of all history; between two commit
+    ids their answers never change, so a second full pass at the same commits walks neither. A new commit
+    is a new question (a policy change after it is found), and what the clone kept cannot say yes to a no."""
+    from mergegate.planning import policy_changes
+
+    root = _gate(world)
+    first = _merge(world, "one", {"jobs/one.yaml": job_yaml("one", ["echo", "1"])})
+    _traced(world, tmp_path, "--trust-root", root)
+    for _ in range(2):
+        idle.forget(world.clone("runner") / ".git", "runner")
+        trace = tmp_path / f"walks-{time.monotonic_ns()}"
+        result = world.run_once("--trust-root", root, env={"GIT_TRACE": str(trace)})
+        assert result.code == 0 and result.json()["jobs"] == [], result.err
+    text = trace.read_text()
+    assert f"merge-base --is-ancestor {root} {first}" not in text and "-- policy/" not in text
+    repo = Repo(world.clone("runner"))
+    assert policy_changes(repo, root, first) == []
+    policy = policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "true"}])
+    change = _merge(world, "policy", {"policy/policy.yaml": policy})
+    world.git("runner", "fetch", "-q", "origin")
+    assert policy_changes(repo, root, change) == [change] and policy_changes(Repo(repo.path), root, change) == [change]
+    # A no is never kept; a yes only for its two ids; a memory it cannot read is no memory.
+    assert not Repo(repo.path).is_ancestor(change, root, remember=True)
+    assert f"{change} {root}" not in (repo.git_dir / "mergegate" / "ancestors").read_text()
+    assert not Repo(repo.path).is_ancestor(change, first, remember=True)
+    (repo.git_dir / "mergegate" / "ancestors").write_bytes(b"\xff\xfe nonsense")
+    assert Repo(repo.path).is_ancestor(root, change, remember=True)
+    (repo.git_dir / "mergegate" / "policy-changes.json").write_text(json.dumps({f"{root}..{change}": "x"}))
+    assert policy_changes(Repo(repo.path), root, change) == [change]

@@ -157,8 +157,9 @@ def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
                          file=f"audit/{old[0]}", hint="a gate made by mergegate 0.1, which kept records on approved (git show approved:audit/log-000001.jsonl reads them); this version cannot run it")
 
 
-def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]:
-    """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning."""
+def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = False) -> tuple[str, list[str]]:
+    """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning.
+    (`remember`: a runner's pass; the clone keeps the yes of that walk through all history.)"""
     given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
     if given is None:
         root = repo.root_commit(tip)
@@ -172,6 +173,6 @@ def trust_root(repo: Repo, tip: str, given: str | None) -> tuple[str, list[str]]
     if sha is None:
         raise UsageError(f"trust root {given!r} does not name a commit in this repository",
                          hint="pass the full id of the commit whose policy you reviewed (fetch it first)")
-    if not repo.is_ancestor(sha, tip):
+    if not repo.is_ancestor(sha, tip, remember=remember):
         raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
     return sha, []

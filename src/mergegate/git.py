@@ -571,18 +571,43 @@ class Repo:
         return proc.stdout.decode().strip() or None
 
     # -- history --------------------------------------------------------------
-    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        # Between two commit ids the answer never changes: asked twice in a pass (the trust root
-        # against the tip, then against the last scanned commit, the same one when nothing is new),
-        # the second is not another walk through all of history.
-        # (Only a yes is kept: a no may be a commit not fetched yet.)
+    def is_ancestor(self, ancestor: str, descendant: str, *, remember: bool = False) -> bool:
+        """Whether `ancestor` is an ancestor of (or is) `descendant`.
+
+        Between two commit ids the answer never changes: asked twice in a pass (the trust root
+        against the tip, then against the last scanned commit, the same one when nothing is new),
+        the second is not another walk through all of history. With `remember`, a yes is also kept
+        in the clone (`<git dir>/mergegate/ancestors`, the latest 64), for the walks back to the
+        trust root that every pass makes. (Only a yes is kept: a no may be a commit not fetched yet.)
+        """
         key = (ancestor, descendant)
-        if key in self._ancestors:
+        full = bool(_FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant))
+        if key in self._ancestors or (remember and full and f"{ancestor} {descendant}" in self._remembered_ancestors()):
             return True
         answer = self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
-        if answer and _FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant):
+        if answer and full:
             self._ancestors.add(key)
+            if remember:
+                self._remember_ancestor(f"{ancestor} {descendant}")
         return answer
+
+    def _remembered_ancestors(self) -> list[str]:
+        try:
+            return (self.git_dir / "mergegate" / "ancestors").read_text("ascii").split("\n")
+        except (OSError, UnicodeDecodeError):
+            return []
+
+    def _remember_ancestor(self, pair: str) -> None:
+        """Best effort (a cache): a clone that cannot write it walks again next time."""
+        target = self.git_dir / "mergegate" / "ancestors"
+        kept = [p for p in self._remembered_ancestors() if _ANCESTOR_PAIR.fullmatch(p) and p != pair][-63:]
+        scratch = target.with_name(f"ancestors.{os.getpid()}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_text("\n".join([*kept, pair]), "ascii")
+            os.replace(scratch, target)
+        except OSError:
+            scratch.unlink(missing_ok=True)
 
     def root_commit(self, tip: str) -> str:
         roots = self.out("rev-list", "--first-parent", "--max-parents=0", tip).split()
@@ -1076,6 +1101,7 @@ class Repo:
 
 _HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 _FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_ANCESTOR_PAIR = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64}) (?:[0-9a-f]{40}|[0-9a-f]{64})")
 # Headers git itself reads (and only at their one place): anywhere else they are
 # ambiguous, because git and a looser reader would disagree on what the commit says.
 _FIXED = (b"tree", b"parent", b"author", b"committer")

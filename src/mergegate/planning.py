@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -121,7 +122,7 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
         scanned = str(tail.scanned["commit"])
         if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
             raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
-        if repo.is_ancestor(root, scanned):
+        if repo.is_ancestor(root, scanned, remember=remember):
             start, unapproved = scanned, audit.read_unapproved(repo, records, tail.scanned)
         elif not repo.is_ancestor(scanned, root):
             raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
@@ -129,7 +130,8 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at, reviews=reviews)
-    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records), unapproved, records=records)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records, remember=remember), unapproved,
+                records=records)
     if before_walk is not None:
         before_walk(walk.policy)  # e.g. the runner refuses here, before asking GitHub anything, when it cannot sign
     result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
@@ -292,7 +294,7 @@ def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[l
     return entries, files
 
 
-def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None) -> Policy:
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None, remember: bool = False) -> Policy:
     """The trust root's policy, updated by each policy change adopted up to `upto`.
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
@@ -308,12 +310,52 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     judged = judged_times(repo)
     # As the walk that first judged them: full authorship search only for bytes the audit has seen.
     assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
-    for sha in repo.out("log", "--first-parent", "--reverse", "--format=%H", f"{root}..{upto}", "--", POLICY_DIR).split():
+    for sha in policy_changes(repo, root, upto, remember=remember):
         recorded = audit.first_recorded(repo, records, sha) if policy.runners else None
         assessor.at = judged.get(sha) or recorded or now
         policy = assessor.assess(sha, policy).policy
     assessor.at = now
     return policy
+
+
+def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:
+    """The first-parent commits after `root` up to `upto` that change policy/, oldest first.
+
+    A walk of all history with a path limit; between two commit ids the answer never changes,
+    so with `remember` (a pass's start) the clone keeps the latest few
+    (`<git dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last
+    scanned commit until a new one is walked.
+    """
+    key = f"{root}..{upto}"
+    remember = remember and bool(_FULL.fullmatch(root) and _FULL.fullmatch(upto))
+    memo = _policy_memory(repo) if remember else {}
+    known = memo.get(key)
+    if isinstance(known, list) and all(isinstance(sha, str) and _FULL.fullmatch(sha) for sha in known):
+        return list(known)
+    found = repo.out("log", "--first-parent", "--reverse", "--format=%H", key, "--", POLICY_DIR).split()
+    if remember:
+        kept = {k: v for k, v in memo.items() if k != key}
+        kept = dict(list(kept.items())[-15:])
+        path = repo.git_dir / "mergegate" / "policy-changes.json"
+        scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:  # best effort (a cache)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_text(json.dumps({**kept, key: found}), "utf-8")
+            os.replace(scratch, path)
+        except OSError:
+            scratch.unlink(missing_ok=True)
+    return found
+
+
+def _policy_memory(repo: Repo) -> dict[str, object]:
+    try:
+        value = json.loads((repo.git_dir / "mergegate" / "policy-changes.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+_FULL = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | None,
@@ -352,14 +394,14 @@ class Gate:
     new_records: tuple[str, ...]  # audit commits new since the last complete pass, their shapes checked
 
 
-def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None) -> Gate:
+def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None, remember: bool = False) -> Gate:
     """Fetch both branches once, refuse rewrites and a 0.1 layout, and read the audit's tail."""
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
     records = source.audit_tip()
     seen = source.check_not_rewritten(tip, records)
     refuse_old_layout(repo, tip, records)
-    root, warnings = trust_root(repo, tip, trust)
+    root, warnings = trust_root(repo, tip, trust, remember=remember)
     tail = read_tail(repo, records, seen=seen.records)
     # Shapes first (linear, only appends): nothing is read from a record a bad commit wrote.
     new = unchecked(repo, records, seen=seen.records, tail=tail)

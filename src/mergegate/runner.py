@@ -209,7 +209,7 @@ class Runner:
         idle.forget(self.repo.git_dir, self.options.runner_name)
         now = datetime.now(UTC)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
-                         trust=self.options.trust_root)
+                         trust=self.options.trust_root, remember=True)
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,

@@ -305,3 +305,22 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(world: Wor
     assert Repo(repo.path).is_ancestor(root, change, remember=True)
     (repo.git_dir / "mergegate" / "policy-changes.json").write_text(json.dumps({f"{root}..{change}": "x"}))
     assert policy_changes(Repo(repo.path), root, change) == [change]
+
+
+def test_the_quiet_ends_when_a_key_of_an_open_commit_reaches_the_end_of_its_lifetime(world: World, tmp_path: Path) -> None:
+    """A job queued for a runner with its labels keeps its commit open: the next pass judges it again, at its
+    time. When the approver's key stops being valid, that pass rejects the job; the memory wakes for it."""
+    runners = world.signing_runner()
+    ends = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
+    bob = world.bob.approver_entry()
+    bob = {"name": bob["name"], "email": bob["email"], "keys": [{"key": bob["key"], "valid_before": ends.isoformat().replace("+00:00", "Z")}]}
+    root = world.setup(policy_yaml([bob], [ECHO_RULE], runners=runners))
+    merge = _merge(world, "gpu", {"jobs/train.yaml": job_yaml("train", ["echo", "t"], runs_on=["gpu"])})
+    queued, _ = _traced(world, tmp_path, "--trust-root", root)
+    assert queued["jobs"] == []
+    memory = idle.recall(world.clone("runner") / ".git", "runner")
+    assert memory is not None and memory.wake is not None and datetime.fromisoformat(memory.wake) <= ends
+    time.sleep(max(0.0, (ends - datetime.now(UTC)).total_seconds()) + 1.2)
+    late, verbs = _traced(world, tmp_path, "--trust-root", root)
+    assert "fetch" in verbs
+    assert [(j["commit"], j["status"]) for j in late["jobs"]] == [(merge, "rejected")]  # type: ignore[index]

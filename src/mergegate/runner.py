@@ -327,7 +327,17 @@ class Runner:
         refs = {ref: self.repo.rev(prefix + ref.removeprefix("refs/heads/")) or "" for ref in self._watched()}
         if list(refs.values()) != [gate.tip, self._pub.checked or ""]:
             return  # approved moved while the pass ran, or the audit branch is not where its last push left it
-        wake = self.wake.isoformat() if self.wake is not None else None
+        # A commit still open (a job queued for a runner with its labels, or for its retry) is judged again
+        # by the next pass at its time: a key of its policy starting or ending its lifetime then changes
+        # the verdict, so the memory wakes then too (an OpenPGP key's own expiry is gpg's: no memory).
+        keys = [key for q in work.queued for person in (*q.policy.approvers, *q.policy.proposers) for key in person.keys]
+        if any(key.expires for key in keys):
+            return
+        now = datetime.now(UTC)
+        times = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for key in keys for t in (key.valid_after, key.valid_before) if t]
+        bounds = [t for t in times if t > now]  # (a time without a zone is UTC, as signatures reads it)
+        due = min([*bounds, *([self.wake] if self.wake is not None else [])], default=None)
+        wake = due.isoformat() if due is not None else None
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 
     def _can_sign(self, policy: Policy) -> None:

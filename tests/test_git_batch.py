@@ -109,7 +109,7 @@ def _tree_as_written(root: Path) -> dict[str, tuple[str, int, bytes]]:
     return found
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o100])
 def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_index_writes_it(tmp_path: Path, umask: int,
                                                                                              monkeypatch: Any) -> None:
     """Up to _TEMPLATE_FILES files, each export copies one checkout-index's output (no git process per job):
@@ -146,6 +146,11 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
     assert exports[0]["run.sh"][1] == 0o777 & ~umask and exports[0]["empty"][1] == 0o666 & ~umask
     assert exports[0]["link"][0] == "link" and exports[0]["a/b/c"] == ("dir", 0o777 & ~umask, b"")
     assert calls == ["ls-tree", "update-index", "checkout-index"]  # one checkout-index for the three
+    # After a pass (the runner drops them), nothing of the exports is left in TMPDIR.
+    made = repo._index_dir
+    assert made is not None and Path(made.name).exists()
+    repo.drop_exports()
+    assert not Path(made.name).exists() and repo._indexes == {}
     # A larger tree is written by checkout-index for each export, as before.
     monkeypatch.setattr(git_module, "_TEMPLATE_FILES", 3)
     calls.clear()
@@ -157,7 +162,7 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
             assert _tree_as_written(tmp_path / name) == exports[0]
     finally:
         os.umask(old)
-    assert calls == ["checkout-index", "checkout-index"]
+    assert calls == ["ls-tree", "update-index", "checkout-index", "checkout-index"]
 
 
 def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Path) -> None:
@@ -249,6 +254,9 @@ def test_file_blob_reads_trees_itself_and_answers_as_rev_parse_does(tmp_path: Pa
         "unsorted": [("100644", b"b", blob), ("100644", b"a", other), ("40000", b"jobs", inner)],
         "twice": [("100644", b"a", blob), ("100644", b"a", other), ("40000", b"jobs", inner)],
         "padded": [("100644", b"a", blob), ("040000", b"jobs", inner)],
+        "folder-is-a-blob": [("100644", b"a", blob), ("40000", b"jobs", other)],
+        "folder-missing": [("100644", b"a", blob), ("40000", b"jobs", "ab" * 20)],
+        "name-with-slash": [("100644", b"a", blob), ("100644", b"jobs/j.yaml", other)],
         "tree-first": [("100644", b"a", blob), ("40000", b"jobs", inner), ("100644", b"jobs.yaml", other)],
         "plain": [("100644", b"a", blob), ("100644", b"jobs.yaml", other), ("40000", b"jobs", inner)],  # jobs.yaml sorts before jobs/
     }
@@ -309,7 +317,7 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
         side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
         for name in names:
             assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (shape, name)
-        assert (side._line is None) == (shape == "merged"), shape
+        assert side._line is not None, shape  # every shape from the diffs, a merge on the side too
     # The line is read once for every file, not a rev-list per file.
     expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
     repo = Repo(path)
@@ -319,3 +327,114 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
     repo.run = lambda *args, **kw: calls.append(args[0]) or run(*args, **kw)  # type: ignore[method-assign]
     assert [side.touching(name) for name in names] == expected and sum(map(len, expected)) >= 10
     assert calls == ["rev-list", "diff-tree"]
+
+
+def _random_side(tmp_path: Path, seed: int) -> tuple[Path, str, str, list[str]]:
+    """A history with merges on the merged side (some of approved merged in, some branches of the side), trees
+    written by git, and dates sometimes out of order; (repo, first, second, the paths asked about)."""
+    import random
+
+    rnd = random.Random(seed)
+    repo = tmp_path / f"s{seed}"
+    _git(tmp_path, "init", "-q", str(repo))
+    blobs = [_git(repo, "hash-object", "-w", "--stdin", input=f"v{i}\n".encode()) for i in range(3)]
+    names = ["jobs/a.yaml", "jobs/b.yaml", "jobs/d/c.yaml", "x", "jobs"]
+
+    def tree(files: dict[str, str]) -> str:
+        index = tmp_path / f"index-{seed}"
+        data = "".join(f"100644 {blob}\t{path}\0" for path, blob in files.items()).encode()
+        env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+        subprocess.run(["git", "update-index", "-z", "--index-info"], cwd=repo, input=data, env=env, check=True)
+        written = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, check=True).stdout.decode().strip()
+        index.unlink()
+        return written
+
+    def commit(files: dict[str, str], parents: list[str], when: int) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x",
+               "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"}
+        args = ["commit-tree", tree(files), "-m", "c", *[x for p in parents for x in ("-p", p)]]
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, check=True).stdout.decode().strip()
+
+    def change(files: dict[str, str]) -> dict[str, str]:
+        files = dict(files)
+        path = rnd.choice(names[:4])
+        if rnd.random() < 0.3:
+            files.pop(path, None)
+        else:
+            files[path] = rnd.choice(blobs)
+        return files
+
+    t = 1_700_000_000
+    files = {"jobs/a.yaml": blobs[0], "x": blobs[1]}
+    approved = [commit(files, [], t)]
+    approved_files = [files]
+    for k in range(3):
+        approved_files.append(change(approved_files[-1]))
+        approved.append(commit(approved_files[-1], [approved[-1]], t + 10 * (k + 1)))
+    heads = [(approved[1], approved_files[1])]  # the side starts from an older approved commit
+    for k in range(rnd.randint(2, 7)):
+        when = t + 100 + k * 10 + (rnd.randint(-500, 500) if rnd.random() < 0.3 else 0)
+        head, head_files = rnd.choice(heads)
+        if rnd.random() < 0.35:  # a merge: of approved (an irrelevant parent) or of two heads of the side
+            other, other_files = rnd.choice([*heads, (approved[rnd.randint(0, 3)], approved_files[rnd.randint(0, 3)])])
+            if other == head:
+                continue
+            merged = {**other_files, **head_files} if rnd.random() < 0.5 else change({**head_files, **other_files})
+            heads.append((commit(merged, [head, other], when), merged))
+        else:
+            changed = change(head_files) if rnd.random() < 0.85 else head_files
+            heads.append((commit(changed, [head], when), changed))
+    second = heads[-1][0]
+    if rnd.random() < 0.5 and len(heads) > 2:  # end in a merge of two heads of the side
+        second = commit({**heads[-2][1], **heads[-1][1]}, [heads[-1][0], heads[-2][0]], t + 1000)
+    return repo, approved[-1], second, names
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_does(tmp_path: Path, seed: int) -> None:
+    """Sides with merges (approved merged in, branches of the side merged) and clock skew: the commits
+    touching each path, from full diffs against each relevant parent, are git's own, in git's order."""
+    from datetime import UTC, datetime
+
+    from mergegate.approvals import Assessor, _GitSide
+    from mergegate.git import literal
+
+    path, first, second, names = _random_side(tmp_path, seed)
+    repo = Repo(path)
+    side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+    for name in names:
+        assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (seed, name)
+    assert side._line is not None  # answered from the diffs, not by git's walk
+
+
+def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) -> None:
+    """git's path-limited walk stops at the first entry that sorts after the path: a root tree listing `jobs`
+    after `x` (written with hash-object --literally; a plain bare remote takes it) hides the commit that
+    changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log -- jobs/a.yaml`. Writers are found from
+    full diffs, on a line and on a side with a merge, and as earlier writers of the same bytes."""
+    from datetime import UTC, datetime
+
+    from mergegate.approvals import Assessor, _GitSide
+    from mergegate.git import literal
+
+    repo_dir = tmp_path / "r"
+    _git(tmp_path, "init", "-q", str(repo_dir))
+    job, evil, other = (_git(repo_dir, "hash-object", "-w", "--stdin", input=b) for b in (b"id: a\n", b"id: a\nevil\n", b"x\n"))
+
+    def commit(tree: str, *parents: str, who: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": f"{who}@x", "GIT_COMMITTER_NAME": who,
+               "GIT_COMMITTER_EMAIL": f"{who}@x"}
+        args = ["commit-tree", tree, "-m", who, *[x for p in parents for x in ("-p", p)]]
+        return subprocess.run(["git", *args], cwd=repo_dir, env=env, capture_output=True, check=True).stdout.decode().strip()
+
+    jobs, jobs_evil = _tree_object(repo_dir, [("100644", b"a.yaml", job)]), _tree_object(repo_dir, [("100644", b"a.yaml", evil)])
+    base = commit(_tree_object(repo_dir, [("40000", b"jobs", jobs), ("100644", b"x", other)]), who="alice")
+    reordered = commit(_tree_object(repo_dir, [("100644", b"x", other), ("40000", b"jobs", jobs)]), base, who="bob")
+    hidden = commit(_tree_object(repo_dir, [("100644", b"x", other), ("40000", b"jobs", jobs_evil)]), reordered, who="mallory")
+    merge = commit(_tree_object(repo_dir, [("100644", b"x", other), ("40000", b"jobs", jobs_evil)]), hidden, base, who="bob")
+    repo = Repo(repo_dir)
+    assert hidden not in repo.commits_touching(base, hidden, literal("jobs/a.yaml"))  # git's walk misses her
+    for second in (hidden, merge):
+        side = _GitSide(Assessor(repo, at=datetime.now(UTC)), base, second)
+        assert hidden in side.touching("jobs/a.yaml"), second
+    assert repo.producers(merge, {"jobs/a.yaml": evil}) == {"jobs/a.yaml": [hidden]}

@@ -376,6 +376,35 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
     assert not fresh.path.exists() and Spool(fresh.path).read() == []
 
 
+def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state(tmp_path: Path) -> None:
+    """A full disk (here a file size limit) writes part of a line: that is an error naming the spool, not a
+    line torn in silence that the next append is glued to (and both set aside: the real result lost)."""
+    script = f"""
+import os, resource, signal
+from pathlib import Path
+from mergegate.errors import StateError
+from mergegate.spool import Entry, Spool
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+spool = Spool(Path({str(tmp_path / "s.jsonl")!r}))
+record = {{"event": "finished", "run_id": "run-1", "status": "lost"}}
+spool.put_many([Entry(record, None, None)])
+resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size + 40, resource.RLIM_INFINITY))
+try:
+    spool.put(Entry({{**record, "reason": "x" * 200}}, None, None))
+    print("no error")
+except StateError as exc:
+    print("error:", exc.message, exc.file)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+spool.put(Entry({{**record, "status": "succeeded"}}, None, None, done=True))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == f"error: cannot write the spool: File too large {tmp_path / 's.jsonl'}"
+    from mergegate.spool import Spool
+
+    fresh = Spool(tmp_path / "s.jsonl")
+    assert [(e.run_id, e.record["status"], e.done) for e in fresh.read()] == [("run-1", "succeeded", True)]
+
+
 def test_spool_survives_any_bytes(tmp_path: Path) -> None:
     from mergegate.spool import Entry, Spool
 

@@ -317,28 +317,38 @@ class _GitSide:
         return self.repo.side_commits(self.first, self.second)
 
     def touching(self, path: str) -> list[str]:
-        line = self._touched_line()
-        if line is None:
+        side = self._touched_side()
+        if side is None:
             return self.repo.commits_touching(self.first, self.second, literal(path))
         wanted = path_bytes(path)
-        return [sha for sha, names in line if wanted in names]
+        return [sha for sha, names in side if wanted in names]
 
-    def _touched_line(self) -> list[tuple[str, frozenset[bytes]]] | None:
-        """The merged side as (commit, every path its diff changes and each folder above one), tip first,
-        when it is a line of non-merge commits; None otherwise (git answers each path, as before).
+    def _touched_side(self) -> list[tuple[str, frozenset[bytes]]] | None:
+        """The merged side as (commit, every path it changes and each folder above one), in rev-list's
+        order; None if git's diffs could not be read (git then answers each path, as before).
 
-        On a line, `rev-list --full-history first..second -- :(literal)path` lists, in the line's
-        order, the commits whose diff from their one parent (a root: from nothing) changes `path`
-        or something under it: one `rev-list` and one `diff-tree --stdin` for every job file of
-        the merge, not a `rev-list` each (a merge adding 100 jobs asked git 100 times)."""
+        `rev-list --full-history first..second -- :(literal)path` lists the commits of the side that
+        are not TREESAME for `path`: a root that holds it; a commit that differs on it from one of its
+        parents on the side (its relevant parents), or, with no parent on the side, from one of its
+        parents. That is computed here from full diffs (`diff-tree` against each such parent): one
+        `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list` each
+        (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
+        walk misses in a tree not in git's order (an entry after one that sorts later ends that walk):
+        such a tree cannot hide who wrote a job (an author approving her own job)."""
         if self._line is False:
             self._line = None
             listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
-            if all(len(item) <= 2 for item in listed):
-                pairs = [(item[1] if len(item) == 2 else None, item[0]) for item in listed]
-                diffs = self.repo.diffs(pairs)
-                if diffs is not None:
-                    self._line = [(sha, frozenset(_with_folders(c.path for c in changes))) for (_, sha), changes in zip(pairs, diffs, strict=True)]
+            on_side = {item[0] for item in listed}
+            pairs: list[tuple[str | None, str]] = []
+            for sha, *parents in listed:
+                relevant = [p for p in parents if p in on_side] or parents
+                pairs += [(p, sha) for p in relevant] if relevant else [(None, sha)]
+            diffs = self.repo.diffs(pairs)
+            if diffs is not None:
+                names: dict[str, set[bytes]] = {item[0]: set() for item in listed}
+                for (_, sha), changes in zip(pairs, diffs, strict=True):
+                    names[sha] |= _with_folders(c.path for c in changes)
+                self._line = [(sha, frozenset(found)) for sha, found in names.items()]
         return self._line if isinstance(self._line, list) else None
 
     def touching_content(self) -> list[str]:

@@ -140,22 +140,6 @@ def _without_credentials(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _covering_pathspecs(paths: list[str], crowd: int = 16) -> list[str]:
-    """Literal pathspecs covering `paths`: a folder holding more than `crowd` of them stands for them.
-
-    git matches every pathspec against every changed path of every commit, so
-    thousands of file pathspecs cost far more than the few extra changes a
-    folder brings in (callers keep only the (path, blob) pairs they asked for).
-    """
-    folders: dict[str, list[str]] = {}
-    for path in paths:
-        folders.setdefault(path.rpartition("/")[0], []).append(path)
-    specs = set()
-    for folder, inside in folders.items():
-        specs |= {folder} if folder and len(inside) > crowd else set(inside)
-    return sorted(literal(spec) for spec in specs)
-
-
 def _batches(items: list[str]) -> list[list[str]]:
     return [items[i : i + _BATCH] for i in range(0, len(items), _BATCH)] or [[]]
 
@@ -279,33 +263,23 @@ class _Objects:
             pass
 
 
-def _copy_checkout(source: Path, dest: Path) -> None:
+def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozenset[bytes]) -> None:
     """Write into `dest` what checkout-index wrote into `source`, as it writes it: folders with
-    mode 0777 and files with 0666, or 0777 when executable, both less the umask; symlinks as
-    symlinks; contents byte for byte."""
+    mode 0777 and files with 0666, or 0777 when the tree says 100755 (`executable`: paths from
+    the root), both less the umask; symlinks as symlinks; contents byte for byte, a chunk at a time."""
     with os.scandir(source) as entries:
         for entry in entries:
             target = os.path.join(dest, entry.name)
+            path = prefix + os.fsencode(entry.name)
             if entry.is_symlink():
                 os.symlink(os.readlink(entry.path), target)
             elif entry.is_dir(follow_symlinks=False):
                 os.mkdir(target)
-                _copy_checkout(Path(entry.path), Path(target))
+                _copy_checkout(Path(entry.path), Path(target), path + b"/", executable)
             else:
-                mode = 0o777 if entry.stat(follow_symlinks=False).st_mode & 0o100 else 0o666
-                with open(entry.path, "rb") as f:
-                    data = f.read()
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-                try:
-                    _write_all(fd, data)
-                finally:
-                    os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if path in executable else 0o666)
+                with open(fd, "wb") as out, open(entry.path, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 20)
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
@@ -350,7 +324,8 @@ class Repo:
         self._parents: dict[str, tuple[str, ...]] = {}
         self._ancestors: set[tuple[str, str]] = set()  # is_ancestor's yes answers between full commit ids
         # export(): one private index per (commit, skip), built once and read by every export of it.
-        self._indexes: dict[tuple[str, Callable[[str], bool]], tuple[Path, int]] = {}
+        self._indexes: dict[tuple[str, Callable[[str], bool]], tuple[Path, frozenset[bytes] | None]] = {}
+        self._exports_made = 0  # names each index apart, also after drop_exports
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
@@ -359,10 +334,7 @@ class Repo:
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
         self._objects.close()
-        with self._index_lock:
-            if self._index_dir is not None:
-                self._index_dir.cleanup()
-            self._index_dir, self._indexes = None, {}
+        self.drop_exports()
 
     # -- running git ------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
@@ -638,11 +610,12 @@ class Repo:
         found: dict[str, list[str]] = {path: [] for path, _ in wanted}
         if not wanted:
             return found
-        paths = _covering_pathspecs([path for path, _ in wanted])
-        fields: list[bytes] = []
-        for batch in _batches(paths):
-            proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip, "--", *batch)
-            fields += proc.stdout.split(b"\0")
+        # Every commit's whole diff, not a walk limited to the paths: git's path-limited tree walk
+        # stops at the first entry that sorts after the path, so a tree not in git's order (written
+        # with `hash-object --literally`; a plain bare remote takes it) hid its writer from that walk.
+        # For the trees git writes, the non-merge commits that set a path to a blob are the same.
+        proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip)
+        fields = proc.stdout.split(b"\0")
         commit = ""
         i = 0
         while i < len(fields):
@@ -886,9 +859,17 @@ class Repo:
         parts = path_bytes(path).split(b"/")
         if any(part in (b"", b".", b"..") for part in parts):
             return _ASK_GIT
-        if commit not in self._commits and self._objects.kind(commit) != "commit":
-            return _ASK_GIT
-        sha = self.commit(commit).tree
+        try:
+            if commit not in self._commits and self._objects.kind(commit) != "commit":
+                return _ASK_GIT
+            sha = self.commit(commit).tree
+            if not re.fullmatch(r"[0-9a-f]{40}", sha):
+                return _ASK_GIT  # not a SHA-1 repository (the 40 digits were an abbreviation), or a bad tree line
+            return self._walk_tree(sha, parts)
+        except GitError:
+            return _ASK_GIT  # an object missing or not what its entry says: git says what that means
+
+    def _walk_tree(self, sha: str, parts: list[bytes]) -> str | object | None:
         for k, part in enumerate(parts):
             entries = self._tree_listing(sha)
             if entries is None:
@@ -917,7 +898,7 @@ class Repo:
                 break
             mode, name = raw[at:space], raw[space + 1:nul]
             key = name + b"/" if mode == b"40000" else name
-            ordered = mode in _MODES and key > last and name not in entries
+            ordered = mode in _MODES and key > last and name not in entries and b"/" not in name
             last = key
             entries[name] = (mode, raw[nul + 1:nul + 21].hex())
             at = nul + 21
@@ -947,27 +928,33 @@ class Repo:
         whoever named a branch, into files) and no export-ignore.
         """
         # checkout-index without -u only reads the index, so a merge of many jobs builds it once.
-        index, files = self._export_index(commit, skip)
-        if files > _TEMPLATE_FILES:
+        index, executable = self._export_index(commit, skip)
+        if executable is None:
             self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env={"GIT_INDEX_FILE": str(index)})
             return
         # A small tree: checkout-index writes it once, and each export copies what it wrote
         # as it would have written it (a git process per job cost more than the rest of the
         # export: issue 12's throughput). The copy is of checkout-index's own output, so
         # attributes, filters and core.symlinks apply exactly as they do to a large tree.
+        # Under the lock: drop_exports never removes a template while a copy reads it.
         with self._index_lock:
             template = index.with_name(index.name + ".files")
-            if not template.exists():
-                building = index.with_name(index.name + ".building")
-                shutil.rmtree(building, ignore_errors=True)
-                building.mkdir()
-                self.run("--work-tree", str(building), "checkout-index", "--all", "--force", "--quiet",
-                         env={"GIT_INDEX_FILE": str(index)})
-                building.rename(template)
-        _copy_checkout(template, dest)
+            try:
+                if not template.exists():
+                    building = index.with_name(index.name + ".building")
+                    shutil.rmtree(building, ignore_errors=True)
+                    building.mkdir()
+                    self.run("--work-tree", str(building), "checkout-index", "--all", "--force", "--quiet",
+                             env={"GIT_INDEX_FILE": str(index)})
+                    building.rename(template)
+                _copy_checkout(template, dest, b"", executable)
+            except OSError as exc:  # as checkout-index failing would: a GitError naming the folder
+                raise GitError(f"could not write the job's files into {dest}: {exc.strerror or exc}",
+                               hint="free disk space in TMPDIR or fix its permissions") from None
 
-    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> tuple[Path, int]:
-        """The private index of `commit` less what `skip` names, and how many files it holds."""
+    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> tuple[Path, frozenset[bytes] | None]:
+        """The private index of `commit` less what `skip` names, and (for a tree of at most
+        _TEMPLATE_FILES files, which exports copy) the paths of its executable files."""
         with self._index_lock:
             found = self._indexes.get((commit, skip))
             if found is not None and found[0].exists():
@@ -976,12 +963,25 @@ class Repo:
                 import tempfile
 
                 self._index_dir = tempfile.TemporaryDirectory(prefix="mergegate-index-")
-            index = Path(self._index_dir.name) / f"{commit}-{len(self._indexes)}"
+            index = Path(self._index_dir.name) / f"{commit}-{self._exports_made}"
+            self._exports_made += 1
             entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
             data = b"".join(f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries)
             self.run("update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)})
-            self._indexes[(commit, skip)] = (index, len(entries))
-            return index, len(entries)
+            # The executable bit comes from the tree, not from the file checkout-index wrote (a umask
+            # can take the owner's x away from it, and the copy would then drop the others' too).
+            small = len(entries) <= _TEMPLATE_FILES
+            executable = frozenset(path_bytes(p) for mode, _, p in entries if mode == "100755") if small else None
+            self._indexes[(commit, skip)] = (index, executable)
+            return index, executable
+
+    def drop_exports(self) -> None:
+        """Remove the export indexes and the small trees' copies (the runner does it after each pass:
+        a daemon would otherwise keep every exported commit's files until it exits)."""
+        with self._index_lock:
+            if self._index_dir is not None:
+                self._index_dir.cleanup()
+            self._index_dir, self._indexes = None, {}
 
     # -- writing --------------------------------------------------------------
     def write_commit(

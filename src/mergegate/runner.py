@@ -200,7 +200,10 @@ class Runner:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
         with self.shutdown.handling(), pass_lock(self.repo.common_dir, runner_name=self.options.runner_name,
                                                  wait=self.options.lock_wait):
-            return self._pass()
+            try:
+                return self._pass()
+            finally:
+                self.repo.drop_exports()  # every job of the pass has its own copy by now
 
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()

@@ -214,9 +214,15 @@ class Spool:
                                  hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
             self._lines += line.count(b"\n")
             try:
-                os.write(fd, line)
+                view = memoryview(line)
+                while view:  # a full disk or a file size limit writes part of it: the rest, or an error
+                    written = os.write(fd, view)
+                    if written <= 0:
+                        raise OSError(28, "no space left on device")
+                    view = view[written:]
             except OSError as exc:
                 os.close(fd)
+                self._live = None  # read again next time: a torn line is set aside and the rest rewritten
                 raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
                                  hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
         try:  # outside the lock: jobs in parallel sync their own lines at once

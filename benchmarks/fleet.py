@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoc import LoadWatch, cleanup, finish, header
-from poll_scale import git, isolate
+from poll_scale import git, isolate, precompile
 from throughput import check_once_each, gate, records, trivial_jobs
 
 SECTION = "## Many runners"
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         isolate(tmp / "home")
+        compiled = precompile()  # as an installed copy: no runner compiles mergegate from source
         key = tmp / "alice"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
         cases = [(f"{args.trivial} trivial jobs (`echo`)", "trivial", trivial_jobs(args.trivial)),
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
         lines = [
             *header(command, load),
+            f"- {compiled}",
             "- Each figure: one signed merge adding the jobs to a fresh gate (local bare remote), then that many "
             "`python -m mergegate run --once` started at once, each in its own clone with its own `--runner-name`; "
             "wall clock until the last exits. Checked: every job exactly one `started` and one `finished`, every "

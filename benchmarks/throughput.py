@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoc import LoadWatch, cleanup, finish, header
-from poll_scale import ALICE, BOB, T0, _commit, fast_import, git, ident, isolate
+from poll_scale import ALICE, BOB, T0, _commit, fast_import, git, ident, isolate, precompile
 
 SECTION = "## Runner throughput"
 END_MARKER = "<!-- end of throughput.py output: text below, up to the next ## heading, is kept -->"
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         isolate(tmp / "home")
+        compiled = precompile()  # as an installed copy: no runner compiles mergegate from source
         key = tmp / "alice"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
         for parallel in (int(p) for p in args.parallel.split(",")):
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
         lines = [
             *header(command, load),
+            f"- {compiled}",
             f"- Work: one signed merge adding {args.jobs} trivial jobs (`echo`), one `python -m mergegate run --once` "
             "in a fresh runner clone (local bare remote), wall clock including interpreter start; every job exactly "
             "one `started` and one `finished` (checked).",

@@ -528,10 +528,10 @@ def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gp
     import time
 
     # The key must still be valid when the runner judges the merge and expired when verify
-    # runs: a real clock race. The key's life starts at 8 s; on a machine so loaded that the
+    # runs: a real clock race. The key's life starts at 4 s; on a machine so loaded that the
     # runner judged only after it ran out (the job rejected: expired), the gate is built
     # again with a life twice as long as that took, so the test never depends on the load.
-    life = 8.0
+    life = 4.0
     for attempt in range(4):
         if attempt:
             world = World(world.tmp / f"again-{attempt}")

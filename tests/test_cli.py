@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -154,9 +153,7 @@ def test_loop_mode_stops_cleanly_on_sigterm(world: World) -> None:
     world.signed_merge("p", world.bob)
     proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--interval", "0.2"], cwd=world.clone("runner"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not world.events("finished"):
-        time.sleep(0.2)
+    world.until_records(lambda: world.events("finished"))
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -185,9 +182,7 @@ def test_runner_killed_mid_job_leaves_running_then_is_closed_not_rerun(world: Wo
     world.signed_merge("p", world.bob)
     proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--once"], cwd=world.clone("runner"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not world.events("started"):
-        time.sleep(0.2)
+    world.until_records(lambda: world.events("started"))
     assert world.events("started"), "the runner never claimed the job"
     os.killpg(proc.pid, signal.SIGKILL)  # the runner dies; so does the job in its session
     proc.wait()
@@ -258,9 +253,7 @@ def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> No
     world.signed_merge("p", world.bob)
     proc = subprocess.Popen([sys.executable, "-m", "mergegate", "run", "--once", "--runner-name", "a"], cwd=world.clone("runner"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not world.events("started"):
-        time.sleep(0.2)
+    world.until_records(lambda: world.events("started"))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     # Runner b processes something new and writes its own `scanned` record.

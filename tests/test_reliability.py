@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -210,7 +211,7 @@ def test_a_job_that_ends_within_the_grace_keeps_its_real_result(world: World) ->
     _gate(world)
     _merge_jobs(world, "p", {"short": ["sh", "-c", "sleep 1.5; echo done"]})
     runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "5")
-    _until(lambda: world.events("started"))
+    world.until_records(lambda: world.events("started"))
     time.sleep(0.3)
     os.kill(runner.pid, signal.SIGTERM)
     _out, err = runner.communicate(timeout=15)
@@ -245,7 +246,7 @@ def test_a_second_pass_in_the_same_clone_is_refused_naming_the_lock(world: World
     go = world.tmp / "go"  # the job runs until the test says so
     _merge_jobs(world, "p", {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"]})
     first = _start_runner(world, "--once", "--json")
-    _until(lambda: world.events("started"))
+    world.until_records(lambda: world.events("started"))
     second = world.mg("run", "--once", "--json", "--lock-wait", "0.2")
     go.write_text("")
     first.communicate(timeout=30)
@@ -473,14 +474,15 @@ def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(wo
     moved = world.tmp / "remote-away.git"
     world.remote.rename(moved)
     trace = world.tmp / "git-trace"
-    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.4", env={"GIT_TRACE": str(trace)})
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.1", env={"GIT_TRACE": str(trace)})
     try:
         # Counted, not slept: however slow the machine, the runner has failed a dozen polls
-        # (each asks ls-remote first) before the remote comes back.
+        # (each asks ls-remote first) before the remote comes back. The backoff is capped at the
+        # interval: how it grows is test_backoff_grows_with_jitter_is_capped_and_resets's question.
         _until(lambda: _git_calls(trace, "ls-remote") >= 12, timeout=120)
         moved.rename(world.remote)
         _merge_jobs(world, "p", {"after": ["echo", "after"]})
-        _until(lambda: world.events("finished"), timeout=30)
+        world.until_records(lambda: world.events("finished"), timeout=30)
     finally:
         runner.send_signal(signal.SIGTERM)
         _out, err = runner.communicate(timeout=15)
@@ -492,20 +494,37 @@ def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(wo
     assert [r["status"] for r in world.events("finished")] == ["succeeded"]
 
 
+def _read_until(proc: subprocess.Popen[str], done: Callable[[list[str]], bool], timeout: float = 30.0) -> str:
+    """What `proc` printed on stdout, read unbuffered (communicate() gets the rest) until `done`
+    holds for its whole lines."""
+    assert proc.stdout is not None
+    fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    while not done([line for line in data.decode(errors="replace").splitlines(keepends=True) if line.endswith("\n")]):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out waiting for {done}: {data!r}")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"stdout closed before {done}: {data!r}")
+            data += chunk
+    return data.decode(errors="replace")
+
+
 def test_loop_json_is_one_object_per_line(world: World) -> None:
     _gate(world)
     world.clone("runner")
     away = world.tmp / "away.git"
     world.remote.rename(away)
-    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.2", "--json")
-    assert runner.stdout is not None
-    first = runner.stdout.readline()  # the outage, once
-    time.sleep(1.0)
+    trace = world.tmp / "git-trace"
+    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.2", "--json", env={"GIT_TRACE": str(trace)})
+    seen = _read_until(runner, lambda lines: len(lines) >= 1)  # the outage, once
+    _until(lambda: _git_calls(trace, "ls-remote") >= 6, timeout=60)  # and five more failed polls, said nothing
     away.rename(world.remote)
-    time.sleep(1.5)
+    seen += _read_until(runner, lambda lines: any(json.loads(line)["event"] == "pass" for line in lines[1:]))
     runner.send_signal(signal.SIGINT)
     out, _err = runner.communicate(timeout=15)
-    objects = [json.loads(line) for line in [first, *out.splitlines()]]
+    objects = [json.loads(line) for line in (seen + out).splitlines()]
     events = [o["event"] for o in objects]
     assert events[0] == "outage" and events.count("outage") == 1 and "recovered" in events
     assert "pass" in events
@@ -548,16 +567,19 @@ def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World)
     git_dir = world.clone("runner") / ".git"
     lock = git_dir / "mergegate/run.lock"
     taken = lock.stat().st_mtime_ns if lock.exists() else None
-    runner = _start_runner(world, "--interval", "0.2")
+    trace = world.tmp / "git-trace"
+    runner = _start_runner(world, "--interval", "0.1", env={"GIT_TRACE": str(trace)})
     try:
         # The loop's first pass ran: it took the pass lock (or, before issue 9, wrote FETCH_HEAD).
         _until(lambda: (lock.exists() and lock.stat().st_mtime_ns != taken) or (git_dir / "FETCH_HEAD").exists())
-        time.sleep(1.0)
+        # Counted, not slept: at three ls-remote calls, two polls at least began after the first pass.
+        _until(lambda: _git_calls(trace, "ls-remote") >= 3)
         before = _snapshot(git_dir)
-        time.sleep(2.5)  # a dozen idle polls
+        polls = _git_calls(trace, "ls-remote")
+        _until(lambda: _git_calls(trace, "ls-remote") >= polls + 12)  # a dozen idle polls
         assert _snapshot(git_dir) == before
         _merge_jobs(world, "p", {"j": ["echo", "j"]})
-        _until(lambda: world.events("finished"), timeout=30)
+        world.until_records(lambda: world.events("finished"), timeout=30)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)
@@ -571,7 +593,9 @@ def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(
     marker = _marker()
     world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sleep", marker], timeout_seconds=2)}, who=world.alice)
     world.signed_merge("p", world.bob)
-    runner = _start_runner(world, "--once", "--runner-name", "a", "--shutdown-grace", "10")  # lease: 2 + 0.5 + 10 + 5 s
+    # Lease: 2 + 0.5 + 2 + 5 s. The test waits it out, so it is short; what runs before it ends
+    # (the kill, an early pass, two status calls) took 1.5 s at load 5, well inside it.
+    runner = _start_runner(world, "--once", "--runner-name", "a", "--shutdown-grace", "2")
     try:
         _until(lambda: _with(marker))
         os.kill(runner.pid, signal.SIGKILL)
@@ -731,7 +755,7 @@ def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(w
         assert _pending(clone) == pending
         assert _loose_objects(clone) <= early + 1
         block.unlink()
-        _until(lambda: world.events("finished"), timeout=120)
+        world.until_records(lambda: world.events("finished"), timeout=120)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)
@@ -761,7 +785,7 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
         # where six more attempts would have left 24 more objects.
         assert _loose_objects(clone) <= early + 5
         block.unlink()
-        _until(lambda: len(world.events("finished")) == 21, timeout=120)
+        world.until_records(lambda: len(world.events("finished")) == 21, timeout=120)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=15)

@@ -192,7 +192,10 @@ def test_every_fan_out_matrix_entry_is_one_its_leg_can_run(world: World, tmp_pat
 
 def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succeeded(world: World) -> None:
     runners = world.signing_runner()
-    until = datetime.now(UTC) + timedelta(seconds=6)
+    # The merge must be judged while bob's key is valid; the test then waits for it to expire. At load
+    # 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the policy's
+    # time has no fraction, and a truncated one would take up to a second off it).
+    until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
     bob = {"name": "bob", "email": world.bob.email,
            "keys": [{"key": world.bob.key.public_line, "valid_before": until.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
     world.setup(policy_yaml([bob], [ECHO_RULE], runners=runners))
@@ -219,7 +222,7 @@ def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_remov
 
 
 def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_later(world: World, tmp_path: Path) -> None:
-    from tests.test_reliability import _start_runner, _until
+    from tests.test_reliability import _start_runner
     _gate(world, max_retries=1, retry_backoff_seconds=2)
     marker = tmp_path / "flaky.ran"
     flaky = ["sh", "-c", f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 3; fi"]
@@ -227,7 +230,7 @@ def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_l
     loop = _start_runner(world, *world.runner_args, "--interval", "60", "--json")
     try:
         began = time.monotonic()
-        _until(lambda: len(world.events("finished")) >= 2, timeout=40, step=0.5)
+        world.until_records(lambda: len(world.events("finished")) >= 2, timeout=40)
         assert time.monotonic() - began < 30  # the 2 s backoff, not the 60 s interval
     finally:
         loop.terminate()

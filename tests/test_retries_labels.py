@@ -116,7 +116,9 @@ def test_retries_above_the_policys_max_retries_are_denied_naming_the_rule(world:
 
 
 def test_a_failed_attempt_is_retried_after_its_backoff_each_attempt_its_own_run(world: World, tmp_path: Path) -> None:
-    _gate(world, max_retries=2, retry_backoff_seconds=8)
+    # The backoff is waited out, so it is short: the two passes and the status before it ends take
+    # well under a second.
+    _gate(world, max_retries=2, retry_backoff_seconds=3)
     merge = _merge(world, "r", {"jobs/flaky.yaml": job_yaml("flaky", _fails_once(tmp_path, "flaky"), retries=2)})
     first = world.run_once()
     assert first.code == 1

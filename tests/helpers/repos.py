@@ -9,14 +9,16 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from tests.helpers.keys import SshKey, shared_ssh_key
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,28 @@ class World:
 
     def events(self, event: str) -> list[dict[str, Any]]:
         return [r for r in self.records() if r.get("event") == event]
+
+    def audit_ref(self) -> str:
+        """The remote's audit branch tip ("" before there is one), read in the bare remote: no fetch."""
+        return self.git(self.remote, "rev-parse", "--verify", "--quiet", "refs/heads/mergegate/audit", check=False)
+
+    def until_records(self, what: Callable[[], T], *, timeout: float = 30.0) -> T:
+        """Wait until `what()`, a question about the records (`events`, `records`), is truthy; return it.
+
+        It is asked again only when the remote's audit branch has moved, since the records cannot
+        have changed otherwise: a poll costs one rev-parse, not a fetch and a read of the whole log.
+        """
+        deadline = time.monotonic() + timeout
+        seen: str | None = None
+        while True:
+            tip = self.audit_ref()
+            if tip != seen:
+                seen = tip
+                if answer := what():
+                    return answer
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
 
 
 def mergegate_in_process(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> Result:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,6 +9,22 @@ import pytest
 from tests.helpers.fake_github import FakeGitHub
 from tests.helpers.github_world import GithubGate
 from tests.helpers.repos import World
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (README's command): three workers for every two cores, not one a core.
+
+    Many tests here wait on purpose (a lease, a backoff, a runner polling, a job that sleeps):
+    with one worker a core, a core idles while its worker waits. A third worker uses that
+    time; the tests hold under far heavier load than it adds (they pass on this 2-core machine
+    with 4 agents' suites running at once, load 10 to 15). PYTEST_XDIST_AUTO_NUM_WORKERS
+    still decides when set.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0))
+    return cores + (cores + 1) // 2
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,6 +48,10 @@ def policy_yaml(approvers: list[dict[str, Any]], commands: list[dict[str, Any]] 
 
 
 ECHO_RULE = {"program": "echo", "args_prefix": []}
+
+# Paths `fast-import` takes as they are and `git add -A` stores as they are: no part starts with a dot
+# (so no .gitignore or .gitattributes that `add` would obey), no space, quote or non-ASCII byte.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 
 
 class World:
@@ -111,12 +116,50 @@ class World:
 
     def setup(self, policy: str, *, files: dict[str, str] | None = None) -> str:
         """Initial commit with the policy on main and approved, pushed: the trust root."""
-        self.write("admin", {"policy/policy.yaml": policy, **(files or {})})
+        everything = {"policy/policy.yaml": policy, **(files or {})}
+        if "admin" in self._clones or self._remote_hooks() or not all(map(_PLAIN_PATH.fullmatch, everything)):
+            return self._setup_by_push(everything)
+        self.write("admin", everything)
+        return self._setup_by_import(everything)
+
+    def _setup_by_push(self, files: dict[str, str]) -> str:
+        self.write("admin", files)
         self.git("admin", "add", "-A")
         self.git("admin", "commit", "-q", "-m", "initial policy")
         self.git("admin", "branch", "approved")
         self.git("admin", "push", "-q", "origin", "main", "approved")
         return self.git("admin", "rev-parse", "HEAD")
+
+    def _setup_by_import(self, files: dict[str, str]) -> str:
+        """What `_setup_by_push` leaves, in 4 git processes instead of 12 (every test pays it).
+
+        The same commit (alice, now, "initial policy", the files as `git add` stores them) is
+        written by one `fast-import` into the admin clone, with the refs the commit, branch and
+        push would have moved (main, approved, origin/main, origin/approved), and by another
+        into the remote (main, approved); `reset` fills admin's index. Only for a fresh admin
+        clone, a remote without hooks, and `_PLAIN_PATH`s; anything else goes the way of the
+        push. tests/test_world.py holds the two to the same result.
+        """
+        admin = self.clone("admin")
+        now = int(time.time())
+        stamp = f"{self.alice.name} <{self.alice.email}> {now} {time.strftime('%z', time.localtime(now))}"
+        body = [f"commit refs/heads/main\nmark :1\nauthor {stamp}\ncommitter {stamp}\ndata 15\ninitial policy\n".encode()]
+        for path in files:
+            data = (admin / path).read_bytes()  # what `add` would read
+            body.append(f"M 100644 inline {path}\ndata {len(data)}\n".encode() + data + b"\n")
+        shas = []
+        for where, refs in ((admin, ["refs/heads/approved", "refs/remotes/origin/main", "refs/remotes/origin/approved"]),
+                            (self.remote, ["refs/heads/approved"])):
+            stream = b"".join(body) + "".join(f"reset {ref}\nfrom :1\n" for ref in refs).encode() + b"get-mark :1\n"
+            proc = subprocess.run(["git", "fast-import", "--quiet"], cwd=where, input=stream, capture_output=True, check=True)
+            shas.append(proc.stdout.decode().strip())
+        assert shas[0] == shas[1] and len(shas[0]) == 40, shas
+        self.git("admin", "reset", "-q")
+        return shas[0]
+
+    def _remote_hooks(self) -> bool:
+        hooks = self.remote / "hooks"
+        return hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir())
 
     def propose(self, branch: str, files: dict[str, str], *, who: Person | None = None, sign: SshKey | None = None,
                 base: str = "origin/approved", message: str = "propose") -> str:
@@ -222,9 +265,12 @@ class World:
     def records(self) -> list[dict[str, Any]]:
         """Every audit record on the remote's audit branch, in order."""
         self.git("admin", "fetch", "-q", "origin")
-        if not self.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False):
-            return []
-        names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
+        try:
+            names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
+        except AssertionError:  # no audit branch yet (asked only then: one process less for every read)
+            if not self.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False):
+                return []
+            raise
         records = []
         for name in sorted(n for n in names if n.endswith(".jsonl")):
             text = self.git("admin", "show", f"origin/mergegate/audit:{name}")

@@ -1,0 +1,61 @@
+"""The test helpers' fast paths leave what their reference paths leave (tests/helpers/repos.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+
+
+def _state(world: World) -> dict[str, object]:
+    """Everything of a set-up gate a later step could read, but the commit's time."""
+    admin = world.clone("admin")
+    commit = world.git("admin", "cat-file", "commit", "HEAD").splitlines()
+    return {
+        "commit": [line.rsplit(" ", 2)[0] if line.startswith(("author ", "committer ")) else line for line in commit],
+        "admin refs": world.git("admin", "for-each-ref", "--format=%(refname) %(objectname) %(upstream)").splitlines(),
+        "remote refs": world.git(world.remote, "for-each-ref", "--format=%(refname) %(objectname)").splitlines(),
+        "admin head": world.git("admin", "symbolic-ref", "HEAD"),
+        "remote head": world.git(world.remote, "symbolic-ref", "HEAD"),
+        "status": world.git("admin", "status", "--porcelain=v1", "--untracked-files=all", "--ignored"),
+        "index": world.git("admin", "ls-files", "--stage"),
+        "config": world.git("admin", "config", "--local", "--list").replace(str(world.tmp), "<tmp>"),
+        "files": sorted(str(p.relative_to(admin)) for p in admin.rglob("*") if ".git" not in p.relative_to(admin).parts),
+    }
+
+
+def test_setup_by_import_leaves_what_setup_by_push_leaves(tmp_path: Path) -> None:
+    fast, slow = World(tmp_path / "fast"), World(tmp_path / "slow")
+    policy = policy_yaml([fast.bob.approver_entry()], [ECHO_RULE])
+    files = {"README": "readme\n", "jobs/x/stray.yaml": job_yaml("stray", ["echo"]), "empty": "", "bin/run.sh": "#!/bin/sh\n"}
+    everything = {"policy/policy.yaml": policy, **files}
+    fast_root = fast.setup(policy, files=files)
+    slow_root = slow._setup_by_push(everything)
+    assert len(fast_root) == 40 and fast.git("admin", "rev-parse", "HEAD") == fast_root
+    fast_state, slow_state = _state(fast), _state(slow)
+    # The trees are the same objects: the same files, modes and bytes.
+    assert fast.git("admin", "rev-parse", "HEAD^{tree}") == slow.git("admin", "rev-parse", "HEAD^{tree}")
+    shas = {fast_root: "ROOT", slow_root: "ROOT"}
+    for state in (fast_state, slow_state):
+        for key in ("admin refs", "remote refs"):
+            state[key] = [" ".join(shas.get(part, part) for part in line.split(" ")) for line in state[key]]  # type: ignore[attr-defined]
+    assert fast_state == slow_state
+
+
+def test_setup_goes_the_way_of_the_push_when_the_import_could_differ(tmp_path: Path) -> None:
+    """An ignore file, a hook on the remote, or an admin clone already used: the reference path."""
+    for n, (files, hook, used) in enumerate([({".gitignore": "x\n", "x": "ignored\n"}, False, False),
+                                             ({}, True, False), ({}, False, True)]):
+        world = World(tmp_path / str(n))
+        if hook:
+            pre = world.remote / "hooks" / "pre-receive"
+            pre.write_text(f"#!/bin/sh\necho pushed > {world.tmp / 'hooked'}\n")
+            pre.chmod(0o755)
+        if used:
+            world.write("admin", {"notes.txt": "written before setup\n"})
+        world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]), files=files)
+        assert world.git("admin", "log", "--format=%s", "origin/approved") == "initial policy"
+        tracked = world.git("admin", "ls-files").splitlines()
+        assert ("x" not in tracked) if files else True
+        assert (world.tmp / "hooked").exists() == hook
+        assert ("notes.txt" in tracked) == used

@@ -59,3 +59,39 @@ def test_setup_goes_the_way_of_the_push_when_the_import_could_differ(tmp_path: P
         assert ("x" not in tracked) if files else True
         assert (world.tmp / "hooked").exists() == hook
         assert ("notes.txt" in tracked) == used
+
+
+def test_records_are_read_again_exactly_when_a_fetch_could_change_them(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
+    world.signed_merge("p")
+    assert world.run_once().code == 0
+    first = world.records()
+    fetched = world.clone("admin") / ".git" / "FETCH_HEAD"
+    stamp = fetched.stat().st_mtime_ns
+    assert world.records() == first and fetched.stat().st_mtime_ns == stamp  # nothing moved: no fetch
+    # The remote moved (a branch that is not the audit's): fetched, and admin sees the branch.
+    world.git("proposer", "push", "-q", "origin", "HEAD:refs/heads/elsewhere")
+    assert world.records() == first and fetched.stat().st_mtime_ns != stamp
+    assert world.git("admin", "rev-parse", "origin/elsewhere") == world.git("proposer", "rev-parse", "HEAD")
+    # Only admin's refs moved: fetched again, which puts its tracking ref back.
+    world.git("admin", "update-ref", "-d", "refs/remotes/origin/mergegate/audit")
+    assert world.records() == first
+    assert world.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False)
+    # New records: read.
+    world.propose("q", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
+    world.signed_merge("q")
+    assert world.run_once().code == 0
+    assert [r["job"] for r in world.events("started")] == ["a", "b"]
+    assert world.records()[: len(first)] == first and len(world.records()) > len(first)
+
+
+def test_head_is_what_rev_parse_says(world: World) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    head = world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
+    merge = world.signed_merge("p")
+    assert head == world.git("proposer", "rev-parse", "HEAD") and merge == world.git("approver", "rev-parse", "HEAD")
+    world.git("approver", "checkout", "-q", "--detach", "HEAD~1")  # no branch: git is asked
+    assert world.head("approver") == world.git("approver", "rev-parse", "HEAD") != merge
+    world.git("proposer", "pack-refs", "--all")  # a packed ref only: git is asked
+    assert world.head("proposer") == head

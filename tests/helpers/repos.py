@@ -51,6 +51,7 @@ ECHO_RULE = {"program": "echo", "args_prefix": []}
 
 # Paths `fast-import` takes as they are and `git add -A` stores as they are: no part starts with a dot
 # (so no .gitignore or .gitattributes that `add` would obey), no space, quote or non-ASCII byte.
+_SHA = re.compile(r"[0-9a-f]{40}")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 
 
@@ -65,6 +66,7 @@ class World:
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "init", "--quiet", "--bare", str(self.remote)], check=True)
         self._clones: dict[str, Path] = {}
+        self._read: tuple[object, object, list[str]] | None = None  # what records() last read: see _ref_files
         self.runner_args: list[str] = []  # added to every run_once (a gate that lists runners: the signing key)
 
     # -- git --------------------------------------------------------------------
@@ -171,7 +173,7 @@ class World:
         args = ["commit", "-q", "-m", message] + (["-S"] if sign else [])
         self.git(where, *args, who=who, sign=sign)
         self.git(where, "push", "-q", "-f", "origin", branch)
-        return self.git(where, "rev-parse", "HEAD")
+        return self.head(where)
 
     def approval_commit(self, branch: str, trailers: list[tuple[str, str]], *, who: Person, sign: SshKey | None,
                         config: list[str] | None = None, env: dict[str, str] | None = None) -> str:
@@ -183,7 +185,7 @@ class World:
         args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (["-S"] if sign or config else [])
         self.git(where, *args, who=who, sign=sign, config=config, env=env)
         self.git(where, "push", "-q", "origin", branch)
-        return self.git(where, "rev-parse", "HEAD")
+        return self.head(where)
 
     def merge(self, branch: str, *, who: Person | None = None, sign: SshKey | None = None, ff: bool = False) -> str:
         """Merge origin/BRANCH into approved (signed with `sign`) and push."""
@@ -196,7 +198,19 @@ class World:
             args.insert(1, "-S")
         self.git(where, *args, who=person, sign=sign)
         self.git(where, "push", "-q", "origin", "approved")
-        return self.git(where, "rev-parse", "HEAD")
+        return self.head(where)
+
+    def head(self, where: str) -> str:
+        """`git rev-parse HEAD` in `where`, read from the files a commit or merge just wrote (HEAD
+        names a branch, whose loose ref git writes on every update and prefers to packed-refs);
+        anything else is asked of git."""
+        git_dir = self.clone(where) / ".git"
+        try:
+            head = (git_dir / "HEAD").read_text().strip()
+            sha = (git_dir / head[5:]).read_text().strip() if head.startswith("ref: refs/heads/") else ""
+        except OSError:
+            sha = ""
+        return sha if _SHA.fullmatch(sha) else self.git(where, "rev-parse", "HEAD")
 
     def checkout_approved(self, where: str) -> Path:
         """`where` on a fresh local approved, to commit to it directly (as an attacker would)."""
@@ -263,7 +277,16 @@ class World:
         return [{"name": "ci", "key": key.public_line}]
 
     def records(self) -> list[dict[str, Any]]:
-        """Every audit record on the remote's audit branch, in order."""
+        """Every audit record on the remote's audit branch, in order (admin fetches first)."""
+        remote = self._ref_files(self.remote)
+        if remote is None or self._read is None or self._read[:2] != (remote, self._admin_ref_files()):
+            lines = self._read_records()
+            # The remote's refs as they were before the fetch (a push during it makes the next
+            # call read again), admin's as the fetch left them.
+            self._read = (remote, self._admin_ref_files(), lines)
+        return [json.loads(line) for line in self._read[2]]
+
+    def _read_records(self) -> list[str]:
         self.git("admin", "fetch", "-q", "origin")
         try:
             names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
@@ -271,11 +294,30 @@ class World:
             if not self.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False):
                 return []
             raise
-        records = []
+        lines = []
         for name in sorted(n for n in names if n.endswith(".jsonl")):
-            text = self.git("admin", "show", f"origin/mergegate/audit:{name}")
-            records.extend(json.loads(line) for line in text.splitlines() if line)
-        return records
+            lines.extend(line for line in self.git("admin", "show", f"origin/mergegate/audit:{name}").splitlines() if line)
+        return lines
+
+    def _admin_ref_files(self) -> tuple[tuple[str, bytes], ...] | None:
+        return self._ref_files(self._clones["admin"] / ".git") if "admin" in self._clones else None
+
+    @staticmethod
+    def _ref_files(git_dir: Path) -> tuple[tuple[str, bytes], ...] | None:
+        """Every ref file, packed-refs and the config of a repository, read without git.
+
+        `records` keeps what it read with the remote's before its fetch and admin's after it:
+        while neither has changed, another fetch would change nothing and read the same records,
+        so the records are not read again (an assertion that reads them twice costs no git
+        process the second time). None, never equal, when a file changed while being read.
+        """
+        try:
+            parts = [(str(p.relative_to(git_dir)), p.read_bytes()) for p in sorted((git_dir / "refs").rglob("*")) if p.is_file()]
+            parts += [(name, (git_dir / name).read_bytes() if (git_dir / name).exists() else b"")
+                      for name in ("packed-refs", "config")]
+        except OSError:
+            return None
+        return tuple(parts)
 
     def events(self, event: str) -> list[dict[str, Any]]:
         return [r for r in self.records() if r.get("event") == event]

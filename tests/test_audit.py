@@ -378,12 +378,13 @@ def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_h
 
 def _outcome(repo: Repo, tip: str, workers: int) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
     """What each file yields (and what audit verify keeps of the chain), or the error, with `workers` workers."""
-    from mergegate import audit_chain, verification
+    from mergegate import audit_chain, audit_check
 
     try:
-        kept = verification._read_chain(repo, tip, workers=workers)
+        with audit_chain.ChainCheck(repo, tip, audit_check._facts, workers=workers) as reading:
+            kept = audit_check.read_chain(reading)
         return [(c.path, c.blob, c.records, c.first_seq, c.summary)
-                for c in audit_chain.check_chain(repo, tip, verification._facts, workers=workers)] + [
+                for c in audit_chain.check_chain(repo, tip, audit_check._facts, workers=workers)] + [
             ("kept", str(kept.verified), kept.records, kept.files, [r.fields for r in kept.naming])]
     except Exception as exc:  # (compared across worker counts, whatever it is)
         return type(exc).__name__, str(exc), getattr(exc, "file", None), getattr(exc, "line", None)
@@ -447,7 +448,7 @@ def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch
     import os
     import signal
 
-    from mergegate import audit_chain, verification
+    from mergegate import audit_chain, audit_check
 
     repo, tip = _many_files(tmp_path, monkeypatch)
     proven = audit._proven
@@ -474,7 +475,7 @@ def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch
     monkeypatch.setattr(os, "fork", counted)
     checked: list[str] = []
     with pytest.raises(IntegrityError) as caught:
-        for log in audit_chain.check_chain(repo, tip, verification._facts, workers=2):
+        for log in audit_chain.check_chain(repo, tip, audit_check._facts, workers=2):
             checked.append(log.path)
     assert checked == [f"audit/log-{n:06d}.jsonl" for n in range(1, 7)]
     assert caught.value.file == "audit/log-000007.jsonl" and caught.value.exit_code == 3
@@ -499,3 +500,34 @@ def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(tmp_path: Path, mo
     serial = _outcome(repo, tip, 1)
     assert isinstance(serial, tuple) and serial[0] == GitError.__name__ and blob[:12] in serial[1], serial
     assert _outcome(repo, tip, 2) == serial
+
+
+def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only_when_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """audit verify starts the workers before its other checks (a rewritten branch, the trust root): when one
+    of those fails, closing the check ends its workers; an audit tree with a stray says so only when read."""
+    import os
+
+    from mergegate import audit_chain, audit_check
+
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    forked: list[int] = []
+    fork = os.fork
+
+    def counted() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counted)
+    with audit_chain.ChainCheck(repo, tip, audit_check._facts, workers=2):
+        assert len(forked) == 2
+    for pid in forked:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    stray = repo.write_commit(parent=tip, files={"audit/notes.txt": b"x\n"}, message="stray\n", author=("t", "t@x"), signing=None)
+    reading = audit_chain.ChainCheck(repo, stray, audit_check._facts, workers=2)
+    assert len(forked) == 2  # nothing to check: no worker
+    with pytest.raises(IntegrityError, match=r"unexpected audit file audit/notes\.txt"):
+        list(reading)

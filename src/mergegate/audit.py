@@ -415,8 +415,12 @@ class LogFile:
 def iter_files(repo: Repo, commit: str | None) -> Iterator[LogFile]:
     """The log files at `commit` in chain order, each checked (and linked to the one before) as
     iter_all checks them; one file in memory at a time."""
+    yield from checked_files(repo, log_files(repo, commit))
+
+
+def checked_files(repo: Repo, files: Sequence[tuple[str, str]]) -> Iterator[LogFile]:
+    """iter_files of the (path, blob) `files` that log_files listed."""
     prev_seq, prev_hash = 0, GENESIS
-    files = log_files(repo, commit)
     with closing(repo.blobs([blob for _, blob in files])) as contents:  # git reads ahead while we check
         for (path, blob), data in zip(files, contents, strict=True):
             records = _checked_fast(data, prev_seq=prev_seq, prev_hash=prev_hash)

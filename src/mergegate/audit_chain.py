@@ -15,6 +15,7 @@ nothing it did not prove counts as proven.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -53,45 +54,84 @@ class Checked(Generic[T]):
 def check_chain(repo: Repo, commit: str | None, summarise: Summarise[T], *,
                 workers: int | None = None) -> Iterator[Checked[T]]:
     """Each log file at `commit` in chain order, checked exactly as `audit.iter_files` checks it, as
-    `summarise(data, fields)` (run where the file was read: its result must pickle) and its place.
+    `summarise(data, fields)` (run where the file was read: its result must pickle) and its place:
+    a ChainCheck, started when first asked."""
+    with ChainCheck(repo, commit, summarise, workers=workers) as reading:
+        yield from reading
+
+
+class ChainCheck(Generic[T]):
+    """The check of every log file at `commit`, its workers started at once (so that the caller
+    can do other work meanwhile), its files yielded by iterating it once; `close` (or the end of
+    a `with`) stops the workers.
 
     The first broken link in chain order raises IntegrityError naming its file and line; a file
     is yielded only once it and every file before it are proven. `workers` forked processes
     check the files (default: one per CPU this process may use, up to 4; none for a short log,
-    or while other threads run).
+    or while other threads run). Nothing is raised before the iteration: an audit tree with
+    strays is reported by it, in the caller's order of checks.
     """
-    files = audit.log_files(repo, commit)
-    count = _workers(len(files)) if workers is None else workers
-    # Forking while other threads run could leave a worker waiting on a lock one of them held: then
-    # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
-    if count < 2 or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
-        for log in audit.iter_files(repo, commit):
-            yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records), summarise(log.data, [r.fields for r in log.records]))
-        return
-    pool: list[_Worker] = []
-    try:
-        for k in range(count):
-            pool.append(_Worker.start(repo, files[k::count], summarise, others=[w.answers for w in pool]))
-        prev_seq, prev_hash = 0, audit.GENESIS
-        for index, (path, blob) in enumerate(files):
-            proof = pool[index % count].next(path)
-            if proof is not None and audit.linked(proof.first, prev_seq=prev_seq, prev_hash=prev_hash):
-                yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
-                prev_seq, prev_hash = proof.last_seq, proof.last_hash
-                continue
-            # Not proven, or not linked: the reference reading, here, which says what is wrong (or that nothing is).
-            data = repo.blob(blob)
-            records = audit.parse_file(data, path)
-            audit.check_links(records, prev_seq=prev_seq, prev_hash=prev_hash,
-                              where={i: (path, i + 1) for i in range(len(records))})
-            yield Checked(path, blob, len(records), _first_seq(records), summarise(data, [r.fields for r in records]))
-            if records:
-                prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
-        for worker in pool:
-            worker.finish()
-    finally:
-        for worker in pool:
+
+    def __init__(self, repo: Repo, commit: str | None, summarise: Summarise[T], *, workers: int | None = None) -> None:
+        self.repo, self.commit, self.summarise = repo, commit, summarise
+        self.pool: list[_Worker] = []
+        self.error: IntegrityError | None = None
+        try:
+            self.files = audit.log_files(repo, commit)
+        except IntegrityError as exc:
+            self.files, self.error = [], exc
+            return
+        count = _workers(len(self.files)) if workers is None else workers
+        # Forking while other threads run could leave a worker waiting on a lock one of them held: then
+        # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
+        if count < 2 or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
+            return
+        try:
+            for k in range(count):
+                self.pool.append(_Worker.start(repo, self.files[k::count], summarise, others=[w.answers for w in self.pool]))
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> ChainCheck[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self.pool:
             worker.stop()
+
+    def __iter__(self) -> Iterator[Checked[T]]:
+        if self.error is not None:
+            raise self.error
+        summarise = self.summarise
+        if not self.pool:
+            for log in audit.checked_files(self.repo, self.files):
+                yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records),
+                              summarise(log.data, [r.fields for r in log.records]))
+            return
+        try:
+            prev_seq, prev_hash = 0, audit.GENESIS
+            for index, (path, blob) in enumerate(self.files):
+                proof = self.pool[index % len(self.pool)].next(path)
+                if proof is not None and audit.linked(proof.first, prev_seq=prev_seq, prev_hash=prev_hash):
+                    yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
+                    prev_seq, prev_hash = proof.last_seq, proof.last_hash
+                    continue
+                # Not proven, or not linked: the reference reading, here, which says what is wrong (or that nothing is).
+                data = self.repo.blob(blob)
+                records = audit.parse_file(data, path)
+                audit.check_links(records, prev_seq=prev_seq, prev_hash=prev_hash,
+                                  where={i: (path, i + 1) for i in range(len(records))})
+                yield Checked(path, blob, len(records), _first_seq(records), summarise(data, [r.fields for r in records]))
+                if records:
+                    prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
+            for worker in self.pool:
+                worker.finish()
+        finally:
+            self.close()
 
 
 def _workers(files: int) -> int:
@@ -213,6 +253,9 @@ def _run(repo: Repo, files: list[tuple[str, str]], summarise: Summarise[T], out:
         body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(_FRAME.pack(len(body)) + body)
 
+    # Its values are freed as each file is done (JSON holds no cycles): no collections walking the
+    # parent's objects (which would also copy the pages they are on).
+    gc.disable()
     try:
         with closing(repo.blobs([blob for _, blob in files])) as contents:  # git reads ahead while we check
             for (path, _), data in zip(files, contents, strict=True):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from mergegate.errors import GitError, IntegrityError, StateError, UsageError
 from mergegate.git import Repo
-from mergegate.policy import POLICY_FILE
 
 AUDIT_BRANCH = "mergegate/audit"  # fixed: every runner, `status` and `verify` agree on it without a flag
 
@@ -162,6 +161,9 @@ def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = Fals
     (`remember`: a runner's pass; the clone keeps the yes of that walk through all history.)"""
     given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
     if given is None:
+        # Imported here: policy.py brings the schemas, which `audit verify` imports only after its workers start.
+        from mergegate.policy import POLICY_FILE
+
         root = repo.root_commit(tip)
         # In a repository that had history before `mergegate init`, the root
         # commit has no policy; the first commit that brought one is the anchor.

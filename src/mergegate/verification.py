@@ -1,8 +1,8 @@
 """Re-check, from a bare clone and no runner state, everything the runner decided.
 
-`audit verify` checks the hash chain on the audit branch and every commit of
-that branch (linear, only appends, signed by a runner when the policy says
-so). `verify` also walks the whole first-parent history of approved from the
+`audit verify` (audit_check.py) checks the hash chain on the audit branch and
+every commit of that branch (linear, only appends, signed by a runner when the
+policy says so). `verify` also walks the whole first-parent history of approved from the
 trust root, judges every commit again, and cross-checks the records against it.
 """
 

@@ -11,6 +11,24 @@ from tests.helpers.github_world import GithubGate
 from tests.helpers.repos import World
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile mergegate and the helpers once, before any worker or runner starts.
+
+    An editable install has no bytecode, and where PYTHONDONTWRITEBYTECODE is set (as in this
+    session's shells) no process writes any: every `python -m mergegate` a test starts, and
+    every worker, compiled the package again (0.47 s of CPU for the runner's imports, 0.29 s
+    from bytecode). compileall writes it whatever that variable says; Python reads it either way.
+    """
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has done it
+        return
+    import compileall
+
+    import mergegate
+
+    for package in (Path(mergegate.__file__).parent, Path(__file__).parent / "helpers"):
+        compileall.compile_dir(str(package), quiet=1)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` (README's command): three workers for every two cores, not one a core.

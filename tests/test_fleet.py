@@ -98,6 +98,22 @@ def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobo
     assert not size.short and size.target(untaken=99, runners=1) == 1
 
 
+def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
+    """BatchSize.target's count of runners, kept as records are added (counting it from every record at
+    each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel 8)."""
+    from mergegate import audit
+    from mergegate.claims import Book
+
+    def started(runner: str, path: str, attempt: int = 1) -> audit.Record:
+        return audit.Record({"event": "started", "runner": runner, "path": path, "blob": "b" * 40, "attempt": attempt})
+
+    book = Book.of([started("r1", "jobs/a.yaml"), started("r2", "jobs/b.yaml"), started("r3", "jobs/old.yaml")])
+    book.add([started("r4", "jobs/a.yaml", attempt=2)])
+    ours = {("jobs/a.yaml", "b" * 40), ("jobs/b.yaml", "b" * 40)}
+    assert book.runners(ours) == {"r1", "r2", "r4"}
+    assert book.runners({("jobs/none.yaml", "b" * 40)}) == set()
+
+
 def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(world: World, tmp_path: Path) -> None:
     """Four jobs that each wait until all four have started: only concurrent runs can all succeed."""
     _gate(world)

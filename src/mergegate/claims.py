@@ -95,6 +95,8 @@ class Book:
     finished: set[str] = field(default_factory=set)
     # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
     refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
+    # Who holds a `started` record of each revision: runner name -> the revisions (BatchSize.target's count).
+    holders: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Iterable[audit.Record]) -> Book:
@@ -110,10 +112,15 @@ class Book:
                 known = self.started.get((path, blob))
                 if known is None or audit.attempt_of(record) > audit.attempt_of(known):
                     self.started[(path, blob)] = record
+                self.holders.setdefault(str(record.get("runner")), set()).add((path, blob))
             elif record.event == "finished" and isinstance(record.get("run_id"), str):
                 self.finished.add(str(record.get("run_id")))
             elif record.event in ("rejected", "vetoed") and isinstance(path, str) and isinstance(blob, str):
                 self.refused.setdefault((path, blob, str(record.get("commit"))), record)
+
+    def runners(self, revisions: set[tuple[str, str]]) -> set[str]:
+        """The runners with a `started` record of any of `revisions`."""
+        return {name for name, held in self.holders.items() if not held.isdisjoint(revisions)}
 
     def claimed(self, path: str, blob: str, attempt: int = 1) -> audit.Record | None:
         """A `started` record of this revision's attempt `attempt` or a later one, if there is one."""

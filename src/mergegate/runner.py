@@ -539,8 +539,11 @@ class Runner:
                 flight = waiting.pop(0)
                 flying[flight.run_id] = flight
                 self._launch(flight, done, me)
-            room = (size.target(*self._share(queue_)) if size.short else size.size) - len(flying) - len(waiting)
-            if not stopping and queue_ and room > 0 and len(waiting) < parallel:
+            claiming = not stopping and bool(queue_) and len(waiting) < parallel
+            # The fair share only when about to claim: counting it every turn of this loop (each job's end)
+            # cost more as the book grew, and job #1,000 more than job #1.
+            room = (size.target(*self._share(queue_)) if size.short and claiming else size.size) - len(flying) - len(waiting)
+            if claiming and room > 0:
                 try:
                     self._pub.fresh()  # choose among jobs nobody claimed meanwhile
                 except (GitError, StateError) as exc:
@@ -591,9 +594,7 @@ class Runner:
     def _share(self, queue_: list[Runnable]) -> tuple[int, int]:
         """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any of this pass's jobs."""
         untaken = sum(1 for item in queue_ if self._taken(item) is None)
-        keys = self._pass_keys
-        runners = {str(r.get("runner")) for key, r in self._pub.book.started.items() if key in keys}
-        return untaken, len(runners | {self.options.runner_name})
+        return untaken, len(self._pub.book.runners(self._pass_keys) | {self.options.runner_name})
 
     def _taken(self, item: Runnable) -> audit.Record | None:
         """Another runner's claim (or refusal) of this item, as of the last look at the audit branch."""

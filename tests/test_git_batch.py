@@ -317,7 +317,7 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
         side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
         for name in names:
             assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (shape, name)
-        assert side._line is not None, shape  # every shape from the diffs, a merge on the side too
+        assert side._touched is not None, shape  # every shape from the diffs, a merge on the side too
     # The line is read once for every file, not a rev-list per file.
     expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
     repo = Repo(path)
@@ -404,7 +404,7 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
     for name in names:
         assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (seed, name)
-    assert side._line is not None  # answered from the diffs, not by git's walk
+    assert side._touched is not None  # answered from the diffs, not by git's walk
 
 
 def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ class _GitSide:
     def __init__(self, assessor: Assessor, first: str, second: str) -> None:
         self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
         self.base = self.repo.merge_base(first, second)
-        self._line: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet
+        self._touched: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet
 
     def side_commits(self) -> list[str]:
         return self.repo.side_commits(self.first, self.second)
@@ -335,8 +335,8 @@ class _GitSide:
         (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
         walk misses in a tree not in git's order (an entry after one that sorts later ends that walk):
         such a tree cannot hide who wrote a job (an author approving her own job)."""
-        if self._line is False:
-            self._line = None
+        if self._touched is False:
+            self._touched = None
             listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
             on_side = {item[0] for item in listed}
             pairs: list[tuple[str | None, str]] = []
@@ -348,8 +348,8 @@ class _GitSide:
                 names: dict[str, set[bytes]] = {item[0]: set() for item in listed}
                 for (_, sha), changes in zip(pairs, diffs, strict=True):
                     names[sha] |= _with_folders(c.path for c in changes)
-                self._line = [(sha, frozenset(found)) for sha, found in names.items()]
-        return self._line if isinstance(self._line, list) else None
+                self._touched = [(sha, frozenset(found)) for sha, found in names.items()]
+        return self._touched if isinstance(self._touched, list) else None
 
     def touching_content(self) -> list[str]:
         return self.repo.commits_touching(self.first, self.second, *CONTENT_PATHSPEC)

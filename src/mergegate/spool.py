@@ -165,10 +165,13 @@ class Spool:
             finally:
                 os.close(directory)
         except OSError as exc:
-            raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
-                             hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+            raise self._unwritable(exc) from None
         self._live = {e.run_id: e for e in entries}
         self._lines = len(entries)
+
+    def _unwritable(self, exc: OSError) -> StateError:
+        return StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
+                          hint="free disk space or fix the permissions; the runner claims nothing it cannot record here")
 
     def put(self, entry: Entry) -> None:
         """Keep `entry`, replacing an earlier one of the same run."""
@@ -210,8 +213,7 @@ class Spool:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             except OSError as exc:
-                raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
-                                 hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+                raise self._unwritable(exc) from None
             self._lines += line.count(b"\n")
             try:
                 view = memoryview(line)
@@ -223,14 +225,12 @@ class Spool:
             except OSError as exc:
                 os.close(fd)
                 self._live = None  # read again next time: a torn line is set aside and the rest rewritten
-                raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
-                                 hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+                raise self._unwritable(exc) from None
         try:  # outside the lock: jobs in parallel sync their own lines at once
             if sync:
                 os.fsync(fd)
         except OSError as exc:
-            raise StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
-                             hint="free disk space or fix the permissions; the runner claims nothing it cannot record here") from None
+            raise self._unwritable(exc) from None
         finally:
             os.close(fd)
 

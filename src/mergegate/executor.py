@@ -387,7 +387,13 @@ def _run(request: ExecRequest) -> ExecResult:
                               out_dir and out_dir / f"{request.run_id}.{name}.log") for name in ("stdout", "stderr")]
     started = time.monotonic()
     try:
-        Watchdog.get().start()  # before the job exists: nothing runs that could outlive the runner
+        watchdog = Watchdog.get()
+        watchdog.start()  # before the job exists: nothing runs that could outlive the runner
+        if cgroup is not None:
+            # Told before the fork: the job joins its cgroup before it execs, so a runner killed
+            # between the fork and the Tracker telling the watchdog of the process group (the job
+            # may have started children by then) still leaves nothing of the job running.
+            watchdog.tell(f"+ {request.run_id} c {cgroup}")
         with SPAWNING:  # registered (as a Tracker) before another job's scan can see it
             proc = subprocess.Popen(  # an argv list, never a shell
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -399,6 +405,7 @@ def _run(request: ExecRequest) -> ExecResult:
     except (OSError, subprocess.SubprocessError) as exc:
         if cgroup is not None:
             cgroup.rmdir()  # still empty: nothing started
+            Watchdog.get().tell(f"- {request.run_id}")
         for stream in streams:
             stream.close()
         raise Denied(f"could not start {program}: {exc}") from None

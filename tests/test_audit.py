@@ -531,3 +531,76 @@ def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only
     assert len(forked) == 2  # nothing to check: no worker
     with pytest.raises(IntegrityError, match=r"unexpected audit file audit/notes\.txt"):
         list(reading)
+
+
+def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One `git cat-file --batch` serves every worker (in a pack a log file is a delta of the one before: one git
+    per worker would rebuild the others' files too), and the files go to whichever worker is free: while one
+    is held up on its first file, the other checks every other file."""
+    import os
+    import subprocess as sp
+    import time
+
+    from mergegate import audit_chain
+
+    repo, tip = _many_files(tmp_path, monkeypatch)
+    proven = audit._proven
+
+    def slow(data: bytes) -> object:
+        if b'"jobs/0.yaml"' in data:  # log-000001
+            time.sleep(1.5)
+        return proven(data)
+
+    monkeypatch.setattr(audit, "_proven", slow)
+    started: list[list[str]] = []
+    popen = sp.Popen
+
+    def counted(args: list[str], *rest: object, **kwargs: object) -> object:
+        started.append([str(a) for a in args])
+        return popen(args, *rest, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(sp, "Popen", counted)
+    checked = [(log.path, log.records, log.summary) for log in
+               audit_chain.check_chain(repo, tip, lambda data, fields: os.getpid(), workers=2)]
+    assert [path for path, _, _ in checked] == [f"audit/log-{n:06d}.jsonl" for n in range(1, 12)]
+    assert [records for _, records, _ in checked] == [2] * 11
+    pids = [pid for _, _, pid in checked]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert pids[1:] == [pids[1]] * 10 and pids[0] != pids[1]  # the free worker took all the others
+    assert sum(1 for args in started if args[-2:] == ["cat-file", "--batch"]) == 1
+
+
+def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
+    """Repo.blob_feed, read in turn by two processes, gives each blob's bytes (one larger than a pipe, an empty
+    one) as Repo.blobs does, and the same GitError for a missing object or a tree."""
+    import os
+
+    from mergegate.errors import GitError
+
+    repo = _repo(tmp_path)
+    contents = [b"", b"one\n", bytes(range(256)) * 5000, b"last"]
+    shas = [repo.write_object("blob", data) for data in contents]
+    tree = repo.write_tree({"a": ("100644", shas[1])})
+    feed = repo.blob_feed()
+    try:
+        for sha in shas:
+            feed.request(sha)
+        assert feed.read(shas[0]) == b"" and feed.read(shas[1]) == b"one\n"
+        pid = os.fork()
+        if pid == 0:  # a second reader takes the next answer from the same pipe
+            os._exit(0 if feed.read(shas[2]) == contents[2] else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert feed.read(shas[3]) == b"last"
+    finally:
+        feed.end()
+    for bad, words in ((tree, "is not a blob"), ("0" * 40, "not found")):
+        feed = repo.blob_feed()
+        try:
+            feed.request(bad)
+            with pytest.raises(GitError) as caught:
+                feed.read(bad)
+        finally:
+            feed.end()
+        with pytest.raises(GitError) as expected:
+            list(repo.blobs([bad]))
+        assert str(caught.value) == str(expected.value) and words in str(caught.value)

@@ -18,18 +18,19 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
 from mergegate import audit, errors
 from mergegate.errors import IntegrityError, MergegateError
-from mergegate.git import Repo
+from mergegate.git import BlobFeed, Repo
 
 T = TypeVar("T")
 # What the caller makes of one checked file, from its bytes and its records' fields (as parsed, in order).
@@ -68,13 +69,18 @@ class ChainCheck(Generic[T]):
     The first broken link in chain order raises IntegrityError naming its file and line; a file
     is yielded only once it and every file before it are proven. `workers` forked processes
     check the files (default: one per CPU this process may use, up to 4; none for a short log,
-    or while other threads run). Nothing is raised before the iteration: an audit tree with
-    strays is reported by it, in the caller's order of checks.
+    or while other threads run). They share one `git cat-file --batch` (`Repo.blob_feed`) and
+    take the files in chain order, each the next one when it is free (a token passed between
+    them says whose turn it is to read, and which file is next), so git inflates each file once
+    and neither worker waits while the other has work left. Nothing is raised before the
+    iteration: an audit tree with strays is reported by it, in the caller's order of checks.
     """
 
     def __init__(self, repo: Repo, commit: str | None, summarise: Summarise[T], *, workers: int | None = None) -> None:
         self.repo, self.commit, self.summarise = repo, commit, summarise
         self.pool: list[_Worker] = []
+        self.feed: BlobFeed | None = None
+        self.answers: _Answers | None = None
         self.error: IntegrityError | None = None
         try:
             self.files = audit.log_files(repo, commit)
@@ -84,11 +90,23 @@ class ChainCheck(Generic[T]):
         count = _workers(len(self.files)) if workers is None else workers
         # Forking while other threads run could leave a worker waiting on a lock one of them held: then
         # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
-        if count < 2 or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
+        if count < 2 or not self.files or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
             return
         try:
-            for k in range(count):
-                self.pool.append(_Worker.start(repo, self.files[k::count], summarise, others=[w.answers for w in self.pool]))
+            self.feed = repo.blob_feed()
+            for _, blob in self.files[:_AHEAD]:  # the rest are asked for by the worker whose turn it is
+                self.feed.request(blob)
+            turn = os.pipe()
+            try:
+                for _ in range(count):
+                    self.pool.append(_Worker.start(self.feed, self.files, summarise, turn=turn,
+                                                   others=[w.answers for w in self.pool]))
+                os.write(turn[1], _TURN.pack(0))  # file 0 is next
+            finally:
+                os.close(turn[0])
+                os.close(turn[1])
+            self.feed.close_ends()  # git ends when the last worker closes its ends
+            self.answers = _Answers(self.pool, [path for path, _ in self.files])
         except BaseException:
             self.close()
             raise
@@ -102,6 +120,8 @@ class ChainCheck(Generic[T]):
     def close(self) -> None:
         for worker in self.pool:
             worker.stop()
+        if self.feed is not None:
+            self.feed.end()
 
     def __iter__(self) -> Iterator[Checked[T]]:
         if self.error is not None:
@@ -112,10 +132,12 @@ class ChainCheck(Generic[T]):
                 yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records),
                               summarise(log.data, [r.fields for r in log.records]))
             return
+        answers = self.answers
+        assert answers is not None
         try:
             prev_seq, prev_hash = 0, audit.GENESIS
             for index, (path, blob) in enumerate(self.files):
-                proof = self.pool[index % len(self.pool)].next(path)
+                proof = answers.proof(index)
                 if proof is not None and audit.linked(proof.first, prev_seq=prev_seq, prev_hash=prev_hash):
                     yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
                     prev_seq, prev_hash = proof.last_seq, proof.last_hash
@@ -128,8 +150,7 @@ class ChainCheck(Generic[T]):
                 yield Checked(path, blob, len(records), _first_seq(records), summarise(data, [r.fields for r in records]))
                 if records:
                     prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
-            for worker in self.pool:
-                worker.finish()
+            answers.finish()
         finally:
             self.close()
 
@@ -168,19 +189,31 @@ def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
                   summarise(data, values))
 
 
-class _Worker:
-    """A forked process checking every file of its share in order, one answer frame per file on a pipe."""
+# How many blobs git is asked for ahead of the one being read: it inflates the next while this one is read.
+_AHEAD = 2
+_TURN = struct.Struct("<Q")  # the token: the index of the next file to read
 
-    def __init__(self, pid: int, answers: IO[bytes], paths: list[str]) -> None:
+
+class _Worker:
+    """A forked process checking files of the log, one answer frame per message on a pipe: "took" when it takes
+    a file (its turn to read it), then "file" with the proof, or "error" / "crashed"; "done" at the end."""
+
+    def __init__(self, pid: int, answers: int) -> None:
         self.pid = pid
-        self.answers = answers
-        self.paths = paths  # its files, in order (each answer is checked to be for the file asked)
+        self.answers = answers  # the read end of its answer pipe (a file descriptor)
+        self.buffer = b""
+        self.taken: set[int] = set()  # files it took and has not answered for
+        self.done = False
         self.status: int | None = None
+        self.closed = False
 
     @classmethod
-    def start(cls, repo: Repo, files: list[tuple[str, str]], summarise: Summarise[T], *,
-              others: Sequence[IO[bytes]]) -> _Worker:
+    def start(cls, feed: BlobFeed, files: list[tuple[str, str]], summarise: Summarise[T], *,
+              turn: tuple[int, int], others: Sequence[int]) -> _Worker:
         read_end, write_end = os.pipe()
+        with suppress(OSError, AttributeError):  # room for answers while this process is busy elsewhere (Linux)
+            import fcntl
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
             with suppress(Exception):
                 stream.flush()
@@ -190,86 +223,169 @@ class _Worker:
             try:
                 os.close(read_end)
                 for other in others:  # the other workers' answers are not this one's to hold open
-                    other.close()
-                _run(repo, files, summarise, os.fdopen(write_end, "wb"))
+                    os.close(other)
+                _run(feed, files, summarise, turn, os.fdopen(write_end, "wb"))
                 code = 0
             finally:
                 os._exit(code)
         os.close(write_end)
-        return cls(pid, os.fdopen(read_end, "rb"), [path for path, _ in files])
+        return cls(pid, read_end)
 
-    def next(self, path: str) -> _Proof[Any] | None:
-        """The proof of `path`, the next file of this worker's share; IntegrityError if the worker fails."""
-        kind, *rest = self._read(path)
-        if kind == "error":
-            raise _forwarded(path, *rest)
-        if kind != "file" or rest[0] != path or (rest[1] is not None and not isinstance(rest[1], _Proof)):
-            raise self._failed(path, f"answered {kind!r} for {rest[0] if rest else '?'}")
-        return rest[1]
+    def frames(self) -> list[tuple[Any, ...]] | None:
+        """The whole frames that have arrived (one read), or None at the end of its answers (it exited or died)."""
+        chunk = os.read(self.answers, 1 << 20)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        frames, at = [], 0
+        while len(self.buffer) - at >= _FRAME.size:
+            size = _FRAME.unpack_from(self.buffer, at)[0]
+            if len(self.buffer) - at - _FRAME.size < size:
+                break
+            body = self.buffer[at + _FRAME.size:at + _FRAME.size + size]
+            at += _FRAME.size + size
+            try:
+                value = pickle.loads(body)
+            except Exception:
+                value = None
+            frames.append(value if isinstance(value, tuple) and value else ("garbled",))
+        self.buffer = self.buffer[at:]
+        return frames
 
-    def finish(self) -> None:
-        """The end of a worker that answered for all its files: it says so and exits 0, or the check fails."""
-        kind, *rest = self._read(self.paths[-1])
-        if kind == "error":
-            raise _forwarded(self.paths[-1], *rest)
-        if kind != "done":
-            raise self._failed(self.paths[-1], f"answered {kind!r} after its last file")
-        _, status = os.waitpid(self.pid, 0)
-        self.status = status
-        if status != 0:
-            raise self._failed(self.paths[-1], _how(status))
+    def reap(self) -> None:
+        """After the end of its answers: how it ended."""
+        self.close_answers()
+        if self.status is None:
+            _, self.status = os.waitpid(self.pid, 0)
+
+    def close_answers(self) -> None:
+        if not self.closed:
+            self.closed = True
+            with suppress(OSError):
+                os.close(self.answers)
 
     def stop(self) -> None:
-        with suppress(OSError):
-            self.answers.close()
+        self.close_answers()
         if self.status is None:
             with suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
             with suppress(OSError):
                 self.status = os.waitpid(self.pid, 0)[1]
 
-    def _read(self, path: str) -> list[Any]:
-        head = self.answers.read(_FRAME.size)
-        if len(head) != _FRAME.size:  # it died: reap it to say how
-            self.answers.close()
-            _, self.status = os.waitpid(self.pid, 0)
-            raise self._failed(path, _how(self.status) if self.status else "stopped answering")
-        body = self.answers.read(_FRAME.unpack(head)[0])
-        try:
-            value = pickle.loads(body)
-        except Exception:
-            raise self._failed(path, "sent an answer that does not read back") from None
-        if not isinstance(value, tuple) or not value:
-            raise self._failed(path, "sent an answer that does not read back")
-        return list(value)
+    def how(self) -> str:
+        return _how(self.status) if self.status else "stopped answering"
 
-    def _failed(self, path: str, how: str) -> IntegrityError:
+
+class _Answers:
+    """The workers' answers, gathered as they come (from whichever worker has one) and handed out in chain order."""
+
+    def __init__(self, pool: list[_Worker], paths: list[str]) -> None:
+        self.pool, self.paths = pool, paths
+        self.proofs: dict[int, _Proof[Any] | None] = {}
+        self.failures: dict[int, MergegateError] = {}  # the first file a worker could not check, and why
+        self.owner: dict[int, _Worker] = {}  # who took each file not answered yet
+        self.taken: set[int] = set()  # every file taken (each is taken once)
+
+    def proof(self, index: int) -> _Proof[Any] | None:
+        """The proof of file `index` (None: not proven there), once it has come; the error of the first file
+        not verified if its worker failed or died, or if every worker that could still read it is gone."""
+        while index not in self.proofs:
+            if index in self.failures:
+                raise self.failures[index]
+            live = [w for w in self.pool if not w.closed]
+            owner = self.owner.get(index)
+            if owner is None and (len(live) < len(self.pool) or not live):  # not taken, and a worker is gone
+                gone = next((w for w in self.pool if w.closed and not w.done), None)
+                if gone is not None or not live:
+                    raise self._failed(index, gone.how() if gone is not None else "stopped answering")
+            if owner is not None and owner.closed:  # it died with the file
+                raise self._failed(index, owner.how())
+            self._gather(live)
+        return self.proofs.pop(index)
+
+    def finish(self) -> None:
+        """The end: every worker says it is done and exits 0, or the check fails (naming the last file)."""
+        while live := [w for w in self.pool if not w.closed]:
+            self._gather(live)
+        for worker in self.pool:
+            if not worker.done or worker.status != 0:
+                raise self._failed(len(self.paths) - 1, worker.how())
+
+    def _gather(self, live: list[_Worker]) -> None:
+        ready, _, _ = select.select([w.answers for w in live], [], [])
+        for worker in live:
+            if worker.answers not in ready:
+                continue
+            frames = worker.frames()
+            if frames is None:  # it exited or died: what it took and did not answer for is not verified
+                worker.reap()
+                continue
+            for frame in frames:
+                self._take(worker, frame)
+
+    def _take(self, worker: _Worker, frame: tuple[Any, ...]) -> None:
+        kind, *rest = frame
+        index = rest[0] if rest and type(rest[0]) is int and 0 <= rest[0] < len(self.paths) else None
+        if kind == "took" and index is not None and index not in self.taken and not worker.taken:
+            self.owner[index] = worker
+            self.taken.add(index)
+            worker.taken.add(index)
+        elif (kind == "file" and index is not None and self.owner.get(index) is worker and len(rest) == 3
+              and rest[1] == self.paths[index] and (rest[2] is None or isinstance(rest[2], _Proof))):
+            del self.owner[index]
+            worker.taken.discard(index)
+            self.proofs[index] = rest[2]
+        elif kind == "error" and index is not None and self.owner.get(index) is worker and len(rest) == 6:
+            self.failures.setdefault(index, _forwarded(self.paths[index], *rest[1:]))
+            worker.stop()
+        elif kind == "done" and not worker.taken:
+            worker.done = True
+        else:  # an answer out of turn, or that does not read back: nothing from it counts
+            first = min(worker.taken, default=None)
+            at = first if first is not None else (index if index is not None else 0)
+            self.failures.setdefault(at, self._failed(at, f"answered {kind!r} out of turn"))
+            worker.stop()
+
+    def _failed(self, index: int, how: str) -> IntegrityError:
+        path = self.paths[index]
         return IntegrityError(f"{path} and the files after it were not verified: the process checking them {how}", file=path,
                               hint="nothing unverified is reported as verified; run `mergegate audit verify` again")
 
 
-def _run(repo: Repo, files: list[tuple[str, str]], summarise: Summarise[T], out: IO[bytes]) -> None:
+def _run(feed: BlobFeed, files: list[tuple[str, str]], summarise: Summarise[T], turn: tuple[int, int], out: IO[bytes]) -> None:
     def send(*value: Any) -> None:
         body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(_FRAME.pack(len(body)) + body)
+        out.flush()
 
     # Its values are freed as each file is done (JSON holds no cycles): no collections walking the
     # parent's objects (which would also copy the pages they are on).
     gc.disable()
+    index = None
     try:
-        with closing(repo.blobs([blob for _, blob in files])) as contents:  # git reads ahead while we check
-            for (path, _), data in zip(files, contents, strict=True):
-                send("file", path, _prove(data, summarise))
-                out.flush()
+        while True:
+            token = os.read(turn[0], _TURN.size)
+            if len(token) != _TURN.size:  # every other worker is gone
+                return
+            index = _TURN.unpack(token)[0]
+            if index >= len(files):  # no file left: pass it on, so that the others see it too
+                os.write(turn[1], token)
+                break
+            send("took", index)
+            path, blob = files[index]
+            if index + _AHEAD < len(files):
+                feed.request(files[index + _AHEAD][1])
+            data = feed.read(blob)
+            os.write(turn[1], _TURN.pack(index + 1))  # the next reader may go on while this one checks
+            send("file", index, path, _prove(data, summarise))
     except MergegateError as exc:  # what iter_files would have raised here (a missing blob: GitError)
-        send("error", type(exc).__name__, exc.message, exc.file, exc.line, exc.hint)
+        send("error", index, type(exc).__name__, exc.message, exc.file, exc.line, exc.hint)
+        return
     except BaseException as exc:  # a bug or a signal: the parent fails the check, it never passes it
-        send("error", "", f"{type(exc).__name__}: {exc}", None, None, None)
-        out.flush()
+        with suppress(Exception):
+            send("error", index, "", f"{type(exc).__name__}: {exc}", None, None, None)
         raise
-    else:
-        send("done")
-    out.flush()
+    send("done")
 
 
 def _forwarded(path: str, kind: str, message: str, file: str | None, line: int | None, hint: str | None) -> MergegateError:

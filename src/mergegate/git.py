@@ -282,6 +282,72 @@ def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozense
                     shutil.copyfileobj(f, out, 1 << 20)
 
 
+class BlobFeed:
+    """A `git cat-file --batch` read by several forked processes in turn (audit_chain's workers).
+
+    Whoever holds the turn (the workers pass a token) asks for a blob (`request`) and reads
+    the next answer (`read`) straight from the pipes' file descriptors, never a byte past
+    it, so the next reader finds the next answer. In a pack, a log file is usually stored as
+    a delta of the one before: one git for all of them inflates each once, where one git
+    per worker would rebuild the others' files too (about 0.2 s of CPU at 100 files).
+    `read` raises the GitError `Repo.blobs` raises, in the same words.
+    """
+
+    def __init__(self, repo: Repo, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.path, self.git_dir, self.proc = repo.path, repo.git_dir, proc
+        self.requests, self.answers = proc.stdin.fileno(), proc.stdout.fileno()
+
+    def request(self, sha: str) -> None:
+        """Ask for blob `sha` (its answer comes after those asked for before)."""
+        try:
+            os.write(self.requests, f"{sha}\n".encode())
+        except OSError:
+            raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
+
+    def read(self, sha: str) -> bytes:
+        """The next answer, which must be blob `sha`'s contents (as `Repo.blobs` judges it)."""
+        try:
+            line = self._exactly(len(sha) + len(" blob "))  # as much as any answer's first line holds, never more
+            while not line.endswith(b"\n"):
+                line += self._exactly(1)
+            header = line.split()
+            if len(header) != 3 or header[1] != b"blob":
+                raise GitError(f"object {sha[:12]} is not a blob in {self.path}" if len(header) == 3
+                               else f"object {sha[:12]} not found in {self.path}")
+            size = int(header[2])
+            data = self._exactly(size)
+            self._exactly(1)  # its newline
+            return data
+        except (OSError, ValueError):
+            raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
+
+    def _exactly(self, size: int) -> bytes:
+        data = os.read(self.answers, size)  # one read, usually all of it (the pipe holds a log file)
+        if len(data) == size:
+            return data
+        chunks = [data]
+        while data and (size := size - len(data)):
+            data = os.read(self.answers, size)
+            chunks.append(data)
+        if not data:
+            raise OSError("end of git's answers")
+        return b"".join(chunks)
+
+    def close_ends(self) -> None:
+        """Close this process's ends of the pipes (the readers hold theirs; git ends when the last is closed)."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def end(self) -> None:
+        self.close_ends()
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+
+
 def _end(proc: subprocess.Popen[bytes]) -> None:
     """End a batch process: close its pipes (it exits on end of input), killed if it does not within 5 s."""
     for stream in (proc.stdin, proc.stdout):
@@ -767,15 +833,9 @@ class Repo:
                 raise GitError(f"object {sha[:12]} not found in {self.path}")
         if not shas:
             return
-        env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-        env.pop("GIT_WORK_TREE", None)
-        proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        proc = self._blob_batch()
         stdin, stdout = proc.stdin, proc.stdout
         assert stdin is not None and stdout is not None
-        with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere git runs a pipe's worth ahead
-            import fcntl
-            fcntl.fcntl(stdout.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
         try:
             stdin.write(f"{shas[0]}\n".encode())
             stdin.flush()
@@ -788,14 +848,31 @@ class Repo:
                     raise GitError(f"object {sha[:12]} is not a blob in {self.path}" if len(header) == 3
                                    else f"object {sha[:12]} not found in {self.path}")
                 size = int(header[2])
-                data = stdout.read(size + 1)
-                if len(data) != size + 1:
+                data = stdout.read(size)  # and then its newline: not a copy of the blob less it
+                if len(data) != size or len(stdout.read(1)) != 1:
                     raise GitError(f"git cat-file stopped answering for {self.git_dir}")
-                yield data[:size]
+                yield data
         except (OSError, ValueError):
             raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
         finally:
             _end(proc)
+
+    def _blob_batch(self) -> subprocess.Popen[bytes]:
+        """A `git cat-file --batch` for `blobs` and `blob_feed`, its output pipe widened to hold a log file."""
+        env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+        env.pop("GIT_WORK_TREE", None)
+        proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        assert proc.stdout is not None
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere git runs a pipe's worth ahead
+            import fcntl
+            fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+        return proc
+
+    def blob_feed(self) -> BlobFeed:
+        """One `git cat-file --batch` whose two pipes forked processes share (audit verify's workers, issue 12):
+        each blob is inflated once, by one git, however many processes check them. See BlobFeed."""
+        return BlobFeed(self, self._blob_batch())
 
     def diff(self, parent: str | None, sha: str, *pathspecs: str) -> list[Change]:
         if not pathspecs and parent is not None and (parent, sha) in self._diffs:

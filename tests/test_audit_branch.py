@@ -549,3 +549,29 @@ def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_
     error = json.loads(result.out)
     assert error["ok"] is False and (error["file"], error["line"]) == ("audit/log-000007.jsonl", 1), error
     assert error["error"] == f"seq {len(records) + 6}: prev does not match the hash of seq {len(records) + 5}", error
+
+
+def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewed_map(world: World) -> None:
+    """A `scanned` record's `reviewed` map names evidence files without the word "evidence" anywhere in its line:
+    `audit verify` checks them too (as a pass's grep for '"evidence"' or '"reviewed"' finds them), so one that is
+    not on the branch is an integrity error, not a pass."""
+    _gate(world)
+    _run_job(world)
+    records = world.records()
+    clone = world.checkout_audit()
+    tip = world.git("alice", "rev-parse", "HEAD")
+    digest = "ab" * 32
+    record = {"event": "scanned", "job": None, "path": None, "blob": None, "commit": tip, "runner": "forger",
+              "time": "2026-01-01T00:00:00.000000Z", "reviewed": {tip: digest}, "seq": len(records) + 1,
+              "prev": records[-1]["hash"]}
+    record["hash"] = record_hash(record)
+    line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    assert "evidence" not in line
+    with (clone / "audit/log-000001.jsonl").open("a") as log:
+        log.write(line)
+    world.commit_audit(message="a reviewed map naming a missing file")
+    result = world.mg("audit", "verify", "--json")
+    assert result.code == 3, result.out + result.err
+    error = json.loads(result.out)
+    assert error["ok"] is False and error["file"] == f"audit/evidence/{digest}.json", error
+    assert error["error"] == f"a record refers to evidence {digest[:12]}, which is not on the audit branch", error

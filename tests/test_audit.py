@@ -604,3 +604,35 @@ def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
         with pytest.raises(GitError) as expected:
             list(repo.blobs([bad]))
         assert str(caught.value) == str(expected.value) and words in str(caught.value)
+
+
+def test_finished_runs_added_a_file_at_a_time_meet_the_first_problem_add_run_meets() -> None:
+    """FinishedTwice.add_runs (one update for a log file's run ids) says what add_run one by one says: nothing for
+    new, distinct ids; the first run finished twice, in order, within the file or with an earlier file."""
+    from mergegate.audit_check import FinishedTwice
+
+    def one_by_one(batches: list[list[tuple[str, int]]]) -> tuple[str | None, dict[str, int]]:
+        tally = FinishedTwice()
+        for runs in batches:
+            for run_id, seq in runs:
+                if problem := tally.add_run(run_id, seq):
+                    return problem, tally.first
+        return None, tally.first
+
+    def batched(batches: list[list[tuple[str, int]]]) -> tuple[str | None, dict[str, int]]:
+        tally = FinishedTwice()
+        for runs in batches:
+            if problem := tally.add_runs(runs):
+                return problem, tally.first
+        return None, tally.first
+
+    cases = [
+        [[("a", 1), ("b", 2)], [("c", 3)], []],
+        [[("a", 1), ("b", 2), ("a", 3), ("b", 4)]],  # twice in one file: the first repeat
+        [[("a", 1), ("b", 2)], [("c", 3), ("b", 4), ("a", 5)]],  # with an earlier file
+        [[("a", 1)], [("c", 2), ("c", 3), ("a", 4)]],
+    ]
+    for case in cases:
+        assert batched(case) == one_by_one(case)
+    assert batched(cases[0]) == (None, {"a": 1, "b": 2, "c": 3})
+    assert batched(cases[2])[0] == "seq 4: run b has 2 finished records (first at seq 2)"

@@ -63,6 +63,32 @@ def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifie
     assert verified.code == 0, verified.err
 
 
+def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_later_runner_nor_stops_it(world: World, tmp_path: Path) -> None:
+    """r2 plans after r1's claim landed: planning leaves that job out of what to run, and the pass still says
+    who has it (the fleet test above met this at random: a runner that planned after r1's claim of j16 landed
+    said nothing of j16). r1 then reads r2's records, judged at a merge that landed after r1 planned: they are
+    not tampering (r1 checked them against its first look at approved's line, and stopped with exit 3)."""
+    _gate(world)
+    go = tmp_path / "go"
+    _merge(world, {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"]})
+    world.clone("r1")
+    world.clone("r2")
+    first = _start_runner(world, "--once", "--json", "--runner-name", "r1", where="r1")
+    try:
+        _until(lambda: world.events("started") != [], timeout=120)
+        _merge(world, {"quick": ["echo", "quick"]})  # after r1 planned: r2 has both merges to walk, r1 one
+        second = world.mg("run", "--once", "--json", "--runner-name", "r2", where="r2")
+        assert second.code == 0, second.err
+        assert sorted((j["job"], j["status"], j["reason"]) for j in second.json()["jobs"]) == [
+            ("quick", "succeeded", None), ("slow", "claimed", "claimed by r1")]
+    finally:
+        go.touch()
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert [(j["job"], j["status"]) for j in json.loads(out)["jobs"]] == [("slow", "succeeded")]
+    _once_each(world, ["quick", "slow"])
+
+
 def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
     from mergegate.claims import offset, spread
 

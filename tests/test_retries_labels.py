@@ -349,7 +349,7 @@ def test_plan_json_is_a_matrix_of_the_runnable_jobs_and_run_job_claims_exactly_t
     assert [r["event"] for r in world.records()] == ["started", "finished", "started", "finished"]
     # The sweep (a normal pass) records the refusal and keeps the gpu job's commit open.
     swept = world.run_once()
-    assert sorted((j["job"], j["status"]) for j in swept.json()["jobs"]) == [("b", "failed"), ("denied", "rejected")]
+    assert sorted((j["job"], j["status"]) for j in swept.json()["jobs"]) == [("a", "claimed"), ("b", "failed"), ("denied", "rejected")]
     assert [e["commit"] for e in _last_scanned(world)["open"]] == [merge]
     assert [s["attempt"] for s in world.events("started") if s["job"] == "b"] == [1, 2]
     assert world.mg("verify").code == 0
@@ -377,7 +377,10 @@ def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: Wor
     assert sorted(s["job"] for s in started) == names and sorted(f["job"] for f in finished) == names
     assert world.events("scanned") == []  # entries record only their job
     swept = world.run_once()
-    assert swept.code == 0 and swept.json()["jobs"] == []
+    # The sweep runs nothing and accounts for every job of the merge it walked: each entry's runner has it.
+    holders = {s["job"]: s["runner"] for s in started}
+    assert swept.code == 0 and sorted((j["job"], j["status"], j["reason"]) for j in swept.json()["jobs"]) == [
+        (n, "claimed", f"claimed by {holders[n]}") for n in names]
     assert len(world.events("scanned")) == 1 and len(world.events("started")) == len(names)
     assert world.mg("plan", "--json").json() == {"include": []}
     assert world.mg("verify").code == 0

@@ -58,8 +58,10 @@ class Checker:
     approved_tip: str
     policy_at: Callable[[str], Policy]
     # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it):
-    # commit -> its place, 0 for the tip (an older commit has a larger place).
-    _line: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # commit -> its place, 0 for the tip (an older commit has a larger place). Not an init field, so
+    # that `replace(checker, approved_tip=newer)` reads the newer tip's line: a copy of the old one made
+    # another runner's records, judged at a merge that landed during this pass, look like tampering.
+    _line: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
     # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
     # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
     judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)

@@ -273,6 +273,7 @@ class Runner:
                 runnable.append(item)
         ran, pending = self._claim_and_run(spread(runnable, self.options.runner_name), pending)
         outcomes += ran
+        outcomes += self._claimed_before(work, outcomes)
         took = {(o.path, o.commit): o.status for o in ran}  # (a commit has one blob per path)
         done.update({(i.path, i.blob, i.commit): took[(i.path, i.commit)] for i in runnable if (i.path, i.commit) in took})
         if not self.shutdown.is_set():
@@ -590,6 +591,25 @@ class Runner:
                     self._publish(pending)  # best effort: the spool keeps them otherwise
             raise failure
         return outcomes, pending
+
+    def _claimed_before(self, work: Plan, outcomes: list[Outcome]) -> list[Outcome]:
+        """`claimed by <runner>` for each job of a commit this pass walked that another runner started
+        before this pass planned (planning leaves a job another runner holds or finished out of what
+        to run): every runner of a fleet accounts for every job of the merge it walked, not only those
+        it met while claiming. (`run --job PATH` says its one job's state instead: `why_not`.)"""
+        if self.options.job is not None:
+            return []
+        told = {(o.path, o.commit) for o in outcomes}
+        found: list[Outcome] = []
+        for decision, _policy in work.items:
+            if not decision.runnable or (decision.path, decision.commit) in told:
+                continue
+            record = self._pub.book.claimed(decision.path, decision.blob)
+            holder = record.get("runner") if record is not None else None
+            if record is not None and record.get("commit") == decision.commit and holder != self.options.runner_name:
+                told.add((decision.path, decision.commit))
+                found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder}"))
+        return found
 
     def _share(self, queue_: list[Runnable]) -> tuple[int, int]:
         """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any of this pass's jobs."""

@@ -212,8 +212,8 @@ class Checker:
     def _on_approved(self, sha: str) -> None:
         approved = approved_of(self.repo.commit(sha))
         assert approved is not None
-        if self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
-            return
+        if approved in self._first_parent_line() or (self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip)):
+            return  # (the line is approved_tip's first parents, read once: no merge-base process a push)
         # Both branches come from one fetch, so records never judged an approved this clone lacks:
         # approved lost commits a runner judged (a force-push a fresh clone sees too), or the trailer is forged.
         raise IntegrityError(

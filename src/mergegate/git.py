@@ -467,12 +467,16 @@ class Repo:
         full name is first resolved with for-each-ref, which matches names only.
         """
         if ref.startswith("refs/"):
-            listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)", "--", ref, check=False)
-            exact = [line.split("\0", 1)[1] for line in listed.stdout.decode("utf-8", "replace").splitlines()
+            listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", ref, check=False)
+            exact = [line.split("\0")[1:] for line in listed.stdout.decode("utf-8", "replace").splitlines()
                      if line.split("\0", 1)[0] == ref]
             if not exact:
                 return None
-            ref = exact[0]
+            ref, kind = exact[0][0], exact[0][1] if len(exact[0]) > 1 else ""
+            if kind == "commit":
+                return ref  # a branch names a commit: nothing to peel (a rev-parse a ref read, on every push)
+        if _FULL_ID.fullmatch(ref) and self._objects.kind(ref) == "commit":
+            return ref  # the batch process answers: no rev-parse for an id this clone has as a commit
         proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
@@ -622,6 +626,8 @@ class Repo:
         full = bool(_FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant))
         if key in self._ancestors or (remember and full and f"{ancestor} {descendant}" in self._remembered_ancestors()):
             return True
+        if full and ancestor == descendant and self._objects.kind(ancestor) == "commit":
+            return True  # (each look at the branches asks it of approved's unchanged tip: no merge-base for that)
         answer = self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
         if answer and full:
             self._ancestors.add(key)

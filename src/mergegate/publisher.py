@@ -158,7 +158,9 @@ class Publisher:
                 raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
                                      f"{(checked or '')[:12]} (force-push?)")
             spec = records if checked is None else f"{checked}..{records}"
-            replace(self.checker, approved_tip=tip).check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
+            if tip != self.checker.approved_tip:
+                self.checker = replace(self.checker, approved_tip=tip)  # (its memo of approved's line: of that tip)
+            self.checker.check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
             if checked is None:
                 self.end = LogEnd.read(self.repo, records, audit.read_tail(self.repo, records))
                 self.book.add(audit.read_all(self.repo, records))

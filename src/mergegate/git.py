@@ -32,6 +32,7 @@ _BATCH = 256  # pathspecs per git call: a merge may bring more files than one co
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _DETAIL_BYTES = 4096
 _COMMIT_CACHE = 4096
+_FLAT_CACHE = 64  # directory listings (an audit/ listing may name thousands of files)
 _ASK_GIT = object()  # file_blob: an answer only git gives exactly
 _TEMPLATE_FILES = 64  # an export of at most this many files copies one checkout-index's output
 _MODES = (b"40000", b"100644", b"100755", b"120000", b"160000")  # the modes git writes
@@ -396,6 +397,7 @@ class Repo:
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
         self._trees: dict[str, dict[bytes, tuple[bytes, str]] | None] = {}  # file_blob's tree listings
+        self._flat: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {}  # ls_tree_flat's, of full ids
 
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
@@ -914,6 +916,9 @@ class Repo:
 
     def ls_tree_flat(self, commit: str, directory: str = "") -> list[tuple[str, str, str]]:
         """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`; [] if absent."""
+        key = (commit, directory)
+        if key in self._flat:
+            return list(self._flat[key])
         proc = self.run("ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False)
         entries = []
         for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
@@ -921,6 +926,11 @@ class Repo:
                 meta, name = item.split(b"\t", 1)
                 mode, _, obj = meta.decode().split()
                 entries.append((mode, obj, path_text(name)))
+        if proc.returncode == 0 and _FULL_ID.fullmatch(commit):
+            # A commit's tree never changes: a look at the audit branch read the same one up to three times.
+            if len(self._flat) >= _FLAT_CACHE:
+                del self._flat[next(iter(self._flat))]
+            self._flat[key] = tuple(entries)
         return entries
 
     def file_blob(self, commit: str, path: str) -> str | None:

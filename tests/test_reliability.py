@@ -128,20 +128,23 @@ def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: Wo
 
 
 def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> None:
-    """The runner and its watchdog die together (say, an OOM kill of both): a child of the job
-    survives in the job's process group. The next pass must not close the job while it runs."""
+    """The runner, its watchdog and its spawner die together (say, an OOM kill of all three): a child
+    of the job survives in the job's process group. The next pass must not close the job while it runs."""
     _gate(world)
     marker = _marker()
     _merge_jobs(world, "p", {"stay": ["sh", "-c", f"sleep {marker} & wait"]})
     runner = _start_runner(world, "--once")
     try:
         _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
-        watchdogs = [p for p in _children(runner.pid) if b"mergegate.watchdog" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(watchdogs) == 1
+        helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
+        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.watchdog" in cmdline]
+        spawners = [p for p, cmdline in helpers.items() if b"mergegate.spawner" in cmdline]
+        assert len(watchdogs) == 1 and len(spawners) == 1
         os.kill(watchdogs[0], signal.SIGKILL)
+        os.kill(spawners[0], signal.SIGKILL)  # else it kills the job's process group when the runner is gone
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
-        _until(lambda: not _alive(watchdogs[0]))
+        _until(lambda: not _alive(watchdogs[0]) and not _alive(spawners[0]))
         assert len(_with(marker)) == 1  # the job's leader died (parent-death signal); its child did not
         early = world.run_once()
         assert early.code == 0, early.err

@@ -9,14 +9,12 @@ and cannot see and do.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import resource
 import selectors
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,12 +28,12 @@ from mergegate.processes import (
     Tracker,
     Watchdog,
     become_subreaper,
-    child_setup,
     harden_runner,
     make_cgroup,
 )
 from mergegate.redaction import RedactedStream, Redactor
 from mergegate.shutdown import KILL_AFTER, Shutdown
+from mergegate.spawner import Child, Spawner, SpawnerLost
 
 Status = Literal["succeeded", "failed", "timed_out", "interrupted"]
 
@@ -210,7 +208,7 @@ def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequ
     return [*argv, "--", program, *request.argv[1:]]
 
 
-def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limits: Limits,
+def _pump(child: Child, sinks: dict[int, RedactedStream], limits: Limits,
           tracker: Tracker, shutdown: Shutdown | None = None) -> str | None:
     """Read both pipes until the job and everything it left behind are gone.
 
@@ -223,32 +221,17 @@ def _pump(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limit
     for fd in sinks:
         sel.register(fd, selectors.EVENT_READ)
     pipes = set(sinks)  # still open
-    # The main process's exit wakes the loop at once (a pidfd is readable when it exits),
-    # instead of at the next poll: a short job costs what it takes, not a poll interval.
-    pidfd = _pidfd(proc.pid)
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ)
+    # The main process's exit wakes the loop at once (the spawner writes its status to this
+    # job's status pipe), instead of at the next poll: a short job costs what it takes.
+    status = child.status
+    sel.register(status, selectors.EVENT_READ)
     try:
-        return _pump_loop(proc, sinks, limits, tracker, shutdown, sel, pipes, pidfd)
+        return _pump_loop(sinks, limits, tracker, shutdown, sel, pipes, status)
     finally:
         sel.close()
-        if pidfd is not None:
-            os.close(pidfd)
 
 
-def _pidfd(pid: int) -> int | None:
-    """A pidfd for the job's main process (Linux 5.3+), or None: the loop then polls."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return None
-    return fd
-
-
-def _pump_loop(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracker,
+def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracker,
                shutdown: Shutdown | None, sel: selectors.BaseSelector, pipes: set[int], pidfd: int | None) -> str | None:
     now = time.monotonic()
     # With a cgroup, a scan the instant the job starts finds nothing the cgroup and the
@@ -258,8 +241,8 @@ def _pump_loop(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], 
     drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
     while True:
         now = time.monotonic()
-        if tracker.main_running and (code := tracker.reap()) is not None:
-            proc.returncode = code
+        if tracker.main_running:
+            tracker.reap()
         if pidfd is not None and not tracker.main_running and pidfd in sel.get_map():
             sel.unregister(pidfd)  # readable for ever from now on
         if now >= next_scan:
@@ -290,7 +273,7 @@ def _pump_loop(proc: subprocess.Popen[bytes], sinks: dict[int, RedactedStream], 
             time.sleep(0.02)
         for key, _ in sel.select(0.02) if sel.get_map() else ():
             if key.fd not in pipes:
-                continue  # the pidfd: the main process exited; it is reaped at the top of the loop
+                continue  # the status pipe: the main process exited; it is read at the top of the loop
             data = os.read(key.fd, _CHUNK)
             if data:
                 sinks[key.fd].write(data)
@@ -390,40 +373,40 @@ def _run(request: ExecRequest) -> ExecResult:
         watchdog = Watchdog.get()
         watchdog.start()  # before the job exists: nothing runs that could outlive the runner
         if cgroup is not None:
-            # Told before the fork: the job joins its cgroup before it execs, so a runner killed
-            # between the fork and the Tracker telling the watchdog of the process group (the job
-            # may have started children by then) still leaves nothing of the job running.
+            # Told before the fork: the job joins its cgroup before it execs.
             watchdog.tell(f"+ {request.run_id} c {cgroup}")
+        spawner = Spawner.get()
         with SPAWNING:  # registered (as a Tracker) before another job's scan can see it
-            proc = subprocess.Popen(  # an argv list, never a shell
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=dict(request.env), start_new_session=True, close_fds=True,
-                preexec_fn=functools.partial(child_setup, rlimits, cgroup, os.getpid()),
-            )
-            assert proc.stdout is not None and proc.stderr is not None
-            tracker = Tracker(proc.pid, cgroup, sandboxed, run_id=request.run_id)
-    except (OSError, subprocess.SubprocessError) as exc:
+            # An argv list, never a shell. The spawner tells the watchdog of the job's process group
+            # before the job may exec: a runner killed right after the fork leaves nothing running.
+            child = spawner.spawn(argv, cwd=cwd, env=dict(request.env), rlimits=[(r, s, h) for _, r, s, h in rlimits],
+                                  cgroup=None if cgroup is None else str(cgroup), run_id=request.run_id,
+                                  watchdog=watchdog.fileno())
+            tracker = Tracker(child, cgroup, sandboxed, run_id=request.run_id, reaper=spawner.pid)
+    except OSError as exc:
         if cgroup is not None:
             cgroup.rmdir()  # still empty: nothing started
             Watchdog.get().tell(f"- {request.run_id}")
         for stream in streams:
             stream.close()
         raise Denied(f"could not start {program}: {exc}") from None
-    sinks = {proc.stdout.fileno(): streams[0], proc.stderr.fileno(): streams[1]}
+    sinks = {child.stdout: streams[0], child.stderr: streams[1]}
     try:
         if request.on_start is not None:
-            request.on_start(proc.pid)
-        ended = _pump(proc, sinks, limits, tracker, request.shutdown)
+            request.on_start(child.pid)
+        ended = _pump(child, sinks, limits, tracker, request.shutdown)
     finally:
         if tracker.main_running:
             tracker.signal(signal.SIGKILL)
-            proc.wait()
+            child.wait()
+            tracker.reap()
         tracker.cleanup()
-        proc.stdout.close()
-        proc.stderr.close()
+        child.close()
+    if child.lost:
+        raise SpawnerLost("the job's spawner died while the job ran; its result is not known")
     out, err = (StreamCapture(s.close(), s.count, s.raw.hexdigest(), None if s.path is None else str(s.path),
                               None if s.path is None else s.kept.hexdigest()) for s in streams)
-    rc = proc.returncode
+    rc = child.returncode
     assert rc is not None
     reason = None
     status: Status = "succeeded" if rc == 0 else "failed"

@@ -4,15 +4,17 @@ A job may fork, daemonise or setsid() away from its process group; the
 Tracker follows its descendants through /proc (and its cgroup, when there is
 one) so that a timeout or the end of the job leaves nothing behind.
 
-A job never outlives its runner: its main process gets a parent-death signal
-(SIGKILL), and everything the Tracker sees is reported to the runner's
-watchdog (watchdog.py), which kills it all when the runner dies, however it dies.
+A job never outlives its runner: the spawner (spawner.py) that forks it tells
+the runner's watchdog (watchdog.py) of its process group before it execs, its
+main process gets a parent-death signal (SIGKILL when the spawner dies, which
+dies with the runner), and everything the Tracker sees is reported to the
+watchdog, which kills it all when the runner dies, however it dies.
 
 Without a cgroup (an unprivileged runner), a double fork plus setsid() would
-reparent a job's process to init before any scan saw it. So the runner and
+reparent a job's process to init before any scan saw it. So the spawner and
 each job's main process are child subreapers (PR_SET_CHILD_SUBREAPER): an
-orphan goes to the job's main process while it lives, else to the runner,
-and stays a descendant the Tracker finds, kills and reaps.
+orphan goes to the job's main process while it lives, else to the spawner
+(which reaps it), and stays a descendant the Tracker finds and kills.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -29,9 +30,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_PR_SET_PDEATHSIG = 1
+if TYPE_CHECKING:
+    from mergegate.spawner import Child
+
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -60,6 +63,17 @@ def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
     return None
 
 
+# Enough for `python -m mergegate.<helper>` to find mergegate; nothing of the runner's secrets
+# (a same-user job could read a helper's /proc/<pid>/environ).
+_HELPER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX",
+               "LANG", "LC_ALL", "VIRTUAL_ENV")
+
+
+def helper_env() -> dict[str, str]:
+    """The environment of the runner's helper processes (the watchdog, the spawner)."""
+    return {name: os.environ[name] for name in _HELPER_ENV if name in os.environ}
+
+
 def _libc() -> Any:
     try:
         return ctypes.CDLL(None, use_errno=True)
@@ -67,25 +81,7 @@ def _libc() -> Any:
         return None
 
 
-_LIBC = _libc()  # resolved before any fork: the child only calls it
-
-
-def child_setup(rlimits: list[tuple[str, int, int, int]], cgroup: Path | None, parent: int) -> None:
-    """Runs in the child between fork and exec, so it sticks to plain os calls."""
-    if _LIBC is not None:
-        # SIGKILL when the runner (the forking thread) dies; it survives exec.
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the runner died before prctl took effect
-            os._exit(127)
-        # Orphans of the job's own processes stay under its main process while it
-        # lives (so they are seen as the job's descendants, even when setsid()), not init.
-        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    if cgroup is not None:
-        fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
-        os.write(fd, b"0")
-        os.close(fd)
-    for _, res, soft, hard in rlimits:
-        resource.setrlimit(res, (soft, hard))
+_LIBC = _libc()
 
 
 def _proc_table() -> dict[int, tuple[int, int, bytes, int, int]]:
@@ -130,26 +126,28 @@ class Tracker:
     group with setsid() is reparented to init and no longer looks like ours.
     """
 
-    def __init__(self, pid: int, cgroup: Path | None, sandboxed: bool, *, run_id: str = "job") -> None:
-        self.pid, self.cgroup, self.sandboxed = pid, cgroup, sandboxed
+    def __init__(self, child: Child, cgroup: Path | None, sandboxed: bool, *, run_id: str = "job",
+                 reaper: int | None = None) -> None:
+        self.child, self.pid, self.cgroup, self.sandboxed = child, child.pid, cgroup, sandboxed
+        self.reaper = reaper  # the spawner: the job's parent, to which its orphans go
         self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
         self.main_running, self.cpu = True, 0.0
         self.gone = False  # the last scan, after the main process ended, found nothing of the job alive
         self.run_id = run_id
-        self.started = start_time(pid) or 0
+        self.started = start_time(self.pid) or 0
         self.watchdog = Watchdog.get()
-        self.watchdog.tell(f"+ {run_id} g {pid}")
+        self.watchdog.tell(f"+ {run_id} g {self.pid}")
         if cgroup is not None:
             self.watchdog.tell(f"+ {run_id} c {cgroup}")
         with _LIVE_LOCK:
-            _LIVE[pid] = self
+            _LIVE[self.pid] = self
 
     def reap(self) -> int | None:
-        pid, status, usage = os.wait4(self.pid, os.WNOHANG)
-        if not pid:
-            return None
-        self.main_running, self.cpu = False, usage.ru_utime + usage.ru_stime
-        return os.waitstatus_to_exitcode(status)
+        """The main process's exit code once the spawner has reaped it, else None."""
+        code = self.child.poll()
+        if code is not None:
+            self.main_running, self.cpu = False, self.child.cpu
+        return code
 
     def scan(self) -> dict[int, tuple[int, int, bytes, int, int]]:
         table = _proc_table()
@@ -173,29 +171,24 @@ class Tracker:
         return table
 
     def _adopted(self, table: dict[int, tuple[int, int, bytes, int, int]]) -> list[int]:
-        """Orphans of this job the runner (a subreaper) adopted; exited ones are reaped here.
+        """Orphans of this job the spawner (a subreaper) adopted; it reaps them, not this.
 
-        A child of the runner that is in another session than the runner's and is
-        neither a job's main process nor the watchdog was left behind by a job (git
-        and the runner's other helpers run in the runner's session; every job in a
-        session of its own). It is this job's if it is in this job's session, or in
-        a session of its own (it called setsid()) and younger than this job: with
-        jobs in parallel it may be another's that escaped both its process group and
-        its main process; it is killed all the same.
+        A child of the spawner that is not a job's main process was left behind by a
+        job. It is this job's if it is in this job's session, or in a session of its own
+        (it called setsid()) and younger than this job: with jobs in parallel it may be
+        another's that escaped both its process group and its main process; it is
+        killed all the same.
         """
-        me, session, watchdog = os.getpid(), os.getsid(0), self.watchdog.pid
+        if self.reaper is None:
+            return []
         with SPAWNING, _LIVE_LOCK:  # every main forked by now is registered
             mains = set(_LIVE)
         found = []
         for pid, (ppid, _, state, start, sid) in table.items():
-            if ppid != me or pid in mains or pid == watchdog or sid == session:
+            if ppid != self.reaper or pid in mains or state == b"Z":
                 continue
             if sid != self.pid and (sid in mains or start < self.started):
                 continue  # another job's, or older than this one
-            if state == b"Z":
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)  # by pid: never a child the runner waits for itself
-                continue
             found.append(pid)
         return found
 
@@ -230,7 +223,7 @@ class Tracker:
             # After a scan that found nothing of the job alive and the removal of its (empty)
             # cgroup, no process of the job is left that could have made an orphan to reap.
             if not (self.gone and self.cgroup is not None and not self.cgroup.exists()):
-                self.scan()  # reaps the adopted orphans that died
+                self.scan()  # the watchdog hears of what is left
             with _LIVE_LOCK:
                 _LIVE.pop(self.pid, None)
             self.watchdog.tell(f"- {self.run_id}")
@@ -258,6 +251,13 @@ class Watchdog:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def fileno(self) -> int | None:
+        """The write end of the watchdog's stdin (the spawner writes to it too), or None."""
+        with self._lock:
+            if self._proc is None or self._proc.stdin is None:
+                return None
+            return self._proc.stdin.fileno()
+
     def start(self) -> None:
         """Start the watchdog (idempotent); OSError when it cannot be started."""
         with self._lock:
@@ -267,6 +267,7 @@ class Watchdog:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "mergegate.watchdog"], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                env=helper_env(), cwd="/",
             )
 
     def tell(self, line: str) -> None:

@@ -15,7 +15,7 @@ kernel closes its descriptors). Then the watchdog stops (SIGSTOP) every process
 it was told about, every member of those groups and cgroups and all their
 descendants, until no new one appears (a stopped process cannot fork), kills
 them all with SIGKILL, and exits. A job's main process also has a parent-death
-signal (processes.child_setup); this catches what it left behind.
+signal (spawner.py); this catches what it left behind.
 """
 
 from __future__ import annotations

@@ -1,0 +1,363 @@
+"""Start jobs from a small process, not by forking the runner.
+
+Forking the runner for each job (to set its limits and parent-death signal between
+fork and exec) copied the whole runner, page tables and all, under its one lock: with
+`--parallel 8` that was the largest part of the runner's own work per job. The
+spawner is a fresh `python -m mergegate.spawner`, started once per runner process
+(the runner starts it with vfork, as it starts git): it receives each job over a
+UNIX socket (argv, cwd, environment, limits, cgroup; its pipes as descriptors) and
+forks the job from its own small image.
+
+What the job's main process gets is what it got before: its own session and process
+group, the runner's limits (never above the runner's hard ones), its cgroup joined
+before exec, a parent-death signal (SIGKILL when the spawner dies, and the spawner
+dies with the runner), the child-subreaper flag, default signal dispositions, and
+stdin from /dev/null. The spawner tells the runner's watchdog of the job's process
+group **before** the job may exec, so a runner killed at any moment after the fork
+leaves nothing of the job running (the runner's own Tracker tells it later of every
+process it sees).
+
+The spawner is a child subreaper: orphans of a job's processes come back to it (not
+to init) and stay findable by the runner's Tracker (processes.py), and it reaps
+them. It reports each job's exit status and CPU time on a pipe of that job's own,
+which is also how the runner learns the job ended. It makes itself non-dumpable and
+holds a minimal environment, so a job (whose parent it is) cannot read anything of
+the runner from `/proc/<its parent>/environ`.
+
+Protocol, runner to spawner (one stream socket): a 4-byte big-endian length, then
+that many bytes of JSON `{"argv", "cwd", "env", "rlimits", "cgroup", "run"}`; the
+first 4 bytes carry four descriptors (SCM_RIGHTS): the job's stdout and stderr
+write ends, the job's status pipe and the watchdog's stdin. Spawner to runner, on
+the job's status pipe: 16 bytes `P<pid>` once the job has exec'd (or `E<errno>`
+then the error text, then EOF), later `X<wait status> <cpu microseconds>` and EOF.
+When the socket reaches EOF (the runner died) the spawner kills every job's process
+group and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from mergegate.processes import helper_env
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_HEAD = 16
+# What the spawner ignores (the terminal's and CI's signals are for the runner) and
+# Python sets aside (SIGPIPE, SIGXFSZ): a job starts with every disposition at default.
+_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+class SpawnerLost(RuntimeError):
+    """The spawner died while it started a job: whether the job began is not known."""
+
+
+@dataclass
+class Child:
+    """A job's main process as the runner sees it: its pid, its output pipes and its status pipe."""
+
+    pid: int
+    stdout: int
+    stderr: int
+    status: int  # readable once the job exited (or the spawner died)
+    returncode: int | None = None
+    cpu: float = 0.0  # user + system seconds of the main process, once it exited
+    lost: bool = False  # the spawner died before it could say how the job ended
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal) once the main process is gone, else None."""
+        if self.returncode is None and select.select([self.status], [], [], 0)[0]:
+            self._read()
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self._read()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _read(self) -> None:
+        data = b""
+        while chunk := os.read(self.status, 64):
+            data += chunk
+        if data[:1] == b"X":
+            status, cpu = data[1:].split()
+            self.returncode, self.cpu = os.waitstatus_to_exitcode(int(status)), int(cpu) / 1e6
+        else:  # no word from the spawner: it died, and the job with it (its parent-death signal)
+            self.returncode, self.lost = -signal.SIGKILL, True
+
+    def close(self) -> None:
+        for fd in (self.stdout, self.stderr, self.status):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class Spawner:
+    """The runner's side: one spawner per runner process, started with its first job."""
+
+    _instance: Spawner | None = None
+    _create = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._owner = os.getpid()
+
+    @classmethod
+    def get(cls) -> Spawner:
+        with cls._create:
+            if cls._instance is None or cls._instance._owner != os.getpid():
+                cls._instance = Spawner()
+            return cls._instance
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> socket.socket:
+        if self._proc is not None and self._sock is not None and self._proc.poll() is None:
+            return self._sock
+        if self._sock is not None:
+            self._sock.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # both close-on-exec
+        try:
+            # Its own session: Ctrl-C and a CI's signals reach the runner, which decides about its jobs.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "mergegate.spawner", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, env=helper_env(), cwd="/",
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        return ours
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], rlimits: list[tuple[int, int, int]],
+              cgroup: str | None, run_id: str, watchdog: int | None) -> Child:
+        """Start the job; OSError when it could not be started (nothing ran), SpawnerLost when
+        the spawner died meanwhile (the job may have started and been killed with it)."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            body = json.dumps({"argv": argv, "cwd": cwd, "env": env, "rlimits": rlimits,
+                               "cgroup": cgroup, "run": run_id}).encode()
+            message = struct.pack(">I", len(body)) + body
+            fds = [out_w, err_w, status_w, *([] if watchdog is None else [watchdog])]
+            with self._lock:
+                try:
+                    socket.send_fds(self._start(), [message[:4]], fds)
+                except OSError:  # it died since it was last asked: a new one, once (nothing was sent)
+                    self._proc = None
+                    socket.send_fds(self._start(), [message[:4]], fds)
+                assert self._sock is not None
+                self._sock.sendall(message[4:])
+        except BaseException:
+            for fd in (out_r, err_r, status_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (out_w, err_w, status_w):
+                os.close(fd)
+        try:
+            head = _read_exactly(status_r, _HEAD)
+            if not head:
+                raise SpawnerLost("the job's spawner stopped while starting it")
+            if head[:1] != b"P":
+                rest = b""
+                while chunk := os.read(status_r, 4096):
+                    rest += chunk
+                code = int(head[1:]) if head[:1] == b"E" else 0
+                raise OSError(code, (rest.decode("utf-8", "replace") or "the spawner stopped")) from None
+        except BaseException:
+            for fd in (out_r, err_r, status_r):
+                os.close(fd)
+            raise
+        return Child(int(head[1:]), out_r, err_r, status_r)
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n and (chunk := os.read(fd, n - len(data))):
+        data += chunk
+    return data
+
+
+# -- the spawner process -----------------------------------------------------------------------
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    head, fds, _, _ = socket.recv_fds(sock, 4, 4)
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    if len(head) < 4:
+        for fd in fds:
+            os.close(fd)
+        return None
+    size = struct.unpack(">I", head if len(head) == 4 else head + _recv_exactly(sock, 4 - len(head)))[0]
+    return json.loads(_recv_exactly(sock, size)), fds
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _child(request: dict[str, Any], out: int, err: int, go: int, report: int, libc: Any, spawner: int) -> None:
+    """Between fork and exec: plain os calls only; any failure goes to `report` and exits 127."""
+    try:
+        os.setsid()
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the spawner's death kills the job
+            if os.getppid() != spawner:  # it died before prctl took effect
+                os._exit(127)
+            # Orphans of the job's processes stay under its main process while it lives.
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        signal.set_wakeup_fd(-1)
+        for sig in (*_IGNORED, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if request["cgroup"] is not None:
+            fd = os.open(os.path.join(request["cgroup"], "cgroup.procs"), os.O_WRONLY)
+            os.write(fd, b"0")
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.chdir(request["cwd"])
+        os.read(go, 1)  # the watchdog knows of this process group now
+        for res, soft, hard in request["rlimits"]:
+            resource.setrlimit(res, (soft, hard))
+        os.closerange(3, report)
+        os.closerange(report + 1, 1 << 30)
+        argv = request["argv"]
+        os.execve(argv[0], argv, request["env"])
+    except BaseException as exc:  # nothing may escape into the spawner's loop
+        with contextlib.suppress(BaseException):
+            program = request["argv"][0]
+            text = f"{exc.strerror}: {program!r}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            os.write(report, b"E" + str(getattr(exc, "errno", 0) or 0).encode().ljust(_HEAD - 1) + text.encode())
+    finally:
+        os._exit(127)
+
+
+def _start_job(request: dict[str, Any], fds: list[int], jobs: dict[int, int], libc: Any) -> None:
+    out, err, status, *watchdog = fds
+    go_r, go_w = os.pipe()
+    report_r, report_w = os.pipe()  # close-on-exec: EOF means the job exec'd
+    me = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (go_r, go_w, report_r, report_w):
+            os.close(fd)
+        raise
+    if pid == 0:
+        _child(request, out, err, go_r, report_w, libc, me)
+    for fd in (go_r, report_w, out, err):
+        os.close(fd)
+    for fd in watchdog:  # told before the job may exec (it waits for `go`)
+        with contextlib.suppress(OSError):
+            os.write(fd, f"+ {request['run']} g {pid}\n".encode())
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.write(go_w, b"g")
+    os.close(go_w)
+    failed = b""
+    while chunk := os.read(report_r, 4096):
+        failed += chunk
+    os.close(report_r)
+    if failed:
+        os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            os.write(status, failed)
+        os.close(status)
+        return
+    jobs[pid] = status
+    with contextlib.suppress(OSError):
+        os.write(status, b"P" + str(pid).encode().ljust(_HEAD - 1))
+
+
+def _reap(jobs: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        fd = jobs.pop(pid, None)  # else an orphan of a job, adopted here: reaping it is all
+        if fd is not None:
+            cpu = round((usage.ru_utime + usage.ru_stime) * 1e6)
+            with contextlib.suppress(OSError):
+                os.write(fd, f"X{status} {cpu}".encode())
+            os.close(fd)
+
+
+def main() -> int:
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        libc: Any = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        libc = None
+    if libc is not None:
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # a job may not read this process's memory
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    jobs: dict[int, int] = {}
+    try:
+        while True:
+            ready = select.select([sock.fileno(), wake_r], [], [])[0]
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+            _reap(jobs)
+            if sock.fileno() in ready:
+                try:
+                    got = _receive(sock)
+                except (EOFError, OSError, ValueError):
+                    got = None
+                if got is None:
+                    break  # the runner is gone
+                request, fds = got
+                try:
+                    _start_job(request, fds, jobs, libc)
+                except OSError as exc:  # fork failed (no memory, no pids): the runner is told
+                    with contextlib.suppress(OSError):
+                        os.write(fds[2], b"E" + str(exc.errno or 0).encode().ljust(_HEAD - 1) + str(exc).encode())
+                    for fd in fds:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+    finally:
+        for pid in jobs:  # the runner died: nothing it started may outlive it
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -717,6 +717,39 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
         _kill_all(_with(marker))
 
 
+def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive() -> None:
+    """No cgroup, and the runner busy (another thread holds the GIL): the job starts a child and
+    kill -9s its runner at once, before the runner could tell its watchdog anything after the fork.
+    The spawner told the watchdog of the job's process group before the job could exec."""
+    prefix, env = _unprivileged_python()
+    marker = _marker()
+    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.spawn_job", "kill-runner", marker], env=env, cwd="/tmp",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert runner.wait(timeout=60) == -signal.SIGKILL, runner.stderr.read() if runner.stderr else ""
+        killed = time.monotonic()
+        _until(lambda: not _with(marker), timeout=1.0, step=0.02)
+        assert time.monotonic() - killed < 1.0
+    finally:
+        runner.kill()
+        runner.wait()
+        _kill_all(_with(marker))
+
+
+def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment() -> None:
+    """A same-user job may read /proc/<pid>/environ of every dumpable process of its user: its
+    parent (the spawner) and the watchdog carry none of the runner's environment."""
+    prefix, env = _unprivileged_python()
+    secret = f"canary-{uuid.uuid4().hex}"
+    proc = subprocess.run([*prefix, "-m", "tests.helpers.spawn_job", "environ", _marker()],
+                          env={**env, "RUNNER_CANARY": secret}, cwd="/tmp", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "succeeded"
+    assert "RUNNER_PID=" in result["stdout"]  # it did read environments (its own)
+    assert secret not in result["stdout"]
+
+
 # -- defect 9 (rest): a refused push reuses the pending commit; disk stays bounded --------------
 
 def _refusing_remote(world: World, block: Path, tally: Path) -> None:

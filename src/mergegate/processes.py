@@ -193,6 +193,11 @@ class Tracker:
         return found
 
     def alive(self) -> bool:
+        if not self.main_running and self._cgroup_empty():
+            # Everything the job started is in its cgroup (only root can move out of it) and in
+            # none of its process group: nothing is left, and no scan of every process is needed.
+            self.gone = True
+            return False
         table = self.scan()
         if not table:  # no /proc (macOS): the process group is all that can be seen
             with contextlib.suppress(OSError):
@@ -200,6 +205,21 @@ class Tracker:
                 return True
         self.gone = not any(table[p][2] not in (b"Z", b"X") for p in self.known if p in table)
         return not self.gone
+
+    def _cgroup_empty(self) -> bool:
+        """The job's cgroup holds no live process (zombies are not listed) and its process group
+        none at all; False without a cgroup or when either cannot be read."""
+        if self.cgroup is None:
+            return False
+        try:
+            if (self.cgroup / "cgroup.procs").read_bytes().strip():
+                return False
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
 
     def signal(self, sig: int) -> None:
         self.scan()

@@ -36,6 +36,7 @@ group and exits.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -145,7 +146,17 @@ class Spawner:
         finally:
             theirs.close()
         self._sock = ours
+        atexit.register(self._stop)
         return ours
+
+    def _stop(self) -> None:
+        """At the runner's exit: close the socket and reap the spawner (its CPU counts as the runner's)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+            if self._proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=2)
 
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], rlimits: list[tuple[int, int, int]],
               cgroup: str | None, run_id: str, watchdog: int | None) -> Child:

@@ -70,8 +70,12 @@ _HELPER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "P
 
 
 def helper_env() -> dict[str, str]:
-    """The environment of the runner's helper processes (the watchdog, the spawner)."""
-    return {name: os.environ[name] for name in _HELPER_ENV if name in os.environ}
+    """The environment of the runner's helper processes (the watchdog, the spawner): they import
+    mergegate from where this process did, however it found it (an install, PYTHONPATH, sys.path)."""
+    env = {name: os.environ[name] for name in _HELPER_ENV if name in os.environ}
+    here = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([here, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
 
 
 def _libc() -> Any:

@@ -147,6 +147,14 @@ class Spawner:
             theirs.close()
         self._sock = ours
         atexit.register(self._stop)
+        ours.settimeout(60)
+        try:  # it says it is ready: one that cannot start (no mergegate to import) is an error now, not a lost job
+            ready = ours.recv(1)
+        except OSError:
+            ready = b""
+        if ready != b"R":
+            raise OSError(f"the job spawner ({sys.executable} -m mergegate.spawner) did not start")
+        ours.settimeout(None)
         return ours
 
     def _stop(self) -> None:
@@ -336,6 +344,7 @@ def main() -> int:
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # a job may not read this process's memory
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=int(sys.argv[1]))
+    sock.sendall(b"R")
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

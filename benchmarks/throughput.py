@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -100,9 +101,13 @@ def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str
     argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", root]
     if parallel > 1:
         argv += ["--parallel", str(parallel)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=runner, capture_output=True, text=True, env=dict(os.environ))
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The runner and everything it waited for: its git processes, its spawner and the jobs the spawner reaped.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         try:
             odd = [j for j in json.loads(proc.stdout)["jobs"] if j["status"] != "succeeded"][:3]
@@ -112,7 +117,7 @@ def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str
     found = records(tmp / f"{label}.git")
     check_once_each(found, n)
     pushes = int(git(tmp / f"{label}.git", "rev-list", "--count", "mergegate/audit"))
-    return {"wall": wall, "flat": flatness(found), "pushes": pushes}
+    return {"wall": wall, "cpu": cpu, "flat": flatness(found), "pushes": pushes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             load.sample()
             wall = statistics.median(r["wall"] for r in runs)
             row = {"parallel": parallel, "wall": wall, "per_job_ms": 1000 * wall / args.jobs,
+                   "cpu_ms": 1000 * statistics.median(r["cpu"] for r in runs) / args.jobs,
                    "flat": statistics.median(r["flat"] for r in runs), "pushes": runs[0]["pushes"],
                    "load": os.getloadavg()[0]}
-            print(f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job, last/first {row['flat']:.2f}, "
+            print(f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job ({row['cpu_ms']:.1f} ms of CPU), "
+                  f"last/first {row['flat']:.2f}, "
                   f"{row['pushes']} audit commits, load {row['load']:.1f}", flush=True)
             rows.append(row)
         lines = [
@@ -149,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             "in a fresh runner clone (local bare remote), wall clock including interpreter start; every job exactly "
             "one `started` and one `finished` (checked).",
             "- last/first: the time the last 10% of jobs took (from their `finished` records' times) over the time the first 10% took.",
+            "- CPU per job: user + system time of the runner and every process it waited for (git, its spawner "
+            "and the jobs), over the jobs; two CPUs can at best halve it in wall time.",
             "",
-            "| runner | wall | per job | last/first | audit commits | load avg (1 min) |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| runner | wall | per job | CPU per job | last/first | audit commits | load avg (1 min) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
             *(f"| {'sequential' if r['parallel'] == 1 else '--parallel ' + str(r['parallel'])} | {r['wall']:.2f} s | "
-              f"{r['per_job_ms']:.1f} ms | {r['flat']:.2f} | {r['pushes']} | {r['load']:.1f} |" for r in rows),
+              f"{r['per_job_ms']:.1f} ms | {r['cpu_ms']:.1f} ms | {r['flat']:.2f} | {r['pushes']} | {r['load']:.1f} |"
+              for r in rows),
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)
     finally:

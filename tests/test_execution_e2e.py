@@ -249,3 +249,60 @@ def test_sandbox_hides_run_and_the_runner_home(world: World) -> None:
     assert job["status"] == "succeeded", job
     (finished,) = world.events("finished")
     assert finished["stdout_tail"].split() == ["0", "hidden", "capped"]
+
+
+def _deep_folders(root: Path, depth: int) -> None:
+    """`depth` nested folders `d` under root, through descriptors (no path that long exists to pass)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+
+
+def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
+    workspace.mkdir()
+    _deep_folders(workspace, depth)
+    (workspace / "a.txt").write_text("x")
+    (workspace / "to-folder").symlink_to(outside)
+    (workspace / "to-file").symlink_to(outside / "file")
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "to-folder").symlink_to(outside / "keep")
+
+
+def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
+    """In-process for an ordinary tree, `rm` for one too deep for descriptors; a symlink in the
+    workspace (to a folder or a file outside) is removed, never what it points to."""
+    from mergegate.runner import _CLEAR_DEPTH, _remove_tree
+
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "file").write_text("kept")
+    for depth in (3, _CLEAR_DEPTH + 5, 3000):
+        workspace = tmp_path / f"ws-{depth}"
+        _workspace_with_links(workspace, outside, depth)
+        _remove_tree(workspace)
+        assert not workspace.exists() and not workspace.is_symlink(), depth
+    assert (outside / "keep").is_dir() and (outside / "file").read_text() == "kept"
+    _remove_tree(tmp_path / "never-there")  # nothing to remove is no error
+
+
+def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process per job (`rm -rf`) was a large part of a trivial job's cost: an `rm` on PATH that
+    removes nothing shows the workspace went without it."""
+    from mergegate.runner import _remove_tree
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "rm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "file").write_text("kept")
+    workspace = tmp_path / "ws"
+    _workspace_with_links(workspace, outside, 5)
+    _remove_tree(workspace)
+    assert not workspace.exists()

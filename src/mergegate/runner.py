@@ -876,13 +876,68 @@ _FULL_ID = re.compile(r"[0-9a-f]{40}")
 
 
 def _remove_tree(path: Path) -> None:
-    """Remove a job's workspace, however deep it made it (shutil.rmtree recurses and
-    raises RecursionError on a few thousand levels, which would lose the job's result)."""
+    """Remove a job's workspace, however deep it made it, never following a symlink nor
+    entering another file system (a mount the job left in it).
+
+    Most workspaces are a few files and folders: they go in-process, through descriptors
+    (`_clear`), without starting a process per job. A tree deeper than `_CLEAR_DEPTH`, or
+    anything that did not go, is left to `rm -rf --one-file-system` (shutil.rmtree recurses
+    and raises RecursionError on a few thousand levels, which would lose the job's result).
+    """
+    with contextlib.suppress(OSError):
+        if _clear(path):
+            return
     try:
         subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True)
     except OSError:  # no rm on PATH
         with contextlib.suppress(RecursionError):
             shutil.rmtree(path, ignore_errors=True)
+
+
+_CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
+
+
+def _clear(path: Path) -> bool:
+    """Remove `path` (a folder) and all in it through descriptors (openat, unlinkat: a folder swapped
+    for a symlink meanwhile is never followed); False when anything is left."""
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return True
+    try:
+        top = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            device = os.fstat(top).st_dev
+            cleared = _clear_in(top, device, 0)
+        finally:
+            os.close(top)
+        if cleared:
+            os.rmdir(path.name, dir_fd=parent)
+        return cleared
+    finally:
+        os.close(parent)
+
+
+def _clear_in(folder: int, device: int, depth: int) -> bool:
+    with os.scandir(folder) as listing:
+        entries = list(listing)
+    cleared = True
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.name, dir_fd=folder)
+            continue
+        if depth >= _CLEAR_DEPTH or entry.stat(follow_symlinks=False).st_dev != device:
+            cleared = False  # too deep for descriptors, or another file system: for rm
+            continue
+        inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+        try:
+            done = _clear_in(inner, device, depth + 1)
+        finally:
+            os.close(inner)
+        if done:
+            os.rmdir(entry.name, dir_fd=folder)
+        cleared = cleared and done
+    return cleared
 
 
 def _newly_unapproved(work: Plan) -> list[str]:

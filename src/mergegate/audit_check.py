@@ -66,6 +66,7 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
         from mergegate.planning import policy_lookup
 
         commits = every_commit(repo, records_tip)
+        repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit; while the workers check
 
         def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
             # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
@@ -85,7 +86,6 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
             reading.close()
             checker(github.stored_evidence(repo, records_tip), {}).check(commits)
             raise
-    repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit
     checker(stored, chain.verified).check(commits)
     return AuditReport(records_tip or "", chain.records, chain.files)
 

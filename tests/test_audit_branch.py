@@ -575,3 +575,26 @@ def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewe
     error = json.loads(result.out)
     assert error["ok"] is False and error["file"] == f"audit/evidence/{digest}.json", error
     assert error["error"] == f"a record refers to evidence {digest[:12]}, which is not on the audit branch", error
+
+
+def test_audit_verify_of_a_missing_approved_branch_says_so_though_the_workers_had_started(world: World) -> None:
+    """The workers start on the log before approved's tip is read: an approved branch that does not exist (read
+    as it is, --no-fetch) is still the one-line error it always was, exit 2."""
+    from mergegate import audit_chain
+
+    _gate(world)
+    _run_job(world)
+    records = world.records()
+    clone = world.checkout_audit()
+    seq, prev = len(records), records[-1]["hash"]
+    for number in range(2, audit_chain.PARALLEL_FROM_FILES + 3):  # enough files for the workers
+        record = {"event": "rejected", "job": None, "path": f"jobs/x{number}.yaml", "blob": None, "commit": None,
+                  "runner": "forger", "time": "2026-01-01T00:00:00.000000Z", "reason": "x", "seq": seq + 1, "prev": prev}
+        record["hash"] = record_hash(record)
+        seq, prev = seq + 1, record["hash"]
+        (clone / f"audit/log-{number:06d}.jsonl").write_text(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    world.commit_audit(message="many files")
+    assert world.mg("audit", "verify", "--json").code == 0
+    result = world.mg("audit", "verify", "--branch", "nope", "--no-fetch")
+    assert result.code == 2, result.out + result.err
+    assert result.err.splitlines()[0] == "error: branch refs/remotes/origin/nope does not exist", result.err

@@ -51,11 +51,12 @@ def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trus
 def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> AuditReport:
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
-    tip = source.tip()
     records_tip = source.audit_tip()
     # The workers start on the log files now; nothing they find is looked at before the checks below
-    # (a rewritten branch, an old layout, the trust root) have passed, in the order they always ran.
+    # (approved's tip, a rewritten branch, an old layout, the trust root) have passed, in the order they
+    # always ran. (approved's tip is read after the fork: two git processes less before the workers start.)
     with audit_chain.ChainCheck(repo, records_tip, _facts) as reading:
+        tip = source.tip()
         source.check_not_rewritten(tip, records_tip)
         refuse_old_layout(repo, tip, records_tip)
         root, _ = trust_root(repo, tip, trust)

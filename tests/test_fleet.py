@@ -9,7 +9,10 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
+from mergegate.claims import offset
+from mergegate.publisher import FRESH_SECONDS
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+from tests.test_ref_shadowing import _forge
 from tests.test_reliability import (
     _kill_9_and_see_the_jobs_die,
     _kill_all,
@@ -87,6 +90,81 @@ def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_late
     assert first.returncode == 0, err
     assert [(j["job"], j["status"]) for j in json.loads(out)["jobs"]] == [("slow", "succeeded")]
     _once_each(world, ["quick", "slow"])
+
+
+def _side_merge(world: World, name: str) -> str:
+    """A proposal brought up to date with `git merge origin/approved`, signed-merged: its head is a side commit."""
+    p = world.clone("proposer")
+    world.git(p, "fetch", "-q", "origin")
+    world.git(p, "checkout", "-q", "-B", name, "origin/approved~1")
+    world.write("proposer", {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])})
+    world.git(p, "add", "-A")
+    world.git(p, "commit", "-q", "-m", f"add {name}", who=world.alice)
+    world.git(p, "merge", "-q", "--no-edit", "origin/approved", who=world.alice)
+    side = world.git(p, "rev-parse", "HEAD")
+    world.git(p, "push", "-q", "-f", "origin", name)
+    world.signed_merge(name)
+    return side
+
+
+def test_a_side_commit_trailer_pushed_mid_pass_stops_the_pass(world: World, tmp_path: Path) -> None:
+    """The checker re-read for a newer approved (above) still calls a trailer naming a merged side commit tampering."""
+    _gate(world)
+    go = tmp_path / "go"
+    _merge(world, {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"]})
+    world.clone("runner")
+    runner = _start_runner(world, "--once", "--json", "--runner-name", "r1", where="runner")
+    try:
+        _until(lambda: world.events("started") != [], timeout=120)
+        side = _side_merge(world, "k")  # approved moves during the pass; `side` is on it through a second parent
+        _forge(world, {"event": "started", "job": "k", "path": "jobs/k.yaml", "blob": world.blob("approved", "jobs/k.yaml"),
+                       "commit": world.git("proposer", "ls-remote", "origin", "refs/heads/approved").split()[0], "run_id": "e" * 32, "runner": "r9"}, trailer=side)
+    finally:
+        go.touch()
+        out, err = runner.communicate(timeout=180)
+    assert runner.returncode == 3, (out, err)
+    assert "first-parent line" in err, err
+
+
+def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(world: World, tmp_path: Path) -> None:
+    """A job claimed ahead of a free slot waits; a veto merged meanwhile stops it before its process starts."""
+    _gate(world)
+    go, marker = tmp_path / "go", tmp_path / "victim.ran"
+    jobs = {f"a{i:02d}": ["echo", str(i)] for i in range(12)}
+    running = tmp_path / "b12.running"
+    jobs["b12"] = ["sh", "-c", f"touch {running}; while [ ! -e {go} ]; do sleep 0.02; done"]  # the claims behind it wait
+    jobs["c13"] = ["sh", "-c", f"touch {marker}"]
+    jobs["d14"], jobs["d15"] = ["echo", "14"], ["echo", "15"]
+    name = next(f"solo{i}" for i in range(1000) if offset(f"solo{i}", len(jobs)) == 0)  # walks the list in order
+    world.propose("p", {f"jobs/{n}.yaml": job_yaml(n, c) for n, c in jobs.items()}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    blob = world.blob("approved", "jobs/c13.yaml")
+    runner = _start_runner(world, "--once", "--json", "--runner-name", name, where="runner")
+    try:
+        # c13 is claimed (its `started` is on the remote) and b12 runs; c13's process has not started.
+        _until(lambda: running.exists() and any(r["job"] == "c13" for r in world.events("started")), timeout=180)
+        since = time.monotonic()
+        assert not marker.exists()
+        world.checkout_approved("approver")
+        world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/c13.yaml {blob}",
+                  who=world.bob, sign=world.bob.key)
+        world.git("approver", "push", "-q", "origin", "approved")
+        veto = world.git("approver", "rev-parse", "HEAD")
+        assert not marker.exists()
+        # The runner's last look at the branches was before b12 started; it looks again before a start
+        # when that look is older than FRESH_SECONDS (a veto cannot be seen sooner than it lands).
+        time.sleep(max(0.0, FRESH_SECONDS + 0.2 - (time.monotonic() - since)))
+    finally:
+        go.touch()
+        out, _err = runner.communicate(timeout=180)
+    said = {j["job"]: (j["status"], j["reason"]) for j in json.loads(out)["jobs"]}
+    assert runner.returncode == 1, said  # a job that did not run as approved is not a success
+    # Before: c13 succeeded, its process started after the veto landed on approved.
+    assert not marker.exists()
+    assert said["c13"] == ("interrupted", f"vetoed by bob in commit {veto[:7]} "
+                                           "after it was claimed; it was not started"), said
+    assert [r["status"] for r in world.events("finished") if r["job"] == "c13"] == ["interrupted"]
+    assert world.mg("verify", where="admin").code == 0
 
 
 def test_runners_start_on_different_parts_of_the_runnable_list() -> None:

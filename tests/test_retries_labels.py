@@ -380,7 +380,20 @@ def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: Wor
     # The sweep runs nothing and accounts for every job of the merge it walked: each entry's runner has it.
     holders = {s["job"]: s["runner"] for s in started}
     assert swept.code == 0 and sorted((j["job"], j["status"], j["reason"]) for j in swept.json()["jobs"]) == [
-        (n, "claimed", f"claimed by {holders[n]}") for n in names]
+        (n, "claimed", f"claimed by {holders[n]}; that run has ended") for n in names]
     assert len(world.events("scanned")) == 1 and len(world.events("started")) == len(names)
     assert world.mg("plan", "--json").json() == {"include": []}
     assert world.mg("verify").code == 0
+
+
+def test_a_failed_leg_whose_retry_waits_is_not_reported_claimed_by_the_sweep(world: World) -> None:
+    _gate(world, max_retries=1, retry_backoff_seconds=3600)
+    _merge(world, "b", {"jobs/b.yaml": job_yaml("b", ["sh", "-c", "exit 4"], retries=1)})
+    leg = world.run_once("--job", "jobs/b.yaml", "--runner-name", "leg-1", where="leg")
+    assert leg.code == 1, leg.err  # attempt 1 failed; attempt 2 is due in an hour
+    shown = _status(world)["jobs/b.yaml"]
+    assert shown["state"] == "retrying", shown  # nobody holds it: it waits for its retry
+    swept = world.run_once()
+    assert swept.code == 0, swept.err
+    # Nobody holds it: not `claimed by leg-1` (the run ended, failed); status says it is retrying.
+    assert swept.json()["jobs"] == []

@@ -43,6 +43,7 @@ while it waits. A runner that dies with claims queued leaves them to be closed a
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -55,6 +56,16 @@ MAX_BATCH = 64
 PROBES = 3  # claims at the doubling size before a share: long enough for runners started together to see each other
 MIN_SHARE = 4  # a share smaller than this costs a push for too little
 SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._@:/+-]{1,128}")
+
+
+def holder(record: audit.Record) -> str:
+    """The runner a record names, fit for a terminal: a name that is not plain (in a gate without
+    `runners`, anyone who may push the audit branch writes it) is shown quoted and escaped."""
+    name = str(record.get("runner"))
+    return name if _PLAIN_NAME.fullmatch(name) else repr(name)
 
 
 def offset(runner_name: str, n: int) -> int:

@@ -229,6 +229,12 @@ class _Objects:
                         return None
                     raise GitError(f"git cat-file stopped answering for {self.git_dir}")
                 size = int(header[2])
+                if header[0].decode().lower() != sha:
+                    # The batch process resolves any name: in a SHA-1 clone 64 hex digits are no id
+                    # but may be a tag's name. Only the object of that id is the answer.
+                    if body:
+                        stdout.read(size + 1)
+                    return None
                 if not body:
                     return header[1].decode(), size
                 data = stdout.read(size + 1)

@@ -21,7 +21,7 @@ from typing import Any
 from mergegate import audit, audit_branch
 from mergegate.approvals import Decision, Veto
 from mergegate.branch import AUDIT_BRANCH, Branch
-from mergegate.claims import Book
+from mergegate.claims import Book, holder
 from mergegate.eligibility import Standing, late_refusal
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.git import Repo, Signing
@@ -198,7 +198,7 @@ class Publisher:
         earlier = self.book.taken(claim.path, claim.blob, claim.commit, attempt)
         if earlier is not None:
             # Losing a race is not an outcome of this runner: it is reported as `claimed`.
-            return "claimed", f"claimed by {earlier.get('runner')}"
+            return "claimed", f"claimed by {holder(earlier)}"
         veto = self.vetoes().get((claim.path, claim.blob))
         if veto is not None:
             return "vetoed", f"vetoed by {veto.person} in commit {veto.commit[:7]}"

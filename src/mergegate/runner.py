@@ -33,7 +33,7 @@ from mergegate import audit, audit_branch, executor, github, idle, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
-from mergegate.claims import BatchSize, Book, jump, spread
+from mergegate.claims import BatchSize, Book, holder, jump, spread
 from mergegate.eligibility import RETRIED, Runnable, iso_up, retriable
 from mergegate.errors import (
     Denied,
@@ -538,6 +538,14 @@ class Runner:
                 waiting = []
             while waiting and len(flying) < parallel and not self.shutdown.is_set():
                 flight = waiting.pop(0)
+                why = self._vetoed_since_claimed(flight)
+                if why is not None:  # claimed ahead of a free slot, vetoed before it got one: never started
+                    finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=why)
+                    self.spool.put(Entry(finished, None, me, done=True))
+                    pending.append(finished)
+                    outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", why, flight.run_id))
+                    _remove_tree(flight.tmp)
+                    continue
                 flying[flight.run_id] = flight
                 self._launch(flight, done, me)
             claiming = not stopping and bool(queue_) and len(waiting) < parallel
@@ -559,7 +567,7 @@ class Runner:
                             if earlier is not None:
                                 decision = item.decision
                                 outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed",
-                                                        f"claimed by {earlier.get('runner')}"))
+                                                        f"claimed by {holder(earlier)}"))
                         queue_ = jump(queue_, [earlier is not None for earlier in taken])
                         continue
                     item = queue_.pop(0)
@@ -597,20 +605,35 @@ class Runner:
         """`claimed by <runner>` for each job of a commit this pass walked that another runner started
         before this pass planned (planning leaves a job another runner holds or finished out of what
         to run): every runner of a fleet accounts for every job of the merge it walked, not only those
-        it met while claiming. (`run --job PATH` says its one job's state instead: `why_not`.)"""
+        it met while claiming. A run that has ended says so; a job planning left waiting (a retry that
+        is due later, labels, a run with retries left) is not claimed by anyone: `status` says why.
+        (`run --job PATH` says its one job's state instead: `why_not`.)"""
         if self.options.job is not None:
             return []
-        told = {(o.path, o.commit) for o in outcomes}
+        told = {(o.path, o.commit) for o in outcomes} | {(q.decision.path, q.decision.commit) for q in work.queued}
         found: list[Outcome] = []
         for decision, _policy in work.items:
             if not decision.runnable or (decision.path, decision.commit) in told:
                 continue
             record = self._pub.book.claimed(decision.path, decision.blob)
-            holder = record.get("runner") if record is not None else None
-            if record is not None and record.get("commit") == decision.commit and holder != self.options.runner_name:
-                told.add((decision.path, decision.commit))
-                found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder}"))
+            if record is None or record.get("commit") != decision.commit or record.get("runner") == self.options.runner_name:
+                continue
+            told.add((decision.path, decision.commit))
+            ended = "; that run has ended" if record.get("run_id") in self._pub.book.finished else ""
+            found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder(record)}{ended}"))
         return found
+
+    def _vetoed_since_claimed(self, flight: _Flight) -> str | None:
+        """Why a job claimed ahead of a free slot must not start now: a veto merged while it waited.
+        (The claim's push looked for vetoes; a look that fails now leaves it at that one.)"""
+        try:
+            self._pub.fresh()
+        except (GitError, StateError):
+            return None
+        veto = self._pub.vetoes().get((flight.decision.path, flight.decision.blob))
+        if veto is None:
+            return None
+        return f"vetoed by {veto.person} in commit {veto.commit[:7]} after it was claimed; it was not started"
 
     def _share(self, queue_: list[Runnable]) -> tuple[int, int]:
         """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any of this pass's jobs."""

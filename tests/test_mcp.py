@@ -7,16 +7,19 @@ import os
 import sys
 from typing import Any
 
-import anyio
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-
 from tests.helpers.repos import ECHO_RULE, World, policy_yaml
 
 
 def call(world: World, steps: list[tuple[str, dict[str, Any]]], *, where: str = "proposer",
          extra: tuple[str, ...] = ()) -> tuple[list[str], list[tuple[bool, Any]]]:
     """Start `mergegate mcp` in clone `where`, list its tools, call each step; (tool names, [(is_error, JSON)])."""
+    # Imported here, not at the top: every xdist worker collects this module, and the SDK's
+    # imports (anyio, pydantic, httpx) cost about 1 s of CPU in each; only the worker that runs
+    # these tests needs them.
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(command=sys.executable, args=["-m", "mergegate", "mcp", *extra],
                                    cwd=str(world.clone(where)), env=dict(os.environ))
 

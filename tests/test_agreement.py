@@ -93,7 +93,7 @@ def _cases(world: World) -> list[Case]:
 def _propose(world: World, case: Case) -> str:
     person: Person = getattr(world, case.author)
     where = "proposer"
-    world.git(where, "fetch", "-q", "origin")
+    world.fetch(where)
     world.git(where, "checkout", "-q", "-B", case.name, "origin/approved")
     world.write(where, case.files)
     world.git(where, "add", "-A")

@@ -317,7 +317,7 @@ def test_trust_root_that_is_not_an_ancestor(world: World) -> None:
     world.git("admin", "push", "-q", "origin", "other")
     world.propose("p", JOB, who=world.alice)
     world.signed_merge("p", world.bob)
-    world.git("runner", "fetch", "-q", "origin")
+    world.fetch("runner")
     result = world.run_once("--trust-root", stranger)
     assert result.code == 3
     assert stranger[:12] in result.err and "not an ancestor" in result.err
@@ -514,7 +514,7 @@ def test_second_runner_with_a_stale_view_does_not_run_again(world: World) -> Non
     world.propose("p", JOB, who=world.alice)
     world.signed_merge("p", world.bob)
     world.clone("runner-b")
-    world.git("runner-b", "fetch", "-q")
+    world.fetch("runner-b")
     assert world.run_once().json()["jobs"][0]["status"] == "succeeded"
     # runner-b planned from the old tip; its claim push must notice runner A's records.
     result = world.mg("run", "--once", "--json", "--no-fetch", "--runner-name", "b", where="runner-b")
@@ -570,7 +570,7 @@ def test_auditor_clone_notices_a_force_push(world: World) -> None:
     world.signed_merge("p", world.bob)
     world.run_once()
     assert world.mg("verify", where="auditor").code == 0
-    world.git("admin", "fetch", "-q")
+    world.fetch("admin")
     world.git("admin", "push", "-q", "-f", "origin", "origin/approved~1:refs/heads/approved")
     result = world.mg("verify", where="auditor")
     assert result.code == 3
@@ -593,7 +593,7 @@ def test_approve_refuses_an_approval_that_would_not_count(world: World) -> None:
     result = world.mg("approve", "origin/p", where="mallory-clone")
     assert result.code == 1
     assert "is not a key in policy/policy.yaml" in result.err
-    world.git("admin", "fetch", "-q")
+    world.fetch("admin")
     assert world.git("admin", "log", "--format=%s", "origin/p").splitlines()[0] == "propose"
 
 
@@ -820,7 +820,7 @@ def test_non_utf8_names_neither_crash_the_runner_nor_collide(world: World) -> No
     world.git("approver", "push", "-q", "origin", "approved")
     assert world.run_once().code == 0  # no crash, nothing to run
     # A reviewed file whose name differs only in the byte that is not UTF-8.
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
     with open(os.fsencode(world.clone("proposer") / "hooks.d") + b"/\xff.sh", "w") as f:
         f.write("echo benign\n")
@@ -873,7 +873,7 @@ def test_tree_approval_covers_scripts_and_unnameable_files(world: World) -> None
     world.git("approver", "push", "-q", "origin", "approved")
     world.run_once()
     # A proposal removes it and changes the script; carol approves the whole tree, bob merges.
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "fix", "origin/approved")
     world.git("proposer", "rm", "-q", "odd\nname.sh")
     world.write("proposer", {"run.sh": "echo fixed\n"})
@@ -921,11 +921,11 @@ def test_merge_of_many_files_does_not_crash(world: World) -> None:
     for where in ("approver", "proposer", "runner", "admin"):
         world.git(where, "sparse-checkout", "set", "--no-cone", "/*", "!/vendor/")
     # First an unsigned push (all of them unapproved), then a signed merge that changes them all.
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     unsigned = world.commit_tree("approver", "origin/approved", vendor("v1"), who=world.mallory, message="vendor")
     world.git("approver", "push", "-q", "origin", f"{unsigned}:refs/heads/approved")
     assert world.run_once().code == 0
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     big = world.commit_tree("proposer", "origin/approved", vendor("v2"), who=world.alice, message="vendor v2")
     world.git("proposer", "push", "-q", "-f", "origin", f"{big}:refs/heads/big")
     world.signed_merge("big", world.bob)

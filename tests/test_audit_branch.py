@@ -95,7 +95,7 @@ def test_the_runner_never_moves_approved_and_needs_no_write_access_to_it(world: 
     assert _remote_ref(world, "refs/heads/approved") == before
     assert _remote_ref(world, "refs/heads/mergegate/audit")
     assert [r["event"] for r in world.records()].count("started") == 2
-    world.git("admin", "fetch", "-q")
+    world.fetch("admin")
     assert world.git("admin", "ls-tree", "-r", "--name-only", "origin/approved", "audit/") == ""
 
 
@@ -419,7 +419,7 @@ def test_audit_files_on_approved_are_ordinary_content_once_the_audit_branch_exis
     assert job["status"] == "rejected" and "audit/log-000001.jsonl (changed by" in job["reason"]
     # It is content like any other: a signed merge back to its last approved version (no such
     # file) clears it. (Building on the stray bytes would not: issue 8, bypass 6.)
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "m", "origin/approved")
     world.git("proposer", "rm", "-q", "audit/log-000001.jsonl")
     world.write("proposer", {"jobs/m.yaml": job_yaml("m", ["sh", "-c", "ls audit 2>/dev/null; echo clean"])})
@@ -454,7 +454,7 @@ def test_a_pass_after_an_unsigned_5000_file_push_writes_a_small_scanned_record(w
     assert first.code == 0, first.err
 
     def last_scanned_line() -> str:
-        world.git("admin", "fetch", "-q")
+        world.fetch("admin")
         log = world.git("admin", "show", "origin/mergegate/audit:audit/log-000001.jsonl")
         return [line for line in log.splitlines() if '"event":"scanned"' in line][-1]
 

@@ -50,7 +50,7 @@ def test_parent_header_after_committer_makes_the_commit_malformed(world: World) 
     world.setup(policy_yaml(approvers, [ECHO_RULE], require_signed_proposals=True, proposers=[world.alice.approver_entry()]))
     # An unsigned proposal (its author could be anyone): require_signed_proposals must refuse it.
     proposal = world.propose("p", JOB, who=world.alice)
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     tip = world.git("approver", "rev-parse", "origin/approved")
     tree = world.git("approver", "merge-tree", "--write-tree", tip, proposal).split()[0]
     # bob commits the job himself on approved, and names the proposal as a parent git never reads.
@@ -67,7 +67,7 @@ def test_parent_header_after_committer_makes_the_commit_malformed(world: World) 
 def test_repeated_author_header_makes_the_commit_malformed(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
     proposal = world.propose("p", JOB, who=world.bob)
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     tip = world.git("approver", "rev-parse", "origin/approved")
     tree = world.git("approver", "merge-tree", "--write-tree", tip, proposal).split()[0]
     # A second author line: a reader that takes the last one would see carol, git shows bob.
@@ -87,7 +87,7 @@ def test_octopus_merge_approves_nothing(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
     world.propose("q", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
     world.git("approver", "merge", "-q", "-S", "--no-ff", "-m", "octopus", "origin/p", "origin/q", who=world.bob, sign=world.bob.key)
     world.git("approver", "push", "-q", "origin", "approved")
@@ -118,7 +118,7 @@ def test_deeply_nested_job_file_is_rejected_and_later_jobs_run(world: World) -> 
 
 def test_gitlink_at_a_job_path_is_rejected_and_later_jobs_run(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "sub", "origin/approved")
     root = world.git("proposer", "rev-parse", "HEAD")
     world.git("proposer", "update-index", "--add", "--cacheinfo", f"160000,{root},jobs/sub.yaml")
@@ -152,7 +152,7 @@ def test_tag_named_like_the_branch_is_not_what_approve_signs(world: World) -> No
     assert world.git(clone, "rev-parse", "origin/feature") == evil  # what rev-parse order would sign
     result = world.mg("approve", "origin/feature", "--merge", where="bob-clone")
     assert result.code == 0, result.err
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     merged = world.git("admin", "rev-parse", "origin/approved^2")
     assert merged == reviewed
     signed = world.git("admin", "rev-parse", "origin/approved")
@@ -233,7 +233,7 @@ def test_merge_that_rolls_back_a_script_to_an_old_proposals_bytes_is_not_approve
     world.propose("old", {"jobs/s.yaml": job_yaml("s", ["sh", "run.sh"])}, who=world.alice, base=root)
     _tree_approve(world, "proposer", "old", world.carol)
     # bob merges it and "resolves" run.sh back to the proposal's (pre-fix) bytes.
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
     world.git("approver", "merge", "-q", "--no-ff", "--no-commit", "origin/old", who=world.bob)
     world.git("approver", "checkout", "origin/old", "--", "run.sh")
@@ -258,7 +258,7 @@ def test_tree_approval_does_not_cover_a_policy_rollback(world: World) -> None:
     # An old proposal carol tree-approved; bob merges it and rolls policy/ back to its bytes.
     world.propose("old", JOB, who=world.alice, base=root)
     _tree_approve(world, "proposer", "old", world.carol)
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
     world.git("approver", "merge", "-q", "--no-ff", "--no-commit", "origin/old", who=world.bob)
     world.git("approver", "checkout", "origin/old", "--", "policy/policy.yaml")
@@ -281,7 +281,7 @@ def test_unapproved_edit_stays_unapproved_when_a_merge_builds_on_it(world: World
     world.git("approver", "commit", "-qam", "tweak", who=world.mallory)
     world.git("approver", "push", "-q", "origin", "approved")
     # An honest proposal touches run.sh again; the reviewer's diff never shows mallory's line.
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.propose("more", {"run.sh": "echo vulnerable\necho MALLORY\necho more\n"}, who=world.alice)
     report = world.mg("check", "origin/more", "--json", where="checker").json()
     (script,) = [f for f in report["files"] if f["path"] == "run.sh"]
@@ -352,7 +352,7 @@ def test_making_a_voted_file_executable_voids_the_votes(world: World) -> None:
 
 def test_symlink_out_of_the_workspace_refuses_the_job(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "cat"}]))
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
     (world.clone("proposer") / "data").symlink_to("/etc/hostname")
     world.write("proposer", {"jobs/c.yaml": job_yaml("c", ["cat", "data"])})
@@ -394,7 +394,7 @@ def test_check_exits_2_for_an_invalid_policy_change_and_run_says_why(world: Worl
 
 def test_check_exits_2_for_a_deleted_policy(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1))
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "gone", "origin/approved")
     world.git("proposer", "rm", "-q", "policy/policy.yaml")
     world.git("proposer", "commit", "-qm", "no policy", who=world.alice)
@@ -450,7 +450,7 @@ def test_trust_root_with_an_openpgp_expiry_and_no_runners_is_a_configuration_err
 
 def _veto_merge(world: World, path: str, blob: str, who: Person) -> str:
     """A veto made as a merge commit: empty relative to its first parent (merge -s ours), signed."""
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     world.git("approver", "checkout", "-q", "-B", "side", "origin/approved")
     world.git("approver", "commit", "-q", "--allow-empty", "-m", "side", who=who)
     world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")

@@ -138,7 +138,7 @@ def test_approved_moving_during_a_pass_is_left_alone(world: World) -> None:
     assert result.code == 0, result.out + result.err
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded", "succeeded"]
     # carol's commit is approved's tip: the runner wrote nothing there.
-    world.git("admin", "fetch", "-q")
+    world.fetch("admin")
     subjects = world.git("admin", "log", "--first-parent", "--format=%an", "origin/approved").splitlines()
     assert subjects[0] == "carol" and "runner" not in subjects
     assert world.mg("audit", "verify").code == 0

@@ -34,7 +34,7 @@ def test_secret_from_secret_env_never_reaches_git(world: World) -> None:
     script = 'printf "%s" "${DB_PASSWORD%???????}"; sleep 0.1; printf "%s\\n" "${DB_PASSWORD#?????????}"'
     job = _run(world, {"jobs/leak.yaml": job_yaml("leak", ["sh", "-c", script])}, env={"DB_PASSWORD": secret})
     assert job["status"] == "succeeded"
-    world.git("admin", "fetch", "-q")
+    world.fetch("admin")
     everything = world.git("admin", "log", "-p", "--all")
     assert secret not in everything
     (finished,) = world.events("finished")
@@ -68,7 +68,7 @@ def test_cwd_symlink_out_of_the_export_is_denied_before_start(world: World) -> N
     _gate(world)
     world.write("proposer", {})
     files = {"jobs/esc.yaml": job_yaml("esc", ["sh", "-c", "touch escaped"], cwd="out")}
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
     (world.clone("proposer") / "out").symlink_to("/tmp")
     world.write("proposer", files)
@@ -86,7 +86,7 @@ def test_cwd_symlink_out_of_the_export_is_denied_before_start(world: World) -> N
 
 def test_program_symlink_out_of_the_export_is_denied(world: World) -> None:
     _gate(world)
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
     (world.clone("proposer") / "run.sh").symlink_to("/bin/sh")
     world.write("proposer", {"jobs/x.yaml": job_yaml("x", ["./run.sh", "-c", "echo pwned"])})
@@ -192,7 +192,7 @@ def test_missing_program_is_rejected_before_it_is_claimed(world: World) -> None:
 
 def test_export_keeps_modes_and_symlinks_and_leaves_out_audit_and_other_jobs(world: World) -> None:
     _gate(world)
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "p", "origin/approved")
     root = world.clone("proposer")
     world.write("proposer", {"tool.sh": "#!/bin/sh\necho tool ran\n", "sub/data.txt": "d\n"})

@@ -295,7 +295,7 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(world: Wor
     assert policy_changes(repo, root, first) == []
     policy = policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "true"}])
     change = _merge(world, "policy", {"policy/policy.yaml": policy})
-    world.git("runner", "fetch", "-q", "origin")
+    world.fetch("runner")
     assert policy_changes(repo, root, change) == [change] and policy_changes(Repo(repo.path), root, change) == [change]
     # A no is never kept; a yes only for its two ids; a memory it cannot read is no memory.
     assert not Repo(repo.path).is_ancestor(change, root, remember=True)

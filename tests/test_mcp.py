@@ -63,7 +63,7 @@ def test_mcp_tools_propose_check_list_and_show(world: World) -> None:
     assert e5 and "field 'id'" in invalid["error"]
     assert not e6 and jobs == {"jobs": []}
     # Nothing the agent did approved anything: approved is where it was.
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     assert world.git("admin", "rev-list", "--count", "origin/approved") == "1"
     # A person approves; the agent sees the job's state and details.
     world.signed_merge("propose/hello", world.bob)

@@ -28,7 +28,7 @@ def test_propose_push_approve_run(world: World) -> None:
     assert "pushed to origin/propose/hello" in result.out
     assert "mergegate approve origin/propose/hello --merge" in result.out
     # The branch starts at approved and holds exactly the job file.
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     assert world.git("admin", "rev-parse", "origin/propose/hello~1") == world.git("admin", "rev-parse", "origin/approved")
     assert world.git("admin", "diff", "--name-only", "origin/approved", "origin/propose/hello") == "jobs/hello.yaml"
     text = world.git("admin", "show", "origin/propose/hello:jobs/hello.yaml")
@@ -61,7 +61,7 @@ def test_propose_again_returns_the_existing_branch(world: World) -> None:
     # A changed proposal is one more commit on the same branch: no force-push.
     changed = world.mg("propose", "hello", "--push", "--json", "--", "echo", "bye", where="proposer").json()
     assert changed["created"] is True
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     assert world.git("admin", "rev-parse", "origin/propose/hello~1") == first["commit"]
     # The same content as approved already has is not a proposal.
     world.signed_merge("propose/hello", world.bob)
@@ -77,7 +77,7 @@ def test_propose_signs_when_git_is_configured_to_sign(world: World) -> None:
     assert result.code == 0, result.err
     data = result.json()
     assert data["signed"] is True
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     assert "gpgsig" in world.git("admin", "cat-file", "commit", "origin/propose/hello")
     world.signed_merge("propose/hello", world.bob)
     (job,) = world.run_once().json()["jobs"]

@@ -123,6 +123,6 @@ def test_a_tag_named_refs_heads_feature_does_not_shadow_the_reviewed_branch(worl
     result = world.mg("approve", "feature", "--merge", where="bob-clone")
     assert result.code == 0, result.err
     assert reviewed in result.out
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     merged = world.git("admin", "rev-parse", "origin/approved^2")
     assert merged == reviewed, "approve signed mallory's commit, not the branch bob reviewed"

@@ -273,7 +273,7 @@ def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
 
     clone = world.clone("runner")
     repo = Repo(clone)
-    world.git("runner", "fetch", "-q", "origin")
+    world.fetch("runner")
     tip = repo.rev("refs/remotes/origin/mergegate/audit")
     assert tip is not None
     approved = audit_branch.approved_of(repo.commit(tip))

@@ -21,7 +21,7 @@ from tests.test_retries_labels import RULES, _append, _gate, _merge
 
 def _merge_removal(world: World, branch: str, paths: list[str]) -> str:
     """A proposal that deletes `paths`, merged with bob's signature."""
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", branch, "origin/approved")
     world.git("proposer", "rm", "-q", *paths)
     world.git("proposer", "commit", "-q", "-m", f"remove {' '.join(paths)}", who=world.alice)
@@ -243,7 +243,7 @@ def test_removing_a_job_is_checked_approved_and_verified_as_its_removal(world: W
     _gate(world, max_retries=2, retry_backoff_seconds=0)
     _merge(world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=2)})
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
-    world.git("proposer", "fetch", "-q", "origin")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "rm-f", "origin/approved")
     world.git("proposer", "rm", "-q", "jobs/f.yaml")
     world.git("proposer", "commit", "-q", "-m", "stop f", who=world.alice)

@@ -165,7 +165,7 @@ def test_a_veto_merged_after_a_failed_attempt_stops_its_retry(world: World) -> N
     _merge(world, "r", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=1)})
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
     blob = world.blob("approved", "jobs/f.yaml")
-    world.git("approver", "fetch", "-q", "origin")
+    world.fetch("approver")
     world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
     world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/f.yaml {blob}",
               who=world.carol, sign=world.carol.key)

@@ -216,7 +216,7 @@ def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
     world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
     world.signed_merge("j")
     assert world.run_once().code == 0
-    world.git("proposer", "fetch", "-q")
+    world.fetch("proposer")
     world.git("proposer", "checkout", "-q", "-B", "fox", "origin/main")
     world.write("proposer", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])})
     world.git("proposer", "add", "-A")

@@ -248,7 +248,7 @@ def test_init_github_on_an_existing_gate_writes_the_workflows_to_propose(world: 
     for path in (workflows.CHECK_PATH, workflows.RUN_PATH):
         assert (where / path).read_text() == workflows.files(action=PIN)[path]
     assert "propose them" in result.out
-    world.git("admin", "fetch", "-q", "origin")
+    world.fetch("admin")
     assert world.git("admin", "rev-parse", "origin/approved") == before  # nothing committed or pushed
     # Something else already there is never overwritten.
     (where / workflows.RUN_PATH).write_text("name: mine\n")

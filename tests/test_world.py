@@ -95,3 +95,52 @@ def test_head_is_what_rev_parse_says(world: World) -> None:
     assert world.head("approver") == world.git("approver", "rev-parse", "HEAD") != merge
     world.git("proposer", "pack-refs", "--all")  # a packed ref only: git is asked
     assert world.head("proposer") == head
+
+
+def test_fetch_is_left_out_exactly_when_gits_fetch_would_change_no_ref(world: World) -> None:
+    """World.fetch against `git fetch -q origin` in a twin clone, step by step: the same refs after
+    each, and a fetch made (FETCH_HEAD written) exactly when git's moved a ref, or where it cannot
+    judge (a lock, a config changed since the clone)."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+
+    def refs(where: str) -> list[str]:
+        return world.git(where, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+
+    def step(*, judged: bool = True) -> bool:
+        before = refs("twin")
+        world.fetch("twin")
+        changed = refs("twin") != before
+        fetched = world.clone("a") / ".git" / "FETCH_HEAD"
+        fetched.unlink(missing_ok=True)
+        world.fetch("a")
+        assert refs("a") == refs("twin")
+        assert fetched.exists() == (changed or not judged), (changed, judged)
+        return changed
+
+    world.clone("a"), world.clone("twin")
+    assert not step()  # fresh clones: nothing to fetch
+    world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
+    assert step()  # a new branch
+    assert not step()
+    world.git("proposer", "tag", "v1")
+    world.git("proposer", "push", "-q", "origin", "v1")
+    assert step()  # a tag on a commit both clones have: git follows it
+    world.git("proposer", "push", "-q", "origin", "HEAD:refs/mergegate/elsewhere")
+    assert not step()  # a ref the default refspec does not fetch
+    for where in ("a", "twin"):
+        world.git(where, "update-ref", "-d", "refs/remotes/origin/p")
+    assert step()  # a tracking ref gone: fetched back
+    world.git("proposer", "commit", "-q", "--allow-empty", "-m", "more")
+    world.git("proposer", "push", "-q", "origin", "p")
+    assert step()  # a branch moved
+    world.git("proposer", "pack-refs", "--all")
+    lock = world.clone("a") / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text("")
+    assert not step(judged=False)  # a ref being written: fetched
+    lock.unlink()
+    assert not step()
+    for where in ("a", "twin"):
+        world.git(where, "config", "remote.origin.tagOpt", "--no-tags")
+    assert not step(judged=False)  # the config changed since the clone: always fetched
+    world.git("proposer", "push", "-q", "origin", "HEAD:refs/heads/q")
+    assert step(judged=False)

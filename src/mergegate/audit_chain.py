@@ -4,9 +4,9 @@ Log files depend on each other through one link only: the first record of a file
 follows the last record of the file before (its seq plus one, its prev that
 record's hash). So the checks of each file alone (`audit._proven`: canonical
 lines, every hash, the seqs and prevs inside the file) run in forked worker
-processes, each reading its share of the files (every Nth) with a `git cat-file
---batch` of its own, while this process checks the links between files in chain
-order. What a worker cannot prove (a file not as mergegate writes it) or a link
+processes, which read the files from one shared `git cat-file --batch` in chain
+order, each taking the next file when it is free, while this process checks the
+links between files in chain order. What a worker cannot prove (a file not as mergegate writes it) or a link
 that fails is read here the reference way (`parse_file` + `check_links`, with the
 real previous record), so every error names the file and line `audit.iter_files`
 names. A worker that dies, stops answering sensibly or fails fails the check:
@@ -196,7 +196,7 @@ _TURN = struct.Struct("<Q")  # the token: the index of the next file to read
 
 class _Worker:
     """A forked process checking files of the log, one answer frame per message on a pipe: "took" when it takes
-    a file (its turn to read it), then "file" with the proof, or "error" / "crashed"; "done" at the end."""
+    a file (its turn to read it), then "file" with the proof or "error" with what it met; "done" at the end."""
 
     def __init__(self, pid: int, answers: int) -> None:
         self.pid = pid

@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -384,6 +385,22 @@ def test_sandbox_refuses_a_program_it_would_hide(tmp_path: Path) -> None:
     tool.chmod(0o755)
     with pytest.raises(Denied, match=f"program {re.escape(str(tool))} is under /.*, which the sandbox hides"):
         _run(tmp_path, [str(tool)], sandbox="bwrap", hide_paths=(tool.parent,))
+    assert not (_workspace(tmp_path) / "ran").exists()
+
+
+@needs_bwrap
+def test_sandbox_refuses_a_program_under_tmp(tmp_path: Path) -> None:
+    """The sandbox's /tmp is a fresh tmpfs: a program under the host's /tmp is refused, naming it.
+    (Made under /tmp itself: the tests' own temporary directories may be elsewhere, /dev/shm.)"""
+    tools = Path(tempfile.mkdtemp(prefix="mergegate-test-tool-", dir="/tmp"))
+    try:
+        tool = tools / "tool.sh"
+        tool.write_text("#!/bin/sh\ntouch ran\n")
+        tool.chmod(0o755)
+        with pytest.raises(Denied, match=f"^program {re.escape(str(tool))} is under /tmp, which the sandbox hides"):
+            _run(tmp_path, [str(tool)], sandbox="bwrap")
+    finally:
+        shutil.rmtree(tools)
     assert not (_workspace(tmp_path) / "ran").exists()
 
 

@@ -320,7 +320,7 @@ class World:
         return [json.loads(line) for line in self._read[2]]
 
     def _read_records(self) -> list[str]:
-        self.git("admin", "fetch", "-q", "origin")
+        self.fetch("admin")
         try:
             names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
         except AssertionError:  # no audit branch yet (asked only then: one process less for every read)

@@ -605,8 +605,9 @@ class Runner:
         """`claimed by <runner>` for each job of a commit this pass walked that another runner started
         before this pass planned (planning leaves a job another runner holds or finished out of what
         to run): every runner of a fleet accounts for every job of the merge it walked, not only those
-        it met while claiming. A run that has ended says so; a job planning left waiting (a retry that
-        is due later, labels, a run with retries left) is not claimed by anyone: `status` says why.
+        it met while claiming (its run may have ended since; `status` says how). A job planning left
+        waiting (a retry that is due later, labels, a run with retries left) is not claimed by anyone:
+        `status` says why.
         (`run --job PATH` says its one job's state instead: `why_not`.)"""
         if self.options.job is not None:
             return []
@@ -619,8 +620,8 @@ class Runner:
             if record is None or record.get("commit") != decision.commit or record.get("runner") == self.options.runner_name:
                 continue
             told.add((decision.path, decision.commit))
-            ended = "; that run has ended" if record.get("run_id") in self._pub.book.finished else ""
-            found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder(record)}{ended}"))
+            # The reason is the one a lost race gives, exactly (`claimed by <runner>`): one status, one wording.
+            found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder(record)}"))
         return found
 
     def _vetoed_since_claimed(self, flight: _Flight) -> str | None:

@@ -17,14 +17,11 @@ pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch
 - **Batches.** One push carries the claims of every job started together (`--parallel
   N`: up to N) and the results of the jobs that ended since. While jobs are short
   (each ended within four times the time a push takes here, or `SHORT_SECONDS`), the batch
-  doubles for the first `PROBES` claims (long enough for runners started together to
-  land their first claims and see each other); then a runner that saw no other claim
-  in this pass takes up to `MAX_BATCH`, and one that saw others takes a 1/runners share
-  of what nobody has claimed (at least `MIN_SHARE`; `BatchSize.target`): the shares
-  shrink as the merge runs out, so the runners end together (guided self-scheduling).
-  Claims go ahead of a free slot; a job that takes longer brings the batch back to N.
-  So a merge of a thousand trivial jobs costs a few dozen pushes, while long jobs are
-  claimed one slot at a time and spread evenly over the runners.
+  doubles, and is at least a fair share of the jobs nobody has claimed (`BatchSize.target`:
+  split between the runners seen claiming and one more), up to `MAX_BATCH`, claiming
+  jobs ahead of a free slot; a job that takes longer brings it back to N. So a merge of
+  a thousand trivial jobs costs a few dozen pushes, while long jobs are claimed one
+  slot at a time and spread evenly over the runners.
 - **Exact view.** The `Book` knows every revision with a `started` record (and every
   closed run) as of the audit tip the next push is built on: one `git grep` for the
   runnable blobs at the start of the pass, then the records each new commit appends
@@ -53,8 +50,6 @@ from mergegate import audit
 T = TypeVar("T")
 
 MAX_BATCH = 64
-PROBES = 3  # claims at the doubling size before a share: long enough for runners started together to see each other
-MIN_SHARE = 4  # a share smaller than this costs a push for too little
 SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
 
 
@@ -156,7 +151,6 @@ class BatchSize:
     parallel: int
     size: int = 0
     short: bool = False  # the last job that ended was short
-    claims: int = 0  # claims pushed in this pass
 
     def __post_init__(self) -> None:
         self.size = self.parallel
@@ -166,27 +160,14 @@ class BatchSize:
         self.short = seconds < max(SHORT_SECONDS, 4 * push_seconds)
         self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if self.short else self.parallel
 
-    def claimed(self) -> None:
-        """This runner pushed a claim (`target` counts its probes)."""
-        self.claims += 1
-
     def target(self, untaken: int, runners: int) -> int:
         """How many jobs this runner may hold claimed (running or waiting) after the next push.
 
-        While jobs are short: the doubling batch for the first PROBES claims, which is long
-        enough for the other runners of the fleet, started at the same time, to land their
-        first claims; then, alone, as many as a push may carry, and with `runners` runners
-        seen claiming in this pass, a 1/runners share of what nobody has claimed (guided
-        self-scheduling: the shares shrink as the merge runs out, so the runners end
-        together). A runner that took half of a merge before the others' first claims
-        landed ran it alone while they ended early: four runners were slower than one.
-        Every push saved is one that cannot collide with the others' on the one tip."""
-        cap = max(self.parallel, MAX_BATCH)
+        While jobs are short, at least a fair share of what nobody has claimed yet: split
+        between the runners seen claiming in this pass and one more that may come. Every
+        push a runner saves is one that cannot collide with the others' pushes on the one
+        tip (with four runners on trivial jobs, two of three pushes lost the race)."""
         if not self.short:
             return self.size
-        if self.claims < PROBES:
-            return min(cap, self.size)
-        if runners <= 1:
-            return cap
-        share = -(-untaken // runners)
-        return min(cap, max(self.parallel, MIN_SHARE, share))
+        share = -(-untaken // (runners + 1))
+        return min(max(self.parallel, MAX_BATCH), max(self.size, share))

@@ -581,7 +581,6 @@ class Runner:
                 if batch:
                     try:
                         waiting += self._claim(batch, [*flying.values(), *waiting], parallel, pending, outcomes)
-                        size.claimed()
                     except (GitError, StateError) as exc:
                         # Nothing of this batch was claimed; what runs already finishes and is kept.
                         failure = exc

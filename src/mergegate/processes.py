@@ -139,10 +139,9 @@ class Tracker:
         self.gone = False  # the last scan, after the main process ended, found nothing of the job alive
         self.run_id = run_id
         self.started = start_time(self.pid) or 0
+        # The watchdog already knows the job's cgroup (told before the fork) and its process group
+        # (the spawner told it before the exec); it hears here of each other process a scan finds.
         self.watchdog = Watchdog.get()
-        self.watchdog.tell(f"+ {run_id} g {self.pid}")
-        if cgroup is not None:
-            self.watchdog.tell(f"+ {run_id} c {cgroup}")
         with _LIVE_LOCK:
             _LIVE[self.pid] = self
 

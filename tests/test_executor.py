@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -418,3 +419,36 @@ def test_runner_is_not_dumpable_while_jobs_run(tmp_path: Path) -> None:
     _run(tmp_path, ["true"])
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+
+
+def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_job_gets_a_new_one(tmp_path: Path) -> None:
+    """The job's result is unknown (SpawnerLost: the runner records it lost, never runs it again), its
+    process is gone (its parent-death signal), and the next job is started by a new spawner."""
+    import threading
+
+    from mergegate.spawner import Spawner, SpawnerLost
+
+    marker = f"300.{uuid.uuid4().int % 10**9:09d}"
+    outcome: list[BaseException | executor.ExecResult] = []
+
+    def job() -> None:
+        try:
+            outcome.append(_run(tmp_path, ["sleep", marker], limits=Limits(timeout_seconds=60, kill_grace_seconds=0.5)))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not _processes_with(marker):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    spawner = Spawner.get().pid
+    assert spawner is not None
+    os.kill(spawner, signal.SIGKILL)
+    thread.join(timeout=10)
+    assert len(outcome) == 1 and isinstance(outcome[0], SpawnerLost), outcome
+    assert _processes_with(marker) == []
+    again = _run(tmp_path, ["echo", "next"])
+    assert again.status == "succeeded" and again.stdout.tail == "next\n"
+    assert Spawner.get().pid != spawner

@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
     from mergegate.spawner import Child
@@ -252,23 +252,35 @@ class Tracker:
             self.watchdog.tell(f"- {self.run_id}")
 
 
-class Watchdog:
-    """The runner's side of watchdog.py: one per runner process, started at the first job."""
+_One = TypeVar("_One", bound="OnePerProcess")
 
-    _instance: Watchdog | None = None
-    _create = threading.Lock()
+
+class OnePerProcess:
+    """A helper process's handle, one per runner process: `get()` makes it on first use, and
+    again in a forked child (the parent's pipes and process are not the child's to use)."""
+
+    _instances: ClassVar[dict[type, OnePerProcess]] = {}
+    _create: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
         self._owner = os.getpid()
 
     @classmethod
-    def get(cls) -> Watchdog:
-        with cls._create:
-            if cls._instance is None or cls._instance._owner != os.getpid():
-                cls._instance = Watchdog()
-            return cls._instance
+    def get(cls: type[_One]) -> _One:
+        with OnePerProcess._create:
+            found = OnePerProcess._instances.get(cls)
+            if not isinstance(found, cls) or found._owner != os.getpid():
+                found = OnePerProcess._instances[cls] = cls()
+            return found
+
+
+class Watchdog(OnePerProcess):
+    """The runner's side of watchdog.py: one per runner process, started at the first job."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int | None:

@@ -52,7 +52,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from mergegate.processes import helper_env
+from mergegate.processes import OnePerProcess, helper_env
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -107,24 +107,14 @@ class Child:
                 os.close(fd)
 
 
-class Spawner:
+class Spawner(OnePerProcess):
     """The runner's side: one spawner per runner process, started with its first job."""
 
-    _instance: Spawner | None = None
-    _create = threading.Lock()
-
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        self._owner = os.getpid()
-
-    @classmethod
-    def get(cls) -> Spawner:
-        with cls._create:
-            if cls._instance is None or cls._instance._owner != os.getpid():
-                cls._instance = Spawner()
-            return cls._instance
 
     @property
     def pid(self) -> int | None:

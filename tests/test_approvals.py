@@ -564,6 +564,61 @@ def test_verify_judges_a_key_as_the_runner_did_after_it_expires(world: World, gp
     assert result.code == 0, result.err
 
 
+def test_verify_judges_a_commit_at_the_time_its_runner_judged_it_not_at_its_record_time(world: World) -> None:
+    """A pass judges every commit at its start and claims them one after another: a job claimed after
+    another's 2 s has its `started` record written after carol's key ran out (valid_before), though the
+    pass judged it before. verify must judge at the pass's time (`judged`), not at the record's."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    runners = world.signing_runner()
+    carol = {"name": "carol", "email": world.carol.email, "key": world.carol.key.public_line}
+    life, slow = 1.5, 2.5
+    for attempt in range(4):
+        if attempt:
+            world = World(world.tmp / f"again-{attempt}")
+            runners = world.signing_runner()
+        made = time.monotonic()
+        ends = datetime.now(UTC) + timedelta(seconds=life)
+        lifetime = {**carol, "keys": [{"key": carol["key"], "valid_before": ends.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}]}
+        del lifetime["key"]
+        world.setup(policy_yaml([world.bob.approver_entry(), lifetime], [ECHO_RULE, {"program": "sleep", "args_prefix": []}],
+                                runners=runners))
+        world.propose("a", {"jobs/a.yaml": job_yaml("a", ["sleep", str(slow)])}, who=world.alice)
+        world.signed_merge("a", world.bob)
+        world.propose("b", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
+        second = world.signed_merge("b", world.carol)
+        jobs = {j["path"]: j for j in world.run_once().json()["jobs"]}
+        if jobs["jobs/b.yaml"]["status"] == "succeeded":
+            break
+        assert "valid_before" in str(jobs["jobs/b.yaml"]["reason"]) and time.monotonic() - made >= life, jobs  # too slow
+        life, slow = 2 * life, 2 * slow
+    else:
+        raise AssertionError("the runner never judged the merge before carol's key ran out")
+    (started,) = [r for r in world.records() if r["event"] == "started" and r["commit"] == second]
+    # The rule is reached: the record itself was written after the key ran out, the judging before.
+    assert datetime.fromisoformat(started["time"].replace("Z", "+00:00")) > ends
+    assert datetime.fromisoformat(started["judged"].replace("Z", "+00:00")) < ends
+    result = world.mg("verify")
+    assert result.code == 0, result.out + result.err
+
+
+@pytest.mark.parametrize(("judged", "why"), [("2026-01-02T00:00:00Z", "after its own time"), ("yesterday", "not a time")])
+def test_verify_reports_a_judged_time_no_runner_writes(world: World, judged: str, why: str) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    merge = world.signed_merge("p", world.bob)
+    assert world.run_once().code == 0
+    scanned = {"event": "scanned", "commit": merge, "start": merge, "policy_commit": world.records()[-1]["policy_commit"], "commits": 0}
+    _append_record(world, scanned)
+    assert world.mg("verify").code == 0  # the same record without `judged` is no violation
+    _append_record(world, {**scanned, "judged": judged})
+    result = world.mg("verify")
+    assert result.code == 3, result.out + result.err
+    seq = len(world.records())
+    assert f"seq {seq}: scanned record says it was judged at {judged!r}, which is {why}" in result.out + result.err
+
+
 def test_auditor_clone_notices_a_force_push(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", JOB, who=world.alice)

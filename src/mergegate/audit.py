@@ -47,7 +47,12 @@ _REQUIRED = ("seq", "prev", "hash", "time", *_COMMON)
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return stamp(datetime.now(UTC))
+
+
+def stamp(when: datetime) -> str:
+    """A UTC time as records carry it (`time`, `judged`)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def record_hash(record: Mapping[str, Any]) -> str:
@@ -520,10 +525,25 @@ def parse_time(value: object) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
+def judged_time(record: Record) -> datetime | None:
+    """The time the runner judged the commit a record names at: its `judged` (the clock at the start of
+    the pass that wrote it), else its `time` (records from before runners wrote `judged`).
+
+    A pass judges every commit at its start and writes the records later: judging a key's lifetime
+    at the record's own time would differ from the runner whenever a lifetime ended in between.
+    A `judged` after the record's own time, or unreadable, is no runner's (verify reports it): then its time.
+    """
+    when = parse_time(record.get("time"))
+    judged = parse_time(record.get("judged"))
+    if judged is None or when is None:
+        return when
+    return min(judged, when)
+
+
 def first_recorded(repo: Repo, commit: str | None, sha: str) -> datetime | None:
     times = []
     for record in grep(repo, commit, sha):
-        if record.get("commit") == sha and (when := parse_time(record.get("time"))) is not None:
+        if record.get("commit") == sha and (when := judged_time(record)) is not None:
             times.append(when)  # (a record with a bad time tells nothing about when)
     return min(times) if times else None
 

@@ -22,7 +22,7 @@ from mergegate import audit
 from mergegate.git import Repo
 
 PREFIX = "refs/mergegate/pending/"
-_VOLATILE = ("time", "seq", "prev", "hash")
+_VOLATILE = ("time", "judged", "seq", "prev", "hash")  # what differs between passes that say the same
 
 
 @dataclass(frozen=True)

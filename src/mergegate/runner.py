@@ -192,6 +192,7 @@ class Runner:
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
+        self._judged = audit.now()  # the clock the current pass judges at (each pass sets it)
         self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
         self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
         self._pass_keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
@@ -211,6 +212,9 @@ class Runner:
         # Whatever this pass does, the last quiet pass no longer stands for the next one (idle.py).
         idle.forget(self.repo.git_dir, self.options.runner_name)
         now = datetime.now(UTC)
+        # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that verify
+        # judges key lifetimes at the same time, not at the records' own (later) times.
+        self._judged = audit.stamp(now)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root, remember=True)
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
@@ -287,7 +291,7 @@ class Runner:
                     self._files[held.path] = held.data
                 self._files.update(files)
                 pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
+                                           judged=self._judged, policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
                                            **self._walked_evidence(work, pending)))
         if pending:
             self._publish(pending)
@@ -366,6 +370,7 @@ class Runner:
         `_pass` would start claiming. No lock, spool, seen ref or judged-times file is touched.
         """
         now = datetime.now(UTC)
+        self._judged = audit.stamp(now)
         gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
                          trust=self.options.trust_root)
         # The same evidence a pass would judge with (the refusals below read it too).
@@ -423,7 +428,7 @@ class Runner:
             if assessment.policy_changed and assessment.commit not in recorded:
                 status = "adopted" if assessment.policy_adopted else "rejected"
                 pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary,
-                                           policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
+                                           judged=self._judged, policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
         return pending
 
     def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
@@ -472,7 +477,7 @@ class Runner:
 
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
         if event in ("started", "rejected", "vetoed"):
-            extra.update(self._evidence(decision.commit))
+            extra.update(self._evidence(decision.commit), judged=self._judged)
         return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
 
     def _walked_evidence(self, work: Plan, pending: list[dict[str, Any]]) -> dict[str, Any]:

@@ -178,6 +178,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
+    violations.extend(_judged_later(records))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
@@ -235,14 +236,28 @@ def _late_retries(repo: Repo, records: list[audit.Record], jobs: dict[tuple[str,
     return problems
 
 
+def _judged_later(records: list[audit.Record]) -> list[str]:
+    """A `judged` time no runner writes: unreadable, or after the record's own time (a pass judges
+    at its start and writes its records after)."""
+    problems = []
+    for record in records:
+        if "judged" not in record.fields:
+            continue
+        judged, when = audit.parse_time(record.get("judged")), audit.parse_time(record.get("time"))
+        if judged is None or (when is not None and judged > when):
+            problems.append(f"seq {record.seq}: {record.event} record says it was judged at {str(record.get('judged'))[:40]!r}, "
+                            f"which is {'not a time' if judged is None else 'after its own time'}")
+    return problems
+
+
 def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, datetime]:
-    """When the runner first recorded each commit of `chain` (the commits after `root`): the time key
-    lifetimes are judged at."""
+    """When the runner judged each commit of `chain` (the commits after `root`), as the first record
+    naming it says (`judged`, else its time): the time key lifetimes are judged at."""
     seen: dict[str, datetime] = {}
     walked = [root, *chain]
     index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
-        when = audit.parse_time(record.get("time"))
+        when = audit.judged_time(record)
         if when is None:
             continue  # says nothing about when (an unauthenticated record; a runner always writes a zone)
         commits = [record.get("commit")]

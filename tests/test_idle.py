@@ -170,8 +170,11 @@ def _until(done: Callable[[], bool], seconds: float = 30.0) -> None:
 
 
 def _slow_jobs(tmp: Path, *names: str) -> dict[str, str]:
-    """Jobs that say they started (a file outside the export) and then take 1.5 s."""
-    return {f"jobs/{n}.yaml": job_yaml(n, ["sh", "-c", f"touch {tmp / n}.started; sleep 1.5"]) for n in names}
+    """Jobs that say they started (a file outside the export), then take 1.5 s (longer than a runner's look at
+    the branches stays fresh) and wait until the test says go (`tmp/go`, at most 30 s): what the test does
+    while a job runs lands before the job ends, however loaded the machine."""
+    wait = f"sleep 1.5; i=0; while [ ! -e {tmp / 'go'} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+    return {f"jobs/{n}.yaml": job_yaml(n, ["sh", "-c", f"touch {tmp / n}.started; {wait}"]) for n in names}
 
 
 def test_no_memory_when_approved_moved_while_the_pass_ran(world: World, tmp_path: Path) -> None:
@@ -181,6 +184,7 @@ def test_no_memory_when_approved_moved_while_the_pass_ran(world: World, tmp_path
     _until(lambda: any((tmp_path / f"{n}.started").exists() for n in ("s1", "s2")))
     # Approved moves while the first job runs; claiming the second fetches it (a veto may be in it).
     late = _merge(world, "late", {"jobs/late.yaml": job_yaml("late", ["echo", "late"])})
+    (tmp_path / "go").touch()
     out, err = runner.communicate(timeout=60)
     assert runner.returncode == 0, err
     assert [j["status"] for j in json.loads(out)["jobs"]] == ["succeeded", "succeeded"]
@@ -207,6 +211,7 @@ def test_no_memory_when_another_runners_records_came_in_while_the_pass_ran(world
     _until(lambda: (tmp_path / "s1.started").exists())
     # Another runner's claim lands while the job runs: this pass's last push builds on it.
     run_id = _foreign_claim(world, merge, seconds=2.5)
+    (tmp_path / "go").touch()
     out, err = runner.communicate(timeout=60)
     assert runner.returncode == 0, err
     assert [j["status"] for j in json.loads(out)["jobs"]] == ["succeeded"]

@@ -212,11 +212,14 @@ def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_inter
 
 def test_a_job_that_ends_within_the_grace_keeps_its_real_result(world: World) -> None:
     _gate(world)
-    _merge_jobs(world, "p", {"short": ["sh", "-c", "sleep 1.5; echo done"]})
+    go = world.tmp / "go"  # the job ends only after the signal, however loaded the machine (at most 30 s)
+    _merge_jobs(world, "p", {"short": ["sh", "-c", f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo done"]})
     runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "5")
     world.until_records(lambda: world.events("started"))
     time.sleep(0.3)
     os.kill(runner.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    go.write_text("")
     _out, err = runner.communicate(timeout=15)
     assert runner.returncode == 0, err
     (finished,) = world.events("finished")

@@ -127,3 +127,43 @@ def test_a_64_hex_name_in_a_sha1_repository_is_a_ref_name_not_an_id(shapes: tupl
     finally:
         r.close()
     assert got == _reference_rev(repo, name) == ids["c1"], got
+
+
+def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_that_reads_it_whole(tmp_path: Path) -> None:
+    """Checker.moved_to reads only the new first-parent commits when the later tip continues the line it
+    read (approved moved during a pass: merges landed); held to a checker that reads the later tip's whole
+    line, also where it must not take the shortcut (a line that joins through a second parent; a rewind)."""
+    from mergegate.audit_branch import Checker
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "root")
+
+    def merge_side(name: str) -> str:
+        _git(repo, "checkout", "-q", "-b", name)
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"{name} side")
+        _git(repo, "checkout", "-q", "main")
+        _git(repo, "merge", "-q", "--no-ff", "-m", f"merge {name}", name)
+        return _git(repo, "rev-parse", "HEAD")
+
+    root = _git(repo, "rev-parse", "HEAD")
+    first = merge_side("a")
+    merge_side("b")
+    read = Repo(repo)
+    checker = Checker(read, None, first, lambda sha: None)  # type: ignore[arg-type, return-value]
+    checker._first_parent_line()
+
+    def fresh(tip: str) -> dict[str, int]:
+        return Checker(Repo(repo), None, tip, lambda sha: None)._first_parent_line()  # type: ignore[arg-type, return-value]
+
+    later = merge_side("c")
+    moved = checker.moved_to(later)
+    assert moved._line  # the shortcut was taken: the line is known before anyone asks for it
+    assert moved._first_parent_line() == fresh(later) and len(fresh(later)) == 4
+    # A tip whose first parent is the root and whose second parent is the old tip: its line skips `first`.
+    joined = _git(repo, "commit-tree", "-p", root, "-p", first, "-m", "joins", f"{root}^{{tree}}")
+    moved = checker.moved_to(joined)
+    assert not moved._line and moved._first_parent_line() == fresh(joined) == {joined: 0, root: 1}
+    moved = checker.moved_to(root)  # a rewind
+    assert not moved._line and moved._first_parent_line() == fresh(root) == {root: 0}

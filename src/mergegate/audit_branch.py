@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mergegate import audit
 from mergegate.approvals import Assessor
@@ -112,6 +112,22 @@ class Checker:
             check = self.assessor.signature(self.repo.commit(sha), policy.runner_keys())
             if not check.ok:
                 raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
+
+    def moved_to(self, tip: str) -> Checker:
+        """This checker for approved at `tip`, a later tip read during the same pass.
+
+        Its line is that of `tip`: when `tip` continues the line this checker read (the usual
+        case: merges landed on approved), only the new first-parent commits are read and the old
+        line is kept behind them; else (a rewind, a line that joins through a second parent, or
+        one never read) the whole line of `tip` is read when first asked for.
+        """
+        moved = replace(self, approved_tip=tip)
+        if self._line and tip != self.approved_tip:
+            added = self.repo.out("rev-list", "--first-parent", tip, f"^{self.approved_tip}").split()
+            if added and self.repo.commit(added[-1]).parents[:1] == (self.approved_tip,):
+                moved._line.update((sha, place) for place, sha in enumerate(added))
+                moved._line.update((sha, place + len(added)) for sha, place in self._line.items())
+        return moved
 
     def _first_parent_line(self) -> dict[str, int]:
         if not self._line:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from mergegate import audit, audit_branch
@@ -159,7 +159,7 @@ class Publisher:
                                      f"{(checked or '')[:12]} (force-push?)")
             spec = records if checked is None else f"{checked}..{records}"
             if tip != self.checker.approved_tip:
-                self.checker = replace(self.checker, approved_tip=tip)  # (its memo of approved's line: of that tip)
+                self.checker = self.checker.moved_to(tip)  # (its memo of approved's line: of that tip)
             self.checker.check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
             if checked is None:
                 self.end = LogEnd.read(self.repo, records, audit.read_tail(self.repo, records))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mergegate import audit
@@ -29,13 +29,22 @@ _VOLATILE = ("time", "judged", "seq", "prev", "hash")  # what differs between pa
 class Pending:
     repo: Repo
     runner_name: str
+    # The ref as this pass last read or wrote it: only this runner's pass, holding the clone's pass lock,
+    # writes it, so one read a pass is enough (`forget` at each pass's start: between passes another
+    # `run --once` in this clone may have pushed or replaced it).
+    _known: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ref(self) -> str:
         return PREFIX + re.sub(r"[^A-Za-z0-9._-]", "_", self.runner_name)
 
+    def forget(self) -> None:
+        self._known.clear()
+
     def get(self) -> str | None:
-        return self.repo.rev(self.ref)
+        if self.ref not in self._known:
+            self._known[self.ref] = self.repo.rev(self.ref)
+        return self._known[self.ref]
 
     def reusable(self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]) -> tuple[str, list[audit.Record]] | None:
         """The pending commit and its new records, if pushing it says what `drafts` would on `parent`."""
@@ -53,7 +62,9 @@ class Pending:
     def keep(self, sha: str) -> None:
         """`sha`'s push was refused: it is the pending commit now (the one it replaces is discarded)."""
         old = self.get()
+        self._known.pop(self.ref, None)  # (read again if the write fails halfway)
         self.repo.set_ref(self.ref, sha)
+        self._known[self.ref] = sha
         if old is not None and old != sha:
             self.repo.discard(old)
 
@@ -62,7 +73,9 @@ class Pending:
         old = self.get()
         if old is None:
             return
+        self._known.pop(self.ref, None)
         self.repo.delete_ref(self.ref)
+        self._known[self.ref] = None
         if old != pushed:
             self.repo.discard(old)
 

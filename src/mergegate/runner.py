@@ -211,6 +211,7 @@ class Runner:
         self.repo.warnings.clear()
         # Whatever this pass does, the last quiet pass no longer stands for the next one (idle.py).
         idle.forget(self.repo.git_dir, self.options.runner_name)
+        self.pending.forget()
         now = datetime.now(UTC)
         # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that verify
         # judges key lifetimes at the same time, not at the records' own (later) times.

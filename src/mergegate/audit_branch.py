@@ -93,7 +93,10 @@ class Checker:
             self._on_approved(shas[-1])
 
     def check_commit(self, sha: str, *, shape: bool = True) -> None:
-        line = self._first_parent_line()
+        # A commit that says it judged approved's tip (a runner's own, approved unchanged) needs no
+        # look at the line, which is history-long: read it for the first commit judged elsewhere.
+        said = approved_of(self.repo.commit(sha))
+        line = self._first_parent_line() if self._line or said != self.approved_tip else None
         first = self.check_shape(self.repo, sha, verified=self.verified, tips=self._tips[0] if self._tips else None,
                                  line=line, logs=self._logs[0] if self._logs else None) if shape else None
         approved = approved_of(self.repo.commit(sha))
@@ -104,7 +107,7 @@ class Checker:
         # The trailer picks the policy that says whether a runner must sign, so it must name a
         # commit on approved's own first-parent line: an ancestor reached through a second parent
         # (a proposal's merge of an old base) has a first-parent history that skips policy changes.
-        if approved not in line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
+        if line is not None and approved not in line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
             raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
                                  f"(runners judge approved's tip, never a merged side commit)")
         policy = self.policy_at(approved)
@@ -228,7 +231,7 @@ class Checker:
     def _on_approved(self, sha: str) -> None:
         approved = approved_of(self.repo.commit(sha))
         assert approved is not None
-        if approved in self._first_parent_line() or (self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip)):
+        if approved == self.approved_tip or approved in self._first_parent_line() or (self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip)):
             return  # (the line is approved_tip's first parents, read once: no merge-base process a push)
         # Both branches come from one fetch, so records never judged an approved this clone lacks:
         # approved lost commits a runner judged (a force-push a fresh clone sees too), or the trailer is forged.

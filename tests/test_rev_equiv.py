@@ -167,3 +167,23 @@ def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_
     assert not moved._line and moved._first_parent_line() == fresh(joined) == {joined: 0, root: 1}
     moved = checker.moved_to(root)  # a rewind
     assert not moved._line and moved._first_parent_line() == fresh(root) == {root: 0}
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["plain", "replace-objects"])
+def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(shapes: tuple[Path, dict[str, str]], replaced: bool) -> None:
+    """Repo.revs (the four refs a pass starts from, one for-each-ref) is held to rev-parse as Repo.rev is,
+    also for names that are a prefix of another ref (for-each-ref matches those as patterns)."""
+    repo, ids = shapes
+    if replaced:
+        _git(repo, "replace", "-f", ids["tree"], ids["c1"])
+        _git(repo, "replace", "-f", ids["c2"], ids["blob"])
+    _git(repo, "update-ref", "refs/remotes/o/main/under", ids["c1"])  # refs/remotes/o/main is a prefix of it, and absent
+    names = ["refs/heads/main", "refs/remotes/o/to-tag", "refs/remotes/o/to-tagtag", "refs/remotes/o/to-tree", "refs/remotes/o/to-blob",
+             "refs/remotes/o/to-tagtree", "refs/heads/sym", "refs/heads/packed", "refs/heads/absent", "refs/tags/tagc",
+             "refs/remotes/o/main", "refs/remotes/o"]
+    r = Repo(repo)
+    try:
+        got = r.revs(names)
+    finally:
+        r.close()
+    assert got == {n: _reference_rev(repo, n) for n in names}

@@ -46,9 +46,19 @@ class Branch:
     def seen_audit_ref(self) -> str:
         return f"refs/mergegate/seen/{self.remote or 'local'}/{AUDIT_BRANCH}"
 
-    def check_not_rewritten(self, tip: str, records: str | None) -> Seen:
-        """IntegrityError when a branch does not descend from the tip this clone last saw of it."""
-        seen = Seen(self.repo.rev(self.seen_ref), self.repo.rev(self.seen_audit_ref))
+    def look(self) -> tuple[str, str | None, Seen]:
+        """approved's tip, the audit branch's (None before the first pass) and what this clone last saw
+        of both: the four refs a pass starts from, read with one git process."""
+        refs = self.repo.revs([self.ref, self.audit_ref, self.seen_ref, self.seen_audit_ref])
+        tip = refs[self.ref]
+        if tip is None:
+            tip = self.tip()  # (raises, naming the branch)
+        return tip, refs[self.audit_ref], Seen(refs[self.seen_ref], refs[self.seen_audit_ref])
+
+    def check_not_rewritten(self, tip: str, records: str | None, *, seen: Seen | None = None) -> Seen:
+        """IntegrityError when a branch does not descend from the tip this clone last saw of it
+        (`seen`, as `look` read it; else read now)."""
+        seen = seen or Seen(self.repo.rev(self.seen_ref), self.repo.rev(self.seen_audit_ref))
         if seen.approved is not None and not self.repo.is_ancestor(seen.approved, tip):
             raise IntegrityError(
                 f"{self.ref} was rewritten: this clone last saw {seen.approved[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",

@@ -488,6 +488,26 @@ class Repo:
         proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
+    def revs(self, refs: Sequence[str]) -> dict[str, str | None]:
+        """`rev(ref)` of each full ref name in `refs`, read with one for-each-ref (a pass reads four at
+        its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by `rev`."""
+        assert all(ref.startswith("refs/") for ref in refs)
+        listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", *refs, check=False)
+        found: dict[str, list[str]] = {}
+        for line in listed.stdout.decode("utf-8", "replace").splitlines():
+            name, _, rest = line.partition("\0")
+            if name in refs and name not in found:
+                found[name] = rest.split("\0")
+        answers: dict[str, str | None] = {}
+        for ref in refs:
+            if ref not in found:
+                answers[ref] = None
+            elif len(found[ref]) > 1 and found[ref][1] == "commit":
+                answers[ref] = found[ref][0]
+            else:
+                answers[ref] = self.rev(ref)
+        return answers
+
     def has_remote(self, name: str) -> bool:
         return name in self.out("remote").split()
 

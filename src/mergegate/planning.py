@@ -397,9 +397,8 @@ class Gate:
 def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None, remember: bool = False) -> Gate:
     """Fetch both branches once, refuse rewrites and a 0.1 layout, and read the audit's tail."""
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
-    tip = source.tip()
-    records = source.audit_tip()
-    seen = source.check_not_rewritten(tip, records)
+    tip, records, last = source.look()
+    seen = source.check_not_rewritten(tip, records, seen=last)
     refuse_old_layout(repo, tip, records)
     root, warnings = trust_root(repo, tip, trust, remember=remember)
     tail = read_tail(repo, records, seen=seen.records)

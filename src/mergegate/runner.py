@@ -333,7 +333,8 @@ class Runner:
                 or self.spool.path.exists() or self.pending.get() is not None):
             return
         prefix = f"refs/remotes/{self.options.remote}/"
-        refs = {ref: self.repo.rev(prefix + ref.removeprefix("refs/heads/")) or "" for ref in self._watched()}
+        read = self.repo.revs([prefix + ref.removeprefix("refs/heads/") for ref in self._watched()])
+        refs = {ref: read[prefix + ref.removeprefix("refs/heads/")] or "" for ref in self._watched()}
         if list(refs.values()) != [gate.tip, self._pub.checked or ""]:
             return  # approved moved while the pass ran, or the audit branch is not where its last push left it
         # A commit still open (a job queued for a runner with its labels, or for its retry) is judged again

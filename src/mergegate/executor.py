@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from mergegate.children import Child, Spawner, SpawnerLost
 from mergegate.errors import Denied
 from mergegate.job import forbidden_env_name
 from mergegate.processes import (
@@ -33,7 +34,6 @@ from mergegate.processes import (
 )
 from mergegate.redaction import RedactedStream, Redactor
 from mergegate.shutdown import KILL_AFTER, Shutdown
-from mergegate.spawner import Child, Spawner, SpawnerLost
 
 Status = Literal["succeeded", "failed", "timed_out", "interrupted"]
 

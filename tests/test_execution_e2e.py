@@ -306,3 +306,49 @@ def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: P
     _workspace_with_links(workspace, outside, 5)
     _remove_tree(workspace)
     assert not workspace.exists()
+
+
+def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_after_another(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread per job cost its start and its end on every job, under the lock all threads share
+    (issue 12's `--parallel 8`): a pass of 9 jobs with `--parallel 3` starts 3 job threads, and every
+    job still runs once and succeeds."""
+    import threading
+
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    _gate(world)
+    names = [f"t{i}" for i in range(9)]
+    world.propose("p", {f"jobs/{name}.yaml": job_yaml(name, ["sh", "-c", f"echo {name}"]) for name in names}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    result = world.run_once("--parallel", "3")
+    assert result.code == 0, result.out[-2000:]
+    assert sorted(j["job"] for j in result.json()["jobs"]) == names
+    assert {j["status"] for j in result.json()["jobs"]} == {"succeeded"}
+    jobs = [name for name in started if name.startswith("mergegate job")]
+    assert len(jobs) == 3, jobs
+
+
+def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_process(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line naming the job's process is written without a sync (spool.py says why a crash of the
+    machine cannot make it matter): one job is the journal's creation (its file, then its folder) with
+    the claim's provisional result, then the synced line of its real result, and nothing else."""
+    from mergegate import spool
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def naming_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(spool.os, "fsync", naming_fsync)
+    _gate(world)
+    job = _run(world, {"jobs/one.yaml": job_yaml("one", ["sh", "-c", "echo one"])})
+    assert job["status"] == "succeeded"
+    assert synced == ["runner.jsonl.tmp", "spool", "runner.jsonl"], synced

@@ -239,9 +239,10 @@ def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracke
     first_scan = now + (_SCAN_INTERVAL if tracker.cgroup is not None else 0.0)
     deadline, phase, phase_end, next_scan, ended = now + limits.timeout_seconds, "run", 0.0, first_scan, None
     drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
+    said = pidfd is None  # the status pipe became readable: the main process exited (or the spawner died)
     while True:
         now = time.monotonic()
-        if tracker.main_running:
+        if tracker.main_running and said:
             tracker.reap()
         if pidfd is not None and not tracker.main_running and pidfd in sel.get_map():
             sel.unregister(pidfd)  # readable for ever from now on
@@ -273,7 +274,8 @@ def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracke
             time.sleep(0.02)
         for key, _ in sel.select(0.02) if sel.get_map() else ():
             if key.fd not in pipes:
-                continue  # the status pipe: the main process exited; it is read at the top of the loop
+                said = True  # the status pipe: the main process exited; it is read at the top of the loop
+                continue
             data = os.read(key.fd, _CHUNK)
             if data:
                 sinks[key.fd].write(data)
@@ -335,10 +337,15 @@ def preflight(request: ExecRequest) -> str:
         raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
 
 
+_HARDENED: list[int] = []  # the pid of the process made non-dumpable and a subreaper (both are per process)
+
+
 def run(request: ExecRequest) -> ExecResult:
     """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
-    harden_runner()
-    become_subreaper()  # before the job exists: its orphans come back here
+    if _HARDENED != [os.getpid()]:  # once per process (a fork is a new one): two system calls per job otherwise
+        harden_runner()
+        become_subreaper()  # before the job exists: its orphans come back here
+        _HARDENED[:] = [os.getpid()]
     try:
         return _run(request)
     except Denied as exc:  # messages quote job input, which may hold a secret

@@ -40,10 +40,13 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
-    """A pids cgroup for the job, under the runner's own so its limits still apply."""
+    """A pids cgroup for the job, under the runner's own so its limits still apply.
+
+    (Read again for every job: the runner's cgroup may be moved. Plain os calls: this runs
+    once per job, and each call of a file object's machinery is several system calls.)"""
     bases = []
     with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in _read("/proc/self/cgroup").decode().splitlines():
             _, controllers, path = line.split(":", 2)
             if "pids" in controllers.split(","):
                 bases.append(Path("/sys/fs/cgroup/pids", path.lstrip("/")))
@@ -54,13 +57,29 @@ def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
         with contextlib.suppress(OSError):
             group.mkdir()
             try:
-                if not (group / "cgroup.procs").exists():
-                    raise OSError("a plain directory, not a cgroup")
-                (group / "pids.max").write_text(str(max_processes or "max"))
+                # Opened, never created: in a plain directory (no cgroup file system there) there is none.
+                fd = os.open(group / "pids.max", os.O_WRONLY)
+                try:
+                    os.write(fd, str(max_processes or "max").encode())
+                finally:
+                    os.close(fd)
                 return group
             except OSError:
                 group.rmdir()
     return None
+
+
+def _read(path: str | Path) -> bytes:
+    """A small file's bytes (one open, read and close: /proc and cgroup files)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = chunk = os.read(fd, 65536)
+        while chunk:
+            chunk = os.read(fd, 65536)
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
 
 
 # Enough for `python -m mergegate.<helper>` to find mergegate; nothing of the runner's secrets
@@ -157,7 +176,7 @@ class Tracker:
         self.known = {p: t for p, t in self.known.items() if p in table and table[p][3] == t}
         members: list[int] = []
         with contextlib.suppress(OSError, ValueError):
-            members = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()] if self.cgroup else []
+            members = [int(p) for p in _read(self.cgroup / "cgroup.procs").split()] if self.cgroup else []
         children: dict[int, list[int]] = {}
         for pid, (ppid, pgrp, _, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
@@ -215,7 +234,7 @@ class Tracker:
         if self.cgroup is None:
             return False
         try:
-            if (self.cgroup / "cgroup.procs").read_bytes().strip():
+            if _read(self.cgroup / "cgroup.procs").strip():
                 return False
             os.killpg(self.pid, 0)
         except ProcessLookupError:
@@ -315,20 +334,23 @@ class Watchdog(OnePerProcess):
 
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+_BOOT_ID: str | None = None  # read once: it cannot change while this process lives
 
 
 def boot_id() -> str:
-    try:
-        return BOOT_ID_FILE.read_text().strip()
-    except OSError:
-        return ""
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            _BOOT_ID = _read(BOOT_ID_FILE).decode().strip()
+        except OSError:
+            return ""
+    return _BOOT_ID
 
 
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (with the pid, it names one process)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rpartition(b")")[2].split()[19])
+        return int(_read(f"/proc/{pid}/stat").rpartition(b")")[2].split()[19])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -363,8 +385,7 @@ class ProcessId:
         if self.boot != boot_id():
             return False
         try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                fields = f.read().rpartition(b")")[2].split()
+            fields = _read(f"/proc/{self.pid}/stat").rpartition(b")")[2].split()
         except OSError:
             return False
         return int(fields[19]) == self.start and fields[0] not in (b"Z", b"X")

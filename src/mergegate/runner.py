@@ -88,6 +88,38 @@ class _Flight:
     attempt: int = 1  # which attempt of the revision this run is (retries)
 
 
+class _Slots:
+    """Up to `size` threads that each run claimed jobs one after another (`run`), for one claim loop.
+
+    A thread per job cost its start (the caller waits until the new thread runs) and its end on
+    every job, under the one lock all of them share (issue 12's `--parallel 8`). A job's process
+    does not depend on the thread that asked for it: the spawner forks it, and its parent-death
+    signal is the spawner's."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def run(self, work: Callable[[], None]) -> None:
+        """Run `work` on a free thread (at most `size` run at once: the caller keeps that count)."""
+        if len(self._threads) < self.size:
+            thread = threading.Thread(target=self._serve, name=f"mergegate job slot {len(self._threads) + 1}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._inbox.put(work)
+
+    def _serve(self) -> None:
+        while (work := self._inbox.get()) is not None:
+            work()
+
+    def close(self) -> None:
+        """Let the threads end once the work given to them is done."""
+        for _ in self._threads:
+            self._inbox.put(None)
+        self._threads = []
+
+
 def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
     """When time-based work falls due: a retry's backoff ending, another runner's lease running out
     (its job is then closed as lost), whichever is first."""
@@ -196,6 +228,8 @@ class Runner:
         self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
         self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
         self._pass_keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
+        self._me = ProcessId.of(os.getpid())  # this runner process, as the spool names it
+        self._home = Path(pwd.getpwuid(os.geteuid()).pw_dir)  # (the passwd entry: read once, not for every job)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
@@ -508,9 +542,8 @@ class Runner:
 
         Each push carries the claims of the jobs about to start (more, ahead of a free
         slot, while jobs are short: claims.BatchSize) and the results of those that
-        ended. Every job runs in a thread of its own that lives until the job ends (the
-        parent-death signal fires when the forking thread exits). Returns the outcomes
-        and the drafts still to push.
+        ended. Each job runs on one of `parallel` threads (`_Slots`), which lives until the
+        claim loop ends. Returns the outcomes and the drafts still to push.
         """
         parallel = max(1, self.options.parallel)
         outcomes: list[Outcome] = []
@@ -522,6 +555,7 @@ class Runner:
         size = BatchSize(parallel)
         failure: MergegateError | None = None
         me = ProcessId.of(os.getpid())
+        slots = _Slots(parallel)
 
         def land(item: tuple[_Flight, dict[str, Any], Outcome, float]) -> None:
             flight, finished, outcome, seconds = item
@@ -554,7 +588,7 @@ class Runner:
                     _remove_tree(flight.tmp)
                     continue
                 flying[flight.run_id] = flight
-                self._launch(flight, done, me)
+                self._launch(flight, done, me, slots)
             claiming = not stopping and bool(queue_) and len(waiting) < parallel
             # The fair share only when about to claim: counting it every turn of this loop (each job's end)
             # cost more as the book grew, and job #1,000 more than job #1.
@@ -600,6 +634,7 @@ class Runner:
             if flying:
                 with contextlib.suppress(queue.Empty):
                     land(done.get(timeout=0.1))
+        slots.close()  # (nothing runs now)
         if failure is not None:
             if pending:
                 with contextlib.suppress(MergegateError):
@@ -659,15 +694,21 @@ class Runner:
         run_id = uuid.uuid4().hex
         limits = _limits(policy, job.timeout_seconds)
         tmp = Path(tempfile.mkdtemp(prefix="mergegate-job-"))
+        provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
+        me = self._me
+
+        def on_start(pid: int) -> None:
+            # Not synced (spool.py): a line written survives the runner's death, and a crash of the machine ends the job too.
+            self.spool.put(Entry(provisional, ProcessId.of(pid), me), sync=False)
+
         try:
-            request = self._request(decision, policy, limits, run_id, tmp)
+            request = self._request(decision, policy, limits, run_id, tmp, on_start)
             program = executor.preflight(request)
         except Denied as exc:
             _remove_tree(tmp)
             reason = f"denied before start: {exc.message}"
             return (Outcome(job.id, job.path, decision.commit, "rejected", reason),
                     self._draft("rejected", decision, reason=reason, **_votes(decision)))
-        provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
         return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional, attempt)
 
     def _claim(self, batch: list[_Flight], ahead: list[_Flight], parallel: int, pending: list[dict[str, Any]],
@@ -713,15 +754,12 @@ class Runner:
                                     event if event in ("vetoed", "rejected") else "claimed", reason, flight.run_id))
         return claimed
 
-    def _launch(self, flight: _Flight, done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]], me: ProcessId | None) -> None:
-        """Run the claimed job in a thread that lives until the job ends; its result goes to `done`."""
+    def _launch(self, flight: _Flight, done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]], me: ProcessId | None,
+                slots: _Slots) -> None:
+        """Run the claimed job on a free slot's thread; its result goes to `done`."""
         decision, job = flight.decision, flight.decision.job
         assert job is not None
-
-        def on_start(pid: int) -> None:
-            self.spool.put(Entry(flight.provisional, ProcessId.of(pid), me))
-
-        request = replace(flight.request, shutdown=self.shutdown, on_start=on_start)
+        request = flight.request
 
         def body() -> None:
             began = time.monotonic()
@@ -742,7 +780,7 @@ class Runner:
             self.spool.put(Entry(finished, None, me, done=True))
             done.put((flight, finished, outcome, time.monotonic() - began))
 
-        threading.Thread(target=body, name=f"mergegate job {job.path}", daemon=True).start()
+        slots.run(body)
 
     def _execute(self, decision: Decision, run_id: str, request: executor.ExecRequest) -> tuple[dict[str, Any], Outcome]:
         """Run, and keep what it said (bounded and redacted) for the finished record."""
@@ -765,7 +803,8 @@ class Runner:
                 fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
         return self._draft("finished", decision, **fields), Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id)
 
-    def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path) -> executor.ExecRequest:
+    def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path,
+                 on_start: Callable[[int], None] | None = None) -> executor.ExecRequest:
         """A clean export of the approving commit and the job's environment, ready to run."""
         job = decision.job
         assert job is not None
@@ -788,12 +827,12 @@ class Runner:
             search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
             sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
             network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
-            hide_paths=self._private_paths(output_dir),
+            hide_paths=self._private_paths(output_dir), shutdown=self.shutdown, on_start=on_start,
         )
 
     def _private_paths(self, output_dir: Path | None) -> tuple[Path, ...]:
         """What a sandboxed job must not see: the runner's repository, home, keys and other jobs' logs."""
-        paths = [self.repo.path, self.repo.git_dir, self.repo.common_dir, Path(pwd.getpwuid(os.geteuid()).pw_dir), Path.home()]
+        paths = [self.repo.path, self.repo.git_dir, self.repo.common_dir, self._home, Path.home()]
         if self.options.signing_key and os.path.exists(self.options.signing_key):
             paths.append(Path(self.options.signing_key))
         if os.environ.get("GNUPGHOME"):

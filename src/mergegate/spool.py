@@ -23,9 +23,13 @@ fsync of the directory); it is removed once nothing is left in it, so an existin
 file means something is spooled.
 
 What is synced before it counts: a claim's provisional result (before the claim is
-pushed), the job's process (once it exists), its real result. A `dropped` line is
-not synced: lost in a crash, the next pass finds the result on the audit branch (or
-no claim there) and drops the entry anyway. A crash leaves each run's entry as of
+pushed) and its real result. The job's process, once it exists, is appended without a
+sync: a line written is in the kernel's page cache and survives the death of any
+process (the runner's included); only a crash of the machine loses it, and that ends
+the job's process too (the next pass sees a runner and a job of another boot: nothing
+of the run is left, and it is closed as lost, as it would be with the line). A
+`dropped` line is not synced either: lost in a crash, the next pass finds the result
+on the audit branch (or no claim there) and drops the entry anyway. A crash leaves each run's entry as of
 its last complete line. A line that cannot be read (a write torn by a crash, a disk
 error, an edit) is moved to `<runner>.jsonl.corrupt` and named in a warning; it
 never stops a pass. A write that fails stops the pass (StateError naming the file):
@@ -173,19 +177,19 @@ class Spool:
         return StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
                           hint="free disk space or fix the permissions; the runner claims nothing it cannot record here")
 
-    def put(self, entry: Entry) -> None:
-        """Keep `entry`, replacing an earlier one of the same run."""
-        self.put_many([entry])
+    def put(self, entry: Entry, *, sync: bool = True) -> None:
+        """Keep `entry`, replacing an earlier one of the same run (`sync`: see above for what needs it)."""
+        self.put_many([entry], sync=sync)
 
-    def put_many(self, entries: list[Entry]) -> None:
-        """Keep `entries` (one synced append), replacing earlier ones of the same runs."""
+    def put_many(self, entries: list[Entry], *, sync: bool = True) -> None:
+        """Keep `entries` (one append, synced unless told), replacing earlier ones of the same runs."""
         def apply(live: dict[str | None, Entry]) -> None:
             for entry in entries:
                 live.pop(entry.run_id, None)  # its latest state goes last
                 live[entry.run_id] = entry
 
         if entries:
-            self._change(apply, b"".join(_line(e) for e in entries), sync=True)
+            self._change(apply, b"".join(_line(e) for e in entries), sync=sync)
 
     def drop(self, run_ids: set[Any]) -> None:
         """Forget these runs (their results are pushed, or their claims never were); not synced (see above)."""

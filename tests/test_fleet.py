@@ -202,6 +202,23 @@ def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobo
     assert not size.short and size.target(untaken=99, runners=1) == 1
 
 
+def test_with_more_slots_a_runner_holds_more_claims_so_a_push_claims_as_many_per_slot() -> None:
+    """--parallel 8 on trivial jobs: up to 16 rounds of its slots (128 claims) where one slot holds
+    MAX_BATCH (64); about ten pushes for a thousand jobs, not twenty (issue 12)."""
+    from mergegate.claims import MAX_BATCH, SLOT_ROUNDS, BatchSize
+
+    assert BatchSize(1).cap == BatchSize(2).cap == MAX_BATCH == 64
+    size = BatchSize(8)
+    assert size.target(untaken=1000, runners=1) == 8  # nothing ended yet: one claim per slot
+    size.ended(0.01, push_seconds=0.05)
+    assert size.target(untaken=1000, runners=1) == SLOT_ROUNDS * 8 == 128
+    assert size.target(untaken=1000, runners=3) == 128
+    assert size.target(untaken=100, runners=1) == 50
+    for _ in range(10):
+        size.ended(0.01, push_seconds=0.05)
+    assert size.size == 128
+
+
 def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
     """BatchSize.target's count of runners, kept as records are added (counting it from every record at
     each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel 8)."""

@@ -18,7 +18,8 @@ pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch
   N`: up to N) and the results of the jobs that ended since. While jobs are short
   (each ended within four times the time a push takes here, or `SHORT_SECONDS`), the batch
   doubles, and is at least a fair share of the jobs nobody has claimed (`BatchSize.target`:
-  split between the runners seen claiming and one more), up to `MAX_BATCH`, claiming
+  split between the runners seen claiming and one more), up to `MAX_BATCH` (or
+  `SLOT_ROUNDS` times `--parallel`, if more), claiming
   jobs ahead of a free slot; a job that takes longer brings it back to N. So a merge of
   a thousand trivial jobs costs a few dozen pushes, while long jobs are claimed one
   slot at a time and spread evenly over the runners.
@@ -50,6 +51,10 @@ from mergegate import audit
 T = TypeVar("T")
 
 MAX_BATCH = 64
+# With --parallel N a runner may hold this many rounds of its N slots claimed (running or waiting), if
+# more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots, and a
+# merge of a thousand trivial jobs costs about ten pushes with --parallel 8, not twenty (issue 12).
+SLOT_ROUNDS = 16
 SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
 
 
@@ -155,10 +160,15 @@ class BatchSize:
     def __post_init__(self) -> None:
         self.size = self.parallel
 
+    @property
+    def cap(self) -> int:
+        """The most this runner holds claimed at once, however short its jobs."""
+        return max(MAX_BATCH, SLOT_ROUNDS * self.parallel)
+
     def ended(self, seconds: float, push_seconds: float = 0.0) -> None:
         """A job ended after `seconds`; a push takes about `push_seconds` here."""
         self.short = seconds < max(SHORT_SECONDS, 4 * push_seconds)
-        self.size = min(max(self.parallel, MAX_BATCH), self.size * 2) if self.short else self.parallel
+        self.size = min(self.cap, self.size * 2) if self.short else self.parallel
 
     def target(self, untaken: int, runners: int) -> int:
         """How many jobs this runner may hold claimed (running or waiting) after the next push.
@@ -170,4 +180,4 @@ class BatchSize:
         if not self.short:
             return self.size
         share = -(-untaken // (runners + 1))
-        return min(max(self.parallel, MAX_BATCH), max(self.size, share))
+        return min(self.cap, max(self.size, share))

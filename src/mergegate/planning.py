@@ -143,6 +143,10 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
             hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
         )
     result.tip = start
+    if len(chain) > 1:
+        # What the walk asks of each commit (its diff, its parents as git reads them), in two git
+        # processes for the chain instead of two per commit, as verify reads it (a pass after downtime).
+        repo.prefetch(chain)
     for sha in chain:
         judged_by = walk.policy
         # The map before each commit: a job of it that stays open is judged again from it.

@@ -16,7 +16,7 @@ import hashlib
 import json
 import operator
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -441,8 +441,8 @@ def checked_files(repo: Repo, files: Sequence[tuple[str, str]]) -> Iterator[LogF
 def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
     """Records at `commit` whose line contains `needle` (git grep: fast, but not chain-checked).
 
-    Used where a forged record can only make the runner more careful: a
-    `started` that stops a rerun, or the time a commit was first recorded.
+    Used where a forged record can only make the runner more careful (a `started`
+    that stops a rerun), or where what it finds is confirmed (`first_vouched`).
     """
     return grep_any(repo, commit, [needle])
 
@@ -540,12 +540,71 @@ def judged_time(record: Record) -> datetime | None:
     return min(judged, when)
 
 
-def first_recorded(repo: Repo, commit: str | None, sha: str) -> datetime | None:
-    times = []
-    for record in grep(repo, commit, sha):
-        if record.get("commit") == sha and (when := judged_time(record)) is not None:
-            times.append(when)  # (a record with a bad time tells nothing about when)
-    return min(times) if times else None
+class Appenders:
+    """Which audit commit appended a record: a binary search over the audit branch's line by the last seq
+    of each commit's newest log file, confirmed by the record's own hash (in the commit, not in its parent).
+
+    Anything unexpected (an unreadable log file, a record not where the search leads) answers None: a
+    record whose audit commit is not known vouches for nothing."""
+
+    def __init__(self, repo: Repo, tip: str) -> None:
+        self.repo, self.tip = repo, tip
+        self._line: list[str] | None = None
+        self._last: dict[str, int | None] = {}
+
+    def of(self, record: Record) -> str | None:
+        if self._line is None:
+            self._line = self.repo.out("rev-list", "--first-parent", "--reverse", self.tip).split()
+        line, seq, lo, hi = self._line, record.seq, 0, len(self._line)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            last = self._last_seq(line[mid])
+            if last is None:
+                return None
+            lo, hi = (lo, mid) if last >= seq else (mid + 1, hi)
+        if lo == len(line):
+            return None
+        found, digest = line[lo], str(record.get("hash"))
+        before = line[lo - 1] if lo else None
+        here = any(r.get("hash") == digest for r in grep(self.repo, found, digest))
+        earlier = before is not None and any(r.get("hash") == digest for r in grep(self.repo, before, digest))
+        return found if here and not earlier else None
+
+    def _last_seq(self, commit: str) -> int | None:
+        if commit not in self._last:
+            self._last[commit] = None
+            names = sorted((path, blob) for mode, blob, path in self.repo.ls_tree_flat(commit, AUDIT_DIR)
+                           if _FILE.match(AUDIT_DIR + path) and mode == "100644")
+            if not names:
+                self._last[commit] = 0
+            else:
+                tail = self.repo.blob(names[-1][1]).rstrip(b"\n").rsplit(b"\n", 1)[-1]
+                try:
+                    value = json.loads(tail)
+                except ValueError:
+                    return None
+                if isinstance(value, dict) and isinstance(value.get("seq"), int):
+                    self._last[commit] = value["seq"]
+        return self._last[commit]
+
+
+def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[str], bool]) -> datetime | None:
+    """When the runner judged `sha`, as the first record naming it (in chain order) says, counting only
+    records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy in
+    force before `sha`. A record in a commit only `sha`'s own policy would trust cannot date `sha` (it would
+    vouch for itself: an expired approver's policy change, dated inside the key's life by a runner key the
+    change itself adds). None: no such record."""
+    if commit is None:
+        return None
+    appenders = Appenders(repo, commit)
+    for record in sorted((r for r in grep(repo, commit, sha) if r.get("commit") == sha), key=lambda r: r.seq):
+        when = judged_time(record)
+        if when is None:
+            continue  # (a record with a bad time tells nothing about when)
+        found = appenders.of(record)
+        if found is not None and vouched(found):
+            return when
+    return None
 
 
 def append(repo: Repo, commit: str | None, tail: Tail, records: Sequence[Record]) -> dict[str, bytes]:

@@ -65,6 +65,8 @@ class Checker:
     # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
     # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
     judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
+    # (that seq, the audit commit), in the same order: which commit appended a record (verify's dating rule).
+    appended: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
     # Log-file blobs already read and chain-checked whole (blob -> seq of its first record):
     # a commit that adds one need not read it again (audit verify reads the chain first).
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -104,6 +106,7 @@ class Checker:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
         if first is not None:
             self.judged.append((first, approved))
+            self.appended.append((first, sha))
         # The trailer picks the policy that says whether a runner must sign, so it must name a
         # commit on approved's own first-parent line: an ancestor reached through a second parent
         # (a proposal's merge of an old base) has a first-parent history that skips policy changes.

@@ -55,6 +55,12 @@ class Branch:
             tip = self.tip()  # (raises, naming the branch)
         return tip, refs[self.audit_ref], Seen(refs[self.seen_ref], refs[self.seen_audit_ref])
 
+    def tips(self) -> tuple[str, str | None]:
+        """approved's tip and the audit branch's, read with one git process (every look during a pass)."""
+        refs = self.repo.revs([self.ref, self.audit_ref])
+        tip = refs[self.ref]
+        return tip if tip is not None else self.tip(), refs[self.audit_ref]
+
     def check_not_rewritten(self, tip: str, records: str | None, *, seen: Seen | None = None) -> Seen:
         """IntegrityError when a branch does not descend from the tip this clone last saw of it
         (`seen`, as `look` read it; else read now)."""

@@ -303,9 +303,10 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
     judged at the time the change was first judged: this clone's own memory of
-    it first, else the audit's first record of it, but only when audit commits
-    are authenticated (the policy lists runners); else the clock now. A forged
-    record time must not bring an expired key back to life.
+    it first, else the audit's first record of it that a runner of the policy
+    before the change vouched for (its audit commit signed by one of them: keys
+    the change itself adds never date it), only when that policy lists runners;
+    else the clock now. A forged record time must not bring an expired key back to life.
     """
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     if upto == root:
@@ -314,12 +315,22 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     judged = judged_times(repo)
     # As the walk that first judged them: full authorship search only for bytes the audit has seen.
     assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
+    signer = Assessor(repo, at=now)
     for sha in policy_changes(repo, root, upto, remember=remember):
-        recorded = audit.first_recorded(repo, records, sha) if policy.runners else None
-        assessor.at = judged.get(sha) or recorded or now
+        at = judged.get(sha)
+        if at is None and policy.runners:
+            # Only a record a runner of the policy before the change appended dates it (audit.first_vouched).
+            at = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
+        assessor.at = at or now
         policy = assessor.assess(sha, policy).policy
     assessor.at = now
     return policy
+
+
+def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str], bool]:
+    """Whether an audit commit is signed by a runner of `policy`."""
+    keys = policy.runner_keys()
+    return lambda commit: signer.signature(repo.commit(commit), keys).ok
 
 
 def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:

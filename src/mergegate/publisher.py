@@ -147,10 +147,9 @@ class Publisher:
         """One fetch of both branches; check what other runners appended; look for new vetoes."""
         if fetch:
             self.branch.refresh()
-        tip = self.branch.tip()
+        tip, records = self.branch.tips()
         if not self.repo.is_ancestor(self.judged, tip):
             raise IntegrityError(f"approved was rewritten during this pass: {self.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)")
-        records = self.branch.audit_tip()
         checked = self.end.commit
         if records != checked:
             self.others = True

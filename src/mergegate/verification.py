@@ -9,6 +9,7 @@ trust root, judges every commit again, and cross-checks the records against it.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         if progress is not None:
             progress(done, len(chain))
         # Record times are trustworthy only when runners sign the audit commits.
-        walk.assessor.at = seen.get(sha, now) if walk.policy.runners else now
+        walk.assessor.at = seen[sha][0] if walk.policy.runners and sha in seen else now
         try:
             assessment = walk.step(sha)
         except NotYet as exc:
@@ -179,6 +180,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     violations.extend(_judged_later(records))
+    violations.extend(_unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, assessor))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
@@ -250,10 +252,31 @@ def _judged_later(records: list[audit.Record]) -> list[str]:
     return problems
 
 
-def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, datetime]:
+def _unvouched_dates(repo: Repo, seen: dict[str, tuple[datetime, int]], walked: list[str], policies: dict[str, Policy],
+                     appended: list[tuple[int, str]], assessor: Assessor) -> list[str]:
+    """A commit dated by a record (key lifetimes judged at its time) whose audit commit no runner of the
+    policy in force before that commit signed: only such a runner vouches for when a commit was judged.
+    (A change's own runner keys would vouch for the change: a policy change signed by an expired key,
+    dated inside the key's life in an audit commit signed by a runner key the change adds, is adopted.)"""
+    firsts = [first for first, _ in appended]
+    problems = []
+    for before, sha in itertools.pairwise(walked):
+        policy = policies.get(before)
+        if sha not in seen or policy is None or not policy.runners:
+            continue  # (not walked; or record times were not trusted for it: judged at the clock)
+        seq = seen[sha][1]
+        at = bisect.bisect_right(firsts, seq) - 1
+        commit = appended[at][1] if at >= 0 else None
+        if commit is None or not assessor.signature(repo.commit(commit), policy.runner_keys()).ok:
+            problems.append(f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit {(commit or '?')[:12]}, which no "
+                            f"runner of the policy in force before it signed: that record cannot say when the commit was judged")
+    return problems
+
+
+def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, tuple[datetime, int]]:
     """When the runner judged each commit of `chain` (the commits after `root`), as the first record
-    naming it says (`judged`, else its time): the time key lifetimes are judged at."""
-    seen: dict[str, datetime] = {}
+    naming it says (`judged`, else its time), and that record's seq: the time key lifetimes are judged at."""
+    seen: dict[str, tuple[datetime, int]] = {}
     walked = [root, *chain]
     index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
@@ -270,7 +293,7 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root:
                 commits = repo.first_parent_chain(str(record["start"]), str(record["commit"]))
         for sha in commits:
             if isinstance(sha, str) and sha in index and sha != root and sha not in seen:
-                seen[sha] = when
+                seen[sha] = (when, record.seq)
     return seen
 
 

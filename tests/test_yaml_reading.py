@@ -5,6 +5,8 @@ PyYAML tags but cannot construct (from a differential review; notes/yamlrt.md).
   ConfigError naming file and line), so one such file stopped `lint` of the files after it.
 * test_fast_reading_matches_reference_*: a guard that fails as soon as the fast reading reads any of these
   inputs differently from PyYAML (none found by 80,000 fuzzed files).
+* test_the_linear_scanner_*, test_a_deep_flow_collection_*: config._Loader, the scanner the depth guard
+  reads with, against PyYAML's own (quadratic in the depth of a flow collection).
 """
 from __future__ import annotations
 
@@ -75,4 +77,99 @@ def _outcome(read: object, text: str) -> object:
 @pytest.mark.parametrize("text", _EDGE)
 def test_fast_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
     decoded = text.decode("utf-8")
-    assert _outcome(config._compose_checked, decoded) == _outcome(config._compose_two_pass, decoded)
+    reference = lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader)  # noqa: E731 (PyYAML's own loader)
+    assert _outcome(config._compose_checked, decoded) == _outcome(reference, decoded)
+
+
+# config._Loader: PyYAML's SafeLoader with its scanner's possible simple keys kept in linear time (the
+# depth guard had to scan `[` * 3000 with a cost quadratic in the depth before refusing it). Held to
+# PyYAML's own SafeLoader: after every event, the same event, the scanner at the same place with the
+# same tokens read ahead (what decides whether a later error or the depth is reported first), or the
+# same error at the same mark.
+_LOOKAHEAD = [
+    *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)), *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
+    # 70 keys pending (at indexes 3 to 72), and `b` then a bad character: none, some or all of the keys
+    # stale when `b` is read, so the guard refuses the depth before the scanner reaches `@`, or not.
+    # (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between tokens.)
+    *(f"a: {'[' * 70}{' ' * n}b, @\n" for n in (900, 954, 955, 956, 990, 1022, 1023, 1024, 1025, 1100)),
+    "a: " + "[" * 70 + "\nb, @", "a: " + "[" * 70 + " " * 1100 + "@",
+    "k" * 1020 + ": 1\n", "k" * 1030 + ": 1\n", "[" + "k" * 1030 + ": 1]\n", "{" + "k" * 1020 + ": 1}\n",
+    "a: 1\nb\nc: 2\n", "a:\n  b\n  c: d\n", "- a\n- b\nc: d\n", "[a\n: 1]\n", "{a: [b: c, d]}\n", "? a\n: b\n",
+    "a: [\n" + "[\n" * 70 + "]\n" * 71, "a: " + "[b: " * 80 + "c" + "]" * 80 + "\n", "a: " + "{b: " * 70 + "1" + "}" * 70,
+    "&a [*a, " * 20 + "]" * 20, "a: !!str [" * 10 + "]" * 10, "'a': 1\n\"b\"\n: 2\n", "a: 'x\n" + "[" * 100,
+]
+_ALPHABET = "[]{},:?-#&*!|>'\"% \n\tab1"
+
+
+def _steps(loader: type[yaml.SafeLoader], text: str) -> list[object]:
+    reader = loader(text)
+    steps: list[object] = []
+    try:
+        while reader.check_event():
+            event = reader.get_event()
+            steps.append((type(event).__name__, getattr(event, "value", None), getattr(event, "anchor", None),
+                          event.start_mark.index, event.end_mark.index, reader.index, len(reader.tokens),
+                          reader.tokens_taken))
+    except yaml.YAMLError as exc:
+        steps.append(("error", str(exc)))
+    finally:
+        reader.dispose()
+    return steps
+
+
+def _depth_verdict(loader: type[yaml.SafeLoader], text: str) -> tuple[str, object]:
+    try:
+        config._check_depth(text, "f.yaml", loader)
+        return ("ok", None)
+    except ConfigError as exc:
+        return ("config", (exc.message, exc.line))
+    except yaml.YAMLError as exc:
+        return ("yaml", str(exc))
+
+
+def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
+    import random
+
+    rng = random.Random(7)
+    texts = [*_LOOKAHEAD, *(t.decode() for t in _EDGE)]
+    texts += ["".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 40))) for _ in range(1500)]
+    errors, verdicts = [], set()
+    for text in texts:
+        ours = _steps(config._Loader, text)
+        assert ours == _steps(yaml.SafeLoader, text), text[:80]
+        errors += [step[1] for step in ours if step[0] == "error"]
+        verdict = _depth_verdict(config._Loader, text)
+        assert verdict == _depth_verdict(yaml.SafeLoader, text), text[:80]
+        verdicts.add(verdict[0])
+    assert verdicts == {"ok", "config", "yaml"}
+    # The corpus reaches both of the scanner's rules it keeps differently: a required key gone stale,
+    # and keys pending up to 1,024 characters (the depth refused, or an error found first, by the same
+    # look-ahead).
+    assert any("could not find expected ':'" in str(e) for e in errors)
+    assert any("cannot start any token" in str(e) for e in errors)
+
+
+def test_a_deep_flow_collection_costs_the_linear_scanner_time_linear_in_its_depth() -> None:
+    """Lines of the scanner run (counted, not timed) to read `[` * n: twice the depth, about twice the lines
+    (PyYAML's own scanner: about four times; 3,000 levels took it 0.4 s of CPU before the guard refused them)."""
+    import sys
+
+    def lines(depth: int) -> int:
+        count = 0
+
+        def trace(frame: object, event: str, arg: object) -> object:
+            nonlocal count
+            count += event == "line"
+            return trace
+
+        text = "a: " + "[" * depth + "]" * depth + "\n"
+        sys.settrace(trace)
+        try:
+            with pytest.raises(ConfigError, match="nests deeper than 64 levels"):
+                config._check_depth(text, "f")
+        finally:
+            sys.settrace(None)
+        return count
+
+    small, large = lines(300), lines(600)
+    assert large < 2.5 * small, (small, large)

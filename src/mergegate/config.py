@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -83,7 +84,41 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
     return Document(file=file, data=data, lines=lines)
 
 
-class _DepthLoader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose scanner keeps its possible simple keys in linear time, not quadratic.
+
+    PyYAML's scanner looks at every pending possible simple key (one per open flow level) on every
+    token, and a key stays pending for up to 1,024 characters: `[` * 3000 cost about 0.4 s of CPU
+    before the depth guard could refuse it (`_DepthLoader`), a second for the two-pass reading.
+    Keys are saved in the order of the text (a later key has a later index, line and token number,
+    and a key saved again at its level goes to the end), so a stale key is always among the first
+    in that order and the nearest is the first: only the front need be looked at. The same tokens,
+    the same errors at the same marks (tests/test_job.py holds it to PyYAML's own scanner).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        # Ordered as a dict is, and its first key found without passing the deleted ones.
+        self.possible_simple_keys: OrderedDict[int, Any] = OrderedDict()
+
+    def next_possible_simple_key(self) -> int | None:
+        for key in self.possible_simple_keys.values():
+            return key.token_number  # type: ignore[no-any-return]
+        return None
+
+    def stale_possible_simple_keys(self) -> None:
+        keys = self.possible_simple_keys
+        while keys:
+            level, key = next(iter(keys.items()))
+            if key.line == self.line and self.index - key.index <= 1024:
+                return  # a later key is later in the text: not stale either
+            if key.required:
+                raise yaml.scanner.ScannerError("while scanning a simple key", key.mark,
+                                                "could not find expected ':'", self.get_mark())
+            del keys[level]
+
+
+class _DepthLoader(_Loader):
     """SafeLoader refusing, as it composes, what `_check_depth` refuses before composing (one pass, not two)."""
 
     def __init__(self, stream: str, file: str) -> None:
@@ -190,16 +225,17 @@ def _compose_checked(text: str, file: str) -> yaml.Node | None:
         return _compose_two_pass(text, file)
 
 
-def _compose_two_pass(text: str, file: str) -> yaml.Node | None:
-    """The reference reading: the depth of the whole stream first, then compose."""
-    _check_depth(text, file)
-    return yaml.compose(text, Loader=yaml.SafeLoader)
+def _compose_two_pass(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) -> yaml.Node | None:
+    """The reference reading: the depth of the whole stream first, then compose (tests pass
+    PyYAML's own SafeLoader as `loader`, the reference for `_Loader`)."""
+    _check_depth(text, file, loader)
+    return yaml.compose(text, Loader=loader)
 
 
-def _check_depth(text: str, file: str) -> None:
+def _check_depth(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) -> None:
     """ConfigError when collections nest deeper than MAX_YAML_DEPTH (the parser itself does not recurse)."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_YAML_DEPTH:

@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -239,10 +241,32 @@ def test_multi_line_secret_is_redacted_line_by_line(world: World) -> None:
     assert "line-one-SECRET" not in finished["stdout_tail"] and "line-two-SECRET" not in finished["stdout_tail"]
 
 
+@pytest.fixture
+def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """HOME in a fresh folder the sandbox would not hide but for the runner-home rule (runner._private_paths):
+    not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home, /root,
+    /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide anyway."""
+    from mergegate.executor import SANDBOX_HIDDEN
+
+    hidden = [os.path.realpath(p) for p in ("/tmp", "/dev/shm", "/run", "/var/run", *SANDBOX_HIDDEN)]
+    places = [Path("/var/lib"), Path("/var/cache"), Path("/opt"), Path("/srv"), Path.cwd()]
+    for place in map(os.path.realpath, places):
+        if os.access(place, os.W_OK | os.X_OK) and not any(place == h or place.startswith(h + "/") for h in hidden):
+            home = Path(tempfile.mkdtemp(prefix="mergegate-test-home-", dir=place))
+            monkeypatch.setenv("HOME", str(home))  # GIT_CONFIG_GLOBAL still names the pinned config
+            try:
+                yield home
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
+            return
+    pytest.skip("no writable folder outside what the sandbox hides for every job: the rule would not be reached")
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_sandbox_hides_run_and_the_runner_home(world: World) -> None:
+def test_sandbox_hides_run_and_the_runner_home(world: World, outside_home: Path) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [SH], sandbox="bwrap"))
     home = Path(os.environ["HOME"])
+    assert home == outside_home
     (home / "secret-key").write_text("PRIVATE\n")
     script = f"ls -A /run | wc -l; cat {home}/secret-key 2>/dev/null || echo hidden; head -c 400000000 /dev/zero > /tmp/big 2>/dev/null || echo capped"
     job = _run(world, {"jobs/h.yaml": job_yaml("h", ["sh", "-c", script])})

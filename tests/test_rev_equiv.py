@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.git import Repo
+from mergegate.git import Repo, path_text
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -187,3 +187,176 @@ def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(shapes: 
     finally:
         r.close()
     assert got == {n: _reference_rev(repo, n) for n in names}
+
+
+def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(shapes: tuple[Path, dict[str, str]]) -> None:
+    """Repo.rev reads a `refs/...` name from its loose file or its packed-refs line (no for-each-ref process)
+    where the files say what git says; every shape a ref's files can have, against for-each-ref + rev-parse."""
+    from mergegate.git import _ASK_GIT
+
+    repo, ids = shapes
+    git_dir = repo / ".git"
+    for name, sha in [("refs/heads/only-packed", ids["c2"]), ("refs/heads/both", ids["c1"]), ("refs/heads/a", ids["c1"]),
+                      ("refs/heads/ab", ids["c2"]), ("refs/remotes/o/refs/heads/x", ids["c1"]), ("refs/heads/x@y+z=w-v", ids["c2"]),
+                      ("refs/tags/packed-tag", ids["tagc"]), ("refs/heads/d/e", ids["c1"])]:
+        _git(repo, "update-ref", name, sha)
+    _git(repo, "pack-refs", "--all")
+    _git(repo, "update-ref", "refs/heads/both", ids["c2"])  # loose now c2, packed still c1: the loose one wins
+    _git(repo, "update-ref", "refs/heads/loose-only", ids["c1"])
+    loose = git_dir / "refs" / "heads"
+    for name, text in [("crlf", ids["c1"] + "\r\n"), ("no-newline", ids["c1"]), ("upper", ids["c1"].upper() + "\n"),
+                       ("empty", ""), ("trailing", ids["c1"] + " x\n"), ("two-lines", ids["c1"] + "\n" + ids["c2"] + "\n"),
+                       ("to-sym", "ref: refs/heads/main\n"), ("short", ids["c1"][:39] + "\n")]:
+        (loose / name).write_text(text)
+    (loose / "link").symlink_to(loose / "main")
+    (loose / "dir" / "inner").mkdir(parents=True)
+    plain = ["refs/heads/main", "refs/heads/only-packed", "refs/heads/both", "refs/heads/a", "refs/heads/ab",
+             "refs/remotes/o/refs/heads/x", "refs/heads/x@y+z=w-v", "refs/tags/packed-tag", "refs/heads/d/e",
+             "refs/heads/loose-only", "refs/heads/packed", "refs/tags/tagc", "refs/heads/absent", "refs/heads/x",
+             "refs/heads/d", "refs/remotes/o/to-tree", "refs/remotes/o/to-blob"]
+    odd = ["refs/heads/crlf", "refs/heads/no-newline", "refs/heads/upper", "refs/heads/empty", "refs/heads/trailing",
+           "refs/heads/two-lines", "refs/heads/to-sym", "refs/heads/short", "refs/heads/link", "refs/heads/dir",
+           "refs/heads/dir/inner", "refs/heads/main/below", "refs/heads/sym", "refs/heads/a..b", "refs/heads/x.lock",
+           "refs/heads/.hidden", "refs/heads/end.", "refs/heads/", "refs/heads//main", "refs/heads/ma*", "refs/heads/m i"]
+    _assert_revs_as_git(repo, plain + odd)
+    r = Repo(repo)
+    try:
+        assert all(r._ref_from_files(name) is not _ASK_GIT for name in plain)  # the files answered these
+        assert r.revs(plain) == {n: _reference_rev(repo, n) for n in plain}  # revs too, without for-each-ref
+        assert all(r._ref_from_files(name) is _ASK_GIT for name in odd if name != "refs/heads/main/below")
+    finally:
+        r.close()
+
+
+def test_rev_from_the_ref_files_of_a_packed_refs_file_git_did_not_write_or_a_worktree_asks_git(tmp_path: Path) -> None:
+    from mergegate.git import _ASK_GIT
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    c1 = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    c2 = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "update-ref", "refs/heads/p", c1)
+    _git(repo, "update-ref", "refs/heads/q", c2)
+    _git(repo, "pack-refs", "--all")
+    packed = repo / ".git" / "packed-refs"
+    text = packed.read_text()
+    header, *lines = text.splitlines(keepends=True)
+    assert header.startswith("# pack-refs with:") and len(lines) == 3, text
+    r = Repo(repo)
+    try:
+        assert r._ref_from_files("refs/heads/p") == c1 and r._ref_from_files("refs/heads/nope") is None  # as git wrote it
+    finally:
+        r.close()
+    names = ["refs/heads/p", "refs/heads/q", "refs/heads/main", "refs/heads/nope"]
+    for variant in [text.rstrip("\n"), text + f"{c2} refs/heads/p\n", header + lines[2] + lines[1] + lines[0],
+                    "".join(lines), "# pack-refs with: peeled\n" + "".join(lines), header + f"^{c1}\n" + "".join(lines),
+                    text + f"^{c1}\n^{c2}\n", header + "# a comment\n" + "".join(lines), text.replace("\n", "\r\n"),
+                    text.replace(f"{c1} refs/heads/p", f"{c1}  refs/heads/p"), text + f"{c2} refs/heads/has space\n", ""]:
+        packed.write_text(variant)  # what git would not write (or would, without sorting it): git's answers either way
+        _assert_revs_as_git(repo, names)
+    packed.write_text(text)
+    _git(repo, "worktree", "add", "-q", str(tmp_path / "wt"), c1)
+    _git(tmp_path / "wt", "update-ref", "refs/bisect/bad", c2)  # a per-worktree ref: in the worktree's git dir
+    for where in (repo, tmp_path / "wt"):
+        _assert_revs_as_git(where, ["refs/heads/p", "refs/heads/q", "refs/bisect/bad", "refs/heads/main"])
+    r = Repo(tmp_path / "wt")
+    try:
+        assert r._ref_from_files("refs/heads/p") is _ASK_GIT
+    finally:
+        r.close()
+
+
+def _reference_ls_tree(repo: Path, commit: str, prefix: str) -> object:
+    """What Repo.ls_tree answered before it read trees itself: `git ls-tree -r -z --full-tree`."""
+    args = ["ls-tree", "-r", "-z", "--full-tree", commit] + (["--", prefix] if prefix else [])
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+    if proc.returncode != 0:
+        return "error"
+    entries = []
+    for item in proc.stdout.split(b"\0"):
+        if item:
+            meta, path = item.split(b"\t", 1)
+            mode, _, obj = meta.decode().split()
+            entries.append((mode, obj, path_text(path)))
+    return entries
+
+
+def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_path: Path) -> None:
+    """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape of tree and
+    prefix against `git ls-tree -r`, and git asked where the walk could differ."""
+    from mergegate.git import GitError
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    files = {"a": "1", "b.txt": "2", "jobs/x.yaml": "3", "jobs/sub/y.yaml": "4", "jobs/sub/deeper/z": "5", "jobs-x/w": "6",
+             "jobs.d/v": "7", "policy/policy.yaml": "8", "policy/keys/k": "9", "sp ace/f": "10", "file": "11", "é/ü": "12",
+             "nl\nname": "13", "jobs/sub.x": "14", "jobs/sub-": "15"}
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "link").symlink_to("a")
+    _git(repo, "add", "-A")
+    blob = _git(repo, "hash-object", "-w", "--stdin", input=b"raw\n")
+    _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},jobs/module")  # a gitlink
+    not_utf8 = b"\xff-not-utf8".decode("utf-8", "surrogateescape")  # passed to git as the raw byte
+    _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{not_utf8}")
+    _git(repo, "commit", "-q", "-m", "one")
+    commit = _git(repo, "rev-parse", "HEAD")
+    tree = _git(repo, "rev-parse", "HEAD^{tree}")
+    jobs_tree = _git(repo, "rev-parse", "HEAD:jobs")
+    _git(repo, "tag", "-a", "-m", "t", "t1", commit)
+    tag = _git(repo, "rev-parse", "t1")
+    # A tree git would not write (entries out of order): listed by git, not by the walk.
+    raw = bytes.fromhex(_git(repo, "rev-parse", "HEAD:a"))
+    unordered = _git(repo, "hash-object", "-w", "-t", "tree", "--literally", "--stdin",
+                     input=b"100644 b\0" + raw + b"100644 a\0" + raw)
+    prefixes = ["", "jobs/", "jobs/sub/", "jobs/sub/deeper/", "policy/", "missing/", "file/", "a/", "sp ace/", "jobs",
+                "jobs/x.yaml", "jobs/*", "./jobs/", "jobs//", ":(icase)JOBS/"]
+    r = Repo(repo)
+    try:
+        for name in (commit, tree, jobs_tree, tag, blob, unordered, "HEAD", "main", "0" * 40, commit.upper()):
+            for prefix in prefixes:
+                try:
+                    got: object = r.ls_tree(name, prefix)
+                except GitError:
+                    got = "error"
+                assert got == _reference_ls_tree(repo, name, prefix), (name, prefix)
+        assert r._ls_tree_objects(commit, "") and r._ls_tree_objects(tree, "jobs/") and r._ls_tree_objects(commit, "missing/") == []
+        assert r._ls_tree_objects(unordered, "") is None and r._ls_tree_objects(tag, "") is None
+    finally:
+        r.close()
+    # ls_tree_flat: one folder's entries (trees too, their mode as ls-tree prints it), against `ls-tree <commit>:<dir>`.
+    for name in (commit, tree, jobs_tree, tag, blob, unordered, "HEAD", "0" * 40):
+        for directory in ["", "jobs/", "jobs/sub/", "policy/", "missing/", "file/", "a/", "sp ace/", "jobs", "jobs/x.yaml",
+                          "./jobs/", "jobs//", "jobs/sub/deeper/"]:
+            r = Repo(repo)  # a fresh one each time: ls_tree_flat keeps what it listed
+            try:
+                assert r.ls_tree_flat(name, directory) == _reference_ls_flat(repo, name, directory), (name, directory)
+            finally:
+                r.close()
+    r = Repo(repo)
+    try:
+        assert ("040000", jobs_tree, "jobs") in r._ls_flat_objects(commit, "")  # type: ignore[operator]
+        assert r._ls_flat_objects(commit, "jobs/sub/") and r._ls_flat_objects(commit, "missing/") == []
+        assert r._ls_flat_objects(unordered, "") is None and r._ls_flat_objects(commit, "file/") is None
+    finally:
+        r.close()
+
+
+def _reference_ls_flat(repo: Path, commit: str, directory: str) -> list[tuple[str, str, str]]:
+    """What Repo.ls_tree_flat answered before it read trees itself: `git ls-tree -z <commit>:<directory>`."""
+    proc = subprocess.run(["git", "-C", str(repo), "ls-tree", "-z", f"{commit}:{directory}" if directory else commit],
+                          capture_output=True, check=False)
+    entries = []
+    for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
+        if item:
+            meta, name = item.split(b"\t", 1)
+            mode, _, obj = meta.decode().split()
+            entries.append((mode, obj, path_text(name)))
+    return entries

@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -34,6 +35,7 @@ _DETAIL_BYTES = 4096
 _COMMIT_CACHE = 4096
 _FLAT_CACHE = 64  # directory listings (an audit/ listing may name thousands of files)
 _ASK_GIT = object()  # file_blob: an answer only git gives exactly
+_ABSENT = object()  # _subtree: no such folder
 _TEMPLATE_FILES = 64  # an export of at most this many files copies one checkout-index's output
 _MODES = (b"40000", b"100644", b"100755", b"120000", b"160000")  # the modes git writes
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
@@ -404,6 +406,7 @@ class Repo:
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
         self._trees: dict[str, dict[bytes, tuple[bytes, str]] | None] = {}  # file_blob's tree listings
         self._flat: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {}  # ls_tree_flat's, of full ids
+        self._plain_refs: bool | None = None  # whether _ref_from_files may read refs from their files
 
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
@@ -475,14 +478,20 @@ class Repo:
         full name is first resolved with for-each-ref, which matches names only.
         """
         if ref.startswith("refs/"):
-            listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", ref, check=False)
-            exact = [line.split("\0")[1:] for line in listed.stdout.decode("utf-8", "replace").splitlines()
-                     if line.split("\0", 1)[0] == ref]
-            if not exact:
+            found = self._ref_from_files(ref)
+            if found is None:
                 return None
-            ref, kind = exact[0][0], exact[0][1] if len(exact[0]) > 1 else ""
-            if kind == "commit":
-                return ref  # a branch names a commit: nothing to peel (a rev-parse a ref read, on every push)
+            if isinstance(found, str):
+                ref = found  # what for-each-ref would have said; its type is the batch process's to say
+            else:
+                listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", ref, check=False)
+                exact = [line.split("\0")[1:] for line in listed.stdout.decode("utf-8", "replace").splitlines()
+                         if line.split("\0", 1)[0] == ref]
+                if not exact:
+                    return None
+                ref, kind = exact[0][0], exact[0][1] if len(exact[0]) > 1 else ""
+                if kind == "commit":
+                    return ref  # a branch names a commit: nothing to peel (a rev-parse a ref read, on every push)
         if _FULL_ID.fullmatch(ref) and self._objects.kind(ref) == "commit":
             return ref  # the batch process answers: no rev-parse for an id this clone has as a commit
         proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
@@ -492,6 +501,8 @@ class Repo:
         """`rev(ref)` of each full ref name in `refs`, read with one for-each-ref (a pass reads four at
         its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by `rev`."""
         assert all(ref.startswith("refs/") for ref in refs)
+        if all(self._ref_from_files(ref) is not _ASK_GIT for ref in refs):
+            return {ref: self.rev(ref) for ref in refs}  # each read from its files: no process at all
         listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", *refs, check=False)
         found: dict[str, list[str]] = {}
         for line in listed.stdout.decode("utf-8", "replace").splitlines():
@@ -507,6 +518,61 @@ class Repo:
             else:
                 answers[ref] = self.rev(ref)
         return answers
+
+    def _ref_from_files(self, ref: str) -> str | object | None:
+        """The object id ref `ref` holds, read as git's files backend reads it (the loose file, else its
+        line in packed-refs), None if it has none; _ASK_GIT wherever the files alone might not say what
+        for-each-ref says: a name with anything but plain parts, a linked worktree (per-worktree refs), a
+        reftable or case-insensitive repository, a symbolic, broken or unreadable ref, a packed-refs file
+        not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each, 5,000
+        in the test suite); tests/test_rev_equiv.py holds the two to the same answers."""
+        if not _PLAIN_REF.fullmatch(ref) or ".." in ref or ref.endswith(".") or ".lock/" in ref + "/":
+            return _ASK_GIT
+        if self._plain_refs is None:
+            common = self.common_dir
+            self._plain_refs = (self.git_dir == common and not (common / "reftable").exists()
+                                and (common / "HEAD").exists() and not (common / "hEAD").exists())
+        if not self._plain_refs:
+            return _ASK_GIT
+        try:
+            if stat.S_ISREG(os.lstat(self.common_dir / ref).st_mode):
+                data = (self.common_dir / ref).read_bytes()
+                return data[:-1].decode() if _HEX_LINE.fullmatch(data) else _ASK_GIT
+            return _ASK_GIT  # a folder, a symbolic link: git's rules, not these
+        except FileNotFoundError:
+            pass
+        except OSError:  # not a folder on the way (refs/heads/a is a file, refs/heads/a/b asked), unreadable
+            return _ASK_GIT
+        try:
+            packed = (self.common_dir / "packed-refs").read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return _ASK_GIT
+        return self._packed_ref(packed, ref.encode())
+
+    @staticmethod
+    def _packed_ref(packed: bytes, name: bytes) -> str | object | None:
+        """`name`'s id in a packed-refs file as git writes it (its header, then `<id> <name>` lines in
+        strictly increasing order, each followed by at most one `^<id>` peeled line); _ASK_GIT for anything
+        else (git trusts the order it wrote: an unsorted file can hide other refs from it) or a big one."""
+        if len(packed) > _PACKED_REFS_BYTES or (packed and not packed.endswith(b"\n")):
+            return _ASK_GIT
+        lines = packed.split(b"\n")[:-1]
+        found, last, peelable = None, b"", False
+        for line in lines[1:] if lines and lines[0].startswith(b"# pack-refs with:") else lines:
+            if line.startswith(b"^"):
+                if not peelable or not _HEX.fullmatch(line, 1):
+                    return _ASK_GIT
+                peelable = False
+                continue
+            sha, space, ref = line.partition(b" ")
+            if not space or not _HEX.fullmatch(sha) or not ref or b" " in ref or ref <= last:
+                return _ASK_GIT
+            last, peelable = ref, True
+            if ref == name:
+                found = sha.decode()
+        return found
 
     def has_remote(self, name: str) -> bool:
         return name in self.out("remote").split()
@@ -928,6 +994,9 @@ class Repo:
 
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
         """(mode, blob, path) of every file under `prefix` at `commit`."""
+        listed = self._ls_tree_objects(commit, prefix)
+        if listed is not None:
+            return listed
         args = ["ls-tree", "-r", "-z", "--full-tree", commit]
         if prefix:
             args += ["--", prefix]
@@ -940,11 +1009,82 @@ class Repo:
             entries.append((mode, obj, path_text(path)))
         return entries
 
+    def _ls_tree_objects(self, commit: str, prefix: str) -> list[tuple[str, str, str]] | None:
+        """What `ls-tree -r` lists, read through the object process (a runner pass listed a tree or two,
+        a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a prefix that
+        is not plain folders, a file on the way, a tree not in git's own order. Held to ls-tree in
+        tests/test_rev_equiv.py."""
+        try:
+            found = self._subtree(commit, prefix)
+            if not isinstance(found, tuple):
+                return [] if found is _ABSENT else None
+            base, tree = found
+            top = self._tree_listing(tree)
+            if top is None:
+                return None
+            entries: list[tuple[str, str, str]] = []
+            stack = [(base, iter(top.items()))]
+            while stack:  # depth first, each tree in its own order: ls-tree -r's order
+                base, items = stack[-1]
+                for name, (mode, sha) in items:
+                    if mode == b"40000":
+                        below = self._tree_listing(sha)
+                        if below is None:
+                            return None
+                        stack.append((base + name + b"/", iter(below.items())))
+                        break
+                    entries.append((mode.decode(), sha, path_text(base + name)))
+                else:
+                    stack.pop()
+            return entries
+        except GitError:
+            return None
+
+    def _subtree(self, commit: str, prefix: str) -> tuple[bytes, str] | object | None:
+        """(prefix as bytes, its tree) at commit-or-tree `commit`, read through the object process; _ABSENT if
+        no such folder; None where git must say (see _ls_tree_objects)."""
+        if not re.fullmatch(r"[0-9a-f]{40}", commit) or (prefix and not _PLAIN_PREFIX.fullmatch(prefix)):
+            return None
+        kind = self._objects.kind(commit) if commit not in self._commits else "commit"
+        tree = self.commit(commit).tree if kind == "commit" else commit if kind == "tree" else ""
+        if not re.fullmatch(r"[0-9a-f]{40}", tree):
+            return None
+        base = b""
+        for part in path_bytes(prefix).split(b"/")[:-1]:
+            listing = self._tree_listing(tree)
+            if listing is None:
+                return None
+            if part not in listing:
+                return _ABSENT
+            mode, tree = listing[part]
+            if mode != b"40000":
+                return None
+            base += part + b"/"
+        return base, tree
+
+    def _ls_flat_objects(self, commit: str, directory: str) -> list[tuple[str, str, str]] | None:
+        """What `ls-tree <commit>:<directory>` lists, read through the object process (a look at the audit
+        branch listed two or three trees, a process each); None where git must say."""
+        try:
+            found = self._subtree(commit, directory)
+            if not isinstance(found, tuple):
+                return [] if found is _ABSENT else None
+            listing = self._tree_listing(found[1])
+        except GitError:
+            return None
+        if listing is None:
+            return None
+        # ls-tree prints a mode in six digits: a tree's 40000 as 040000.
+        return [("040000" if mode == b"40000" else mode.decode(), sha, path_text(name)) for name, (mode, sha) in listing.items()]
+
     def ls_tree_flat(self, commit: str, directory: str = "") -> list[tuple[str, str, str]]:
         """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`; [] if absent."""
         key = (commit, directory)
         if key in self._flat:
             return list(self._flat[key])
+        listed = self._ls_flat_objects(commit, directory)
+        if listed is not None:
+            return listed
         proc = self.run("ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False)
         entries = []
         for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
@@ -1220,6 +1360,11 @@ class Repo:
 
 _HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 _FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_PLAIN_PREFIX = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)+")  # folders ls_tree walks to itself
+_PACKED_REFS_BYTES = 65536  # a bigger packed-refs (thousands of tags) is for-each-ref's to search
+_HEX_LINE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
+# Ref names _ref_from_files reads from the files: parts of these characters, none starting with a dot.
+_PLAIN_REF = re.compile(r"refs/(?:[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*/)*[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*")
 _ANCESTOR_PAIR = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64}) (?:[0-9a-f]{40}|[0-9a-f]{64})")
 # Headers git itself reads (and only at their one place): anywhere else they are
 # ambiguous, because git and a looser reader would disagree on what the commit says.

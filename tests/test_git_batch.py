@@ -439,3 +439,29 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
         side = _GitSide(Assessor(repo, at=datetime.now(UTC)), base, second)
         assert hidden in side.touching("jobs/a.yaml"), second
     assert repo.producers(merge, {"jobs/a.yaml": evil}) == {"jobs/a.yaml": [hidden]}
+
+
+@pytest.mark.parametrize("refspec", ["+refs/heads/*:refs/remotes/origin/*", "+refs/heads/main:refs/remotes/origin/main"])
+def test_a_push_leaves_the_tracking_ref_at_what_it_pushed_with_update_ref_only_where_push_did_not(tmp_path: Path, refspec: str) -> None:
+    """Repo.push: the remote-tracking ref is the pushed commit after it, as `update-ref` left it before; `git push`
+    moves it itself where the remote's fetch refspec maps the branch there, and then no update-ref runs."""
+    remote, clone = tmp_path / "remote.git", tmp_path / "clone"
+    _git(tmp_path, "init", "-q", "--bare", str(remote))
+    _git(tmp_path, "clone", "-q", str(remote), str(clone))
+    _git(clone, "config", "remote.origin.fetch", refspec)
+    _git(clone, "commit", "-q", "--allow-empty", "-m", "one")
+    first = _git(clone, "rev-parse", "HEAD")
+    _git(clone, "commit", "-q", "--allow-empty", "-m", "two")
+    second = _git(clone, "rev-parse", "HEAD")
+    repo = Repo(clone)
+    calls: list[str] = []
+    run = repo.run
+    repo.run = lambda *args, **kw: calls.append(next(a for a in args if not a.startswith("-") and "=" not in a)) or run(*args, **kw)  # type: ignore[method-assign]
+    try:
+        for sha in (first, second):
+            assert repo.push("origin", sha, "audit")
+            assert _git(clone, "rev-parse", "refs/remotes/origin/audit") == sha == _git(remote, "rev-parse", "refs/heads/audit")
+    finally:
+        repo.close()
+    mapped = refspec.startswith("+refs/heads/*")
+    assert calls == ["push", "push"] if mapped else ["push", "update-ref", "push", "update-ref"]

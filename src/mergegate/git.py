@@ -684,6 +684,8 @@ class Repo:
             # tracking ref that cannot follow (a stale lock) is said, not fatal; the
             # next fetch names the lock if it is still there.
             tracking = f"refs/remotes/{remote}/{branch}"
+            if self._ref_from_files(tracking) == sha:
+                return True  # push moved it already (the remote's fetch refspec maps the branch there)
             moved = self.run("update-ref", tracking, sha, check=False)
             if moved.returncode != 0:
                 why = failure(f"updating {tracking}", moved.stderr, moved.returncode)

@@ -6,7 +6,8 @@
    records, rotated into audit/log-NNNNNN.jsonl files of 1,000), built with
    mergegate.audit and `git fast-import`.
 2. It times `python -m mergegate audit verify --json` on it (a subprocess,
-   after one untimed warm-up) and reads the child's peak RSS from wait4().
+   after one untimed warm-up, mergegate's modules compiled to bytecode first
+   as an installed copy has them) and reads the child's peak RSS.
 3. It writes the section "## audit verify, 100,000 records" of
    docs/performance.md (notes below the end marker are kept).
 
@@ -36,6 +37,7 @@ from poll_scale import (
     isolate,
     past_records,
     policy_yaml,
+    precompile,
 )
 
 from mergegate import audit, audit_branch
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         remote, records, size = build(tmp, args.records, args.commits)
         built = time.perf_counter() - t
         root = git(remote, "rev-parse", "approved")
+        compiled = precompile()  # as an installed copy: no run compiles mergegate from source
         runs: list[Run] = []
         for i in range(args.repeat + 1):  # the first is a warm-up
             run = verify_once(remote, root)
@@ -245,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             "(GNU time); peak RSS is the main Python process's own ru_maxrss; PSS (proportional: a page shared by "
             "the workers and their parent counted once in all) is sampled every 5 ms over the whole process tree "
             f"in one more run (at most {processes} processes at once).",
+            f"- {compiled}",
             "",
             "| measurement | median | min | runs | goal |",
             "|---|---:|---:|---:|---|",

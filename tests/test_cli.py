@@ -267,3 +267,16 @@ def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> No
     states = {j["job"]: j["state"] for j in world.mg("status", "--json").json()["jobs"]}
     assert states == {"s": "lost", "e": "succeeded"}
     assert len([r for r in world.events("started") if r["job"] == "s"]) == 1
+
+
+def test_the_command_line_freezes_what_is_alive_before_the_process_exits() -> None:
+    """`mergegate` (cli.entry) freezes the objects still alive once the command is done, so Python's exit does not
+    walk them all once more for cycles that die with the process (20 to 35 ms of CPU after `audit verify`), and
+    exits with the command's code."""
+    script = ("import atexit, gc, sys\n"
+              "from mergegate import cli\n"
+              "cli.main = lambda: 3\n"
+              "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 1000))\n"
+              "cli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (3, "frozen True\n"), done.stderr

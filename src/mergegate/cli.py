@@ -7,6 +7,7 @@ handler turns every MergegateError into `error: <what> (<file>:<line>)` and a `h
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -590,4 +591,9 @@ def _json_error(message: str, *, file: str | None = None, line: int | None = Non
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    # The process ends now. Left to itself, Python's exit would walk every object still tracked once more
+    # (20 to 35 ms of CPU after `audit verify`, every command alike) to free cycles that die with the
+    # process anyway; frozen, they are not walked (issue 12).
+    gc.freeze()
+    sys.exit(code)

@@ -49,6 +49,7 @@ from poll_scale import (
     git,
     isolate,
     new_approved_job,
+    precompile,
 )
 from throughput import gate
 
@@ -266,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bin_dir = seed_venv(args.seed_venv or tmp / "seed-venv")
         isolate(tmp / "home")
+        compiled = precompile()  # as an installed copy (the seed's is installed by pip, with its bytecode)
         key = tmp / "alice"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
         for name in rows_wanted:
@@ -289,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- Seed: `{SEED}` installed with pip into a temporary virtual environment, driven through its "
             "own API (`JobStore.submit/approve/work_once`) and CLI (`agent-safe audit-verify`, `agent-safe run "
             "--execute`); mergegate as `python -m mergegate` subprocesses.",
+            f"- {compiled}",
             "",
             "| work | mergegate | seed | seed / mergegate | note |",
             "|---|---:|---:|---:|---|",

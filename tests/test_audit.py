@@ -613,6 +613,10 @@ def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path
     for start in (repo._blob_batch, lambda: repo.blob_feed().proc):
         proc = start()
         try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(b"0" * 40 + b"\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().endswith(b" missing\n")  # git answers: it is git's command line now
             argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         finally:
             proc.kill()

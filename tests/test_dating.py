@@ -207,3 +207,33 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
     assert ran == [], f"fresh ran s ({fresh.code}); verify says:\n{verify.out[-1200:]}{verify.err[-600:]}"
     assert fresh.code == 1 and "denied" in fresh.out, fresh.out + fresh.err
     assert verify.code == 0, verify.out[-1200:] + verify.err[-600:]
+
+
+def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: World) -> None:
+    """A veto a pass walked while its signer's key was valid is judged as that pass judged it (the policy
+    before it, at the time its first record says), as verify judges it: it does not lapse with the key
+    (review redteam7a, F3: the runner judged every veto again at the clock now and ran the job)."""
+    runners = world.signing_runner()
+    until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
+    carol = {"name": "carol", "email": world.carol.email,
+             "keys": [{"key": world.carol.key.public_line, "valid_before": until.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
+    world.setup(policy_yaml([world.bob.approver_entry(), carol], [ECHO_RULE], runners=runners))
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=world.alice)
+    blob = world.blob("p", "jobs/j.yaml")
+    # carol vetoes the proposal before it is merged, while her key is valid; a pass judges the veto.
+    world.checkout_approved("approver")
+    world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/j.yaml {blob}",
+              who=world.carol, sign=world.carol.key)
+    veto = world.git("approver", "rev-parse", "HEAD")
+    world.git("approver", "push", "-q", "origin", "approved")
+    assert world.run_once().code == 0
+    (scanned,) = world.events("scanned")
+    if datetime.fromisoformat(scanned["judged"].replace("Z", "+00:00")) >= until:
+        pytest.skip("the pass judged the veto only after carol's key ran out (a machine this loaded cannot reach the rule)")
+    time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1)  # carol's key has run out now
+    world.signed_merge("p", world.bob)
+    (job,) = world.run_once().json()["jobs"]
+    assert (job["status"], job["reason"]) == ("vetoed", f"vetoed by carol in commit {veto[:7]}"), job
+    assert [r["path"] for r in world.events("started")] == []
+    verify = world.mg("verify", where="auditor")
+    assert verify.code == 0, verify.out[-900:] + verify.err[-600:]

@@ -588,6 +588,28 @@ class Appenders:
         return self._last[commit]
 
 
+def first_covering(repo: Repo, commit: str | None, sha: str, line: Mapping[str, int], vouched: Callable[[str], bool]) -> datetime | None:
+    """When a runner judged `sha`, a commit on approved's first-parent line `line` (commit -> place, 0 for
+    the tip), as verify dates it: the first record (in chain order) naming it or a `scanned` record whose
+    range holds it, counting only records an audit commit `vouched` accepts appended. None: no such record."""
+    place = line.get(sha)
+    if commit is None or place is None:
+        return None
+    appenders = Appenders(repo, commit)
+    for record in sorted(grep_any(repo, commit, [sha, '"event":"scanned"']), key=lambda r: r.seq):
+        if record.get("commit") != sha:
+            end, start = line.get(str(record.get("commit"))), line.get(str(record.get("start")))
+            if record.event != "scanned" or end is None or start is None or not end <= place < start:
+                continue
+        when = judged_time(record)
+        if when is None:
+            continue
+        found = appenders.of(record)
+        if found is not None and vouched(found):
+            return when
+    return None
+
+
 def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[str], bool]) -> datetime | None:
     """When the runner judged `sha`, as the first record naming it (in chain order) says, counting only
     records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy in

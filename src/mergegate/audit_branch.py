@@ -135,6 +135,10 @@ class Checker:
                 moved._line.update((sha, place + len(added)) for sha, place in self._line.items())
         return moved
 
+    def first_parent_line(self) -> Mapping[str, int]:
+        """approved's first-parent line from approved_tip: commit -> place, 0 for the tip."""
+        return self._first_parent_line()
+
     def _first_parent_line(self) -> dict[str, int]:
         if not self._line:
             self._line.update((sha, place) for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.approved_tip).split()))

@@ -42,7 +42,7 @@ from mergegate.errors import (
     StateError,
     UsageError,
 )
-from mergegate.git import Repo, Signing, path_display
+from mergegate.git import Commit, Repo, Signing, path_display
 from mergegate.job import is_job_path
 from mergegate.lock import DEFAULT_WAIT, pass_lock
 from mergegate.logend import LogEnd
@@ -125,6 +125,33 @@ def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
     (its job is then closed as lost), whichever is first."""
     dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
     return min(d.astimezone(UTC) for d in dues) if dues else None
+
+
+class _WalkedView:
+    """A veto commit as the pass that walked it judged it (and verify does): by the policy in force before
+    it, at the time the first record covering it says (one a runner of that policy vouched for). A veto
+    valid then stays a veto: judged only at the clock now and by the tip's policy, it lapsed for the
+    runner once its signer's key ran out, never for verify (review redteam7a, F3)."""
+
+    def __init__(self, repo: Repo, root: str, records: str | None, tip: str, now: datetime) -> None:
+        self.repo, self.root, self.records, self.tip, self.now = repo, root, records, tip, now
+        self._policy_at: Callable[[str], Policy] | None = None
+        self._line: dict[str, int] | None = None
+
+    def vetoes(self, commit: Commit) -> list[Veto]:
+        if self.records is None or not commit.parents:
+            return []
+        if self._policy_at is None:
+            self._policy_at = policy_lookup(self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records)
+            self._line = {sha: place for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.tip).split())}
+        assert self._line is not None
+        before = self._policy_at(commit.parents[0])
+        if not before.runners:
+            return []  # record times say nothing without runners: judged at the clock, as the caller did
+        keys, signer = before.runner_keys(), Assessor(self.repo, at=self.now)
+        when = audit.first_covering(self.repo, self.records, commit.sha, self._line,
+                                    lambda audit_commit: signer.signature(self.repo.commit(audit_commit), keys).ok)
+        return [] if when is None else list(Assessor(self.repo, at=when).veto(commit, before).vetoes)
 
 
 def _sleep(interval: float, wake: datetime | None) -> float:
@@ -225,6 +252,7 @@ class Runner:
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
         self._judged = audit.now()  # the clock the current pass judges at (each pass sets it)
+        self._walked_view: _WalkedView | None = None  # how earlier passes judged old vetoes (each pass sets it)
         self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
         self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
         self._pass_keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
@@ -254,6 +282,7 @@ class Runner:
                          trust=self.options.trust_root, remember=True)
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
+        self._walked_view = _WalkedView(self.repo, gate.root, gate.records, tip, now)
         work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
                     reviews=self._reviews, labels=self._labels(), before_walk=self._can_sign)
         self.plan = work
@@ -411,6 +440,7 @@ class Runner:
                          trust=self.options.trust_root)
         # The same evidence a pass would judge with (the refusals below read it too).
         self._reviews = self._review_source(gate, now, remember=False)
+        self._walked_view = _WalkedView(self.repo, gate.root, gate.records, gate.tip, now)
         work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
                     runner_name=self.options.runner_name, remember=False, reviews=self._reviews,
                     labels=self._labels())
@@ -501,7 +531,10 @@ class Runner:
             commit = self.repo.commit(sha)
             if self.repo.diff(commit.parents[0] if commit.parents else None, sha):
                 continue  # a veto is an empty, signed commit (a merge too), as the walk judges it
-            found += assessor.veto(commit, policy).vetoes
+            vetoes = list(assessor.veto(commit, policy).vetoes)
+            if not vetoes and self._walked_view is not None:
+                vetoes = self._walked_view.vetoes(commit)
+            found += vetoes
         return found
 
     def _lease(self, limits: executor.Limits, wait: float = 0.0) -> dict[str, str]:

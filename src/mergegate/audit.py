@@ -551,8 +551,15 @@ class Appenders:
         self.repo, self.tip = repo, tip
         self._line: list[str] | None = None
         self._last: dict[str, int | None] = {}
+        self._of: dict[tuple[int, str], str | None] = {}
 
     def of(self, record: Record) -> str | None:
+        key = (record.seq, str(record.get("hash")))
+        if key not in self._of:
+            self._of[key] = self._search(record)
+        return self._of[key]
+
+    def _search(self, record: Record) -> str | None:
         if self._line is None:
             self._line = self.repo.out("rev-list", "--first-parent", "--reverse", self.tip).split()
         line, seq, lo, hi = self._line, record.seq, 0, len(self._line)
@@ -578,9 +585,9 @@ class Appenders:
             if not names:
                 self._last[commit] = 0
             else:
-                tail = self.repo.blob(names[-1][1]).rstrip(b"\n").rsplit(b"\n", 1)[-1]
+                lines = self.repo.blob(names[-1][1]).splitlines()  # (split as parse_file splits: a bare CR too)
                 try:
-                    value = json.loads(tail)
+                    value = json.loads(lines[-1]) if lines else None
                 except ValueError:
                     return None
                 if isinstance(value, dict) and isinstance(value.get("seq"), int):
@@ -588,34 +595,35 @@ class Appenders:
         return self._last[commit]
 
 
-def first_covering(repo: Repo, commit: str | None, sha: str, line: Mapping[str, int], vouched: Callable[[str], bool]) -> datetime | None:
-    """When a runner judged `sha`, a commit on approved's first-parent line `line` (commit -> place, 0 for
-    the tip), as verify dates it: the first record (in chain order) naming it or a `scanned` record whose
-    range holds it, counting only records an audit commit `vouched` accepts appended. None: no such record."""
+def first_covering(scanned: Sequence[Record], sha: str, line: Mapping[str, int], appenders: Appenders,
+                   vouched: Callable[[str, datetime], bool]) -> datetime | None:
+    """When a runner judged `sha`, an empty commit on approved's first-parent line `line` (commit -> place,
+    0 for the tip; a veto: no record but `scanned` ones names such a commit), as verify dates it: the first
+    of the `scanned` records (in chain order) whose range holds it, counting only one an audit commit
+    `vouched` accepts appended (judging the signer's key at the record's time). None: no such record."""
     place = line.get(sha)
-    if commit is None or place is None:
+    if place is None:
         return None
-    appenders = Appenders(repo, commit)
-    for record in sorted(grep_any(repo, commit, [sha, '"event":"scanned"']), key=lambda r: r.seq):
-        if record.get("commit") != sha:
-            end, start = line.get(str(record.get("commit"))), line.get(str(record.get("start")))
-            if record.event != "scanned" or end is None or start is None or not end <= place < start:
-                continue
+    for record in scanned:
+        end, start = line.get(str(record.get("commit"))), line.get(str(record.get("start")))
+        if end is None or start is None or not end <= place < start:
+            continue
         when = judged_time(record)
         if when is None:
             continue
         found = appenders.of(record)
-        if found is not None and vouched(found):
+        if found is not None and vouched(found, when):
             return when
     return None
 
 
-def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[str], bool]) -> datetime | None:
+def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[str, datetime], bool]) -> datetime | None:
     """When the runner judged `sha`, as the first record naming it (in chain order) says, counting only
     records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy in
-    force before `sha`. A record in a commit only `sha`'s own policy would trust cannot date `sha` (it would
-    vouch for itself: an expired approver's policy change, dated inside the key's life by a runner key the
-    change itself adds). None: no such record."""
+    force before `sha`, its key judged at the record's time, as approver keys are (a runner key that ended
+    since still vouched then). A record in a commit only `sha`'s own policy would trust cannot date `sha`
+    (it would vouch for itself: an expired approver's policy change, dated inside the key's life by a runner
+    key the change itself adds). None: no such record."""
     if commit is None:
         return None
     appenders = Appenders(repo, commit)
@@ -624,7 +632,7 @@ def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[s
         if when is None:
             continue  # (a record with a bad time tells nothing about when)
         found = appenders.of(record)
-        if found is not None and vouched(found):
+        if found is not None and vouched(found, when):
             return when
     return None
 

@@ -327,10 +327,15 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     return policy
 
 
-def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str], bool]:
-    """Whether an audit commit is signed by a runner of `policy`."""
+def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, datetime], bool]:
+    """Whether an audit commit is signed by a runner of `policy`, the key judged at `when` (its record's time)."""
     keys = policy.runner_keys()
-    return lambda commit: signer.signature(repo.commit(commit), keys).ok
+
+    def vouched(commit: str, when: datetime) -> bool:
+        signer.at = when
+        return signer.signature(repo.commit(commit), keys).ok
+
+    return vouched
 
 
 def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:

@@ -60,6 +60,7 @@ from mergegate.policy import Policy
 from mergegate.processes import ProcessId
 from mergegate.publisher import Publisher
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
+from mergegate.signatures import split_signed_commit
 from mergegate.spool import Entry, Spool
 
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once) unless the job says idempotent: true and has retries left"
@@ -136,22 +137,39 @@ class _WalkedView:
     def __init__(self, repo: Repo, root: str, records: str | None, tip: str, now: datetime) -> None:
         self.repo, self.root, self.records, self.tip, self.now = repo, root, records, tip, now
         self._policy_at: Callable[[str], Policy] | None = None
-        self._line: dict[str, int] | None = None
+        self._line: dict[str, int] = {}
+        self._scanned: list[audit.Record] = []
+        self._appenders: audit.Appenders | None = None
+        self._signer = Assessor(repo, at=now)
+        self._found: dict[str, list[Veto]] = {}  # (read once a pass: a veto commit costs nothing the second time)
 
     def vetoes(self, commit: Commit) -> list[Veto]:
-        if self.records is None or not commit.parents:
-            return []
+        if self.records is None or not commit.parents or split_signed_commit(commit.raw) is None:
+            return []  # (an unsigned commit is no veto at any time: nothing to look up)
+        if commit.sha in self._found:
+            return self._found[commit.sha]
         if self._policy_at is None:
+            # Once a pass: the line, every `scanned` record (one git grep), one binary search's memory.
             self._policy_at = policy_lookup(self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records)
             self._line = {sha: place for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.tip).split())}
-        assert self._line is not None
+            self._scanned = sorted((r for r in audit.grep(self.repo, self.records, '"event":"scanned"') if r.event == "scanned"),
+                                   key=lambda r: r.seq)
+            self._appenders = audit.Appenders(self.repo, self.records)
+        assert self._appenders is not None
         before = self._policy_at(commit.parents[0])
-        if not before.runners:
-            return []  # record times say nothing without runners: judged at the clock, as the caller did
-        keys, signer = before.runner_keys(), Assessor(self.repo, at=self.now)
-        when = audit.first_covering(self.repo, self.records, commit.sha, self._line,
-                                    lambda audit_commit: signer.signature(self.repo.commit(audit_commit), keys).ok)
-        return [] if when is None else list(Assessor(self.repo, at=when).veto(commit, before).vetoes)
+        found: list[Veto] = []
+        if before.runners:  # (without runners record times say nothing: judged at the clock, as the caller did)
+            keys = before.runner_keys()
+
+            def vouched(audit_commit: str, when: datetime) -> bool:
+                self._signer.at = when
+                return self._signer.signature(self.repo.commit(audit_commit), keys).ok
+
+            when = audit.first_covering(self._scanned, commit.sha, self._line, self._appenders, vouched)
+            if when is not None:
+                found = list(Assessor(self.repo, at=when).veto(commit, before).vetoes)
+        self._found[commit.sha] = found
+        return found
 
 
 def _sleep(interval: float, wake: datetime | None) -> float:

@@ -180,7 +180,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
     violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     violations.extend(_judged_later(records))
-    violations.extend(_unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, assessor))
+    violations.extend(_unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo, at=now)))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
@@ -267,6 +267,7 @@ def _unvouched_dates(repo: Repo, seen: dict[str, tuple[datetime, int]], walked: 
         seq = seen[sha][1]
         at = bisect.bisect_right(firsts, seq) - 1
         commit = appended[at][1] if at >= 0 else None
+        assessor.at = seen[sha][0]  # (the runner key judged at the record's time, as approver keys are)
         if commit is None or not assessor.signature(repo.commit(commit), policy.runner_keys()).ok:
             problems.append(f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit {(commit or '?')[:12]}, which no "
                             f"runner of the policy in force before it signed: that record cannot say when the commit was judged")

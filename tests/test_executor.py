@@ -474,3 +474,28 @@ def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runner
     assert "mergegate.spawner" in listed
     heavy = {"typing", "dataclasses", "subprocess", "threading", "pathlib", "site", "mergegate.processes", "mergegate.children"}
     assert heavy.isdisjoint(listed), sorted(heavy & set(listed))
+
+
+def test_a_job_starts_with_no_signal_ignored_caught_or_blocked_whatever_its_runner_had(tmp_path: Path) -> None:
+    """A runner started under nohup (SIGHUP ignored) with a signal blocked: the spawner catches the
+    terminal's signals and Python ignores SIGPIPE and SIGXFSZ, and none of it reaches the job, whose
+    /proc/self/status shows every signal at its default and nothing blocked."""
+    import subprocess
+
+    script = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\n"
+        "from pathlib import Path\n"
+        "from mergegate import executor\n"
+        "ws = Path(sys.argv[1])\n"
+        "r = executor.run(executor.ExecRequest(argv=('cat', '/proc/self/status'), workspace=ws, cwd='', env={'PATH': '/usr/bin:/bin'},\n"
+        "    secrets=(), limits=executor.Limits(timeout_seconds=10), search_path='/usr/bin:/bin', run_id='sig-1'))\n"
+        "print(r.stdout.tail)\n"
+    )
+    workspace = _workspace(tmp_path)
+    done = subprocess.run([sys.executable, "-c", script, str(workspace)], capture_output=True, text=True, timeout=60, check=True)
+    status = dict(line.split(":\t", 1) for line in done.stdout.splitlines() if line.startswith("Sig"))
+    assert status["SigIgn"].strip() == "0" * 16, status
+    assert status["SigBlk"].strip() == "0" * 16, status
+    assert status["SigCgt"].strip() == "0" * 16, status

@@ -11,8 +11,8 @@ forks the job from its own small image.
 What the job's main process gets is what it got before: its own session and process
 group, the runner's limits (never above the runner's hard ones), its cgroup joined
 before exec, a parent-death signal (SIGKILL when the spawner dies, and the spawner
-dies with the runner), the child-subreaper flag, default signal dispositions, and
-stdin from /dev/null. The spawner tells the runner's watchdog of the job's process
+dies with the runner), the child-subreaper flag, every signal at its default (none
+ignored, none caught) and none blocked, and stdin from /dev/null. The spawner tells the runner's watchdog of the job's process
 group **before** the job may exec, so a runner killed at any moment after the fork
 leaves nothing of the job running (the runner's own Tracker tells it later of every
 process it sees).
@@ -59,9 +59,13 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 HEAD = 16  # bytes of the first word on a job's status pipe: `P<pid>` or `E<errno>`, padded
-# What the spawner ignores (the terminal's and CI's signals are for the runner) and
-# Python sets aside (SIGPIPE, SIGXFSZ): a job starts with every disposition at default.
-_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
+# The terminal's and CI's signals are for the runner: the spawner catches them with a handler that
+# does nothing (caught, not ignored: execve sets a caught signal back to its default, as it does
+# SIGCHLD's handler, so the job needs no call for them). Python ignores SIGPIPE and SIGXFSZ, and an
+# ignored signal stays ignored across execve: the job's process sets those two back itself. Each call
+# between fork and exec costs the job's start a copy of the memory it touches (issue 12).
+_DEAF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 # -- the spawner process -----------------------------------------------------------------------
@@ -98,10 +102,8 @@ def _child(request: dict[str, Any], out: int, err: int, go: int, report: int, li
                 os._exit(127)
             # Orphans of the job's processes stay under its main process while it lives.
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        signal.set_wakeup_fd(-1)
-        for sig in (*_IGNORED, signal.SIGCHLD):
+        for sig in _PYTHON_IGNORES:  # (the signal mask is empty: the spawner emptied its own)
             signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if request["cgroup"] is not None:
             fd = os.open(os.path.join(request["cgroup"], "cgroup.procs"), os.O_WRONLY)
             os.write(fd, b"0")
@@ -180,9 +182,15 @@ def _reap(jobs: dict[int, int]) -> None:
             os.close(fd)
 
 
+def _deaf(*_: object) -> None:
+    """The runner's signals, caught and dropped (see _DEAF)."""
+
+
 def main() -> int:
-    for sig in _IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+    for sig in _DEAF:
+        signal.signal(sig, _deaf)
+    # Whatever the runner's thread blocked, the jobs (forked from this thread) start with nothing blocked.
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     try:
         libc: Any = ctypes.CDLL(None, use_errno=True)
     except OSError:

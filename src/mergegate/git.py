@@ -286,9 +286,24 @@ def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozense
                 os.mkdir(target)
                 _copy_checkout(Path(entry.path), Path(target), path + b"/", executable)
             else:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if path in executable else 0o666)
-                with open(fd, "wb") as out, open(entry.path, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 20)
+                _copy_file(entry.path, target, 0o777 if path in executable else 0o666)
+
+
+def _copy_file(source: str, target: str, mode: int) -> None:
+    """`source`'s bytes into a new file `target` (mode less the umask), a chunk at a time, with plain
+    descriptors: once per file of every job's export, where file objects cost twice the system calls."""
+    src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
 
 
 class BlobFeed:

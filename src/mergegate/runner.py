@@ -865,7 +865,13 @@ class Runner:
         # another branch); leaving them out keeps the export proportional to the code.
         self.repo.export(decision.commit, workspace, skip=_not_exported)
         (workspace / job.path).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / job.path).write_bytes(self.repo.blob(job.blob))
+        fd = os.open(workspace / job.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # as write_bytes, in half the calls
+        try:
+            data = memoryview(self.repo.blob(job.blob))
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
         env = executor.build_environment(
             runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
             extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},

@@ -376,3 +376,19 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
     job = _run(world, {"jobs/one.yaml": job_yaml("one", ["sh", "-c", "echo one"])})
     assert job["status"] == "succeeded"
     assert synced == ["runner.jsonl.tmp", "spool", "runner.jsonl"], synced
+
+
+def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_around_it(world: World) -> None:
+    """One folder fewer per job (issue 12: every inode made costs on some file systems): the job's cwd is
+    the `mergegate-job-*` folder made in the runner's TMPDIR, mode 0700, holding only the export."""
+    import tempfile
+
+    _gate(world)
+    job = _run(world, {"jobs/where.yaml": job_yaml("where", ["sh", "-c", "pwd; stat -c %a .; ls -A"])})
+    assert job["status"] == "succeeded", job
+    (finished,) = world.events("finished")
+    cwd, mode, *names = finished["stdout_tail"].split()
+    assert Path(cwd).parent == Path(tempfile.gettempdir()).resolve() and Path(cwd).name.startswith("mergegate-job-"), cwd
+    assert mode == "700"
+    assert sorted(names) == ["jobs", "policy"], names
+    assert not Path(cwd).exists()  # removed after the job

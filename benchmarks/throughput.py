@@ -96,6 +96,32 @@ def flatness(found: list[dict[str, Any]]) -> float:
     return last / first if first > 0 else float("nan")
 
 
+def workspace_fs() -> str:
+    """Where the runner makes its jobs' workspaces (TMPDIR): the file system, and for ext4 whether it
+    has a journal. Without one, each new file or folder walks past the inodes freed in the last minute
+    or more (ext4's recently_deleted), so a figure depends on what was removed just before it."""
+    where = os.path.realpath(tempfile.gettempdir())
+    best = ("", "?", "?")
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split()
+            mount, rest = fields[4], fields[fields.index("-") + 1:]
+            if (where == mount or where.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
+                best = (mount, rest[0], rest[1])
+    except (OSError, ValueError, IndexError):
+        return f"{where}: file system unknown"
+    mount, kind, device = best
+    text = f"{where} is on {kind} ({device} at {mount})"
+    if kind == "ext4":
+        try:
+            task = Path(f"/sys/fs/ext4/{os.path.basename(device)}/journal_task").read_text().strip()
+        except OSError:
+            return text
+        text += ", without a journal: every new file or folder walks past the inodes freed in the last minute" \
+            if task == "<none>" else ", with a journal"
+    return text
+
+
 def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str, Any]:
     runner, root = gate(tmp, label, key, trivial_jobs(n))
     argv = [sys.executable, "-m", "mergegate", "run", "--once", "--json", "--trust-root", root]
@@ -152,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             *header(command, load),
             f"- {compiled}",
+            f"- Job workspaces (TMPDIR): {workspace_fs()} (see the notes).",
             f"- Work: one signed merge adding {args.jobs} trivial jobs (`echo`), one `python -m mergegate run --once` "
             "in a fresh runner clone (local bare remote), wall clock including interpreter start; every job exactly "
             "one `started` and one `finished` (checked).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from pathlib import Path
@@ -465,3 +466,65 @@ def test_a_push_leaves_the_tracking_ref_at_what_it_pushed_with_update_ref_only_w
         repo.close()
     mapped = refspec.startswith("+refs/heads/*")
     assert calls == ["push", "push"] if mapped else ["push", "update-ref", "push", "update-ref"]
+
+
+def _reference_diff(repo: Path, parent: str | None, sha: str) -> object:
+    """What Repo.diff answered before it compared trees itself: `git diff-tree -r -z --no-renames`."""
+    args = ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", *(["--root", sha] if parent is None else [parent, sha])]
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, check=False)
+    if proc.returncode != 0:
+        return "error"
+    fields = proc.stdout.split(b"\0")
+    return [(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1])
+            for i in range(0, len(fields) - 1, 2) for meta in [fields[i].decode().lstrip(":").split()]]
+
+
+def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_tree_says(tmp_path: Path) -> None:
+    """Repo.diff without pathspecs compares the trees itself (no diff-tree process) where it can: every pair of
+    commits and trees of a history with every kind of change (added, deleted, edited, a mode, a type, a file
+    and a folder of one name, names sorting around a folder's), against diff-tree; git answers for gitlinks
+    and trees not in git's order."""
+    from mergegate.git import GitError
+
+    repo = _history(tmp_path)
+    steps = ["ln -sf jobs link2 && echo t > a.txt && mkdir -p a.d && echo 1 > a.d/x && echo 2 > a-b",
+             "rm link2 && echo now-a-file > link2 && chmod -x a && rm -r jobs/j.yaml && echo back > jobs/j.yaml",
+             "rm link && ln -s a.txt link && mkdir -p deep/er/est && echo d > deep/er/est/f && echo e > deep/er/g",
+             "rm -r deep/er && echo gone > deep/er && echo 3 > a.d/x && chmod +x a.d/x"]
+    for number, step in enumerate(steps):
+        subprocess.run(["sh", "-c", step], cwd=repo, check=True)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"more {number}")
+    # The first-parent line in order (each pair a step: --all's order of commits made in one second varies), then the sides.
+    line = _git(repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
+    commits = line + [c for c in _git(repo, "rev-list", "--reverse", "--all").split() if c not in line]
+    trees = [_git(repo, "rev-parse", f"{c}^{{tree}}") for c in commits[-4:]]
+    _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},sub")
+    _git(repo, "commit", "-q", "-m", "gitlink")
+    _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'2' * 40},sub")
+    _git(repo, "commit", "-q", "-m", "gitlink moved")
+    linked = _git(repo, "rev-list", "-2", "HEAD").split()
+    blob = _git(repo, "rev-parse", "HEAD:a")
+    raw = bytes.fromhex(blob)
+    unordered = _git(repo, "hash-object", "-w", "-t", "tree", "--literally", "--stdin", input=b"100644 b\0" + raw + b"100644 a\0" + raw)
+    # Each step both ways, each from nothing, across the history, between trees and commits, and git's cases.
+    pairs: list[tuple[str | None, str]] = [(None, c) for c in commits] + list(itertools.pairwise(commits))
+    pairs += [(b, a) for a, b in itertools.pairwise(commits)] + [(commits[0], commits[-1]), (commits[-1], commits[0])]
+    pairs += [(trees[0], trees[-1]), (commits[-4], trees[-1]), (trees[1], commits[-1]), (None, trees[2])]
+    pairs += [(linked[1], linked[0]), (commits[-1], linked[0]), (None, unordered), (unordered, trees[0]), (blob, commits[0]),
+              (commits[0], "HEAD"), ("0" * 40, commits[0])]
+    r = Repo(repo)
+    fast = 0
+    try:
+        for parent, sha in pairs:
+            try:
+                got: object = [(c.status, c.path, c.old_blob, c.new_blob, c.old_mode, c.new_mode) for c in r.diff(parent, sha)]
+            except GitError:
+                got = "error"
+            assert got == _reference_diff(repo, parent, sha), (parent, sha)
+            fast += r._tree_diff(parent, sha) is not None
+        statuses = {c.status for p, s in pairs for c in r._tree_diff(p, s) or []}
+        assert statuses == {"A", "D", "M", "T"} and fast >= 2 * len(commits)  # the walk answered most of them
+        assert r._tree_diff(linked[1], linked[0]) is None and r._tree_diff(None, unordered) is None  # git's to say
+    finally:
+        r.close()

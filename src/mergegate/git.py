@@ -998,6 +998,10 @@ class Repo:
     def diff(self, parent: str | None, sha: str, *pathspecs: str) -> list[Change]:
         if not pathspecs and parent is not None and (parent, sha) in self._diffs:
             return list(self._diffs[(parent, sha)])
+        if not pathspecs:
+            compared = self._tree_diff(parent, sha)
+            if compared is not None:
+                return compared
         args = ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id"]
         args += ["--root", sha] if parent is None else [parent, sha]
         args += ["--", *pathspecs] if pathspecs else []
@@ -1007,6 +1011,63 @@ class Repo:
             meta = fields[i].decode().lstrip(":").split()
             changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1]))
         return changes
+
+    def _tree_diff(self, parent: str | None, sha: str) -> list[Change] | None:
+        """What `diff-tree -r --no-renames` says between two commits or trees (or `--root`), read through the
+        object process (a pass diffed a commit or three, a process each); None where git must say: not full
+        SHA-1 ids of commits or trees, a tree not in git's own order, deeper than _DIFF_DEPTH, or a gitlink
+        that changed (git may ignore it, as a submodule's config says). Held to diff-tree in test_git_batch.py."""
+        try:
+            old = self._root_tree(parent) if parent is not None else ""
+            new = self._root_tree(sha)
+            if old is None or new is None:
+                return None
+            if parent is None and (new == sha or self.commit(sha).parents or (self.common_dir / "info" / "grafts").exists()):
+                return None  # --root compares a commit with its parents (none for a root commit; grafts may add some)
+            changes: list[Change] = []
+            return changes if self._diff_trees(old, new, b"", changes, 0) else None
+        except GitError:
+            return None
+
+    def _root_tree(self, sha: str) -> str | None:
+        if not re.fullmatch(r"[0-9a-f]{40}", sha):
+            return None
+        kind = self._objects.kind(sha) if sha not in self._commits else "commit"
+        tree = self.commit(sha).tree if kind == "commit" else sha if kind == "tree" else ""
+        return tree if re.fullmatch(r"[0-9a-f]{40}", tree) else None
+
+    def _diff_trees(self, old: str, new: str, base: bytes, changes: list[Change], depth: int) -> bool:
+        """Append to `changes` what differs between trees `old` and `new` ("" for none) under `base`, in
+        diff-tree's order (both trees' entries merged in tree order: a folder sorts as its name and "/",
+        so a file and a folder of one name are two entries); False where git must say."""
+        if old == new or depth > _DIFF_DEPTH:
+            return old == new
+        before = self._tree_listing(old) if old else {}
+        after = self._tree_listing(new) if new else {}
+        if before is None or after is None:
+            return False
+        olds = {(n + b"/" if m == b"40000" else n): (n, m, s) for n, (m, s) in before.items()}
+        news = {(n + b"/" if m == b"40000" else n): (n, m, s) for n, (m, s) in after.items()}
+        for k in sorted(olds.keys() | news.keys()):
+            a, b = olds.get(k), news.get(k)
+            name = a[0] if a is not None else b[0]  # type: ignore[index]
+            if k.endswith(b"/"):
+                if not self._diff_trees(a[2] if a else "", b[2] if b else "", base + name + b"/", changes, depth + 1):
+                    return False
+                continue
+            if a is not None and b is not None and a[1:] == b[1:]:
+                continue
+            if b"160000" in (a[1] if a else b"", b[1] if b else b""):
+                return False  # a gitlink: whether git reports it can depend on the submodule's config
+            path = path_text(base + name)
+            if a is None:
+                changes.append(Change("A", path, ZERO, b[2], "000000", b[1].decode()))  # type: ignore[index]
+            elif b is None:
+                changes.append(Change("D", path, a[2], ZERO, a[1].decode(), "000000"))
+            else:
+                kind = "M" if (a[1] in _REGULAR) == (b[1] in _REGULAR) and (a[1] in _REGULAR or a[1] == b[1]) else "T"
+                changes.append(Change(kind, path, a[2], b[2], a[1].decode(), b[1].decode()))
+        return True
 
     def patch(self, old: str, new: str, path: str) -> str:
         """The diff of one path between two commits, as text (for a reader, never parsed)."""
@@ -1382,6 +1443,8 @@ class Repo:
 _HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 _FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _PLAIN_PREFIX = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)+")  # folders ls_tree walks to itself
+_DIFF_DEPTH = 64  # folders deeper than this are diff-tree's to compare
+_REGULAR = (b"100644", b"100755")  # one type, two modes: a change between them is an M, not a T
 _PACKED_REFS_BYTES = 65536  # a bigger packed-refs (thousands of tags) is for-each-ref's to search
 _HEX_LINE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
 # Ref names _ref_from_files reads from the files: parts of these characters, none starting with a dot.

@@ -106,30 +106,36 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
     return change, runners
 
 
-def test_a_forged_early_judged_does_not_revive_an_expired_policy_change_on_a_fresh_runner(world: World) -> None:
-    change, _ = _expired_carol_gate(world)
-    early = datetime.now(UTC) - timedelta(days=2)  # before carol's key ran out
-    # One forged record naming the change with an early `judged` (its own `time` may be anything later),
-    # in an audit commit signed by the runner key the *change itself* lists.
+def _forge_adoption_and_pwn(world: World, change: str, times: dict[str, str]) -> None:
+    """One forged `policy` record saying the change was adopted (with `times`), in an audit commit signed by
+    the runner key the *change itself* lists; then carol's sh job, which only the change would allow."""
     _forge(world, {"event": "policy", "commit": change, "status": "adopted", "reason": "forged", "policy_commit": change,
-                   "time": _stamp(datetime.now(UTC)), "judged": _stamp(early)}, sign=world.mallory.key)
+                   **times}, sign=world.mallory.key)
     world.propose("pwn", {"jobs/pwn.yaml": job_yaml("pwn", ["sh", "-c", "echo pwned"])}, who=world.alice)
     world.signed_merge("pwn", world.carol)
-    # A runner that did not walk the change itself (a fresh clone, as every GitHub Actions run is).
+
+
+def _fresh_runner_refuses(world: World) -> None:
+    """A runner that did not walk the change itself (a fresh clone, as every GitHub Actions run is)."""
     fresh = world.mg("run", "--once", "--json", *world.runner_args, "--runner-name", "fresh", where="fresh")
     ran = [r for r in world.records() if r["event"] == "started" and r.get("path") == "jobs/pwn.yaml"]
     assert ran == [], f"the forged record revived carol's expired policy change: pwn ran\n{fresh.out}\n{fresh.err}"
     assert fresh.code == 3, fresh.out + fresh.err
 
 
+def test_a_forged_early_judged_does_not_revive_an_expired_policy_change_on_a_fresh_runner(world: World) -> None:
+    change, _ = _expired_carol_gate(world)
+    early = datetime.now(UTC) - timedelta(days=2)  # before carol's key ran out
+    # An early `judged` (its own `time` may be anything later).
+    _forge_adoption_and_pwn(world, change, {"time": _stamp(datetime.now(UTC)), "judged": _stamp(early)})
+    _fresh_runner_refuses(world)
+
+
 def test_control_the_honest_runner_and_verify_refuse_the_forgery(world: World) -> None:
     """The same forgery against the runner that walked the change (its judged.json wins) and verify."""
     change, _ = _expired_carol_gate(world)
     early = datetime.now(UTC) - timedelta(days=2)
-    _forge(world, {"event": "policy", "commit": change, "status": "adopted", "reason": "forged", "policy_commit": change,
-                   "time": _stamp(datetime.now(UTC)), "judged": _stamp(early)}, sign=world.mallory.key)
-    world.propose("pwn", {"jobs/pwn.yaml": job_yaml("pwn", ["sh", "-c", "echo pwned"])}, who=world.alice)
-    world.signed_merge("pwn", world.carol)
+    _forge_adoption_and_pwn(world, change, {"time": _stamp(datetime.now(UTC)), "judged": _stamp(early)})
     assert world.run_once().code == 3
     assert world.mg("verify", where="auditor").code == 3
 
@@ -137,15 +143,8 @@ def test_control_the_honest_runner_and_verify_refuse_the_forgery(world: World) -
 def test_the_same_forgery_with_an_early_time_and_no_judged(world: World) -> None:
     """`time` alone (records written before `judged`) is held to the same rule."""
     change, _ = _expired_carol_gate(world)
-    early = datetime.now(UTC) - timedelta(days=2)
-    _forge(world, {"event": "policy", "commit": change, "status": "adopted", "reason": "forged", "policy_commit": change,
-                   "time": _stamp(early)}, sign=world.mallory.key)
-    world.propose("pwn", {"jobs/pwn.yaml": job_yaml("pwn", ["sh", "-c", "echo pwned"])}, who=world.alice)
-    world.signed_merge("pwn", world.carol)
-    fresh = world.mg("run", "--once", "--json", *world.runner_args, "--runner-name", "fresh", where="fresh")
-    ran = [r for r in world.records() if r["event"] == "started" and r.get("path") == "jobs/pwn.yaml"]
-    assert ran == [], f"the forged record revived carol's expired policy change: pwn ran\n{fresh.out}\n{fresh.err}"
-    assert fresh.code == 3, fresh.out + fresh.err
+    _forge_adoption_and_pwn(world, change, {"time": _stamp(datetime.now(UTC) - timedelta(days=2))})
+    _fresh_runner_refuses(world)
 
 
 HOOK = """#!/bin/sh

@@ -206,6 +206,16 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
     assert ran == [], f"fresh ran s ({fresh.code}); verify says:\n{verify.out[-1200:]}{verify.err[-600:]}"
     assert fresh.code == 1 and "denied" in fresh.out, fresh.out + fresh.err
     assert verify.code == 0, verify.out[-1200:] + verify.err[-600:]
+    # And "slow", which judged the change adopted first (its own memory says so) but recorded it second,
+    # now judges as the chain says too: another job only the change allows is refused there as well.
+    hook.unlink()
+    world.propose("s2", {"jobs/s2.yaml": job_yaml("s2", ["sh", "-c", "echo s2"])}, who=world.alice)
+    world.signed_merge("s2", world.bob)
+    again = world.mg("run", "--once", "--json", *world.runner_args, "--runner-name", "slow", where="slow")
+    assert [(j["path"], j["status"]) for j in again.json()["jobs"]] == [("jobs/s2.yaml", "rejected")], again.out + again.err
+    assert "denied" in again.out
+    assert [r for r in world.records() if r["event"] == "started" and r["path"] in ("jobs/s.yaml", "jobs/s2.yaml")] == []
+    assert world.mg("verify", where="auditor").code == 0
 
 
 def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: World) -> None:

@@ -316,12 +316,17 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     # As the walk that first judged them: full authorship search only for bytes the audit has seen.
     assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
     signer = Assessor(repo, at=now)
+    dated = judged_times(repo, _DATED)
     for sha in policy_changes(repo, root, upto, remember=remember):
-        at = judged.get(sha)
+        at = dated.get(sha) if policy.runners else None
         if at is None and policy.runners:
-            # Only a record a runner of the policy before the change appended dates it (audit.first_vouched).
+            # Only a record a runner of the policy before the change appended dates it (audit.first_vouched);
+            # the first such record, once there, is every clone's date (the audit only grows): before this
+            # clone's own memory, so a runner whose record of the change landed second judges as the rest.
             at = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
-        assessor.at = at or now
+            if at is not None and remember:
+                remember_judged(repo, [sha], at, _DATED)
+        assessor.at = at or judged.get(sha) or now
         policy = assessor.assess(sha, policy).policy
     assessor.at = now
     return policy
@@ -458,25 +463,30 @@ def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime, revie
         raise NotYet(f"the audit commits new since the last pass cannot be checked yet: {exc.message}", hint=exc.hint) from None
 
 
-def _judged_path(repo: Repo) -> Path:
-    return repo.git_dir / "mergegate" / "judged.json"
+_JUDGED = "judged.json"  # when this clone first judged each policy change
+_DATED = "dated.json"  # the first vouched record's date of each (audit.first_vouched), found once
 
 
-def judged_times(repo: Repo) -> dict[str, datetime]:
-    """When this clone first judged each policy change (local state nobody else can push)."""
+def _judged_path(repo: Repo, name: str = _JUDGED) -> Path:
+    return repo.git_dir / "mergegate" / name
+
+
+def judged_times(repo: Repo, name: str = _JUDGED) -> dict[str, datetime]:
+    """When this clone first judged each policy change, or (`_DATED`) when the audit's first vouched
+    record says it was judged (local state nobody else can push)."""
     try:
-        data = json.loads(_judged_path(repo).read_text("utf-8"))
+        data = json.loads(_judged_path(repo, name).read_text("utf-8"))
         return {sha: datetime.fromisoformat(when) for sha, when in data.items()}
     except (OSError, ValueError, AttributeError, TypeError):
         return {}
 
 
-def remember_judged(repo: Repo, shas: list[str], at: datetime) -> None:
-    judged = judged_times(repo)
+def remember_judged(repo: Repo, shas: list[str], at: datetime, name: str = _JUDGED) -> None:
+    judged = judged_times(repo, name)
     new = {sha: at for sha in shas if sha not in judged}
     if not new:
         return
-    path = _judged_path(repo)
+    path = _judged_path(repo, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps({sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True), "utf-8")

@@ -305,7 +305,8 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     judged at the time the change was first judged: the audit's first record of
     it that a runner of the policy before the change vouched for (its audit commit
     signed by one of them: keys the change itself adds never date it), only when
-    that policy lists runners; else this clone's own memory of it; else the clock now. A forged record time must not bring an expired key back to life.
+    that policy lists runners; else this clone's own memory of it; else the clock
+    now. A forged record time must not bring an expired key back to life.
     """
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     if upto == root:

@@ -528,3 +528,49 @@ def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_
         assert r._tree_diff(linked[1], linked[0]) is None and r._tree_diff(None, unordered) is None  # git's to say
     finally:
         r.close()
+
+
+def test_the_chain_walk_answers_as_rev_list_and_merge_base_do_or_leaves_it_to_git(tmp_path: Path) -> None:
+    """Repo.chain (an audit branch walked in-process after another runner's push) lists exactly what
+    `rev-list --reverse --topo-order old..new` lists wherever it answers, and answers only where
+    `merge-base --is-ancestor old new` says yes; a merge, a root, a malformed commit, a bound, grafts and
+    a shallow clone are git's to say (None)."""
+    repo = _history(tmp_path)
+    for number in range(4):
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"linear {number}")
+    tree = _git(repo, "rev-parse", "HEAD^{tree}")
+    head = _git(repo, "rev-parse", "HEAD")
+    # A second `parent` line after the author: git reads one parent, a loose reader two.
+    odd = f"tree {tree}\nparent {head}\nauthor t <t@x> 1 +0000\ncommitter t <t@x> 1 +0000\nparent {head}\n\nodd\n"
+    malformed = _git(repo, "hash-object", "-w", "-t", "commit", "--literally", "--stdin", input=odd.encode())
+    after = _git(repo, "commit-tree", tree, "-p", malformed, "-m", "after the odd one")
+    commits = [*_git(repo, "rev-list", "--reverse", "--all").split(), malformed, after]
+    r = Repo(repo)
+    answered = 0
+    try:
+        for old, new in itertools.product(commits, repeat=2):
+            got = r.chain(old, new)
+            ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=repo).returncode == 0
+            if got is not None:
+                answered += 1
+                assert ancestor, (old, new)
+                assert got == _git(repo, "rev-list", "--reverse", "--topo-order", f"{old}..{new}").split(), (old, new)
+        assert answered >= 40  # (the walk answered the linear pairs, not only x..x)
+        assert r.chain(head, after) is None and r.chain(malformed, after) == [after]  # through the odd one: git's to say
+        first = commits[0]
+        assert r.chain(first, head) is None  # a merge on the way
+        line = _git(repo, "rev-list", "--first-parent", "--reverse", "HEAD").split()
+        assert r.chain(line[-5], head) == line[-4:] and r.chain(line[-5], head, limit=3) is None
+        assert r.chain("0" * 40, head) is None and r.chain("HEAD~1", head) is None
+        for marker in ("info/grafts", "shallow"):  # git now sees HEAD~1 as a root
+            (repo / ".git" / marker).parent.mkdir(exist_ok=True)
+            (repo / ".git" / marker).write_text(f"{line[-2]}\n")
+            fresh = Repo(repo)
+            try:
+                assert fresh.chain(line[-5], head) is None
+                assert subprocess.run(["git", "merge-base", "--is-ancestor", line[-5], head], cwd=repo).returncode != 0
+            finally:
+                fresh.close()
+            (repo / ".git" / marker).unlink()
+    finally:
+        r.close()

@@ -768,6 +768,37 @@ class Repo:
         roots = self.out("rev-list", "--first-parent", "--max-parents=0", tip).split()
         return roots[-1]
 
+    def chain(self, old: str, new: str, *, limit: int = 256) -> list[str] | None:
+        """The commits after `old` up to `new`, oldest first, when `new` reaches `old` through at most `limit`
+        well-formed single-parent commits; None where git must say (a merge, a root, a malformed commit, grafts
+        or a shallow clone, which rev-list honours and the object reader does not, or further back than `limit`).
+
+        What `rev-list --reverse --topo-order old..new` lists, and the proof `merge-base --is-ancestor old new`
+        gives, without their two processes: an audit branch only grows by single-parent commits, and every
+        look at it after another runner's push walks the few it added (held to git in test_git_batch.py)."""
+        if not (_FULL_ID.fullmatch(old) and _FULL_ID.fullmatch(new)):
+            return None
+        if (self.common_dir / "info" / "grafts").exists() or (self.common_dir / "shallow").exists():
+            return None
+        found: list[str] = []
+        sha = new
+        try:
+            while sha != old:
+                if len(found) >= limit:
+                    return None
+                commit = self.commit(sha)  # (a GitError where `sha` is no commit here)
+                if commit.malformed or len(commit.parents) != 1:
+                    return None
+                found.append(sha)
+                sha = commit.parents[0]
+        except GitError:
+            return None
+        found.reverse()
+        if not found and self._objects.kind(old) != "commit":
+            return None  # (is_ancestor(x, x) holds only for a commit)
+        self._ancestors.add((old, new))
+        return found
+
     def first_parent_chain(self, start: str | None, tip: str) -> list[str]:
         """First-parent commits after `start` up to `tip`, oldest first."""
         spec = [tip] if start is None else [f"{start}..{tip}"]

@@ -153,13 +153,17 @@ class Publisher:
         checked = self.end.commit
         if records != checked:
             self.others = True
-            if records is None or (checked is not None and not self.repo.is_ancestor(checked, records)):
+            # Another runner's push added a few commits: walked in-process (git asked only where the walk cannot say).
+            added = None if records is None or checked is None else self.repo.chain(checked, records)
+            if records is None or (checked is not None and added is None and not self.repo.is_ancestor(checked, records)):
                 raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
                                      f"{(checked or '')[:12]} (force-push?)")
-            spec = records if checked is None else f"{checked}..{records}"
+            if added is None:
+                spec = records if checked is None else f"{checked}..{records}"
+                added = self.repo.out("rev-list", "--reverse", "--topo-order", spec).split()
             if tip != self.checker.approved_tip:
                 self.checker = self.checker.moved_to(tip)  # (its memo of approved's line: of that tip)
-            self.checker.check(self.repo.out("rev-list", "--reverse", "--topo-order", spec).split())
+            self.checker.check(added)
             if checked is None:
                 self.end = LogEnd.read(self.repo, records, audit.read_tail(self.repo, records))
                 self.book.add(audit.read_all(self.repo, records))

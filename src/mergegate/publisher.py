@@ -30,10 +30,14 @@ from mergegate.pending import Pending
 from mergegate.spool import Spool
 
 # Many runners move the tip all the time: a push built on an older tip loses and is
-# rebuilt on the new one. After a lost race a runner waits a random moment (growing
-# with its losses) so that runners pushing in lockstep fall out of step.
+# rebuilt on the new one. After a lost race a runner waits a random moment so that
+# runners pushing in lockstep fall out of step: binary exponential backoff whose slot
+# is what one try took here (a look at the branches, a commit, a push), up to
+# RETRY_SLOTS slots. Retrying at once, the losers of a race met again at the next push
+# (four runners on one merge lost two pushes of three).
 MAX_PUSH_ATTEMPTS = 40
-RETRY_JITTER_SECONDS = 0.02
+RETRY_JITTER_SECONDS = 0.02  # the least slot
+RETRY_SLOTS = 16
 # A claim is pushed only after a look at both branches at most this old: a veto
 # merged while earlier jobs of the pass ran must still stop the next one.
 FRESH_SECONDS = 1.0
@@ -87,6 +91,7 @@ class Publisher:
             held.add(key[:2])
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
+        tried = time.monotonic()  # when this try began (its look at the branches, its commit, its push)
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
@@ -133,7 +138,9 @@ class Publisher:
                 self.pending.settle(None)
             else:
                 self.repo.discard(sha)
-            time.sleep(random.uniform(0, RETRY_JITTER_SECONDS * min(attempt + 1, 25)))
+            slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
+            time.sleep(random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS)))
+            tried = time.monotonic()
             self.refresh(fetch=True)
         raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
                        hint="another process keeps moving the branch; run again")

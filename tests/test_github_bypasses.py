@@ -274,7 +274,6 @@ def test_t1_the_action_step_leaves_no_process_holding_the_secrets(tmp_path: Any)
     job walks its ancestors' /proc/<pid>/environ: no shell may be left holding the token or the key."""
     import os
     import shutil
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -289,6 +288,16 @@ def test_t1_the_action_step_leaves_no_process_holding_the_secrets(tmp_path: Any)
     site = next(p for p in sys.path if p.endswith("site-packages"))
     import tempfile
     work = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is not reachable for another uid
+    try:
+        _t1_step_with_a_stand_in(work, step, src, site)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # (the job's workspace too: it is made in there)
+
+
+def _t1_step_with_a_stand_in(work: Any, step: dict[str, str], src: str, site: str) -> None:
+    import shutil
+    import subprocess
+
     (work / "venv" / "bin").mkdir(parents=True)
     for d in (work, work / "venv", work / "venv" / "bin"):
         d.chmod(0o777)
@@ -300,7 +309,7 @@ import sys, tempfile
 from pathlib import Path
 sys.path[:0] = [{src!r}, {site!r}]
 from mergegate import executor
-ws = Path(tempfile.mkdtemp())
+ws = Path(tempfile.mkdtemp(dir={str(work)!r}))
 req = executor.ExecRequest(argv=("sh", "-c", {job!r}), workspace=ws, cwd="", env={{"PATH": "/usr/bin:/bin"}}, secrets=(),
                            limits=executor.Limits(timeout_seconds=10), search_path="/usr/bin:/bin", run_id="t1")
 print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
@@ -321,7 +330,6 @@ print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
     stolen = [part[::-1] for part in line[4:].split("|") if part]
     assert not any("SECRET" in s or s.startswith("GIT_CONFIG_VALUE_0") for s in stolen), stolen
     assert (work / "key" / "key").stat().st_mode & 0o777 == 0o600
-    shutil.rmtree(work, ignore_errors=True)
 
 
 # --- F4: a base change invalidates earlier reviews, as a force-push does ----------------------------

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -681,17 +681,32 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     pytest.skip("uid 65534 cannot read this checkout or an interpreter for it")
 
 
+@pytest.fixture
+def helper_workspace() -> Iterator[Path]:
+    """The helper's job workspace, removed after the test however the helper ended (killed, it could not).
+    Under /tmp, owned by the helper's uid: pytest's tmp_path is not reachable for uid 65534."""
+    import tempfile
+
+    made = Path(tempfile.mkdtemp(prefix="mergegate-test-workspace-", dir="/tmp"))
+    try:
+        if os.geteuid() == 0:
+            os.chown(made, 65534, 65534)
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
 def _sleeping(marker: str) -> list[int]:
     """The escaped `sleep MARKER` itself (not the shell whose command line names it too)."""
     return [pid for pid in _with(marker) if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"]
 
 
 @pytest.mark.parametrize("mode", ["ends", "times-out"])
-def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str) -> None:
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str, helper_workspace: Path) -> None:
     prefix, env = _unprivileged_python()
     marker = _marker()
     try:
-        proc = subprocess.run([*prefix, "-m", "tests.helpers.escape_job", mode, marker], env=env, cwd="/tmp",
+        proc = subprocess.run([*prefix, "-m", "tests.helpers.escape_job", mode, marker, str(helper_workspace)], env=env, cwd="/tmp",
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["status"] == ("succeeded" if mode == "ends" else "timed_out")
@@ -700,10 +715,10 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str)
         _kill_all(_with(marker))
 
 
-def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner() -> None:
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(helper_workspace: Path) -> None:
     prefix, env = _unprivileged_python()
     marker = _marker()
-    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.escape_job", "runs", marker], env=env, cwd="/tmp",
+    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.escape_job", "runs", marker, str(helper_workspace)], env=env, cwd="/tmp",
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _until(lambda: _sleeping(marker))
@@ -720,13 +735,13 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
         _kill_all(_with(marker))
 
 
-def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive() -> None:
+def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive(helper_workspace: Path) -> None:
     """No cgroup, and the runner busy (another thread holds the GIL): the job starts a child and
     kill -9s its runner at once, before the runner could tell its watchdog anything after the fork.
     The spawner told the watchdog of the job's process group before the job could exec."""
     prefix, env = _unprivileged_python()
     marker = _marker()
-    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.spawn_job", "kill-runner", marker], env=env, cwd="/tmp",
+    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.spawn_job", "kill-runner", marker, str(helper_workspace)], env=env, cwd="/tmp",
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert runner.wait(timeout=60) == -signal.SIGKILL, runner.stderr.read() if runner.stderr else ""
@@ -739,12 +754,12 @@ def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive
         _kill_all(_with(marker))
 
 
-def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment() -> None:
+def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment(helper_workspace: Path) -> None:
     """A same-user job may read /proc/<pid>/environ of every dumpable process of its user: its
     parent (the spawner) and the watchdog carry none of the runner's environment."""
     prefix, env = _unprivileged_python()
     secret = f"canary-{uuid.uuid4().hex}"
-    proc = subprocess.run([*prefix, "-m", "tests.helpers.spawn_job", "environ", _marker()],
+    proc = subprocess.run([*prefix, "-m", "tests.helpers.spawn_job", "environ", _marker(), str(helper_workspace)],
                           env={**env, "RUNNER_CANARY": secret}, cwd="/tmp", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

@@ -1,6 +1,6 @@
 """Run one job through the real executor, as a runner would: the job double-forks and calls setsid().
 
-    python -m tests.helpers.escape_job MODE MARKER
+    python -m tests.helpers.escape_job MODE MARKER WORKSPACE
 
 MODE: `ends` (the job exits at once, leaving `setsid sleep MARKER` behind), `times-out`
 (it also sleeps past its 1 s timeout), `runs` (it sleeps 60 s; the test kills this process).
@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from mergegate import executor
 
 
 def main() -> None:
-    mode, marker = sys.argv[1], sys.argv[2]
-    workspace = Path(tempfile.mkdtemp(prefix="mergegate-escape-"))
+    # The test's folder (it removes it): this process may be killed, and could not.
+    mode, marker, workspace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     after = {"ends": "echo done", "times-out": "sleep 30", "runs": "sleep 60"}[mode]
     script = f"(setsid sleep {marker} </dev/null >/dev/null 2>&1 &) ; {after}"
     request = executor.ExecRequest(

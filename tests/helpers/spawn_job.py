@@ -1,6 +1,6 @@
 """Run one job through the real executor, as a runner would, for the spawner's tests.
 
-    python -m tests.helpers.spawn_job MODE MARKER
+    python -m tests.helpers.spawn_job MODE MARKER WORKSPACE
 
 MODE `kill-runner`: while another thread of this process holds the GIL in long stretches
 (as a runner busy with other jobs' records does), the job starts `sleep MARKER` in the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -28,8 +27,8 @@ def _hog() -> None:
 
 
 def main() -> None:
-    mode, marker = sys.argv[1], sys.argv[2]
-    workspace = Path(tempfile.mkdtemp(prefix="mergegate-spawn-"))
+    # The test's folder (it removes it): this process may be killed, and could not.
+    mode, marker, workspace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     if mode == "kill-runner":
         script = f'sleep {marker} & kill -9 "$RUNNER_PID"; sleep {marker}'
         threading.Thread(target=_hog, daemon=True).start()

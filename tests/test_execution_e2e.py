@@ -299,24 +299,24 @@ def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
 def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
     """In-process for an ordinary tree, `rm` for one too deep for descriptors; a symlink in the
     workspace (to a folder or a file outside) is removed, never what it points to."""
-    from mergegate.runner import _CLEAR_DEPTH, _remove_tree
+    from mergegate.workspaces import CLEAR_DEPTH, remove_tree
 
     outside = tmp_path / "outside"
     (outside / "keep").mkdir(parents=True)
     (outside / "file").write_text("kept")
-    for depth in (3, _CLEAR_DEPTH + 5, 3000):
+    for depth in (3, CLEAR_DEPTH + 5, 3000):
         workspace = tmp_path / f"ws-{depth}"
         _workspace_with_links(workspace, outside, depth)
-        _remove_tree(workspace)
+        remove_tree(workspace)
         assert not workspace.exists() and not workspace.is_symlink(), depth
     assert (outside / "keep").is_dir() and (outside / "file").read_text() == "kept"
-    _remove_tree(tmp_path / "never-there")  # nothing to remove is no error
+    remove_tree(tmp_path / "never-there")  # nothing to remove is no error
 
 
 def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process per job (`rm -rf`) was a large part of a trivial job's cost: an `rm` on PATH that
     removes nothing shows the workspace went without it."""
-    from mergegate.runner import _remove_tree
+    from mergegate.workspaces import remove_tree
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -328,7 +328,7 @@ def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: P
     (outside / "file").write_text("kept")
     workspace = tmp_path / "ws"
     _workspace_with_links(workspace, outside, 5)
-    _remove_tree(workspace)
+    remove_tree(workspace)
     assert not workspace.exists()
 
 

@@ -417,6 +417,8 @@ class Repo:
         self._indexes: dict[tuple[str, Callable[[str], bool]], tuple[Path, frozenset[bytes] | None]] = {}
         self._exports_made = 0  # names each index apart, also after drop_exports
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
+        # Told of that folder as soon as it exists (the runner tells its watchdog, which removes it if the runner dies).
+        self.on_export_dir: Callable[[Path], None] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
         self._trees: dict[str, dict[bytes, tuple[bytes, str]] | None] = {}  # file_blob's tree listings
@@ -1335,6 +1337,8 @@ class Repo:
                 import tempfile
 
                 self._index_dir = tempfile.TemporaryDirectory(prefix="mergegate-index-")
+                if self.on_export_dir is not None:
+                    self.on_export_dir(Path(self._index_dir.name))
             index = Path(self._index_dir.name) / f"{commit}-{self._exports_made}"
             self._exports_made += 1
             entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
@@ -1346,6 +1350,11 @@ class Repo:
             executable = frozenset(path_bytes(p) for mode, _, p in entries if mode == "100755") if small else None
             self._indexes[(commit, skip)] = (index, executable)
             return index, executable
+
+    @property
+    def export_dir(self) -> Path | None:
+        """The folder of the export indexes and small trees' copies ($TMPDIR/mergegate-index-*), while there is one."""
+        return None if self._index_dir is None else Path(self._index_dir.name)
 
     def drop_exports(self) -> None:
         """Remove the export indexes and the small trees' copies (the runner does it after each pass:

@@ -300,6 +300,7 @@ class Watchdog(OnePerProcess):
         super().__init__()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._folders: set[str] = set()  # told with `keep`: told again to a watchdog started anew
 
     @property
     def pid(self) -> int | None:
@@ -323,14 +324,39 @@ class Watchdog(OnePerProcess):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
                 env=helper_env(), cwd="/",
             )
+            for folder in self._folders:  # (a watchdog that died took them with it)
+                self._write(f"+ d {folder}")
 
     def tell(self, line: str) -> None:
         with self._lock:
-            if self._proc is None or self._proc.stdin is None:
-                return
-            with contextlib.suppress(OSError, ValueError):
-                self._proc.stdin.write(line.encode() + b"\n")
-                self._proc.stdin.flush()
+            self._write(line)
+
+    def keep(self, folder: Path) -> None:
+        """A folder of the runner's (a job's workspace, the export indexes): the watchdog removes it if the
+        runner dies before `forget`. Starts the watchdog (OSError when it cannot be started)."""
+        name = str(folder)
+        if "\n" in name:  # (one line per message: a TMPDIR with a line break is not told, and stays)
+            return
+        self.start()
+        with self._lock:
+            if name not in self._folders:
+                self._folders.add(name)
+                self._write(f"+ d {name}")
+
+    def forget(self, folder: Path) -> None:
+        """The runner removed `folder` itself."""
+        name = str(folder)
+        with self._lock:
+            if name in self._folders:
+                self._folders.discard(name)
+                self._write(f"- d {name}")
+
+    def _write(self, line: str) -> None:
+        if self._proc is None or self._proc.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._proc.stdin.write(line.encode() + b"\n")
+            self._proc.stdin.flush()
 
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")

@@ -17,8 +17,6 @@ import os
 import pwd
 import queue
 import re
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -57,11 +55,12 @@ from mergegate.planning import (
     read_gate,
 )
 from mergegate.policy import Policy
-from mergegate.processes import ProcessId
+from mergegate.processes import ProcessId, Watchdog
 from mergegate.publisher import Publisher
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.signatures import split_signed_commit
 from mergegate.spool import Entry, Spool
+from mergegate.workspaces import identity, remove_stale, remove_tree
 
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once) unless the job says idempotent: true and has retries left"
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
@@ -87,6 +86,7 @@ class _Flight:
     program: str
     provisional: dict[str, Any]  # the spool's "runner stopped" result until the real one
     attempt: int = 1  # which attempt of the revision this run is (retries)
+    folders: tuple[tuple[str, int], ...] = ()  # its workspace and the export folder (spool.Entry.folders)
 
 
 class _Slots:
@@ -265,6 +265,7 @@ class Runner:
     def __init__(self, options: Options, *, shutdown: Shutdown | None = None) -> None:
         self.options = options
         self.repo = Repo(options.repo)
+        self.repo.on_export_dir = _keep  # the watchdog removes the export folder if this runner dies
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
@@ -284,7 +285,10 @@ class Runner:
             try:
                 return self._pass()
             finally:
+                exports = self.repo.export_dir
                 self.repo.drop_exports()  # every job of the pass has its own copy by now
+                if exports is not None:
+                    Watchdog.get().forget(exports)
 
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()
@@ -615,76 +619,83 @@ class Runner:
             outcomes.append(outcome)
             size.ended(seconds, self._pub.push_seconds)
 
-        while True:
-            while not done.empty():
-                land(done.get_nowait())
-            stopping = self.shutdown.is_set() or failure is not None
-            if self.shutdown.is_set() and waiting:  # claimed but not started: never started now, nor ever
-                reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
-                for flight in waiting:
-                    finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=reason)
-                    self.spool.put(Entry(finished, None, me, done=True))
-                    pending.append(finished)
-                    outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", reason, flight.run_id))
-                    _remove_tree(flight.tmp)
-                waiting = []
-            while waiting and len(flying) < parallel and not self.shutdown.is_set():
-                flight = waiting.pop(0)
-                why = self._vetoed_since_claimed(flight)
-                if why is not None:  # claimed ahead of a free slot, vetoed before it got one: never started
-                    finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=why)
-                    self.spool.put(Entry(finished, None, me, done=True))
-                    pending.append(finished)
-                    outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", why, flight.run_id))
-                    _remove_tree(flight.tmp)
-                    continue
-                flying[flight.run_id] = flight
-                self._launch(flight, done, me, slots)
-            claiming = not stopping and bool(queue_) and len(waiting) < parallel
-            # The fair share only when about to claim: counting it every turn of this loop (each job's end)
-            # cost more as the book grew, and job #1,000 more than job #1.
-            room = (size.target(*self._share(queue_)) if size.short and claiming else size.size) - len(flying) - len(waiting)
-            if claiming and room > 0:
-                try:
-                    self._pub.fresh()  # choose among jobs nobody claimed meanwhile
-                except (GitError, StateError) as exc:
-                    failure = exc
-                    continue
-                batch: list[_Flight] = []
-                while queue_ and len(batch) < room:
-                    if self._taken(queue_[0]) is not None:
-                        # Another runner's part of the list: go where nobody is (claims.jump).
-                        taken = [self._taken(item) for item in queue_]
-                        for item, earlier in zip(queue_, taken, strict=True):
-                            if earlier is not None:
-                                decision = item.decision
-                                outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed",
-                                                        f"claimed by {holder(earlier)}"))
-                        queue_ = jump(queue_, [earlier is not None for earlier in taken])
+        batch: list[_Flight] = []  # prepared (exported), not claimed yet
+        try:
+            while True:
+                while not done.empty():
+                    land(done.get_nowait())
+                stopping = self.shutdown.is_set() or failure is not None
+                if self.shutdown.is_set() and waiting:  # claimed but not started: never started now, nor ever
+                    reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
+                    for flight in waiting:
+                        finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=reason)
+                        self.spool.put(Entry(finished, None, me, done=True))
+                        pending.append(finished)
+                        outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", reason, flight.run_id))
+                        _discard(flight.tmp)
+                    waiting = []
+                while waiting and len(flying) < parallel and not self.shutdown.is_set():
+                    flight = waiting.pop(0)
+                    why = self._vetoed_since_claimed(flight)
+                    if why is not None:  # claimed ahead of a free slot, vetoed before it got one: never started
+                        finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=why)
+                        self.spool.put(Entry(finished, None, me, done=True))
+                        pending.append(finished)
+                        outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", why, flight.run_id))
+                        _discard(flight.tmp)
                         continue
-                    item = queue_.pop(0)
-                    decision = item.decision
-                    prepared = self._prepare(decision, item.policy, item.attempt)
-                    if isinstance(prepared, _Flight):
-                        batch.append(prepared)
-                    else:
-                        outcomes.append(prepared[0])
-                        pending.append(prepared[1])
-                if batch:
+                    flying[flight.run_id] = flight
+                    self._launch(flight, done, me, slots)
+                claiming = not stopping and bool(queue_) and len(waiting) < parallel
+                # The fair share only when about to claim: counting it every turn of this loop (each job's end)
+                # cost more as the book grew, and job #1,000 more than job #1.
+                room = (size.target(*self._share(queue_)) if size.short and claiming else size.size) - len(flying) - len(waiting)
+                if claiming and room > 0:
                     try:
-                        waiting += self._claim(batch, [*flying.values(), *waiting], parallel, pending, outcomes)
+                        self._pub.fresh()  # choose among jobs nobody claimed meanwhile
                     except (GitError, StateError) as exc:
-                        # Nothing of this batch was claimed; what runs already finishes and is kept.
                         failure = exc
-                        for flight in batch:
-                            _remove_tree(flight.tmp)
-                    pending = []
-                continue
-            if not flying and not waiting:
-                break
-            if flying:
-                with contextlib.suppress(queue.Empty):
-                    land(done.get(timeout=0.1))
+                        continue
+                    batch = []
+                    while queue_ and len(batch) < room:
+                        if self._taken(queue_[0]) is not None:
+                            # Another runner's part of the list: go where nobody is (claims.jump).
+                            taken = [self._taken(item) for item in queue_]
+                            for item, earlier in zip(queue_, taken, strict=True):
+                                if earlier is not None:
+                                    decision = item.decision
+                                    outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed",
+                                                            f"claimed by {holder(earlier)}"))
+                            queue_ = jump(queue_, [earlier is not None for earlier in taken])
+                            continue
+                        item = queue_.pop(0)
+                        decision = item.decision
+                        prepared = self._prepare(decision, item.policy, item.attempt)
+                        if isinstance(prepared, _Flight):
+                            batch.append(prepared)
+                        else:
+                            outcomes.append(prepared[0])
+                            pending.append(prepared[1])
+                    if batch:
+                        try:
+                            waiting += self._claim(batch, [*flying.values(), *waiting], parallel, pending, outcomes)
+                        except (GitError, StateError) as exc:
+                            # Nothing of this batch was claimed; what runs already finishes and is kept.
+                            failure = exc
+                            for flight in batch:
+                                _discard(flight.tmp)
+                        batch = []
+                        pending = []
+                    continue
+                if not flying and not waiting:
+                    break
+                if flying:
+                    with contextlib.suppress(queue.Empty):
+                        land(done.get(timeout=0.1))
+        except BaseException:  # (not a git failure, caught above): nothing will use what is not running yet
+            for flight in [*batch, *waiting]:
+                _discard(flight.tmp)
+            raise
         slots.close()  # (nothing runs now)
         if failure is not None:
             if pending:
@@ -747,20 +758,29 @@ class Runner:
         tmp = Path(tempfile.mkdtemp(prefix="mergegate-job-"))
         provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
         me = self._me
+        held: list[tuple[str, int]] = []
 
         def on_start(pid: int) -> None:
             # Not synced (spool.py): a line written survives the runner's death, and a crash of the machine ends the job too.
-            self.spool.put(Entry(provisional, ProcessId.of(pid), me), sync=False)
+            self.spool.put(Entry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False)
 
         try:
+            # A runner that dies from here on leaves its watchdog to remove them, else the pass that closes the run.
+            _keep(tmp)
+            held.append(identity(tmp))
             request = self._request(decision, policy, limits, run_id, tmp, on_start)
+            if (exports := self.repo.export_dir) is not None:  # (its watchdog knows it: Repo.on_export_dir)
+                held.append(identity(exports))
             program = executor.preflight(request)
         except Denied as exc:
-            _remove_tree(tmp)
+            _discard(tmp)
             reason = f"denied before start: {exc.message}"
             return (Outcome(job.id, job.path, decision.commit, "rejected", reason),
                     self._draft("rejected", decision, reason=reason, **_votes(decision)))
-        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional, attempt)
+        except BaseException:  # the export failed (a full TMPDIR), a signal: nothing will use it
+            _discard(tmp)
+            raise
+        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional, attempt, tuple(held))
 
     def _claim(self, batch: list[_Flight], ahead: list[_Flight], parallel: int, pending: list[dict[str, Any]],
                outcomes: list[Outcome]) -> list[_Flight]:
@@ -790,7 +810,7 @@ class Runner:
                 lease=self._lease(flight.limits, wait), attempt=flight.attempt,
                 **({"runs_on": list(job.runs_on)} if job.runs_on else {}), **_votes(decision),
             ))
-        self.spool.put_many([Entry(f.provisional, None, me) for f in batch])
+        self.spool.put_many([Entry(f.provisional, None, me, folders=f.folders) for f in batch])
         dropped = self._publish([*pending, *drafts], claims={_flight_key(f): (f.decision, f.attempt) for f in batch})
         claimed = []
         for flight in batch:
@@ -799,7 +819,7 @@ class Runner:
                 claimed.append(flight)
                 continue
             self.spool.drop({flight.run_id})
-            _remove_tree(flight.tmp)
+            _discard(flight.tmp)
             event, reason = why
             outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit,
                                     event if event in ("vetoed", "rejected") else "claimed", reason, flight.run_id))
@@ -821,7 +841,7 @@ class Runner:
                 finished = self._draft("finished", decision, run_id=flight.run_id, status="lost", exit_code=None, reason=reason)
                 outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
             finally:
-                _remove_tree(flight.tmp)
+                _discard(flight.tmp)
             outcome = replace(outcome, attempt=flight.attempt)
             allowed = 1 + job.retries
             if retriable(outcome.status, idempotent=job.idempotent) and flight.attempt < allowed:
@@ -923,12 +943,16 @@ class Runner:
         waiting: list[Entry] = []
         running: list[Entry] = []
         for entry in self.spool.read():
+            gone = entry.gone()
+            if gone and entry.folders and entry.runner is not None and entry.runner != self._me:
+                remove_stale(entry.folders)  # its runner died, and its watchdog with it (else it removed them)
+                entry = replace(entry, folders=())
             said = audit.grep(self.repo, tip, str(entry.run_id))
             if any(r.event == "finished" and r.get("run_id") == entry.run_id for r in said):
                 continue
             if not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said) and not entry.done:
                 continue  # never claimed: nothing to close
-            (waiting if entry.gone() else running).append(entry)
+            (waiting if gone else running).append(entry)
         self.spool.write([*waiting, *running])
         return [e.record for e in waiting], running
 
@@ -1003,69 +1027,17 @@ class Runner:
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove a job's workspace, however deep it made it, never following a symlink nor
-    entering another file system (a mount the job left in it).
-
-    Most workspaces are a few files and folders: they go in-process, through descriptors
-    (`_clear`), without starting a process per job. A tree deeper than `_CLEAR_DEPTH`, or
-    anything that did not go, is left to `rm -rf --one-file-system` (shutil.rmtree recurses
-    and raises RecursionError on a few thousand levels, which would lose the job's result).
-    """
+def _keep(folder: Path) -> None:
+    """Tell the watchdog of a folder it must remove if this runner dies (kill -9, the OOM killer)
+    before `_discard`. (A watchdog that cannot start fails the job's start later, in the executor.)"""
     with contextlib.suppress(OSError):
-        if _clear(path):
-            return
-    try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True)
-    except OSError:  # no rm on PATH
-        with contextlib.suppress(RecursionError):
-            shutil.rmtree(path, ignore_errors=True)
+        Watchdog.get().keep(folder)
 
 
-_CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
-
-
-def _clear(path: Path) -> bool:
-    """Remove `path` (a folder) and all in it through descriptors (openat, unlinkat: a folder swapped
-    for a symlink meanwhile is never followed); False when anything is left."""
-    try:
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    except FileNotFoundError:
-        return True
-    try:
-        top = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-        try:
-            device = os.fstat(top).st_dev
-            cleared = _clear_in(top, device, 0)
-        finally:
-            os.close(top)
-        if cleared:
-            os.rmdir(path.name, dir_fd=parent)
-        return cleared
-    finally:
-        os.close(parent)
-
-
-def _clear_in(folder: int, device: int, depth: int) -> bool:
-    with os.scandir(folder) as listing:
-        entries = list(listing)
-    cleared = True
-    for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
-            os.unlink(entry.name, dir_fd=folder)
-            continue
-        if depth >= _CLEAR_DEPTH or entry.stat(follow_symlinks=False).st_dev != device:
-            cleared = False  # too deep for descriptors, or another file system: for rm
-            continue
-        inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
-        try:
-            done = _clear_in(inner, device, depth + 1)
-        finally:
-            os.close(inner)
-        if done:
-            os.rmdir(entry.name, dir_fd=folder)
-        cleared = cleared and done
-    return cleared
+def _discard(folder: Path) -> None:
+    """Remove a job's workspace (never through a symlink it planted), and tell the watchdog it is gone."""
+    remove_tree(folder)
+    Watchdog.get().forget(folder)
 
 
 def _newly_unapproved(work: Plan) -> list[str]:

@@ -3,7 +3,9 @@
 One JSON line per run in `.git/mergegate/spool/<runner>.jsonl`:
 
     {"record": <the finished record to push>, "job": <process id or null>,
-     "runner": <process id of the runner that wrote it>}
+     "runner": <process id of the runner that wrote it>, "folders": [[<path>, <inode>], ...]}
+
+(`folders`: the job's workspace and the runner's export folder, until the job has ended.)
 
 Before the claim is pushed, the entry holds a provisional result ("the runner
 stopped while this job ran"); once the job's process exists it also names that
@@ -60,6 +62,9 @@ class Entry:
     job: ProcessId | None = None
     runner: ProcessId | None = None
     done: bool = False  # the record is the job's real result, not the provisional one
+    # What the run holds in TMPDIR, (path, inode): if its runner dies (and its watchdog with it), the pass
+    # that finds the run gone removes them (workspaces.remove_stale).
+    folders: tuple[tuple[str, int], ...] = ()
 
     @property
     def run_id(self) -> str | None:
@@ -76,7 +81,8 @@ class Entry:
 
     def as_json(self) -> dict[str, Any]:
         return {"record": self.record, "job": self.job and self.job.as_json(),
-                "runner": self.runner and self.runner.as_json(), "done": self.done}
+                "runner": self.runner and self.runner.as_json(), "done": self.done,
+                **({"folders": [list(f) for f in self.folders]} if self.folders else {})}
 
 
 @dataclass
@@ -268,4 +274,11 @@ def _parse(line: bytes) -> Entry | None:
     if not isinstance(record, dict) or record.get("event") != "finished" or not isinstance(record.get("run_id"), str):
         return None
     done = value.get("done") is True or "runner" not in value  # 0.1 entries carry no process to wait for
-    return Entry(record, ProcessId.from_json(value.get("job")), ProcessId.from_json(value.get("runner")), done)
+    folders = value.get("folders")
+    held = tuple((f[0], f[1]) for f in folders if _folder(f)) if isinstance(folders, list) else ()
+    return Entry(record, ProcessId.from_json(value.get("job")), ProcessId.from_json(value.get("runner")), done, held)
+
+
+def _folder(value: object) -> bool:
+    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int)
+            and not isinstance(value[1], bool))

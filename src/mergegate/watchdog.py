@@ -9,13 +9,17 @@ to each job:
     + <run> g <pgid>                 a process group
     + <run> c <cgroup directory>     a cgroup
     - <run>                          the job is over: forget it
+    + d <folder>                     a job's workspace, the runner's export indexes
+    - d <folder>                     the runner removed it: forget it
 
 The pipe closes when the runner exits, however it exits (SIGKILL included: the
 kernel closes its descriptors). Then the watchdog stops (SIGSTOP) every process
 it was told about, every member of those groups and cgroups and all their
 descendants, until no new one appears (a stopped process cannot fork), kills
-them all with SIGKILL, and exits. A job's main process also has a parent-death
-signal (spawner.py); this catches what it left behind.
+them all with SIGKILL, waits until they are gone, removes every folder it was told
+about and not told to forget (a dead runner's workspaces hold an export of the
+approving commit and whatever the job wrote), and exits. A job's main process also
+has a parent-death signal (spawner.py); this catches what it left behind.
 """
 
 from __future__ import annotations
@@ -43,8 +47,16 @@ class Jobs:
         self.pids: dict[str, dict[int, int]] = {}
         self.groups: dict[str, set[int]] = {}
         self.cgroups: dict[str, set[str]] = {}
+        self.folders: set[str] = set()
 
     def apply(self, line: str) -> None:
+        if line[:4] in ("+ d ", "- d "):  # (a folder's name may hold spaces: the rest of the line is it)
+            folder = line[4:].removesuffix("\n")
+            if line[0] == "+":
+                self.folders.add(folder)
+            else:
+                self.folders.discard(folder)
+            return
         parts = line.split()
         if len(parts) >= 2 and parts[0] == "-":
             for held in (self.pids, self.groups, self.cgroups):
@@ -79,7 +91,8 @@ class Jobs:
         found.discard(os.getpid())
         return {pid for pid in found if pid in table and table[pid][2] not in (b"Z", b"X")}
 
-    def kill_all(self) -> None:
+    def kill_all(self) -> set[int]:
+        """Stop, then kill, every process of the jobs; the ones killed."""
         stopped: set[int] = set()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -97,6 +110,27 @@ class Jobs:
             for group in held:
                 with contextlib.suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
+        return stopped
+
+    def remove_folders(self, killed: set[int]) -> None:
+        """Once the killed processes are gone (none writes into a folder any more), remove the folders,
+        never following a symlink a job planted in them (workspaces.remove_tree)."""
+        deadline = time.monotonic() + 5
+        while killed and time.monotonic() < deadline:
+            table = _table()
+            killed = {pid for pid in killed if pid in table and table[pid][2] not in (b"Z", b"X")}
+            if killed:
+                time.sleep(0.01)
+        # Imported only now (pathlib, subprocess...): a watchdog with nothing to remove never needs them.
+        from pathlib import Path
+
+        from mergegate.workspaces import remove_tree
+
+        for folder in sorted(self.folders):
+            try:
+                remove_tree(Path(folder))
+            except (OSError, ValueError):
+                continue
 
 
 def main() -> int:
@@ -106,8 +140,11 @@ def main() -> int:
     stdin = sys.stdin.buffer
     while line := stdin.readline():
         jobs.apply(line.decode("utf-8", "replace"))
+    killed: set[int] = set()
     if any(jobs.pids.values()) or any(jobs.groups.values()) or any(jobs.cgroups.values()):
-        jobs.kill_all()
+        killed = jobs.kill_all()
+    if jobs.folders:
+        jobs.remove_folders(killed)
     return 0
 
 

@@ -1,0 +1,105 @@
+"""Removing a job's workspace (and the runner's export folder) without following what a job planted.
+
+A job controls everything in its workspace: it may leave symlinks to the runner's home,
+folders thousands of levels deep, or a mount. Removal never follows a symlink and never
+enters another file system. The runner removes each workspace when its job ends; the
+watchdog (watchdog.py) removes those a dead runner left, once their jobs are gone. Both
+use `remove_tree`, so this module imports nothing beyond the standard library: the
+watchdog imports it only when it has something to remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder, however deep a job made it, never following a symlink nor
+    entering another file system (a mount the job left in it).
+
+    Most workspaces are a few files and folders: they go in-process, through descriptors
+    (`_clear`), without starting a process per job. A tree deeper than `CLEAR_DEPTH`, or
+    anything that did not go, is left to `rm -rf --one-file-system` (shutil.rmtree recurses
+    and raises RecursionError on a few thousand levels, which would lose the job's result).
+    """
+    with contextlib.suppress(OSError):
+        if _clear(path):
+            return
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True)
+    except OSError:  # no rm on PATH
+        with contextlib.suppress(RecursionError):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def identity(folder: Path) -> tuple[str, int]:
+    """What names a folder the runner made, for `remove_stale`: its path and inode."""
+    return str(folder), os.lstat(folder).st_ino
+
+
+def remove_stale(folders: Iterable[tuple[str, int]]) -> None:
+    """Remove folders a dead runner named (`identity`), each only if it is still that folder: a
+    directory (not a symlink), of this user, with the same inode. Its watchdog has usually removed
+    it already, and a later folder that happens to get the same name is another runner's."""
+    for path, inode in folders:
+        try:
+            found = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(found.st_mode) and found.st_ino == inode and found.st_uid == os.geteuid():
+            remove_tree(Path(path))
+
+
+CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
+
+
+def _clear(path: Path) -> bool:
+    """Remove `path` (a folder) and all in it through descriptors (openat, unlinkat: a folder swapped
+    for a symlink meanwhile is never followed); False when anything is left."""
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return True
+    try:
+        try:
+            top = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        except FileNotFoundError:
+            return True
+        try:
+            device = os.fstat(top).st_dev
+            cleared = _clear_in(top, device, 0)
+        finally:
+            os.close(top)
+        if cleared:
+            os.rmdir(path.name, dir_fd=parent)
+        return cleared
+    finally:
+        os.close(parent)
+
+
+def _clear_in(folder: int, device: int, depth: int) -> bool:
+    with os.scandir(folder) as listing:
+        entries = list(listing)
+    cleared = True
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.name, dir_fd=folder)
+            continue
+        if depth >= CLEAR_DEPTH or entry.stat(follow_symlinks=False).st_dev != device:
+            cleared = False  # too deep for descriptors, or another file system: for rm
+            continue
+        inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+        try:
+            done = _clear_in(inner, device, depth + 1)
+        finally:
+            os.close(inner)
+        if done:
+            os.rmdir(entry.name, dir_fd=folder)
+        cleared = cleared and done
+    return cleared

@@ -26,8 +26,8 @@ from tests.test_reliability import (
 )
 
 
-def _scratch(world: World) -> Path:
-    scratch = world.tmp / "runner-tmp"
+def _scratch(world: World, name: str = "runner-tmp") -> Path:
+    scratch = world.tmp / name
     scratch.mkdir(exist_ok=True)
     return scratch
 
@@ -51,9 +51,10 @@ def _outside(world: World) -> Path:
 
 def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_folder(world: World) -> None:
     """Its watchdog, which outlives it to kill the job, removes them once the job is gone, never
-    following a symlink the job planted."""
+    following a symlink the job planted. (A TMPDIR with a space: the watchdog reads a folder's
+    name to the end of its line.)"""
     _gate(world)
-    marker, outside, scratch = _marker(), _outside(world), _scratch(world)
+    marker, outside, scratch = _marker(), _outside(world), _scratch(world, "runner  tmp")
     _merge_jobs(world, "p", {"plant": _planting_job(marker, outside)})
     runner = _start_runner(world, "--once", env={"TMPDIR": str(scratch)})
     try:

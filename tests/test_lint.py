@@ -103,3 +103,16 @@ def test_policy_errors_end_with_a_hint_that_leads_somewhere(world: World) -> Non
         lines = err.splitlines()
         assert lines[0].startswith("error: ") and error in lines[0], err
         assert lines[1].startswith(hint), err
+
+
+def test_the_worked_example_policies_of_the_docs_are_valid(world: World) -> None:
+    """A reader copies a worked example from docs/policy.md as their policy: each must lint clean."""
+    section = (ROOT / "docs/policy.md").read_text().split("## Worked examples", 1)[1]
+    examples = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(examples) == 3
+    for text in examples:
+        # The two-person example keeps dave's key in a file (`key: {file: keys/dave.pub}`).
+        world.write("admin", {"policy/policy.yaml": text, "policy/keys/dave.pub": world.bob.key.public_line + "\n"})
+        code, out, err = lint(world, "policy/policy.yaml")
+        assert code == 0, f"{err}\n{text}"
+        assert out.startswith("ok  policy/policy.yaml: policy: "), out

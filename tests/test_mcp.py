@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from tests.helpers.repos import ECHO_RULE, World, policy_yaml
@@ -84,3 +87,22 @@ def test_mcp_no_push_server_refuses_push(world: World) -> None:
                             extra=("--no-push",))
     assert err and data["error"] == "this server was started with --no-push"
     assert "propose/" not in world.git("admin", "ls-remote", "origin")
+
+
+def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(world: World, tmp_path: Path) -> None:
+    """The hint installs the SDK into mergegate's own environment; never `mergegate[mcp]` from an index,
+    where that name is not mergegate's (it is installed from a checkout)."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    blocked = tmp_path / "no-sdk" / "mcp"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('the MCP SDK is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "mergegate", "mcp"], cwd=world.clone("proposer"), env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2
+    error, hint = proc.stderr.splitlines()
+    assert error == "error: mergegate mcp needs the MCP SDK"
+    assert hint == f"hint: {shlex.quote(sys.executable)} -m pip install 'mcp<3,>=2.3' " \
+                   "(or, in the mergegate checkout you installed from: pip install '.[mcp]')"
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'mcp = ["mcp>=2.3,<3"]' in pyproject  # the range the hint names

@@ -508,7 +508,8 @@ def mcp(repo: Path, remote: str, base: str, no_push: bool, trust_root: str | Non
 
     Tools: propose_job, check_proposal, list_jobs, job_status, show_job; every
     result is JSON. There is no tool that approves, vetoes or runs, by design:
-    a job runs only after a person's signed merge. Needs `pip install 'mergegate[mcp]'`.
+    a job runs only after a person's signed merge. Needs the MCP SDK:
+    `pip install '.[mcp]'` in the mergegate checkout you installed from.
 
     \b
     Example (an MCP client's server entry):

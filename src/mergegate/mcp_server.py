@@ -6,7 +6,7 @@ approves, vetoes or runs: approval is a signed merge by a person's key, which
 the server neither holds nor could use. Every tool result is one JSON object;
 an error is a tool error whose text is {"error", "file", "line", "hint"}.
 
-Built on the official `mcp` SDK (`pip install 'mergegate[mcp]'`).
+Built on the official `mcp` SDK (the extra `mcp`: `pip install '.[mcp]'` in a mergegate checkout).
 """
 
 from __future__ import annotations
@@ -139,5 +139,23 @@ def serve(gate: Gate) -> None:
     try:
         server = build(gate)
     except ImportError:
-        raise UsageError("mergegate mcp needs the MCP SDK", hint="pip install 'mergegate[mcp]'") from None
+        raise UsageError("mergegate mcp needs the MCP SDK", hint=install_hint()) from None
     server.run("stdio")
+
+
+def install_hint() -> str:
+    """Install the SDK next to this mergegate, by the range its `mcp` extra asks for.
+
+    Never `pip install mergegate[mcp]`: mergegate is installed from a checkout, and that
+    name on a package index is not ours to vouch for."""
+    import importlib.metadata
+    import shlex
+    import sys
+
+    try:
+        wanted = importlib.metadata.requires("mergegate") or []
+    except importlib.metadata.PackageNotFoundError:
+        wanted = []
+    spec = next((r.split(";")[0].strip() for r in wanted if r.startswith("mcp") and 'extra == "mcp"' in r), "mcp")
+    return (f"{shlex.quote(sys.executable)} -m pip install {shlex.quote(spec)} "
+            "(or, in the mergegate checkout you installed from: pip install '.[mcp]')")

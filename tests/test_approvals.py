@@ -752,6 +752,8 @@ def test_veto_command_stops_the_job(world: World) -> None:
     result = world.mg("veto", "jobs/j.yaml", where="carol-clone")
     assert result.code == 0, result.err
     assert "signed veto" in result.out
+    # Where it went, as approve says it: the remote's branch, not this clone's remote-tracking ref.
+    assert result.out.rstrip().endswith("pushed to origin/approved"), result.out
     job = _only_job(world)
     assert job["status"] == "vetoed"
     assert "vetoed by carol" in str(job["reason"])

@@ -355,4 +355,5 @@ def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: s
     sha = repo.commit_tree(tree=repo.commit(tip).tree, parents=(tip,), message=message, author=None, sign=True)
     if not source.publish(sha, tip):
         raise GitError(f"{branch} moved while vetoing", hint="run the command again")
-    return VetoResult(sha, path, target, source.ref)
+    # Named as approve and propose name where they pushed (origin/approved), not by the ref read.
+    return VetoResult(sha, path, target, f"{remote}/{branch}" if source.remote is not None else branch)

@@ -321,6 +321,10 @@ def test_trust_root_that_is_not_an_ancestor(world: World) -> None:
     result = world.run_once("--trust-root", stranger)
     assert result.code == 3
     assert stranger[:12] in result.err and "not an ancestor" in result.err
+    # Which of the two it is, and what to do about each, in the hint the error promises.
+    assert result.json()["hint"] == ("pin the commit `mergegate init` printed as the trust root; if that is the one "
+                                     "pinned, approved was rewritten (force-push?): investigate before trusting it")
+    assert result.err.splitlines()[-1].startswith("hint: pin the commit `mergegate init` printed")
     assert world.events("started") == []
     assert world.mg("verify", "--trust-root", stranger).code == 3
 

@@ -192,5 +192,7 @@ def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = Fals
         raise UsageError(f"trust root {given!r} does not name a commit in this repository",
                          hint="pass the full id of the commit whose policy you reviewed (fetch it first)")
     if not repo.is_ancestor(sha, tip, remember=remember):
-        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned")
+        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned",
+                             hint="pin the commit `mergegate init` printed as the trust root; if that is the one pinned, "
+                             "approved was rewritten (force-push?): investigate before trusting it")
     return sha, []

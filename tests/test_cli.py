@@ -12,7 +12,22 @@ import pytest
 
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
-COMMANDS = [["run"], ["plan"], ["status"], ["check"], ["approve"], ["veto"], ["verify"], ["audit", "verify"], ["init"]]
+
+def _commands() -> list[list[str]]:
+    """Every command of the command line, read from it (README: every command has an example)."""
+    import click
+
+    from mergegate.cli import cli
+
+    found = []
+    for name, command in sorted(cli.commands.items()):
+        if isinstance(command, click.Group):
+            found += [[name, sub] for sub in sorted(command.commands)]
+        found.append([name])
+    return found
+
+
+COMMANDS = _commands()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -20,6 +35,32 @@ def test_every_command_has_help_with_an_example(world: World, command: list[str]
     result = world.mg(*command, "--help", where="admin")
     assert result.code == 0
     assert "Example" in result.out
+
+
+def test_every_command_is_tested_for_its_example() -> None:
+    names = {" ".join(c) for c in COMMANDS}
+    assert {"run", "plan", "status", "check", "approve", "veto", "verify", "audit verify", "audit log", "init",
+            "propose", "inbox", "show", "lint", "demo", "mcp"} <= names
+
+
+def test_a_bad_flag_or_argument_is_a_one_line_error_with_a_hint(world: World) -> None:
+    """As every other error (README): `error: ...` and a `hint:`, not click's usage block."""
+    bad = world.mg("run", "--bogus", where="admin")
+    assert bad.code == 2
+    assert bad.err.splitlines() == ["error: No such option '--bogus'.",
+                                    "hint: mergegate run --help shows how to call it, with an example"]
+    missing = world.mg("veto", where="admin")
+    assert missing.code == 2
+    assert missing.err.splitlines() == ["error: Missing argument 'PATH'.",
+                                        "hint: mergegate veto --help shows how to call it, with an example"]
+    as_json = world.mg("status", "--json", "--state", "nonsense", where="admin")
+    assert as_json.code == 2
+    data = as_json.json()
+    assert data["ok"] is False and data["error"].startswith("Invalid value for '--state': 'nonsense'")
+    assert data["hint"] == "mergegate status --help shows how to call it, with an example"
+    # A group named alone still shows its help: that is what was asked for.
+    alone = world.mg("audit", where="admin")
+    assert alone.code == 2 and "Commands:" in alone.out + alone.err and "error:" not in alone.err
 
 
 def test_init_then_run_from_a_fresh_repository(world: World) -> None:

@@ -564,9 +564,16 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # a group named alone (`mergegate audit`): its help is the answer
+        return UsageError.exit_code
     except click.ClickException as exc:
-        exc.show()
-        _json_error(exc.format_message(), hint="see --help")
+        # A bad flag or argument is an error like any other: one line, and a hint that leads on.
+        ctx = getattr(exc, "ctx", None)
+        hint = f"{ctx.command_path if ctx is not None else 'mergegate'} --help shows how to call it, with an example"
+        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"hint: {hint}", err=True)
+        _json_error(exc.format_message(), hint=hint)
         return UsageError.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)

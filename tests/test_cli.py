@@ -284,8 +284,13 @@ def test_approve_without_a_signing_key_says_how(world: World) -> None:
     world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
     result = world.mg("approve", "origin/p", where="someone")
     assert result.code == 2
-    assert result.err.startswith("error: git has no signing key configured")
+    assert result.err.startswith("error: git has no signing key configured: approvals must be signed")
     assert "hint: git config gpg.format ssh" in result.err
+    # A veto is not an approval: the error says what it refused to sign.
+    world.signed_merge("p", world.bob)
+    veto = world.mg("veto", "jobs/j.yaml", where="someone")
+    assert veto.code == 2
+    assert veto.err.splitlines()[0] == "error: git has no signing key configured: vetoes must be signed"
 
 
 def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> None:

@@ -269,12 +269,12 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
     return Approval(sha, "merge" if merge else "approval commit", pushed, report)
 
 
-def _can_sign(repo: Repo) -> None:
+def _can_sign(repo: Repo, what: str = "approvals") -> None:
     if (repo.config("gpg.format") or "openpgp") == "ssh" and repo.config("user.signingkey") is None:
         raise UsageError("git is set to sign with ssh but has no signing key",
                          hint="git config user.signingkey ~/.ssh/id_ed25519")
     if repo.config("gpg.format") is None and repo.config("user.signingkey") is None:
-        raise UsageError("git has no signing key configured: approvals must be signed",
+        raise UsageError(f"git has no signing key configured: {what} must be signed",
                          hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
 
 
@@ -343,7 +343,7 @@ class VetoResult:
 def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool) -> VetoResult:
     """Push a signed, empty commit on approved that vetoes one job revision (before it starts)."""
     repo = Repo(repo_path)
-    _can_sign(repo)
+    _can_sign(repo, "vetoes")
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     if source.remote is None and repo.current_branch() == branch:
         raise GitError(f"{branch} is checked out here; the veto would move it under your working tree", hint="git switch to another branch first")

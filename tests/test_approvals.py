@@ -1023,3 +1023,16 @@ def test_require_signed_proposals_covers_policy_files_and_scripts(world: World) 
     (job,) = world.run_once().json()["jobs"]
     assert job["status"] == "rejected"
     assert "run.sh (changed by" in str(job["reason"])
+
+
+def test_check_says_each_vote_once_on_the_approvals_line(world: World) -> None:
+    """An approval short of the quorum: check listed 'counted: carol (...)' twice and began with 'not approved:'."""
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    _reviewer(world, "carol-clone", world.carol)
+    assert world.mg("approve", "origin/p", where="carol-clone").code == 0
+    check = world.mg("check", "origin/p", "--json", where="carol-clone")
+    approvals = check.json()["files"][0]["approvals"]
+    assert approvals.startswith("1 of 2 approvals: needs 2 approvals (approvals_required); counted: carol (approval commit ")
+    assert approvals.count("counted: carol") == 1, approvals
+    assert approvals.endswith("; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more")

@@ -145,7 +145,16 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
         reason = d.reason.removeprefix("denied by policy: ")  # the state already says denied
         return FileCheck(d.path, d.blob, d.job.id if d.job else None, state, reason, "", d.approved, d.votes, mode)
     requirement = d.requirement or policy.requirement_for(d.job)
-    words = f"{d.reason if not d.runnable else 'quorum met'}; {describe_votes(d.votes)}" if d.votes else f"needs {requirement.describe()}; no approvals yet"
+    votes = describe_votes(d.votes)
+    if not d.votes:
+        words = f"needs {requirement.describe()}; no approvals yet"
+    elif d.runnable:
+        words = f"quorum met; {votes}"
+    else:
+        # The judge's refusal ('not approved: 1 of 2 ...; counted: ...') already lists the votes:
+        # said once, and without 'not approved' on a line that is about the approvals.
+        words = d.reason.removeprefix("not approved: ")
+        words = words if words.endswith(votes) else f"{words}; {votes}"
     if not d.approved and merger is None:
         words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
     return FileCheck(d.path, d.blob, d.job.id, state, policy.decide_command(d.job).reason, words, d.approved, d.votes, mode)

@@ -413,6 +413,39 @@ def test_approve_merge_command(world: World) -> None:
     assert _only_job(world)["status"] == "succeeded"
 
 
+def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: World) -> None:
+    """Two approvals needed, none yet: bob's signed merge alone would be a final `rejected` record."""
+    _two_person(world)
+    world.propose("p", JOB, who=world.alice)
+    world.signing_clone("bob-clone", world.bob)
+    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 1
+    error, hint = result.err.splitlines()
+    assert error.startswith("error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml "
+                            "for good: not approved: 1 of 2 approvals: needs 2 approvals (approvals_required); counted: bob")
+    assert hint.startswith("hint: a rejected revision is final: first the approval commits it lacks")
+    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before  # nothing pushed
+    # With carol's approval commit on the proposal, the same command merges and the job runs.
+    world.signing_clone("carol-clone", world.carol)
+    assert world.mg("approve", "origin/p", where="carol-clone").code == 0
+    world.fetch("bob-clone")
+    merged = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert merged.code == 0, merged.err
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_approve_merge_refuses_a_policy_change_short_of_the_policy_quorum(world: World) -> None:
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=2))
+    world.propose("p", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE, {"program": "date"}],
+                                                          policy_approvals_required=2)}, who=world.alice)
+    world.signing_clone("bob-clone", world.bob)
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 1
+    assert result.err.startswith("error: refusing to merge origin/p: its policy change would not be adopted with your signature: ")
+
+
 def test_approve_refuses_a_denied_job(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", {"jobs/r.yaml": job_yaml("r", ["rm", "-rf", "/"])}, who=world.alice)

@@ -243,7 +243,9 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
         raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
     repo = Repo(repo_path)
     _can_sign(repo)
-    _would_count(repo, report)
+    person = _would_count(repo, report)
+    if merge and person is not None:
+        _merge_would_approve(repo_path, branch_name, base, remote, trust, person)
     has_remote = repo.has_remote(remote)
     head = report.head
     if merge:
@@ -287,17 +289,17 @@ def _can_sign(repo: Repo, what: str = "approvals") -> None:
                          hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
 
 
-def _would_count(repo: Repo, report: CheckReport) -> None:
-    """Refuse to sign an approval that the runner would not count, and say why."""
+def _would_count(repo: Repo, report: CheckReport) -> str | None:
+    """Refuse to sign an approval that the runner would not count, and say why; the signer, when known."""
     policy = report.policy_in_force
     assert policy is not None
     person = _signing_person(repo, policy)
     if person is None:
-        return  # an OpenPGP key or one we cannot read: the runner still judges it
+        return None  # an OpenPGP key or one we cannot read: the runner still judges it
     if person not in {p.name for p in policy.approvers}:
         raise JobFailed(f"your signing key belongs to {person}, who is not an approver in {policy.where}")
     if policy.allow_self_approval:
-        return
+        return person
     assessor = Assessor(repo, at=datetime.now(UTC))
     assert report.facts is not None
     for f in report.files:
@@ -305,6 +307,25 @@ def _would_count(repo: Repo, report: CheckReport) -> None:
         if why is not None:
             raise JobFailed(f"your approval of {f.path} would not count: you ({person}) are the {why}",
                             hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)")
+    return person
+
+
+def _merge_would_approve(repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str) -> None:
+    """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short of
+    its quorum (or of the policy quorum) would need the file changed before anyone could approve it again."""
+    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=False, trust=trust, merger=person)
+    assessment = report.assessment
+    assert assessment is not None
+    verdict = assessment.policy_verdict
+    if verdict is not None and not verdict.adopted:
+        raise JobFailed(f"refusing to merge {branch_name}: its policy change would not be adopted with your signature: {verdict.reason}",
+                        hint="first the approval commits it lacks: other approvers run mergegate approve BRANCH (without --merge)")
+    short = next((d for d in assessment.decisions if not d.approved), None)
+    if short is not None:
+        raise JobFailed(f"refusing to merge {branch_name}: with your signature the runner would reject {short.path} "
+                        f"for good: {short.reason}",
+                        hint="a rejected revision is final: first the approval commits it lacks (other approvers run "
+                        "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes")
 
 
 def _signing_person(repo: Repo, policy: Policy) -> str | None:

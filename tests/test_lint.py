@@ -116,3 +116,12 @@ def test_the_worked_example_policies_of_the_docs_are_valid(world: World) -> None
         code, out, err = lint(world, "policy/policy.yaml")
         assert code == 0, f"{err}\n{text}"
         assert out.startswith("ok  policy/policy.yaml: policy: "), out
+
+
+def test_this_repositorys_own_gate_files_lint_clean() -> None:
+    """README: policy/policy.yaml is a real example policy and jobs/ holds example jobs."""
+    files = ["policy/policy.yaml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").rglob("*.yaml"))]
+    assert len(files) >= 4
+    proc = subprocess.run([sys.executable, "-m", "mergegate", "lint", *files], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -955,6 +957,29 @@ def test_runner_with_a_key_the_policy_does_not_list_pushes_nothing(world: World)
     assert world.records() == []
     # The right key still works afterwards: nothing was pushed that would stop the gate.
     assert world.run_once("--signing-key", str(runner_key.private)).code == 0
+
+
+def test_a_runner_with_a_key_the_policy_does_not_list_refuses_with_nothing_to_run(world: World) -> None:
+    """Set up with the wrong ssh key (an approver's, or a passphrase-protected key of someone else), a
+    runner stops at its first pass, exit 2, naming the key, not only once a job gives it something to
+    record; the runner's own key, also behind a passphrase (its public half is in the clear), passes."""
+    runner_key, other = make_ssh_key(world.tmp / "keys", "runner"), make_ssh_key(world.tmp / "keys", "other")
+    locked = world.tmp / "keys" / "locked"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(locked)], check=True)
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=[{"name": "ci", "key": runner_key.public_line}]))
+    for wrong in (other.private, world.bob.key.private, locked):
+        result = world.run_once("--signing-key", str(wrong))
+        assert result.code == 2, (wrong, result.out, result.err)
+        fingerprint = subprocess.run(["ssh-keygen", "-lf", str(wrong)], capture_output=True, text=True, check=True).stdout.split()[1]
+        assert f"error: --signing-key does not make a signature the policy accepts from a runner: {wrong} is the key " \
+               f"{fingerprint}, which policy/policy.yaml at " in result.err, result.err
+        assert re.search(r"at [0-9a-f]{7} does not list under runners\n", result.err), result.err
+        assert "hint: use the private key of a key listed under runners" in result.err
+    assert world.records() == []
+    ok = world.run_once("--signing-key", str(runner_key.private))
+    assert ok.code == 0, ok.err
+    subprocess.run(["ssh-keygen", "-q", "-p", "-N", "", "-P", "", "-N", "now locked", "-f", str(runner_key.private)], check=True)
+    assert world.run_once("--signing-key", str(runner_key.private)).code == 0  # (nothing to sign: no passphrase asked)
 
 
 def test_tree_approval_covers_scripts_and_unnameable_files(world: World) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -75,8 +76,11 @@ def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_fo
 
 def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: World) -> None:
     """Jobs that succeed, fail, are denied before they start; a pass that fails after preparing a job
-    (a signing key the policy does not list); a pass stopped by SIGTERM while its job runs."""
-    runner_key, other = make_ssh_key(world.tmp / "keys", "runner"), make_ssh_key(world.tmp / "keys", "other")
+    (a signing key the policy does not list, in a PEM file: its public half shows only in the signature of
+    the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM while its job runs."""
+    runner_key = make_ssh_key(world.tmp / "keys", "runner")
+    other = world.tmp / "keys" / "other_pem"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-f", str(other)], check=True)
     world.setup(policy_yaml([world.bob.approver_entry()], RULES, runners=[{"name": "ci", "key": runner_key.public_line}]))
     scratch = _scratch(world)
     env = {"TMPDIR": str(scratch)}
@@ -85,8 +89,9 @@ def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: Worl
                             # denied before it starts, after its export: its cwd is not in the workspace
                             "jobs/denied.yaml": job_yaml("denied", ["sh", "-c", "true"], cwd="nowhere")}, who=world.alice)
     world.signed_merge("first", world.bob)
-    failed = world.run_once("--signing-key", str(other.private), env=env, process=True)
+    failed = world.run_once("--signing-key", str(other), env=env, process=True)
     assert failed.code == 2 and "does not make a signature the policy accepts" in failed.err, failed.err
+    assert "does not list under runners" not in failed.err  # (refused at its first audit commit, after the exports)
     assert _left(scratch) == []
     signing = ("--signing-key", str(runner_key.private), "--runner-name", "ci")
     ran = world.run_once(*signing, env=env, process=True)

@@ -58,7 +58,7 @@ from mergegate.policy import Policy
 from mergegate.processes import ProcessId, Watchdog
 from mergegate.publisher import Publisher
 from mergegate.shutdown import DEFAULT_GRACE, Shutdown
-from mergegate.signatures import split_signed_commit
+from mergegate.signatures import split_signed_commit, ssh_blob, ssh_fingerprint, ssh_key_file_blob
 from mergegate.spool import Entry, Spool
 from mergegate.workspaces import identity, remove_stale, remove_tree
 
@@ -436,10 +436,20 @@ class Runner:
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 
     def _can_sign(self, policy: Policy) -> None:
-        """A policy that lists runners needs signed audit commits: without a key, refuse before any work."""
+        """A policy that lists runners needs signed audit commits: without a key, or with an ssh key it does
+        not list, refuse before any work (also a pass with nothing to run: a runner set up with the wrong key
+        must not idle green until its first job). An OpenPGP key, or an ssh key file that does not show its
+        public half, is judged by the signature of the pass's first audit commit (publisher.py)."""
         if policy.runners and self.signing is None:
             raise UsageError(f"{policy.where} lists runners, so audit commits must be signed",
                              hint="pass --signing-key with the runner's ssh key path or OpenPGP key id")
+        if not policy.runners or self.signing is None:
+            return
+        blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
+        if blob is not None and all(ssh_blob(key) != blob for key in policy.runner_keys()):
+            raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {self.signing.key} "
+                             f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under runners",
+                             hint="use the private key of a key listed under runners in the policy (ssh-keygen -lf KEY shows its fingerprint)")
 
     def _labels(self) -> frozenset[str] | None:
         return None if self.options.labels is None else frozenset(self.options.labels)

@@ -185,7 +185,7 @@ def _parse_ssh_key(line: str, owner: str, source: str) -> str:
         or (declared.startswith("ecdsa-") and fields[1] != declared.rsplit("-", 1)[1].encode())
     ):
         raise _config_error(owner, f"the {declared} key data is malformed", source)
-    return _ssh_fingerprint(blob)
+    return ssh_fingerprint(blob)
 
 
 def _verify_ssh(
@@ -201,7 +201,7 @@ def _verify_ssh(
         sig = sshsig.parse(dearmor(text, _SSH_SIG) or b"")
     except sshsig.SshsigError:
         return _refused("", "malformed ssh signature")
-    signer = _ssh_fingerprint(sig.public_key)
+    signer = ssh_fingerprint(sig.public_key)
     if sig.namespace != b"git":
         shown = sig.namespace[:40].decode("ascii", errors="replace")
         return _refused(signer, f"signature by {signer} is for namespace {shown!r}, not 'git'")
@@ -233,7 +233,40 @@ def _ssh_blob(line: str) -> bytes | None:
     return b64(parts[1]) if len(parts) >= 2 else None
 
 
-def _ssh_fingerprint(blob: bytes) -> str:
+_OPENSSH_KEY = re.compile(r"-----BEGIN OPENSSH PRIVATE KEY-----(.*?)-----END OPENSSH PRIVATE KEY-----", re.S)
+_OPENSSH_MAGIC = b"openssh-key-v1\0"
+
+
+def ssh_key_file_blob(path: str) -> bytes | None:
+    """The public key blob of an ssh key file: a public key line, or an OpenSSH private key (whose
+    public half is stored in the clear, behind a passphrase too); None where the file does not say
+    (a PEM private key, anything unreadable). The runner compares it with the policy's runner keys
+    before a pass, instead of finding out at its first audit commit."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(1 << 16).decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text.split(" ", 1)[0] in _SSH_TYPES:
+        return _ssh_blob(text.strip().split("\n", 1)[0])
+    found = _OPENSSH_KEY.search(text)
+    data = b64("".join(found.group(1).split())) if found else None
+    if data is None or not data.startswith(_OPENSSH_MAGIC):
+        return None
+    pos = len(_OPENSSH_MAGIC)
+    for _ in range(3):  # cipher name, kdf name, kdf options
+        pos += 4 + int.from_bytes(data[pos:pos + 4], "big")
+    count = int.from_bytes(data[pos:pos + 4], "big")
+    length = int.from_bytes(data[pos + 4:pos + 8], "big")
+    blob = data[pos + 8:pos + 8 + length]
+    return blob if count >= 1 and length and len(blob) == length else None
+
+
+def ssh_blob(key: PublicKey) -> bytes | None:
+    return _ssh_blob(key.text) if key.kind == "ssh" else None
+
+
+def ssh_fingerprint(blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 

@@ -314,7 +314,7 @@ class Runner:
         # seen ref that cannot be written stops the pass here (StateError, naming it).
         # (The audit tip only now: it is where the next pass starts checking.)
         seen = branch.remember(tip, gate.records, gate.seen)
-        self._can_sign(work.policy)  # (again: a policy change the walk adopted may list runners)
+        self._can_sign(work.policy, key=work.waiting is None)  # (again: a policy change the walk adopted may list runners)
         assessor = Assessor(self.repo, at=now, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
         checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
@@ -435,15 +435,18 @@ class Runner:
         wake = due.isoformat() if due is not None else None
         idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
 
-    def _can_sign(self, policy: Policy) -> None:
-        """A policy that lists runners needs signed audit commits: without a key, or with an ssh key it does
-        not list, refuse before any work (also a pass with nothing to run: a runner set up with the wrong key
-        must not idle green until its first job). An OpenPGP key, or an ssh key file that does not show its
-        public half, is judged by the signature of the pass's first audit commit (publisher.py)."""
+    def _can_sign(self, policy: Policy, *, key: bool = False) -> None:
+        """A policy that lists runners needs signed audit commits: without a key, refuse before any work.
+
+        With `key` (`policy` is the one in force at the tip: the walk got there), an ssh key the policy does not
+        list is refused too, also by a pass with nothing to run: a runner set up with the wrong key must not
+        idle green until its first job. (Not before the walk: a policy change it adopts may list the key.) An
+        OpenPGP key, or an ssh key file that does not show its public half, is judged by the signature of the
+        pass's first audit commit (publisher.py)."""
         if policy.runners and self.signing is None:
             raise UsageError(f"{policy.where} lists runners, so audit commits must be signed",
                              hint="pass --signing-key with the runner's ssh key path or OpenPGP key id")
-        if not policy.runners or self.signing is None:
+        if not key or not policy.runners or self.signing is None:
             return
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
         if blob is not None and all(ssh_blob(key) != blob for key in policy.runner_keys()):

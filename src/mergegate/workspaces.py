@@ -44,19 +44,22 @@ def identity(folder: Path) -> tuple[str, int]:
 
 
 def remove_stale(folders: Iterable[tuple[str, int]]) -> None:
-    """Remove folders a dead runner named (`identity`), each only if it is still that folder: a
-    directory (not a symlink), of this user, with the same inode. Its watchdog has usually removed
+    """Remove folders a dead runner named (`identity`), each only if it is named like a folder the runner
+    makes (`MADE`) and is still that folder: a directory (not a symlink), of this user, with the same inode. Its watchdog has usually removed
     it already, and a later folder that happens to get the same name is another runner's."""
     for path, inode in folders:
+        if not os.path.basename(path).startswith(MADE):
+            continue  # (a spool line is input: only a folder the runner makes is ever removed from one)
         try:
             found = os.lstat(path)
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: a NUL in the path)
             continue
         if stat.S_ISDIR(found.st_mode) and found.st_ino == inode and found.st_uid == os.geteuid():
             remove_tree(Path(path))
 
 
 CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
+MADE = ("mergegate-job-", "mergegate-index-")  # the names of the folders the runner makes (tempfile prefixes)
 
 
 def _clear(path: Path) -> bool:

@@ -71,9 +71,11 @@ def _clear(path: Path) -> bool:
         return True
     try:
         try:
-            top = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            top = _open_folder(path.name, parent, None)
         except FileNotFoundError:
             return True
+        if top is None:
+            return False
         try:
             device = os.fstat(top).st_dev
             cleared = _clear_in(top, device, 0)
@@ -97,7 +99,10 @@ def _clear_in(folder: int, device: int, depth: int) -> bool:
         if depth >= CLEAR_DEPTH or entry.stat(follow_symlinks=False).st_dev != device:
             cleared = False  # too deep for descriptors, or another file system: for rm
             continue
-        inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+        inner = _open_folder(entry.name, folder, device)
+        if inner is None:
+            cleared = False
+            continue
         try:
             done = _clear_in(inner, device, depth + 1)
         finally:
@@ -106,3 +111,33 @@ def _clear_in(folder: int, device: int, depth: int) -> bool:
             os.rmdir(entry.name, dir_fd=folder)
         cleared = cleared and done
     return cleared
+
+
+def _open_folder(name: str, at: int, device: int | None) -> int | None:
+    """Folder `name` of folder `at`, open to list and empty, never through a symlink; None if it is on
+    another file system than `device`. A job may have taken its own rights away on what it made (`chmod
+    000 d`, `chmod 500 .`: listing or unlinking would fail with EACCES and the folder stay for good): the
+    owner's read, write and search are given back, through a descriptor of that very folder (O_PATH, then
+    its /proc/self/fd link), never through a path a job could swap."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
+    except PermissionError:
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
+        try:
+            if device is not None and os.fstat(handle).st_dev != device:
+                return None
+            os.chmod(f"/proc/self/fd/{handle}", stat.S_IRWXU)
+            fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_DIRECTORY)
+        finally:
+            os.close(handle)
+    try:
+        found = os.fstat(fd)
+        if device is not None and found.st_dev != device:
+            os.close(fd)
+            return None
+        if found.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+            os.fchmod(fd, stat.S_IMODE(found.st_mode) | stat.S_IRWXU)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

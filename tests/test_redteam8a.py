@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,36 @@ def test_a_job_cannot_keep_its_workspace_by_taking_its_own_permissions_away() ->
                                        "which does not give rights back (notes/redteam8a.md)")
 def test_a_job_cannot_keep_its_workspace_with_a_closed_folder_deeper_than_the_descriptor_walk() -> None:
     assert _closed_workspaces({"deep": ("/".join(["d"] * 40), 0o000, None)}) == []
+
+
+def _racing_remote(world: World, armed: Path, count: Path, losses: int, seconds: float) -> None:
+    """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first `losses`
+    races: receive-pack says what it says when another runner's push took the ref first."""
+    hook = world.remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/mergegate/audit ] && [ -e {armed} ]; then\n"
+                    f"    sleep {seconds}\n    n=$(cat {count} 2>/dev/null || echo 0)\n"
+                    f"    if [ \"$n\" -lt {losses} ]; then echo $((n+1)) > {count}; "
+                    f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n  fi\ndone\n")
+    hook.chmod(0o755)
+
+
+def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_start(world: World) -> None:
+    """The `started` draft's lease is stamped once, before the first try (until = then + timeout + kill
+    grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential backoff, a sleep
+    of up to 16 times what a try took, so six lost races on a remote where a try takes half a second
+    start the job well past the slack: its lease runs out while it may still legitimately run, any
+    runner then closes it `lost` (an idempotent job is retried beside it; its own result is dropped)."""
+    _gate(world)
+    assert world.run_once("--runner-name", "ci").code == 0
+    armed, count, stamp = world.tmp / "armed", world.tmp / "count", world.tmp / "started-at"
+    _racing_remote(world, armed, count, losses=6, seconds=0.3)
+    _merge_jobs(world, "p", {"stamp": ["sh", "-c", f"date +%s.%N > {stamp}"]})
+    armed.touch()
+    ran = world.run_once("--runner-name", "ci", "--shutdown-grace", "0", process=True)
+    assert ran.code == 0, ran.err
+    assert count.read_text().strip() == "6"
+    (started,) = [r for r in world.records() if r["event"] == "started"]
+    until = datetime.fromisoformat(started["lease"]["until"].replace("Z", "+00:00")).timestamp()
+    limits = started["limits"]
+    began = float(stamp.read_text())
+    assert until >= began + limits["timeout_seconds"] + limits["kill_grace_seconds"], (until - began, limits)

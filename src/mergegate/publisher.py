@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from mergegate import audit, audit_branch
@@ -89,12 +90,16 @@ class Publisher:
                 del claims[key]
                 drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
             held.add(key[:2])
+        # A claim's lease counts from its push, not from its draft: lost races and the backoff between
+        # them would otherwise spend the few seconds of slack, and the job, started late, outlive its lease.
+        drafted, leases = time.monotonic(), _leases(drafts)
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
         tried = time.monotonic()  # when this try began (its look at the branches, its commit, its push)
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
+            drafts = _later_leases(drafts, leases, time.monotonic() - drafted)
             for key, (decision, number) in list(claims.items()):
                 why = self._claim_dropped(decision, number, self.end.commit)
                 if why is not None:
@@ -235,6 +240,29 @@ class Publisher:
                                  hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
         self.checker.check_commit(sha)
         self.own_checked = judged
+
+
+def _leases(drafts: list[dict[str, Any]]) -> dict[str, datetime]:
+    """The lease end of each `started` draft, by run id, as the runner stamped it."""
+    found = {}
+    for d in drafts:
+        lease = d.get("lease")
+        until = audit.parse_time(lease.get("until")) if d["event"] == "started" and isinstance(lease, dict) else None
+        if until is not None and isinstance(d.get("run_id"), str):
+            found[d["run_id"]] = until
+    return found
+
+
+def _later_leases(drafts: list[dict[str, Any]], leases: Mapping[str, datetime], late: float) -> list[dict[str, Any]]:
+    """`drafts` with each claim's lease moved on by `late` seconds (the time since it was stamped)."""
+    moved = []
+    for d in drafts:
+        until = leases.get(d["run_id"]) if d["event"] == "started" and isinstance(d.get("run_id"), str) else None
+        if until is not None:
+            later = (until + timedelta(seconds=late)).isoformat().replace("+00:00", "Z")
+            d = {**d, "lease": {**d["lease"], "until": later}}
+        moved.append(d)
+    return moved
 
 
 def _key(draft: Mapping[str, Any]) -> Key:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.repos import World
+from tests.helpers.repos import World, job_yaml
 from tests.test_reliability import _gate, _merge_jobs
 
 
@@ -117,14 +117,16 @@ def test_a_job_cannot_keep_its_workspace_with_a_closed_folder_deeper_than_the_de
     assert _closed_workspaces({"deep": ("/".join(["d"] * 40), 0o000, None)}) == []
 
 
-def _racing_remote(world: World, armed: Path, count: Path, losses: int, seconds: float) -> None:
+def _racing_remote(world: World, armed: Path, count: Path, losses: int, seconds: float, landed: Path | None = None) -> None:
     """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first `losses`
-    races: receive-pack says what it says when another runner's push took the ref first."""
+    races: receive-pack says what it says when another runner's push took the ref first. (`landed`: when
+    the push after them was let through.)"""
     hook = world.remote / "hooks" / "pre-receive"
     hook.write_text(f"#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/mergegate/audit ] && [ -e {armed} ]; then\n"
                     f"    sleep {seconds}\n    n=$(cat {count} 2>/dev/null || echo 0)\n"
                     f"    if [ \"$n\" -lt {losses} ]; then echo $((n+1)) > {count}; "
-                    f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n  fi\ndone\n")
+                    f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n"
+                    + (f"    date +%s.%N > {landed}\n" if landed else "") + "  fi\ndone\n")
     hook.chmod(0o755)
 
 
@@ -148,3 +150,25 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
     limits = started["limits"]
     began = float(stamp.read_text())
     assert until >= began + limits["timeout_seconds"] + limits["kill_grace_seconds"], (until - began, limits)
+
+
+@pytest.mark.xfail(strict=False, reason="left to the lead: the backoff between a result's lost races is not bounded "
+                                        "by its lease (notes/redteam8a.md); random, so not strict")
+def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World) -> None:
+    """A job that uses all it may (its timeout, then its kill grace) leaves its result the lease's 5 s of
+    slack to land in. Five lost races, where a try takes half a second, take that and more with the
+    exponential backoff (each wait up to 16 times a try), so the `finished` record lands after the lease:
+    a pass of any other runner meanwhile closes the run `lost` and this result is dropped."""
+    _gate(world, limits={"kill_grace_seconds": 1})
+    assert world.run_once("--runner-name", "ci").code == 0
+    armed, count, landed = world.tmp / "armed", world.tmp / "count", world.tmp / "landed"
+    _racing_remote(world, armed, count, losses=5, seconds=0.3, landed=landed)
+    world.propose("p", {"jobs/long.yaml": job_yaml("long", ["sh", "-c", f"trap '' TERM; touch {armed}; sleep 30"],
+                                                   timeout_seconds=1)}, who=world.alice)
+    world.signed_merge("p", world.bob)
+    ran = world.run_once("--runner-name", "ci", "--shutdown-grace", "0", process=True)
+    assert ran.code == 1 and [j["status"] for j in ran.json()["jobs"]] == ["timed_out"], ran.out
+    assert count.read_text().strip() == "5"
+    (started,) = [r for r in world.records() if r["event"] == "started"]
+    until = datetime.fromisoformat(started["lease"]["until"].replace("Z", "+00:00")).timestamp()
+    assert float(landed.read_text()) <= until, float(landed.read_text()) - until

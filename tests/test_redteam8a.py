@@ -152,8 +152,6 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
     assert until >= began + limits["timeout_seconds"] + limits["kill_grace_seconds"], (until - began, limits)
 
 
-@pytest.mark.xfail(strict=False, reason="left to the lead: the backoff between a result's lost races is not bounded "
-                                        "by its lease (notes/redteam8a.md); random, so not strict")
 def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World) -> None:
     """A job that uses all it may (its timeout, then its kill grace) leaves its result the lease's 5 s of
     slack to land in. Five lost races, where a try takes half a second, take that and more with the

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mergegate import audit, audit_branch
@@ -144,11 +144,28 @@ class Publisher:
             else:
                 self.repo.discard(sha)
             slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
-            time.sleep(random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS)))
+            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS))
+            left = self._lease_left(drafts)
+            if left is not None:
+                # A result must land within its run's lease (else any runner may close the run `lost` and
+                # this result is dropped): the waits leave room for the next tries in what is left of it.
+                wait = min(wait, max(0.0, (left - slot) / 2))
+            time.sleep(wait)
             tried = time.monotonic()
             self.refresh(fetch=True)
         raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
                        hint="another process keeps moving the branch; run again")
+
+    def _lease_left(self, drafts: list[dict[str, Any]]) -> float | None:
+        """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no result)."""
+        ends = []
+        for d in drafts:
+            started = self.book.started.get((str(d.get("path")), str(d.get("blob")))) if d["event"] == "finished" else None
+            lease = started.get("lease") if started is not None and started.get("run_id") == d.get("run_id") else None
+            until = audit.parse_time(lease.get("until")) if isinstance(lease, dict) else None
+            if until is not None:
+                ends.append(until)
+        return (min(ends) - datetime.now(UTC)).total_seconds() if ends else None
 
     def fresh(self) -> None:
         """Look at both branches again if the last look is older than FRESH_SECONDS (before choosing claims)."""

@@ -297,8 +297,8 @@ def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
 
 
 def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
-    """In-process for an ordinary tree, `rm` for one too deep for descriptors; a symlink in the
-    workspace (to a folder or a file outside) is removed, never what it points to."""
+    """However deep (a tree deeper than one descriptor a level allows is moved up a piece at a time); a
+    symlink in the workspace (to a folder or a file outside) is removed, never what it points to."""
     from mergegate.workspaces import CLEAR_DEPTH, remove_tree
 
     outside = tmp_path / "outside"
@@ -326,10 +326,11 @@ def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: P
     outside = tmp_path / "outside"
     (outside / "keep").mkdir(parents=True)
     (outside / "file").write_text("kept")
-    workspace = tmp_path / "ws"
-    _workspace_with_links(workspace, outside, 5)
-    remove_tree(workspace)
-    assert not workspace.exists()
+    for depth in (5, 3000):  # (also one far deeper than a descriptor a level allows)
+        workspace = tmp_path / f"ws-{depth}"
+        _workspace_with_links(workspace, outside, depth)
+        remove_tree(workspace)
+        assert not workspace.exists(), depth
 
 
 def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_after_another(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -23,10 +24,11 @@ def remove_tree(path: Path) -> None:
     """Remove a folder, however deep a job made it, never following a symlink nor
     entering another file system (a mount the job left in it).
 
-    Most workspaces are a few files and folders: they go in-process, through descriptors
-    (`_clear`), without starting a process per job. A tree deeper than `CLEAR_DEPTH`, or
-    anything that did not go, is left to `rm -rf --one-file-system` (shutil.rmtree recurses
-    and raises RecursionError on a few thousand levels, which would lose the job's result).
+    Workspaces go in-process, through descriptors (`_clear`), without starting a process per
+    job; a tree deeper than `CLEAR_DEPTH` is moved up, a piece at a time, to be emptied the
+    same way. Anything that did not go (a mount the job left) is left to `rm -rf
+    --one-file-system` (shutil.rmtree recurses and raises RecursionError on a few thousand
+    levels, which would lose the job's result).
     """
     with contextlib.suppress(OSError):
         if _clear(path):
@@ -78,7 +80,9 @@ def _clear(path: Path) -> bool:
             return False
         try:
             device = os.fstat(top).st_dev
-            cleared = _clear_in(top, device, 0)
+            cleared, moved = _clear_in(top, device, 0, top)
+            while moved:  # folders deeper than CLEAR_DEPTH were moved up into `top`: empty them too
+                cleared, moved = _clear_in(top, device, 0, top)
         finally:
             os.close(top)
         if cleared:
@@ -88,29 +92,36 @@ def _clear(path: Path) -> bool:
         os.close(parent)
 
 
-def _clear_in(folder: int, device: int, depth: int) -> bool:
+def _clear_in(folder: int, device: int, depth: int, top: int) -> tuple[bool, bool]:
+    """Empty `folder`: whether it is empty now, and whether a folder deeper than CLEAR_DEPTH was moved up
+    into `top` instead (renameat between two descriptors: each level holds one open, and `rm -rf` would
+    not give back the rights a job took away from what it made), for the next round."""
     with os.scandir(folder) as listing:
         entries = list(listing)
-    cleared = True
+    cleared, moved = True, False
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.name, dir_fd=folder)
             continue
-        if depth >= CLEAR_DEPTH or entry.stat(follow_symlinks=False).st_dev != device:
-            cleared = False  # too deep for descriptors, or another file system: for rm
+        if entry.stat(follow_symlinks=False).st_dev != device:
+            cleared = False  # another file system (a mount the job left): for rm, which does not cross it
+            continue
+        if depth >= CLEAR_DEPTH:
+            os.rename(entry.name, f".mergegate-deep-{secrets.token_hex(8)}", src_dir_fd=folder, dst_dir_fd=top)
+            moved = True
             continue
         inner = _open_folder(entry.name, folder, device)
         if inner is None:
             cleared = False
             continue
         try:
-            done = _clear_in(inner, device, depth + 1)
+            done, deeper = _clear_in(inner, device, depth + 1, top)
         finally:
             os.close(inner)
         if done:
             os.rmdir(entry.name, dir_fd=folder)
-        cleared = cleared and done
-    return cleared
+        cleared, moved = cleared and done, moved or deeper
+    return cleared, moved
 
 
 def _open_folder(name: str, at: int, device: int | None) -> int | None:

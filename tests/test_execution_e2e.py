@@ -393,3 +393,31 @@ def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_aroun
     assert mode == "700"
     assert sorted(names) == ["jobs", "policy"], names
     assert not Path(cwd).exists()  # removed after the job
+
+
+def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job may leave millions of entries in one folder: removal lists LIST_BATCH of them at a time
+    (here 3), files, folders and links alike, and still removes them all, never what a link points to."""
+    from mergegate import workspaces
+
+    monkeypatch.setattr(workspaces, "LIST_BATCH", 3)
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    workspace = tmp_path / "ws"
+    for n in range(10):
+        (workspace / f"d{n}").mkdir(parents=True)
+        (workspace / f"d{n}" / "f").write_text("x")
+        (workspace / f"f{n}").write_text("x")
+        (workspace / f"l{n}").symlink_to(outside / "keep")
+    calls: list[int] = []
+    real = os.scandir
+
+    def counted(folder: int) -> Iterator[os.DirEntry[str]]:
+        calls.append(folder)
+        return real(folder)
+
+    monkeypatch.setattr(workspaces.os, "scandir", counted)
+    workspaces.remove_tree(workspace)
+    assert not workspace.exists() and (outside / "keep").is_dir()
+    # The top folder's 30 entries in ten listings and one that finds it empty; each inner folder, two.
+    assert len(calls) == 11 + 10 * 2, len(calls)

@@ -11,6 +11,7 @@ watchdog imports it only when it has something to remove.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import shutil
@@ -61,6 +62,7 @@ def remove_stale(folders: Iterable[tuple[str, int]]) -> None:
 
 
 CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
+LIST_BATCH = 4096  # entries of one folder in memory at once
 MADE = ("mergegate-job-", "mergegate-index-")  # the names of the folders the runner makes (tempfile prefixes)
 
 
@@ -95,33 +97,40 @@ def _clear(path: Path) -> bool:
 def _clear_in(folder: int, device: int, depth: int, top: int) -> tuple[bool, bool]:
     """Empty `folder`: whether it is empty now, and whether a folder deeper than CLEAR_DEPTH was moved up
     into `top` instead (renameat between two descriptors: each level holds one open, and `rm -rf` would
-    not give back the rights a job took away from what it made), for the next round."""
-    with os.scandir(folder) as listing:
-        entries = list(listing)
-    cleared, moved = True, False
-    for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
-            os.unlink(entry.name, dir_fd=folder)
-            continue
-        if entry.stat(follow_symlinks=False).st_dev != device:
-            cleared = False  # another file system (a mount the job left): for rm, which does not cross it
-            continue
-        if depth >= CLEAR_DEPTH:
-            os.rename(entry.name, f".mergegate-deep-{secrets.token_hex(8)}", src_dir_fd=folder, dst_dir_fd=top)
-            moved = True
-            continue
-        inner = _open_folder(entry.name, folder, device)
-        if inner is None:
-            cleared = False
-            continue
-        try:
-            done, deeper = _clear_in(inner, device, depth + 1, top)
-        finally:
-            os.close(inner)
-        if done:
-            os.rmdir(entry.name, dir_fd=folder)
-        cleared, moved = cleared and done, moved or deeper
-    return cleared, moved
+    not give back the rights a job took away from what it made), for the next round.
+
+    Listed LIST_BATCH entries at a time: a job may leave millions in one folder."""
+    moved = False
+    kept: set[str] = set()  # what stays (a mount, a folder that would not go): not listed again
+    while True:
+        with os.scandir(folder) as listing:
+            entries = list(itertools.islice((e for e in listing if e.name not in kept), LIST_BATCH))
+        if not entries:
+            return not kept, moved
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=folder)
+                continue
+            if entry.stat(follow_symlinks=False).st_dev != device:
+                kept.add(entry.name)  # another file system (a mount the job left): for rm, which does not cross it
+                continue
+            if depth >= CLEAR_DEPTH:
+                os.rename(entry.name, f".mergegate-deep-{secrets.token_hex(8)}", src_dir_fd=folder, dst_dir_fd=top)
+                moved = True
+                continue
+            inner = _open_folder(entry.name, folder, device)
+            if inner is None:
+                kept.add(entry.name)
+                continue
+            try:
+                done, deeper = _clear_in(inner, device, depth + 1, top)
+            finally:
+                os.close(inner)
+            if done:
+                os.rmdir(entry.name, dir_fd=folder)
+            else:
+                kept.add(entry.name)
+            moved = moved or deeper
 
 
 def _open_folder(name: str, at: int, device: int | None) -> int | None:

@@ -17,13 +17,17 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 from mergegate import audit
-from mergegate.approvals import Assessor
 from mergegate.branch import AUDIT_BRANCH
 from mergegate.errors import IntegrityError
 from mergegate.git import ZERO, Commit, Repo
-from mergegate.policy import Policy
+from mergegate.policy import Policy, load_policy
+
+if TYPE_CHECKING:  # (the judge's modules: `audit verify` imports them only if a check needs them, issue 12)
+    from mergegate.approvals import Assessor
+    from mergegate.signatures import PublicKey, SignatureCheck
 
 APPROVED_TRAILER = "Mergegate-Approved"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -37,6 +41,39 @@ def approved_of(commit: Commit) -> str | None:
 
 def message(summary: str, approved: str) -> str:
     return f"{summary}\n\n{APPROVED_TRAILER}: {approved}\n"
+
+
+class Signer(Protocol):
+    """What the commit checks ask of an `Assessor`: a commit's signature against keys."""
+
+    def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck: ...
+
+
+def policy_lookup(repo: Repo, assessor: Callable[[], Assessor], *, root: str, records: str | None,
+                  known: dict[str, Policy] | None = None) -> Callable[[str], Policy]:
+    """`policy_at(sha)`: the policy in force at an approved commit (after judging it), for the
+    runner-signature rule (`planning.policy_lookup`).
+
+    `known` holds what a walk already computed; anything else costs one judgement per policy
+    change, by `assessor()`, asked for (and the judge imported) only for a commit after the trust
+    root: at or before it, the trust root's own policy is in force.
+    """
+    cache = dict(known or {})
+
+    def policy_at(sha: str) -> Policy:
+        if sha not in cache:
+            if repo.is_ancestor(sha, root):
+                cache[sha] = load_policy(lambda p: repo.read_file(root, p), commit=root)
+            else:
+                from mergegate.planning import policy_in_force
+
+                judge = assessor()
+                at = judge.at
+                cache[sha] = policy_in_force(repo, judge, root=root, upto=sha, records=records)
+                judge.at = at
+        return cache[sha]
+
+    return policy_at
 
 
 class Tampering(IntegrityError):
@@ -54,7 +91,7 @@ class Checker:
     """
 
     repo: Repo
-    assessor: Assessor
+    assessor: Signer  # an Assessor (or what makes one when first asked: audit verify)
     approved_tip: str
     policy_at: Callable[[str], Policy]
     # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it):

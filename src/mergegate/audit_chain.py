@@ -39,6 +39,8 @@ Summarise = Callable[[bytes, Sequence[Mapping[str, Any]]], T]
 # Fewer files than this are checked here: two forks and two git processes cost more than they save.
 PARALLEL_FROM_FILES = 8
 _FRAME = struct.Struct("<Q")
+# One read of answers: an answer is a few dozen KiB; a 1 MiB read would allocate (and fault in) 1 MiB each time.
+_READ = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ class _Worker:
 
     def frames(self) -> list[tuple[Any, ...]] | None:
         """The whole frames that have arrived (one read), or None at the end of its answers (it exited or died)."""
-        chunk = os.read(self.answers, 1 << 20)
+        chunk = os.read(self.answers, _READ)
         if not chunk:
             return None
         self.buffer += chunk

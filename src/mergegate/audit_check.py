@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import compress, repeat
@@ -24,8 +24,11 @@ from mergegate.errors import IntegrityError
 from mergegate.git import Repo
 
 if TYPE_CHECKING:
+    from mergegate.approvals import Assessor
     from mergegate.audit_branch import Checker
     from mergegate.evidence import Evidence
+    from mergegate.git import Commit
+    from mergegate.signatures import PublicKey, SignatureCheck
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,9 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
         source.check_not_rewritten(tip, records_tip)
         refuse_old_layout(repo, tip, records_tip)
         root, _ = trust_root(repo, tip, trust)
-        # Imported here, while the workers check the log: what the commit checks need.
-        from mergegate import github
-        from mergegate.approvals import Assessor
-        from mergegate.audit_branch import Checker, every_commit
-        from mergegate.planning import policy_lookup
+        # Imported here, while the workers check the log: what the commit checks need. The judge's modules
+        # (approvals, GitHub's evidence, planning) only if a check asks for them (`_Assessing`, issue 12).
+        from mergegate.audit_branch import Checker, every_commit, policy_lookup
 
         commits = every_commit(repo, records_tip)
         repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit; while the workers check
@@ -72,8 +73,15 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
         def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
             # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
             now = datetime.now(UTC)
-            assessor = Assessor(repo, at=now, reviews=github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True))
-            return Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip), verified=verified)
+
+            def assessor() -> Assessor:
+                from mergegate import github
+                from mergegate.approvals import Assessor
+
+                return Assessor(repo, at=now, reviews=github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True))
+
+            assessing = _Assessing(assessor)
+            return Checker(repo, assessing, tip, policy_lookup(repo, assessing, root=root, records=records_tip), verified=verified)
 
         # The chain first, streamed: one log file in memory at a time, whatever the length of the log
         # (issue 12); then the commits, with what the chain's reading already established (the evidence
@@ -82,13 +90,41 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
         try:
             chain = read_chain(reading)
             chain.unapproved.check(repo, records_tip)
-            stored = github.stored_evidence(repo, records_tip, chain.naming)
+            stored = _stored_evidence(repo, records_tip, chain.naming)
         except IntegrityError:
             reading.close()
+            from mergegate import github
+
             checker(github.stored_evidence(repo, records_tip), {}).check(commits)
             raise
     checker(stored, chain.verified).check(commits)
     return AuditReport(records_tip or "", chain.records, chain.files)
+
+
+def _stored_evidence(repo: Repo, records_tip: str | None, naming: list[audit.Record]) -> dict[str, Evidence]:
+    """github.stored_evidence of the records that name evidence (none: nothing to read, nor to import)."""
+    if not naming:
+        return {}
+    from mergegate import github
+
+    return github.stored_evidence(repo, records_tip, naming)
+
+
+class _Assessing:
+    """The commit checks' Assessor, made when a check first asks for it: a runner's signature to
+    check, or a policy change to judge. Until then the judge's modules are not imported."""
+
+    def __init__(self, make: Callable[[], Assessor]) -> None:
+        self.make = make
+        self.made: Assessor | None = None
+
+    def __call__(self) -> Assessor:
+        if self.made is None:
+            self.made = self.make()
+        return self.made
+
+    def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
+        return self().signature(commit, keys)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mergegate import audit
+from mergegate import audit, audit_branch
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.audit_branch import Checker, explain, unchecked
 from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
@@ -390,19 +390,7 @@ def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | N
     For the runner-signature rule of the audit branch. `known` holds what a walk
     already computed; anything else costs one judgement per policy change.
     """
-    cache = dict(known or {})
-
-    def policy_at(sha: str) -> Policy:
-        if sha not in cache:
-            if repo.is_ancestor(sha, root):
-                cache[sha] = load_policy(lambda p: repo.read_file(root, p), commit=root)
-            else:
-                at = assessor.at
-                cache[sha] = policy_in_force(repo, assessor, root=root, upto=sha, records=records)
-                assessor.at = at
-        return cache[sha]
-
-    return policy_at
+    return audit_branch.policy_lookup(repo, lambda: assessor, root=root, records=records, known=known)
 
 
 @dataclass(frozen=True)

@@ -598,3 +598,34 @@ def test_audit_verify_of_a_missing_approved_branch_says_so_though_the_workers_ha
     result = world.mg("audit", "verify", "--branch", "nope", "--no-fetch")
     assert result.code == 2, result.out + result.err
     assert result.err.splitlines()[0] == "error: branch refs/remotes/origin/nope does not exist", result.err
+
+
+def _imported(result_err: str) -> set[str]:
+    """The modules a process imported, from its PYTHONPROFILEIMPORTTIME lines on stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in result_err.splitlines() if line.startswith("import time:")}
+
+
+def test_audit_verify_imports_the_judge_only_for_a_commit_check_that_needs_it(world: World) -> None:
+    """`audit verify` makes the commit checks' Assessor (and imports the judge, approvals, GitHub's evidence
+    reading and planning) only when a check asks for it (issue 12: start-up counts). A gate whose policy lists
+    no runners and names no evidence passes without them; one that lists runners imports them to check the
+    signature, accepts the signed commits and still refuses an unsigned one."""
+    judge = {"mergegate.judge", "mergegate.approvals", "mergegate.github", "mergegate.planning"}
+    _gate(world)
+    _run_job(world, "j")
+    plain = world.mg("audit", "verify", process=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert plain.code == 0 and "ok: 3 records" in plain.out, plain.err[-2000:]
+    assert "mergegate.audit_branch" in _imported(plain.err) and not judge & _imported(plain.err)
+
+    (world.tmp / "signed").mkdir()
+    signed = World(world.tmp / "signed")
+    key = make_ssh_key(signed.tmp / "keys", "runner")
+    _gate(signed, runners=[{"name": "ci", "key": key.public_line}])
+    signing = ("--signing-key", str(key.private), "--runner-name", "ci")
+    _run_job(signed, "j", *signing)
+    checked = signed.mg("audit", "verify", process=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert checked.code == 0 and "ok: 3 records" in checked.out, checked.err[-2000:]
+    assert {"mergegate.judge", "mergegate.approvals"} <= _imported(checked.err)
+    bad = _append_record(signed, {"event": "rejected", "path": "jobs/x.yaml", "reason": "forged"})
+    refused = signed.mg("audit", "verify", process=True)
+    assert refused.code == 3 and f"audit commit {bad[:12]} on mergegate/audit is not signed by a runner" in refused.err, refused.err

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from mergegate import audit
-from mergegate.branch import AUDIT_BRANCH
+from mergegate.branch import AUDIT_BRANCH, policy_changes
 from mergegate.errors import IntegrityError
 from mergegate.git import ZERO, Commit, Repo
 from mergegate.policy import Policy, load_policy
@@ -55,21 +55,23 @@ def policy_lookup(repo: Repo, assessor: Callable[[], Assessor], *, root: str, re
     runner-signature rule (`planning.policy_lookup`).
 
     `known` holds what a walk already computed; anything else costs one judgement per policy
-    change, by `assessor()`, asked for (and the judge imported) only for a commit after the trust
-    root: at or before it, the trust root's own policy is in force.
+    change, by `assessor()`, asked for (and the judge imported) only when there is one: at or
+    before the trust root, or with no commit changing policy/ since, the trust root's own policy
+    is in force (what `planning.policy_in_force` finds then).
     """
     cache = dict(known or {})
 
     def policy_at(sha: str) -> Policy:
         if sha not in cache:
-            if repo.is_ancestor(sha, root):
+            changes = [] if repo.is_ancestor(sha, root) else policy_changes(repo, root, sha)
+            if not changes:
                 cache[sha] = load_policy(lambda p: repo.read_file(root, p), commit=root)
             else:
                 from mergegate.planning import policy_in_force
 
                 judge = assessor()
                 at = judge.at
-                cache[sha] = policy_in_force(repo, judge, root=root, upto=sha, records=records)
+                cache[sha] = policy_in_force(repo, judge, root=root, upto=sha, records=records, changes=changes)
                 judge.at = at
         return cache[sha]
 

@@ -7,6 +7,7 @@ refs, and the trust root anchors both.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -196,3 +197,46 @@ def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = Fals
                              hint="pin the commit `mergegate init` printed as the trust root; if that is the one pinned, "
                              "approved was rewritten (force-push?): investigate before trusting it")
     return sha, []
+
+
+def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:
+    """The first-parent commits after `root` up to `upto` that change policy/, oldest first.
+
+    A walk of all history with a path limit; between two commit ids the answer never changes,
+    so with `remember` (a pass's start) the clone keeps the latest few
+    (`<git dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last
+    scanned commit until a new one is walked.
+    """
+    # (Imported here: policy.py brings in YAML and the schemas, which audit verify imports after its workers start.)
+    from mergegate.policy import POLICY_DIR
+
+    key = f"{root}..{upto}"
+    remember = remember and bool(_FULL.fullmatch(root) and _FULL.fullmatch(upto))
+    memo = _policy_memory(repo) if remember else {}
+    known = memo.get(key)
+    if isinstance(known, list) and all(isinstance(sha, str) and _FULL.fullmatch(sha) for sha in known):
+        return list(known)
+    found = repo.out("log", "--first-parent", "--reverse", "--format=%H", key, "--", POLICY_DIR).split()
+    if remember:
+        kept = {k: v for k, v in memo.items() if k != key}
+        kept = dict(list(kept.items())[-15:])
+        path = repo.git_dir / "mergegate" / "policy-changes.json"
+        scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:  # best effort (a cache)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_text(json.dumps({**kept, key: found}), "utf-8")
+            os.replace(scratch, path)
+        except OSError:
+            scratch.unlink(missing_ok=True)
+    return found
+
+
+def _policy_memory(repo: Repo) -> dict[str, object]:
+    try:
+        value = json.loads((repo.git_dir / "mergegate" / "policy-changes.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+_FULL = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +18,14 @@ from typing import TYPE_CHECKING
 from mergegate import audit, audit_branch
 from mergegate.approvals import Assessment, Assessor, Decision, Veto
 from mergegate.audit_branch import Checker, explain, unchecked
-from mergegate.branch import Branch, Seen, open_branch, refuse_old_layout, trust_root
+from mergegate.branch import (
+    Branch,
+    Seen,
+    open_branch,
+    policy_changes,
+    refuse_old_layout,
+    trust_root,
+)
 from mergegate.eligibility import (
     History,
     Queued,
@@ -34,7 +40,7 @@ from mergegate.eligibility import (
 from mergegate.errors import IntegrityError, NotYet
 from mergegate.git import Repo
 from mergegate.job import is_job_path
-from mergegate.policy import POLICY_DIR, Policy, load_policy
+from mergegate.policy import Policy, load_policy
 
 if TYPE_CHECKING:
     from mergegate.github import ReviewSource
@@ -298,8 +304,10 @@ def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[l
     return entries, files
 
 
-def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None, remember: bool = False) -> Policy:
-    """The trust root's policy, updated by each policy change adopted up to `upto`.
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None, remember: bool = False,
+                    changes: list[str] | None = None) -> Policy:
+    """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when the
+    caller has read them: `policy_changes`).
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
     judged at the time the change was first judged: the audit's first record of
@@ -317,7 +325,7 @@ def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, rec
     assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
     signer = Assessor(repo, at=now)
     dated = judged_times(repo, _DATED)
-    for sha in policy_changes(repo, root, upto, remember=remember):
+    for sha in policy_changes(repo, root, upto, remember=remember) if changes is None else changes:
         at = dated.get(sha) if policy.runners else None
         if at is None and policy.runners:
             # Only a record a runner of the policy before the change appended dates it (audit.first_vouched);
@@ -343,44 +351,6 @@ def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, 
     return vouched
 
 
-def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:
-    """The first-parent commits after `root` up to `upto` that change policy/, oldest first.
-
-    A walk of all history with a path limit; between two commit ids the answer never changes,
-    so with `remember` (a pass's start) the clone keeps the latest few
-    (`<git dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last
-    scanned commit until a new one is walked.
-    """
-    key = f"{root}..{upto}"
-    remember = remember and bool(_FULL.fullmatch(root) and _FULL.fullmatch(upto))
-    memo = _policy_memory(repo) if remember else {}
-    known = memo.get(key)
-    if isinstance(known, list) and all(isinstance(sha, str) and _FULL.fullmatch(sha) for sha in known):
-        return list(known)
-    found = repo.out("log", "--first-parent", "--reverse", "--format=%H", key, "--", POLICY_DIR).split()
-    if remember:
-        kept = {k: v for k, v in memo.items() if k != key}
-        kept = dict(list(kept.items())[-15:])
-        path = repo.git_dir / "mergegate" / "policy-changes.json"
-        scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        try:  # best effort (a cache)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scratch.write_text(json.dumps({**kept, key: found}), "utf-8")
-            os.replace(scratch, path)
-        except OSError:
-            scratch.unlink(missing_ok=True)
-    return found
-
-
-def _policy_memory(repo: Repo) -> dict[str, object]:
-    try:
-        value = json.loads((repo.git_dir / "mergegate" / "policy-changes.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-_FULL = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | None,

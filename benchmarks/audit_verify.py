@@ -84,6 +84,10 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
         # Successive commits to one ref in one fast-import stream chain onto each other.
         stream.append(_commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 + start, message, [], changed))
     fast_import(remote, b"".join(stream))
+    # fast-import stores each log file as a delta of the one before (50 deep), a layout no gate has: an
+    # audit branch grows by pushes (loose objects) that gc, or the host, repacks with deltas chosen
+    # afresh. Repacked once so, reading the 100 files costs git about 120 ms of CPU less (av8, session 8).
+    git(remote, "repack", "-adfq")
     return remote, len(sealed), sum(len(data) for data in files.values())
 
 

@@ -476,6 +476,29 @@ def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runner
     assert heavy.isdisjoint(listed), sorted(heavy & set(listed))
 
 
+def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standard_modules(tmp_path: Path) -> None:
+    """The watchdog starts once per runner process that runs a job, so four runners started at once on
+    two CPUs pay its start four times (issue 9): `python -S -c`, no runpy, and none of pathlib,
+    contextlib, typing or the runner's modules (10 ms of CPU of its 25 before)."""
+    import subprocess
+
+    from mergegate.processes import WATCHDOG_MAIN, Watchdog, helper_env
+
+    assert _run(tmp_path, ["true"]).status == "succeeded"
+    pid = Watchdog.get().pid
+    assert pid is not None
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[1:4] == [b"-S", b"-c", WATCHDOG_MAIN.encode()], argv
+    # What that command imports, in a process started the same way (stdin at EOF: it returns at once).
+    shown = WATCHDOG_MAIN.replace("sys.exit(main())", "main(); print(' '.join(sorted(sys.modules)))")
+    listed = subprocess.run([sys.executable, "-S", "-c", shown], env=helper_env(), cwd="/", stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert "mergegate.watchdog" in listed
+    heavy = {"typing", "dataclasses", "subprocess", "threading", "pathlib", "contextlib", "runpy", "importlib.util", "site",
+             "mergegate.processes", "mergegate.children"}
+    assert heavy.isdisjoint(listed), sorted(heavy & set(listed))
+
+
 def test_a_job_starts_with_no_signal_ignored_caught_or_blocked_whatever_its_runner_had(tmp_path: Path) -> None:
     """A runner started under nohup (SIGHUP ignored) with a signal blocked: the spawner catches the
     terminal's signals and Python ignores SIGPIPE and SIGXFSZ, and none of it reaches the job, whose

@@ -293,6 +293,9 @@ class OnePerProcess:
             return found
 
 
+WATCHDOG_MAIN = "import sys; from mergegate.watchdog import main; sys.exit(main())"
+
+
 class Watchdog(OnePerProcess):
     """The runner's side of watchdog.py: one per runner process, started at the first job."""
 
@@ -318,9 +321,12 @@ class Watchdog(OnePerProcess):
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
-            # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it.
+            # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it. Without site
+            # (-S, as the spawner: it imports standard modules only, and helper_env's PYTHONPATH finds it) and
+            # without runpy (-c, not -m: runpy imports contextlib and importlib.util), it costs little more
+            # than the interpreter's own start.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "mergegate.watchdog"], stdin=subprocess.PIPE,
+                [sys.executable, "-S", "-c", WATCHDOG_MAIN], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
                 env=helper_env(), cwd="/",
             )

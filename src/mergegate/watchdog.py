@@ -1,6 +1,6 @@
 """The jobs' last line of defence: when the runner dies, everything it started dies too.
 
-`python -m mergegate.watchdog` is started once per runner process, in a session
+`main` is started once per runner process (`python -S -c`, processes.py), in a session
 of its own and deaf to the signals a terminal or a CI system sends, with a pipe
 from the runner as its stdin. The runner tells it, line by line, what belongs
 to each job:
@@ -24,19 +24,37 @@ has a parent-death signal (spawner.py); this catches what it left behind.
 
 from __future__ import annotations
 
-import contextlib
+# Built-in and small standard modules only (no pathlib, no contextlib, no typing): it starts once
+# per runner process that runs a job, without site and without runpy (processes.py), and every
+# module it imports is CPU that runners started at once share.
 import os
 import signal
 import sys
 import time
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (as in spawner.py: nothing imported for annotations at run time)
+    from types import TracebackType
+
+
+class _suppress:
+    """contextlib.suppress, without importing contextlib (its import alone costs more than this process's work)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
 
 
 def _table() -> dict[int, tuple[int, int, bytes, int]]:
     """pid -> (ppid, pgrp, state, start time)."""
     table = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", "rb") as f:
+        with _suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()
             table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
     return table
@@ -63,7 +81,7 @@ class Jobs:
                 held.pop(parts[1], None)
         elif len(parts) >= 4 and parts[0] == "+":
             run, kind = parts[1], parts[2]
-            with contextlib.suppress(ValueError):
+            with _suppress(ValueError):
                 if kind == "p" and len(parts) == 5:
                     self.pids.setdefault(run, {})[int(parts[3])] = int(parts[4])
                 elif kind == "g":
@@ -77,8 +95,8 @@ class Jobs:
         found |= {pid for pid, (_, pgrp, _, _) in table.items() if pgrp in groups}
         for held in self.cgroups.values():
             for group in held:
-                with contextlib.suppress(OSError, ValueError):
-                    found |= {int(p) for p in Path(group, "cgroup.procs").read_text().split()}
+                with _suppress(OSError, ValueError), open(os.path.join(group, "cgroup.procs"), "rb") as f:
+                    found |= {int(p) for p in f.read().split()}
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
@@ -100,15 +118,15 @@ class Jobs:
             if not fresh:
                 break
             for pid in fresh:
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.kill(pid, signal.SIGSTOP)
             stopped |= fresh
         for pid in stopped:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         for held in self.groups.values():
             for group in held:
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
         return stopped
 

@@ -71,6 +71,14 @@ def test_retry_after_429_is_honoured(fake: FakeGitHub) -> None:
         assert c.slept == [3.0]  # type: ignore[attr-defined]
 
 
+def test_retry_after_as_an_http_date_is_honoured(fake: FakeGitHub) -> None:
+    """Retry-After may be a date (RFC 9110): read with email.utils, which http.py imports only then."""
+    fake.fail("/pulls/1", "rate", status=429, reset_in=5, header="retry-after-date")
+    with client(fake) as c:
+        assert c.get(f"/repos/{REPOSITORY}/pulls/1").status == 200
+        assert len(c.slept) == 1 and 3 <= c.slept[0] <= 6  # type: ignore[attr-defined]
+
+
 def test_rate_limit_beyond_the_bound_gives_up_for_this_pass(fake: FakeGitHub) -> None:
     fake.fail("/pulls/1", "rate", status=403, reset_in=3600)
     with client(fake, max_wait=60) as c, pytest.raises(RateLimited) as info:

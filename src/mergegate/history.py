@@ -39,7 +39,6 @@ import bisect
 import os
 import re
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mergegate.git import ZERO, Change, Repo, path_bytes
@@ -117,6 +116,10 @@ class History:
         # of folders that grow with the history: most of git's work), while the commits stream in.
         pairs = [(line[k], sha) for k, sha in enumerate(chain)]
         half = len(pairs) // 2
+        # Imported here: concurrent.futures brings logging, and a runner's pass imports this module
+        # (approvals.py) without ever reading a whole history.
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=2) as pool:
             readings = [pool.submit(repo.diffs, part) for part in (pairs[:half], pairs[half:])]
             repo.preload([*chain, *(sha for _, sha in rest)])

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
@@ -233,6 +232,10 @@ def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Resp
         try:
             retry_after = float(value)
         except ValueError:
+            # Imported here: the email package is most of this module's import, and every runner pass
+            # imports this module (github.py) while only a rate-limited answer with a date needs it.
+            from email.utils import parsedate_to_datetime
+
             try:
                 retry_after = (parsedate_to_datetime(value) - now).total_seconds()
             except (TypeError, ValueError):

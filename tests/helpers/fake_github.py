@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -135,7 +136,7 @@ class Fault:
     status: int = 500
     times: int = 1
     reset_in: float = 0.0  # seconds until x-ratelimit-reset / retry-after
-    header: str = "x-ratelimit-reset"  # or "retry-after"
+    header: str = "x-ratelimit-reset"  # or "retry-after" (seconds), or "retry-after-date" (an HTTP date)
 
 
 class FakeGitHub:
@@ -302,6 +303,8 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     raw = b'{"message": "API rate limit exceeded"}'
                     if fault.header == "retry-after":
                         headers = {"retry-after": str(int(fault.reset_in))}
+                    elif fault.header == "retry-after-date":
+                        headers = {"retry-after": formatdate(time.time() + fault.reset_in, usegmt=True)}
                     else:
                         headers = {"x-ratelimit-remaining": "0", "x-ratelimit-limit": "5000",
                                    "x-ratelimit-reset": str(int(time.time() + fault.reset_in))}

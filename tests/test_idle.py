@@ -116,6 +116,17 @@ def test_the_quiet_ends_when_a_retry_falls_due(world: World, tmp_path: Path) -> 
     assert [(j["status"], j["commit"]) for j in second["jobs"]] == [("succeeded", merge)]  # type: ignore[index]
 
 
+def test_a_pass_after_the_idle_check_goes_on_with_its_repository(world: World, tmp_path: Path) -> None:
+    """The idle check opens the clone (one `rev-parse`) and, when a pass must run, the pass goes on with
+    it: four runners started at once on two CPUs each paid a second `rev-parse` (issue 9)."""
+    root = _gate(world)
+    _merge(world, "hello", {"jobs/hello.yaml": job_yaml("hello", ["echo", "hi"])})
+    ran, verbs = _traced(world, tmp_path, "--trust-root", root)
+    assert [j["status"] for j in ran["jobs"]] == ["succeeded"]  # type: ignore[index]
+    assert "ls-remote" not in verbs  # no memory yet: the check found nothing to compare, and the pass ran
+    assert verbs.count("rev-parse") == 1, verbs
+
+
 def _full_pass_is_quiet(world: World, tmp: Path, root: str) -> dict[str, object]:
     """What the memory stands for, checked: without it, a full pass finds nothing, writes nothing, warns of
     nothing and leaves the same memory (the reference the cheap poll is held to)."""

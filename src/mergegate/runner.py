@@ -262,9 +262,9 @@ class Preview:
 
 
 class Runner:
-    def __init__(self, options: Options, *, shutdown: Shutdown | None = None) -> None:
+    def __init__(self, options: Options, *, shutdown: Shutdown | None = None, repo: Repo | None = None) -> None:
         self.options = options
-        self.repo = Repo(options.repo)
+        self.repo = repo if repo is not None else Repo(options.repo)  # `repo`: options.repo, already opened
         self.repo.on_export_dir = _keep  # the watchdog removes the export folder if this runner dies
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None

@@ -24,9 +24,16 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     if job is not None and not once:
         raise UsageError("--job needs --once: it claims and runs one revision, then exits",
                          hint="mergegate run --once --job jobs/NAME.yaml")
-    if once and job is None and fetch and _quiet(repo=repo, remote=remote, branch=branch, trust_root=trust_root,
-                                                 runner_name=runner_name, labels=labels, signing_key=signing_key, as_json=as_json):
-        return 0
+    clone: Repo | None = None  # the idle check's, which the pass goes on with (one `rev-parse` less)
+    if once and job is None and fetch:
+        try:
+            clone = Repo(repo)
+        except GitError:
+            pass  # the pass says what is wrong
+        if clone is not None and _quiet(clone, remote=remote, branch=branch, trust_root=trust_root, runner_name=runner_name,
+                                        labels=labels, signing_key=signing_key, as_json=as_json):
+            clone.close()
+            return 0
     from mergegate.job import is_job_path, runner_labels
     from mergegate.runner import Options, Runner
 
@@ -35,7 +42,7 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
                             trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
                             shutdown_grace=shutdown_grace, lock_wait=lock_wait, parallel=parallel,
-                            labels=runner_labels(labels), job=job))
+                            labels=runner_labels(labels), job=job), repo=clone)
 
     def show(result: PassResult) -> None:
         _show(result, as_json=as_json, once=once)
@@ -84,17 +91,12 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     return 0
 
 
-def _quiet(*, repo: Path, remote: str, branch: str, trust_root: str | None, runner_name: str, labels: tuple[str, ...],
+def _quiet(clone: Repo, *, remote: str, branch: str, trust_root: str | None, runner_name: str, labels: tuple[str, ...],
            signing_key: str | None, as_json: bool) -> bool:
     """Say what the last quiet pass said, if a pass now would find the same nothing (idle.py)."""
-    try:
-        clone = Repo(repo)
-    except GitError:
-        return False  # the pass says what is wrong
     key = idle.key(remote=remote, branch=branch, trust_root=trust_root, runner_name=runner_name, labels=labels,
                    signing_key=signing_key)
     quiet = idle.still_quiet(clone, runner_name=runner_name, remote=remote, key=key)
-    clone.close()
     if quiet is None:
         return False
     if as_json:

@@ -320,6 +320,8 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
         for name in names:
             assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (shape, name)
         assert side._touched is not None, shape  # every shape from the diffs, a merge on the side too
+        # The side's commits, oldest first, from the same listing: what `rev-list --reverse` answers.
+        assert side.side_commits() == repo.side_commits(first, second), shape
     # The line is read once for every file, not a rev-list per file.
     expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
     repo = Repo(path)
@@ -328,7 +330,8 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
     run = repo.run
     repo.run = lambda *args, **kw: calls.append(args[0]) or run(*args, **kw)  # type: ignore[method-assign]
     assert [side.touching(name) for name in names] == expected and sum(map(len, expected)) >= 10
-    assert calls == ["rev-list", "diff-tree"]
+    assert side.side_commits() == Repo(path).side_commits(first, shapes["line"])
+    assert calls == ["rev-list", "diff-tree"]  # the side's commits too, from the one rev-list
 
 
 def _random_side(tmp_path: Path, seed: int) -> tuple[Path, str, str, list[str]]:
@@ -407,6 +410,10 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     for name in names:
         assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (seed, name)
     assert side._touched is not None  # answered from the diffs, not by git's walk
+    # The side oldest first, from the listing the diffs came from: `rev-list --reverse`'s order, skew and all.
+    assert side.side_commits() == repo.side_commits(first, second), seed
+    fresh = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+    assert fresh.side_commits() == repo.side_commits(first, second), seed  # asked first, before any path
 
 
 def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) -> None:

@@ -312,9 +312,19 @@ class _GitSide:
         self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
         self.base = self.repo.merge_base(first, second)
         self._touched: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet
+        self._listed: list[list[str]] | None = None
+
+    def _side(self) -> list[list[str]]:
+        """`rev-list --parents first..second`: each commit of the side with its parents, newest first."""
+        if self._listed is None:
+            self._listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
+        return self._listed
 
     def side_commits(self) -> list[str]:
-        return self.repo.side_commits(self.first, self.second)
+        # `rev-list --reverse first..second` (Repo.side_commits): the same walk in the same order (--parents
+        # only prints, without a pathspec), so the listing the touched paths need answers it too, a git
+        # process less per merge.
+        return [item[0] for item in reversed(self._side())]
 
     def touching(self, path: str) -> list[str]:
         side = self._touched_side()
@@ -337,7 +347,7 @@ class _GitSide:
         such a tree cannot hide who wrote a job (an author approving her own job)."""
         if self._touched is False:
             self._touched = None
-            listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
+            listed = self._side()
             on_side = {item[0] for item in listed}
             pairs: list[tuple[str | None, str]] = []
             for sha, *parents in listed:

@@ -12,7 +12,7 @@ Cases (the issue's goals): 100 trivial jobs (`echo`), 1 runner vs 4 (4 no slower
 jobs dealt over R gates of their own, one runner alone on each, all started at once (nothing to race
 for: what no claim protocol can beat on this machine). CPU is that of every runner and its git.
 
-Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] [--slow-seconds 2] [--runners 1,4]
+Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] (0: leave that case out) [--slow-seconds 2] [--runners 1,4]
                                   [--repeat 1] [--no-docs] [--keep]
 
 The figures go to "## Many runners" in docs/performance.md.
@@ -94,8 +94,8 @@ def apart(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--trivial", type=int, default=100, help="trivial jobs in the first case (default 100)")
-    parser.add_argument("--slow", type=int, default=20, help="slow jobs in the second case (default 20)")
+    parser.add_argument("--trivial", type=int, default=100, help="trivial jobs in the first case (default 100; 0 leaves it out)")
+    parser.add_argument("--slow", type=int, default=20, help="slow jobs in the second case (default 20; 0 leaves it out)")
     parser.add_argument("--slow-seconds", type=float, default=2.0, help="how long each slow job sleeps (default 2)")
     parser.add_argument("--runners", default="1,4", help="comma-separated runner counts (default 1,4)")
     parser.add_argument("--repeat", type=int, default=1, help="fresh gates per figure; the median is reported")
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [(f"{args.trivial} trivial jobs (`echo`)", "trivial", trivial_jobs(args.trivial)),
                  (f"{args.slow} jobs of {args.slow_seconds:g} s (`sleep`)", "slow",
                   trivial_jobs(args.slow, f"[sleep, '{args.slow_seconds:g}']"))]
+        cases = [case for case in cases if case[2]]  # --trivial 0 or --slow 0: that case is left out
         for title, short, jobs in cases:
             base: float | None = None
             for runners in counts:

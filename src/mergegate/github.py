@@ -15,16 +15,18 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mergegate import audit, loggrep, reviews
+from mergegate import audit, loggrep
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
 from mergegate.git import Repo
 from mergegate.http import Client, Malformed, redact_url, url_problem
 from mergegate.policy import Policy
-from mergegate.reviews import Verdict
 from mergegate.signatures import split_signed_commit, verify_signature
+
+if TYPE_CHECKING:  # reviews.py is imported when a merge's reviews are judged: most passes judge none
+    from mergegate.reviews import Verdict
 
 DEFAULT_API_URL = "https://api.github.com"
 PER_PAGE = 100
@@ -230,6 +232,8 @@ def review(repo: Repo, policy: Policy, sha: str, *, now: datetime, settings: Set
             # head this clone cannot tell, which is "not yet", never a verdict either way.
             raise HeadMissing(f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this clone",
                          hint=f"git fetch {remote or 'origin'} '+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'")
+    from mergegate import reviews
+
     facts = merge_facts(repo, sha, policy, head=head, at=now)
     verdict = reviews.judge(evidence, facts, policy, now=now)
     if verdict.waiting and stored is None:

@@ -25,11 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mergegate import audit, audit_branch, executor, github, idle, leases
 from mergegate.approvals import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
-from mergegate.backoff import Backoff
 from mergegate.branch import AUDIT_BRANCH
 from mergegate.claims import BatchSize, Book, holder, jump, spread
 from mergegate.eligibility import RETRIED, Runnable, iso_up, retriable
@@ -61,6 +60,9 @@ from mergegate.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.signatures import split_signed_commit, ssh_blob, ssh_fingerprint, ssh_key_file_blob
 from mergegate.spool import Entry, Spool
 from mergegate.workspaces import identity, remove_stale, remove_tree
+
+if TYPE_CHECKING:
+    from mergegate.backoff import Backoff
 
 ORPHANED = "the runner stopped while this job ran; it is not run again (at most once) unless the job says idempotent: true and has retries left"
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
@@ -980,6 +982,9 @@ class Runner:
         failures)` and `on_recover(failures, seconds)` let the caller say so once
         per change, not once per poll. Integrity and configuration errors stop the loop.
         """
+        # Imported here: the loop's alone (`run --once` never waits between polls).
+        from mergegate.backoff import Backoff
+
         backoff = Backoff(base=interval, cap=max(interval, max_backoff))
         quiet: dict[str, str] | None = None  # the remote's refs before the last pass that left nothing to do
         wake: datetime | None = None  # when a retry's backoff ends: a pass is due then, though no ref moved

@@ -33,8 +33,8 @@ from mergegate.spool import Spool
 # Many runners move the tip all the time: a push built on an older tip loses and is
 # rebuilt on the new one. After a lost race a runner waits a random moment so that
 # runners pushing in lockstep fall out of step: binary exponential backoff whose slot
-# is what one try took here (a look at the branches, a commit, a push), up to
-# RETRY_SLOTS slots. Retrying at once, the losers of a race met again at the next push
+# is what one try took here (a look at the branches, a commit, a push), up to one slot
+# per runner pushing (at most RETRY_SLOTS). Retrying at once, the losers of a race met again at the next push
 # (four runners on one merge lost two pushes of three).
 MAX_PUSH_ATTEMPTS = 40
 RETRY_JITTER_SECONDS = 0.02  # the least slot
@@ -144,7 +144,9 @@ class Publisher:
             else:
                 self.repo.discard(sha)
             slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
-            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS))
+            # As many slots as runners push here (those with claims in the book, and this one), doubling
+            # with the losses up to that: more only leaves the CPUs idle while the others are done.
+            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS, max(2, len(self.book.holders.keys() - {self.runner_name}) + 1)))
             left = self._lease_left(drafts)
             if left is not None:
                 # A result must land within its run's lease (else any runner may close the run `lost` and

@@ -115,3 +115,22 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     assert {"b1", "octopus"} <= {_git(path, "log", "-1", "--format=%s", sha) for sha in side.touching("b1.txt")}
     assert side.side_commits() == expected  # after the touched paths read the listing too
 
+
+def test_a_signing_key_path_starting_with_ssh_dash_signs_with_that_file(world: World) -> None:
+    """The lead's `_can_sign` reads `--signing-key` as a file (ssh_key_file_blob) when it is one, and Signing
+    gives git that path as user.signingkey. git reads a user.signingkey that starts with `ssh-` (or `key::`) as a
+    literal public key, not a path: a key file named `ssh-runner` (relative, as an operator types it) passes the
+    runner's check against the policy, and then git cannot sign with it."""
+    runners = world.signing_runner()
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], runners=runners))
+    key = Path(world.runner_args[1])
+    clone = world.clone("runner")
+    (clone / "ssh-runner").write_bytes(key.read_bytes())
+    (clone / "ssh-runner").chmod(0o600)
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
+    world.signed_merge("j", world.bob)
+    result = world.mg("run", "--once", "--json", "--signing-key", "ssh-runner", process=True)
+    assert result.code == 0, result.out[-600:] + result.err[-600:]
+    assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
+    assert world.mg("audit", "verify", where="auditor", process=True).code == 0

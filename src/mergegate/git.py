@@ -189,7 +189,9 @@ class Signing:
 
     def args(self) -> list[str]:
         if os.path.exists(self.key):
-            return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={self.key}"]
+            # Absolute: git reads a user.signingkey that starts with `ssh-` or `key::` as a literal key, not a
+            # file, so a key file named `ssh-runner` passed the runner's check (`_can_sign`) and then did not sign.
+            return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={os.path.abspath(self.key)}"]
         return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.key}"]
 
 

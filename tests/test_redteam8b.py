@@ -134,3 +134,27 @@ def test_a_signing_key_path_starting_with_ssh_dash_signs_with_that_file(world: W
     assert result.code == 0, result.out[-600:] + result.err[-600:]
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
     assert world.mg("audit", "verify", where="auditor", process=True).code == 0
+
+
+def test_a_runner_or_auditor_whose_git_shows_signatures_in_logs_reads_the_policy_changes(world: World) -> None:
+    """policy_changes (av8 moved it into branch.py; audit verify's shortcut and every pass read it) lists the policy
+    changes with `git log --format=%H`. With `log.showSignature=true` in the user's git config (a common setting)
+    git prints `No signature` (or `Good "git" signature for ...`) on stdout before each signed commit it lists,
+    and a policy change is a signed merge: the words were read as commit ids, and a fresh runner's pass and audit
+    verify stopped on `object No not found`. (Fails closed; but every runner or auditor with that setting could
+    neither run nor verify a gate once its policy changed.)"""
+    show = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "log.showSignature", "GIT_CONFIG_VALUE_0": "true"}
+    runners = world.signing_runner()
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
+    world.propose("add-runner", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE], runners=runners,
+                                                                   policy_approvals_required=1)}, who=world.alice)
+    world.signed_merge("add-runner", world.bob)
+    assert world.run_once().code == 0
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
+    world.signed_merge("j", world.carol)
+    fresh = world.run_once(where="fresh", env=show, process=True)
+    assert fresh.code == 0, fresh.out[-600:] + fresh.err[-600:]
+    assert [j["status"] for j in fresh.json()["jobs"]] == ["succeeded"]
+    verified = world.mg("audit", "verify", where="auditor", env=show, process=True)
+    assert verified.code == 0 and verified.out.startswith("ok:"), verified.out[-600:] + verified.err[-600:]

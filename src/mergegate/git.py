@@ -110,7 +110,10 @@ def _verb(args: tuple[str, ...]) -> str:
 # (invariant 1): the settings that change what a log, grep or pathspec says are pinned to git's
 # defaults, and the pathspec variables are dropped.
 _PINNED = ("-c", "log.showRoot=true", "-c", "log.follow=false", "-c", "diff.renames=true", "-c", "grep.patternType=basic",
-           "-c", "grep.extendedRegexp=false", "-c", "core.quotePath=true")
+           "-c", "grep.extendedRegexp=false", "-c", "core.quotePath=true",
+           # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on stdout
+           # before each signed commit of `git log --format=%H`: words read as commit ids.)
+           "-c", "log.showSignature=false")
 _PATHSPEC_ENV = ("GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS")
 
 # git verbs that talk to a remote: only they get the push and API credentials of the environment.

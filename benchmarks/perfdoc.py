@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,25 +50,53 @@ def machine_line() -> str:
 
 
 class LoadWatch:
-    """The 1-minute load average before and after a run: was the CPU quiet?"""
+    """Was the CPU quiet? The CPU time other processes took during the run, and the 1-minute load average.
+
+    The load average counts the benchmark's own processes too (four runners make a load of 2 on an
+    idle machine) and lags by a minute, so quiet is judged by what the machine's busy time (/proc/stat)
+    exceeds the CPU time of this process and every child it waited for: work that is not the benchmark's.
+    """
 
     def __init__(self) -> None:
         self.samples = [_load()]
+        self.began, self.busy, self.own = time.monotonic(), _busy(), _own()
 
     def sample(self) -> None:
         self.samples.append(_load())
 
+    def others(self) -> float:
+        """The share of the machine's CPU time, since this watch began, spent by processes not the benchmark's."""
+        cpus = os.cpu_count() or 1
+        span = (time.monotonic() - self.began) * cpus
+        return max(0.0, (_busy() - self.busy) - (_own() - self.own)) / span if span > 0 else 0.0
+
     def note(self) -> str:
         self.sample()
         low, high, cpus = min(self.samples), max(self.samples), os.cpu_count() or 1
-        if high <= 0.5 * cpus:
-            return f"CPU quiet during the run (load average {low:.1f} to {high:.1f} on {cpus} CPUs)."
-        return (f"**Taken on a shared machine**: load average {low:.1f} to {high:.1f} on {cpus} CPUs "
-                "(other work was running), so times are upper bounds; ratios measured side by side hold better.")
+        others = self.others()
+        load = f"load average {low:.1f} to {high:.1f} on {cpus} CPUs, the benchmark's own processes included"
+        if others <= 0.1:
+            return f"CPU quiet during the run: other processes took {others:.0%} of the CPU time ({load})."
+        return (f"**Taken on a shared machine**: other processes took {others:.0%} of the CPU time ({load}), "
+                "so times are upper bounds; ratios measured side by side hold better.")
 
 
 def stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _busy() -> float:
+    """Seconds of CPU time the whole machine has spent not idle since boot (/proc/stat)."""
+    fields = (_read("/proc/stat").splitlines() or ["cpu"])[0].split()[1:]
+    ticks = [int(f) for f in fields if f.isdigit()]
+    idle = sum(ticks[3:5])  # idle, iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK") if len(ticks) >= 5 else 0.0
+
+
+def _own() -> float:
+    """CPU seconds of this process and of every child it waited for."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _load() -> float:

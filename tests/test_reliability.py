@@ -55,6 +55,13 @@ def _with(marker: str) -> list[int]:
     return found
 
 
+def _spooled_process(world: World) -> bool:
+    """Whether the runner's spool names a job's process (spool.py: `"job"` not null)."""
+    folder = world.clone("runner") / ".git" / "mergegate" / "spool"
+    lines = [line for path in folder.glob("*.jsonl") for line in path.read_text().splitlines()] if folder.is_dir() else []
+    return any(json.loads(line).get("job") for line in lines if line.startswith("{"))
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -136,6 +143,7 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
     runner = _start_runner(world, "--once")
     try:
         _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
+        _until(lambda: _spooled_process(world))  # (killed before, no pass could know the job runs)
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
         watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.watchdog" in cmdline]
         spawners = [p for p, cmdline in helpers.items() if b"mergegate.spawner" in cmdline]

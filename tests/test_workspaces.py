@@ -21,6 +21,7 @@ from tests.test_reliability import (
     _kill_all,
     _marker,
     _merge_jobs,
+    _spooled_process,
     _start_runner,
     _until,
     _with,
@@ -121,6 +122,9 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
     runner = _start_runner(world, "--once", env={"TMPDIR": str(scratch)})
     try:
         _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
+        # The spool names the job's process once the runner hears it started (not synced: a line written
+        # survives the runner). Killed before that, a pass cannot know the job runs (docs/execution.md).
+        _until(lambda: _spooled_process(world))
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
         watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.watchdog" in cmdline]
         spawners = [p for p, cmdline in helpers.items() if b"mergegate.spawner" in cmdline]
@@ -133,7 +137,7 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
         assert len(left) == 2, left  # the workspace and the export folder: nobody removed them
         assert _with(marker)  # a child of the job survives in its process group
         early = world.run_once()
-        assert early.code == 0 and "may still be running" in early.err, early.err
+        assert early.code == 0 and "may still be running" in early.err, early.out + early.err
         assert _left(scratch) == left  # never removed under a process of the job
     finally:
         _kill_all(_with(marker))

@@ -337,10 +337,14 @@ class _GitSide:
         """The merged side as (commit, every path it changes and each folder above one), in rev-list's
         order; None if git's diffs could not be read (git then answers each path, as before).
 
-        `rev-list --full-history first..second -- :(literal)path` lists the commits of the side that
-        are not TREESAME for `path`: a root that holds it; a commit that differs on it from one of its
-        parents on the side (its relevant parents), or, with no parent on the side, from one of its
-        parents. That is computed here from full diffs (`diff-tree` against each such parent): one
+        The writers of `path` on the side: a root that holds it; a commit that differs on it from one
+        of its parents on the side, or, with no parent on the side, from one of its parents. That is
+        `rev-list --full-history first..second -- :(literal)path` but at its edges (redteam8b): git
+        also counts the bottom `first` as a relevant parent, so it lists a merge of main into the side
+        that differs on the path only from main (it wrote none of those bytes), and with some dates
+        leaves out an octopus merge that did change it; here every commit that put bytes of the path
+        on the side is a writer, which is what the self-approval rule asks, for the runner and
+        `verify` alike. Computed from full diffs (`diff-tree` against each such parent): one
         `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list` each
         (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
         walk misses in a tree not in git's order (an entry after one that sorts later ends that walk):

@@ -798,6 +798,28 @@ def test_veto_command_stops_the_job(world: World) -> None:
     assert "vetoed by carol" in str(job["reason"])
 
 
+def test_a_veto_of_a_revision_that_already_started_says_it_stops_only_what_has_not(world: World) -> None:
+    """Found by the new-user walk-through: a veto of a job that had already run printed 'signed veto ...
+    pushed' and nothing else, as if it had stopped it. It is still pushed (it stops a later attempt),
+    with a warning naming the `started` record; a veto before the start warns of nothing."""
+    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
+    world.propose("p", JOB, who=world.alice)
+    world.signed_merge("p", world.bob)
+    assert _only_job(world)["status"] == "succeeded"
+    (started,) = [r for r in world.records() if r["event"] == "started"]
+    _reviewer(world, "carol-clone", world.carol)
+    late = world.mg("veto", "jobs/j.yaml", where="carol-clone")
+    assert late.code == 0, late.err
+    assert "signed veto" in late.out
+    assert f"warning: jobs/j.yaml at {started['blob'][:7]} already started (seq {started['seq']}, runner " \
+           f"{started['runner']}): a veto stops only what has not started" in late.err, late.err
+    world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
+    world.signed_merge("q", world.bob)  # (not run yet)
+    early = world.mg("veto", "jobs/k.yaml", "--json", where="carol-clone")
+    assert early.code == 0, early.err
+    assert early.json()["already_started"] == [] and "already started" not in early.err
+
+
 # -- regressions from a red-team review ---------------------------------------------
 
 

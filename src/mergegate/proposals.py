@@ -368,6 +368,7 @@ class VetoResult:
     path: str
     blob: str
     pushed_to: str
+    started: tuple[audit.Record, ...] = ()  # the revision's `started` records already on the audit branch
 
 
 def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool) -> VetoResult:
@@ -385,5 +386,10 @@ def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: s
     sha = repo.commit_tree(tree=repo.commit(tip).tree, parents=(tip,), message=message, author=None, sign=True)
     if not source.publish(sha, tip):
         raise GitError(f"{branch} moved while vetoing", hint="run the command again")
+    # A veto stops only what has not started: say so when the revision already did (records as of this
+    # look at the audit branch; a grep, not the chain check: it only words a warning).
+    _, records = source.tips()
+    started = tuple(r for r in audit.grep(repo, records, target)
+                    if r.event == "started" and r.get("path") == path and r.get("blob") == target)
     # Named as approve and propose name where they pushed (origin/approved), not by the ref read.
-    return VetoResult(sha, path, target, f"{remote}/{branch}" if source.remote is not None else branch)
+    return VetoResult(sha, path, target, f"{remote}/{branch}" if source.remote is not None else branch, started)

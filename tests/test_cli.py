@@ -85,6 +85,20 @@ def test_init_then_run_from_a_fresh_repository(world: World) -> None:
     assert world.mg("verify").code == 0
 
 
+def test_init_json_gives_the_trust_root_for_scripts(world: World) -> None:
+    """`init --json` (found missing by the new-user walk-through): the trust root a script pins, the
+    branch and the files written, with nothing else on stdout; it is approved's commit."""
+    admin = world.clone("admin")
+    world.git(admin, "config", "user.name", "bob")
+    world.git(admin, "config", "user.email", "bob@example.com")
+    result = world.mg("init", "--json", "--approver", "bob", "--key", world.bob.key.public_line, where="admin")
+    assert result.code == 0, result.err
+    data = result.json()
+    assert data["trust_root"] == world.git(admin, "rev-parse", "approved") and data["branch"] == "approved"
+    assert any(p.endswith("policy/policy.yaml") for p in data["written"]), data["written"]
+    assert sorted(data) == ["branch", "removed", "trust_root", "warnings", "written"]
+
+
 def test_init_without_a_git_identity_says_how(world: World) -> None:
     result = world.mg("init", "--key", world.bob.key.public_line, where="admin")
     assert result.code == 2

@@ -412,8 +412,9 @@ def audit_log(repo: Path, remote: str, branch: str, no_fetch: bool, job: str | N
 @click.option("--action", default=None, metavar="OWNER/REPO@COMMIT", help="With --github: the mergegate action to use, pinned to a commit id.")
 @click.option("--fan-out", "fan_out", is_flag=True,
               help="With --github: the runner workflow fans each merge out over a matrix, one entry per job (docs/github.md).")
+@_json_option
 def init(repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
-         github: bool, action: str | None, fan_out: bool) -> int:
+         github: bool, action: str | None, fan_out: bool, as_json: bool) -> int:
     """Write a deny-by-default policy and jobs/, and create the approved branch.
 
     No records are written: the first `mergegate run` creates the branch mergegate/audit.
@@ -427,11 +428,12 @@ def init(repo: Path, approver: str | None, email: str | None, key: str | None, s
       mergegate init --approver alice --key ~/.ssh/id_ed25519.pub
       mergegate init --github --action OWNER/mergegate@COMMIT   # plus the Actions workflows
       mergegate init --github --fan-out --action OWNER/mergegate@COMMIT   # one matrix entry per job
+      export MERGEGATE_TRUST_ROOT=$(mergegate init --json | jq -r .trust_root)
     """
     from mergegate.commands import init as command
 
     return command.main(repo=repo, approver=approver, email=email, key=key, solo=solo, branch=branch,
-                        github=github, action=action, fan_out=fan_out)
+                        github=github, action=action, fan_out=fan_out, as_json=as_json)
 
 
 @cli.command()

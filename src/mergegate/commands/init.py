@@ -12,7 +12,7 @@ from mergegate.workflows import ENVIRONMENT, PIN_HINT
 
 
 def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,
-         github: bool = False, action: str | None = None, fan_out: bool = False) -> int:
+         github: bool = False, action: str | None = None, fan_out: bool = False, as_json: bool = False) -> int:
     if fan_out and not github:
         raise UsageError("--fan-out is a kind of GitHub runner workflow: it needs --github", hint="mergegate init --github --fan-out --action OWNER/REPO@COMMIT")
     if github and action is None:
@@ -24,6 +24,10 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
     if github and action is not None and is_gate(repo, branch):
         # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
         written, removed = add_workflows(repo_path=repo, action=action, fan_out=fan_out)
+        if as_json:  # (nothing committed: the workflows are a change to propose)
+            output.emit({"branch": branch, "trust_root": None, "written": [str(p) for p in written],
+                         "removed": [str(p) for p in removed], "warnings": []})
+            return 0
         for path in written:
             output.line(f"wrote {path}")
         for path in removed:
@@ -35,6 +39,10 @@ def main(*, repo: Path, approver: str | None, email: str | None, key: str | None
     result = run_init(repo_path=repo, approver=approver, key=key, email=email, solo=solo, branch=branch,
                       github_action=action if github else None, fan_out=fan_out)
     output.warn(result.warnings)
+    if as_json:
+        output.emit({"branch": result.branch, "trust_root": result.commit, "written": [str(p) for p in result.written],
+                     "removed": [], "warnings": list(result.warnings)})
+        return 0
     for path in result.written:
         output.line(f"wrote {path}")
     output.line(f"created branch {result.branch} at {result.commit[:12]}")

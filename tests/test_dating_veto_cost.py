@@ -38,6 +38,18 @@ def _calls(log: Path) -> list[str]:
     return calls
 
 
+def _logged_pass(world: World, name: str, env: dict[str, str], log: Path) -> list[str]:
+    """Merge job `name`, then one runner pass as a process: the git calls it made (it must succeed)."""
+    world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
+    world.signed_merge(name, world.bob)
+    _calls(log)
+    result = world.run_once(env=env, process=True)
+    assert result.code == 0, result.err[-800:]
+    (job,) = result.json()["jobs"]
+    assert job["status"] == "succeeded", job
+    return _calls(log)
+
+
 def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(world: World, tmp_path: Path) -> None:
     runners = world.signing_runner()
     world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE], runners=runners))
@@ -45,32 +57,15 @@ def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(world: World
     world.propose("a", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
     world.signed_merge("a", world.bob)
     assert world.run_once().code == 0
-    world.propose("b", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
-    world.signed_merge("b", world.bob)
-    _calls(log)
-    first = world.run_once(env=env, process=True)
-    assert first.code == 0, first.err[-800:]
-    baseline = _calls(log)
+    baseline = _logged_pass(world, "b", env, log)
     # A writer pushes JUNK unsigned empty commits that look like vetoes of some blob.
     world.checkout_approved("approver")
     for n in range(JUNK):
         world.git("approver", "commit", "-q", "--allow-empty", "-m", f"veto {n}", "-m", f"Mergegate-Veto: jobs/x.yaml {n:040x}")
     world.git("approver", "push", "-q", "origin", "approved")
-    world.propose("c", {"jobs/c.yaml": job_yaml("c", ["echo", "c"])}, who=world.alice)
-    world.signed_merge("c", world.bob)
-    _calls(log)
-    second = world.run_once(env=env, process=True)
-    assert second.code == 0, second.err[-800:]
-    (job,) = second.json()["jobs"]
-    assert job["status"] == "succeeded", job
-    after = _calls(log)
+    after = _logged_pass(world, "c", env, log)
     # The next pass, once a `scanned` record covers the junk: each one now also costs an Appenders search.
-    world.propose("d", {"jobs/d.yaml": job_yaml("d", ["echo", "d"])}, who=world.alice)
-    world.signed_merge("d", world.bob)
-    _calls(log)
-    third = world.run_once(env=env, process=True)
-    assert third.code == 0, third.err[-800:]
-    later = _calls(log)
+    later = _logged_pass(world, "d", env, log)
     print(f"git calls per pass: baseline {len(baseline)}, junk walked {len(after)}, junk covered {len(later)}")
     greps = [c for c in after + later if " grep " in f" {c} "]
     base_greps = [c for c in baseline if " grep " in f" {c} "]

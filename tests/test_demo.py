@@ -25,6 +25,10 @@ def test_demo_runs_the_whole_flow_and_leaves_git_config_alone(tmp_path: Path) ->
     assert "succeeded  hello" in out
     assert "ok: " in out.split("runner$ mergegate verify")[1]
     assert "\x1b[" not in out  # piped: no colour
+    # The closing line's command runs as printed (here `python -m mergegate`: no mergegate script ran).
+    (look,) = [line for line in out.splitlines() if line.startswith("look around: ")]
+    shown = look.removeprefix("look around: ").split("; remove it")[0]
+    assert shown == f"cd {target / 'runner'} && {sys.executable} -m mergegate audit log", look
     # The gate is real: its remote's approved has the job's merge, and records.
     log = subprocess.run(["git", "-C", str(target / "remote.git"), "log", "--format=%s", "approved"],
                          capture_output=True, text=True, check=True).stdout

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import click
@@ -25,6 +28,19 @@ def main(*, directory: Path | None) -> int:
     root = run_demo(directory, say=say, show=show)
     output.line()
     output.line(f"done: the demo gate is in {root} (remote.git, and clones alice/, bob/, runner/).")
-    output.line(f"look around: cd {root / 'runner'} && mergegate audit log; remove it with rm -rf {root}")
+    output.line(f"look around: cd {shlex.quote(str(root / 'runner'))} && {_this_mergegate()} audit log; "
+                f"remove it with rm -rf {shlex.quote(str(root))}")
     output.line("your own git config was not read or changed: every command ran with HOME set inside the demo.")
     return 0
+
+
+def _this_mergegate() -> str:
+    """How a shell reaches this mergegate: `mergegate` when that is the one on PATH, else its path (after the
+    quick start it is `.venv/bin/mergegate`, not on PATH), else `python -m mergegate`."""
+    here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    found = shutil.which("mergegate")
+    if here is not None and found is not None and Path(found).resolve() == here:
+        return "mergegate"
+    if here is not None and here.name == "mergegate" and here.is_file():
+        return shlex.quote(str(here))
+    return f"{shlex.quote(sys.executable)} -m mergegate"

@@ -437,6 +437,62 @@ def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: W
     assert _only_job(world)["status"] == "succeeded"
 
 
+def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(world: World) -> None:
+    """carol approved the job and its script; alice then changed the script. bob's merge would give the
+    job its quorum (carol and bob) but leave the script with one (carol's vote is stale): the runner
+    rejects the job for good ('holds changes that no signed approval covers'). approve --merge refused
+    only jobs short of their own quorum, so it signed and pushed that merge; now it refuses, as check says."""
+    _two_person(world)
+    world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"]), "scripts/x.sh": "echo one\n"}, who=world.alice)
+    world.signing_clone("carol-clone", world.carol)
+    assert world.mg("approve", "origin/p", where="carol-clone").code == 0
+    world.fetch("proposer")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/p")
+    world.write("proposer", {"scripts/x.sh": "echo two\n"})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-q", "-m", "script changed", who=world.alice)
+    world.git("proposer", "push", "-q", "origin", "p")
+    world.signing_clone("bob-clone", world.bob)
+    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 1, result.out + result.err
+    assert result.err.startswith("error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml for "
+                                 "good: the tree at the merge holds changes that no signed approval covers: scripts/x.sh"), result.err
+    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before  # nothing pushed
+    # Once carol approves the script as it is now, the same merge goes through and the job runs.
+    world.fetch("carol-clone")
+    assert world.mg("approve", "origin/p", where="carol-clone").code == 0
+    world.fetch("bob-clone")
+    merged = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert merged.code == 0, merged.err
+    assert _only_job(world)["status"] == "succeeded"
+
+
+def test_approve_merge_refuses_a_merge_that_would_leave_other_files_without_their_quorum(world: World) -> None:
+    """A policy change that also brings a script carol wrote: carol's approval counts for the policy (she
+    did not write it) but not for her own script, so bob's merge would adopt the policy and leave the
+    script without its two approvals, refusing every later job in the tree until a merge with them."""
+    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+    world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2, policy_approvals_required=2))
+    world.propose("p", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE, {"program": "date"}], approvals_required=2,
+                                                          policy_approvals_required=2)}, who=world.alice)
+    world.fetch("proposer")
+    world.git("proposer", "checkout", "-q", "-B", "p", "origin/p")
+    world.write("proposer", {"scripts/x.sh": "echo one\n"})
+    world.git("proposer", "add", "-A")
+    world.git("proposer", "commit", "-q", "-m", "a script", who=world.carol)
+    world.git("proposer", "push", "-q", "origin", "p")
+    world.signing_clone("carol-clone", world.carol)
+    world.mg("approve", "origin/p", where="carol-clone")
+    world.signing_clone("bob-clone", world.bob)
+    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
+    assert result.code == 1, result.out + result.err
+    assert result.err.startswith("error: refusing to merge origin/p: with your signature scripts/x.sh would be left without the "
+                                 "approvals other files need"), result.err
+    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before
+
+
 def test_approve_merge_refuses_a_policy_change_short_of_the_policy_quorum(world: World) -> None:
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
     world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=2))

@@ -320,12 +320,22 @@ def _merge_would_approve(repo_path: Path, branch_name: str, base: str, remote: s
     if verdict is not None and not verdict.adopted:
         raise JobFailed(f"refusing to merge {branch_name}: its policy change would not be adopted with your signature: {verdict.reason}",
                         hint="first the approval commits it lacks: other approvers run mergegate approve BRANCH (without --merge)")
-    short = next((d for d in assessment.decisions if not d.approved), None)
+    # Not runnable, not only not approved: a job with its quorum in a tree holding other files short of
+    # theirs (a script changed after the approval commits) is rejected for good too.
+    short = next((d for d in assessment.decisions if not d.runnable), None)
     if short is not None:
         raise JobFailed(f"refusing to merge {branch_name}: with your signature the runner would reject {short.path} "
                         f"for good: {short.reason}",
                         hint="a rejected revision is final: first the approval commits it lacks (other approvers run "
                         "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes")
+    # Other files this merge would leave unapproved (dated by the proposal's head: `judge._unapproved_after`)
+    # refuse every later job in the tree until a merge with their quorum approves them.
+    left = sorted(path for path, since in assessment.unapproved.items() if since == report.head and not is_job_path(path))
+    if left:
+        raise JobFailed(f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be left without the "
+                        f"approvals other files need, and every later job in the tree refused until a merge with them",
+                        hint="first the approval commits it lacks (other approvers run mergegate approve BRANCH, without "
+                        "--merge); mergegate check BRANCH shows what each file needs")
 
 
 def _signing_person(repo: Repo, policy: Policy) -> str | None:

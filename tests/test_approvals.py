@@ -20,7 +20,7 @@ from tests.helpers.keys import (
     revoke_gpg_key,
     stop_gpg_agent,
 )
-from tests.helpers.repos import ECHO_RULE, Person, World, job_yaml, policy_yaml
+from tests.helpers.repos import ECHO_RULE, Person, Result, World, job_yaml, policy_yaml
 
 JOB = {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}
 
@@ -420,14 +420,11 @@ def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: W
     _two_person(world)
     world.propose("p", JOB, who=world.alice)
     world.signing_clone("bob-clone", world.bob)
-    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
-    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
-    assert result.code == 1
+    result = _refused_merge(world, "bob-clone")
     error, hint = result.err.splitlines()
     assert error.startswith("error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml "
                             "for good: not approved: 1 of 2 approvals: needs 2 approvals (approvals_required); counted: bob")
     assert hint.startswith("hint: a rejected revision is final: first the approval commits it lacks")
-    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before  # nothing pushed
     # With carol's approval commit on the proposal, the same command merges and the job runs.
     world.signing_clone("carol-clone", world.carol)
     assert world.mg("approve", "origin/p", where="carol-clone").code == 0
@@ -446,19 +443,11 @@ def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(wo
     world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"]), "scripts/x.sh": "echo one\n"}, who=world.alice)
     world.signing_clone("carol-clone", world.carol)
     assert world.mg("approve", "origin/p", where="carol-clone").code == 0
-    world.fetch("proposer")
-    world.git("proposer", "checkout", "-q", "-B", "p", "origin/p")
-    world.write("proposer", {"scripts/x.sh": "echo two\n"})
-    world.git("proposer", "add", "-A")
-    world.git("proposer", "commit", "-q", "-m", "script changed", who=world.alice)
-    world.git("proposer", "push", "-q", "origin", "p")
+    world.propose("p", {"scripts/x.sh": "echo two\n"}, who=world.alice, base="origin/p", message="script changed")
     world.signing_clone("bob-clone", world.bob)
-    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
-    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
-    assert result.code == 1, result.out + result.err
+    result = _refused_merge(world, "bob-clone")
     assert result.err.startswith("error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml for "
                                  "good: the tree at the merge holds changes that no signed approval covers: scripts/x.sh"), result.err
-    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before  # nothing pushed
     # Once carol approves the script as it is now, the same merge goes through and the job runs.
     world.fetch("carol-clone")
     assert world.mg("approve", "origin/p", where="carol-clone").code == 0
@@ -476,21 +465,22 @@ def test_approve_merge_refuses_a_merge_that_would_leave_other_files_without_thei
     world.setup(policy_yaml(approvers, [ECHO_RULE], approvals_required=2, policy_approvals_required=2))
     world.propose("p", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE, {"program": "date"}], approvals_required=2,
                                                           policy_approvals_required=2)}, who=world.alice)
-    world.fetch("proposer")
-    world.git("proposer", "checkout", "-q", "-B", "p", "origin/p")
-    world.write("proposer", {"scripts/x.sh": "echo one\n"})
-    world.git("proposer", "add", "-A")
-    world.git("proposer", "commit", "-q", "-m", "a script", who=world.carol)
-    world.git("proposer", "push", "-q", "origin", "p")
+    world.propose("p", {"scripts/x.sh": "echo one\n"}, who=world.carol, base="origin/p", message="a script")
     world.signing_clone("carol-clone", world.carol)
     world.mg("approve", "origin/p", where="carol-clone")
     world.signing_clone("bob-clone", world.bob)
-    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
-    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
-    assert result.code == 1, result.out + result.err
+    result = _refused_merge(world, "bob-clone")
     assert result.err.startswith("error: refusing to merge origin/p: with your signature scripts/x.sh would be left without the "
                                  "approvals other files need"), result.err
+
+
+def _refused_merge(world: World, where: str) -> Result:
+    """`approve origin/p --merge` in clone `where`: refused (exit 1), nothing pushed to approved."""
+    before = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    result = world.mg("approve", "origin/p", "--merge", where=where)
+    assert result.code == 1, result.out + result.err
     assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == before
+    return result
 
 
 def test_approve_merge_refuses_a_policy_change_short_of_the_policy_quorum(world: World) -> None:
@@ -499,8 +489,7 @@ def test_approve_merge_refuses_a_policy_change_short_of_the_policy_quorum(world:
     world.propose("p", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE, {"program": "date"}],
                                                           policy_approvals_required=2)}, who=world.alice)
     world.signing_clone("bob-clone", world.bob)
-    result = world.mg("approve", "origin/p", "--merge", where="bob-clone")
-    assert result.code == 1
+    result = _refused_merge(world, "bob-clone")
     assert result.err.startswith("error: refusing to merge origin/p: its policy change would not be adopted with your signature: ")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.git import Repo, path_text
+from mergegate.git import Repo, ls_tree_entries
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -273,15 +273,7 @@ def _reference_ls_tree(repo: Path, commit: str, prefix: str) -> object:
     """What Repo.ls_tree answered before it read trees itself: `git ls-tree -r -z --full-tree`."""
     args = ["ls-tree", "-r", "-z", "--full-tree", commit] + (["--", prefix] if prefix else [])
     proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
-    if proc.returncode != 0:
-        return "error"
-    entries = []
-    for item in proc.stdout.split(b"\0"):
-        if item:
-            meta, path = item.split(b"\t", 1)
-            mode, _, obj = meta.decode().split()
-            entries.append((mode, obj, path_text(path)))
-    return entries
+    return "error" if proc.returncode != 0 else ls_tree_entries(proc.stdout)
 
 
 def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_path: Path) -> None:
@@ -353,10 +345,4 @@ def _reference_ls_flat(repo: Path, commit: str, directory: str) -> list[tuple[st
     """What Repo.ls_tree_flat answered before it read trees itself: `git ls-tree -z <commit>:<directory>`."""
     proc = subprocess.run(["git", "-C", str(repo), "ls-tree", "-z", f"{commit}:{directory}" if directory else commit],
                           capture_output=True, check=False)
-    entries = []
-    for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
-        if item:
-            meta, name = item.split(b"\t", 1)
-            mode, _, obj = meta.decode().split()
-            entries.append((mode, obj, path_text(name)))
-    return entries
+    return ls_tree_entries(proc.stdout) if proc.returncode == 0 else []

@@ -1120,14 +1120,7 @@ class Repo:
         args = ["ls-tree", "-r", "-z", "--full-tree", commit]
         if prefix:
             args += ["--", prefix]
-        entries = []
-        for item in self.run(*args).stdout.split(b"\0"):
-            if not item:
-                continue
-            meta, path = item.split(b"\t", 1)
-            mode, _, obj = meta.decode().split()
-            entries.append((mode, obj, path_text(path)))
-        return entries
+        return ls_tree_entries(self.run(*args).stdout)
 
     def _ls_tree_objects(self, commit: str, prefix: str) -> list[tuple[str, str, str]] | None:
         """What `ls-tree -r` lists, read through the object process (a runner pass listed a tree or two,
@@ -1206,12 +1199,7 @@ class Repo:
         if listed is not None:
             return listed
         proc = self.run("ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False)
-        entries = []
-        for item in proc.stdout.split(b"\0") if proc.returncode == 0 else []:
-            if item:
-                meta, name = item.split(b"\t", 1)
-                mode, _, obj = meta.decode().split()
-                entries.append((mode, obj, path_text(name)))
+        entries = ls_tree_entries(proc.stdout) if proc.returncode == 0 else []
         if proc.returncode == 0 and _FULL_ID.fullmatch(commit):
             # A commit's tree never changes: a look at the audit branch read the same one up to three times.
             if len(self._flat) >= _FLAT_CACHE:
@@ -1499,6 +1487,17 @@ _ANCESTOR_PAIR = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64}) (?:[0-9a-f]{40}|[0-9
 # ambiguous, because git and a looser reader would disagree on what the commit says.
 _FIXED = (b"tree", b"parent", b"author", b"committer")
 _ONCE = (b"encoding", b"gpgsig", b"gpgsig-sha256")
+
+
+def ls_tree_entries(output: bytes) -> list[tuple[str, str, str]]:
+    """(mode, object, path) of each entry of `git ls-tree -z` output."""
+    entries = []
+    for item in output.split(b"\0"):
+        if item:
+            meta, path = item.split(b"\t", 1)
+            mode, _, obj = meta.decode().split()
+            entries.append((mode, obj, path_text(path)))
+    return entries
 
 
 def parse_commit_header(header: bytes) -> tuple[str, tuple[str, ...], tuple[str, str], tuple[str, str], str]:

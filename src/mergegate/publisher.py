@@ -146,7 +146,8 @@ class Publisher:
             slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
             # As many slots as runners push here (those with claims in the book, and this one), doubling
             # with the losses up to that: more only leaves the CPUs idle while the others are done.
-            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS, max(2, len(self.book.holders.keys() - {self.runner_name}) + 1)))
+            pushing = len(self.book.holders.keys() - {self.runner_name}) + 1
+            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS, max(2, pushing)))
             left = self._lease_left(drafts)
             if left is not None:
                 # A result must land within its run's lease (else any runner may close the run `lost` and

@@ -451,7 +451,7 @@ class Runner:
         if not key or not policy.runners or self.signing is None:
             return
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
-        if blob is not None and all(ssh_blob(key) != blob for key in policy.runner_keys()):
+        if blob is not None and all(ssh_blob(listed) != blob for listed in policy.runner_keys()):
             raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {self.signing.key} "
                              f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under runners",
                              hint="use the private key of a key listed under runners in the policy (ssh-keygen -lf KEY shows its fingerprint)")

@@ -4,7 +4,7 @@
    `mergegate/audit` one runner commit whose tree holds the hash-chained log
    of N jobs (a `started` and a `finished` each, then one `scanned`: 2N + 1
    records, rotated into audit/log-NNNNNN.jsonl files of 1,000), built with
-   mergegate.audit and `git fast-import`.
+   mergegate.audit.log and `git fast-import`.
 2. It times `python -m mergegate audit verify --json` on it (a subprocess,
    after one untimed warm-up, mergegate's modules compiled to bytecode first
    as an installed copy has them) and reads the child's peak RSS.
@@ -40,9 +40,10 @@ from poll_scale import (
     precompile,
 )
 
-from mergegate import audit, audit_branch
-from mergegate.branch import AUDIT_BRANCH
-from mergegate.git import Repo
+from mergegate.audit import log as audit
+from mergegate.facts import audit_commits as audit_branch
+from mergegate.facts.branches import AUDIT_BRANCH
+from mergegate.git.repo import Repo
 
 SECTION = "## audit verify, 100,000 records"
 END_MARKER = "<!-- end of audit_verify.py output: text below, up to the next ## heading, is kept -->"

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from perfdoc import write_section
 
-from mergegate import executor
+from mergegate.execution import executor
 
 SECTION = "## Runner memory while a job prints 1 GiB"
 END_MARKER = "<!-- end of output_memory.py output: text below, up to the next ## heading, is kept -->"

@@ -8,7 +8,7 @@ user runs the command (a subprocess of `python -m mergegate`):
 1. It builds, with `git fast-import`, a gate (a bare remote and a runner
    clone) whose `approved` holds N past approved jobs: a root commit with the
    policy, N merges each bringing jobs/job-<i>.yaml from a side commit, and
-   one commit on mergegate/audit whose hash-chained log (built with mergegate.audit) says
+   one commit on mergegate/audit whose hash-chained log (built with mergegate.audit.log) says
    every job started and finished and ends with a `scanned` record at the last
    merge. For the runner all of that is already processed.
 2. It times `run --once --json --trust-root <root>` with nothing new (a) and
@@ -57,9 +57,10 @@ from typing import Any
 
 from perfdoc import LoadWatch, write_section
 
-from mergegate import audit, audit_branch
-from mergegate.branch import AUDIT_BRANCH
-from mergegate.git import Repo
+from mergegate.audit import log as audit
+from mergegate.facts import audit_commits as audit_branch
+from mergegate.facts.branches import AUDIT_BRANCH
+from mergegate.git.repo import Repo
 
 SECTION = "## Polling cost with 10,000 past jobs"
 END_MARKER = "<!-- end of poll_scale.py output: text below, up to the next ## heading, is kept -->"

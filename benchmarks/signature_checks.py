@@ -45,11 +45,12 @@ from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from perfdoc import LoadWatch, cleanup, finish, header
 from poll_scale import RUNNER, _commit, fast_import, past_records
 
-from mergegate import audit, audit_branch
-from mergegate.armor import armor, dearmor
-from mergegate.branch import AUDIT_BRANCH
-from mergegate.git import Repo
-from mergegate.signatures import parse_public_key, split_signed_commit, verify_signature
+from mergegate.audit import log as audit
+from mergegate.crypto.armor import armor, dearmor
+from mergegate.crypto.signatures import parse_public_key, split_signed_commit, verify_signature
+from mergegate.facts import audit_commits as audit_branch
+from mergegate.facts.branches import AUDIT_BRANCH
+from mergegate.git.repo import Repo
 
 SECTION = "## SSH signature checks"
 END_MARKER = "<!-- end of signature_checks.py output: text below, up to the next ## heading, is kept -->"

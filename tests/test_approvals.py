@@ -360,7 +360,7 @@ def test_verify_flags_a_started_record_without_approval(world: World) -> None:
     """A hand-written but well-chained `started` record for an unapproved job is a violation."""
     import json
 
-    from mergegate.audit import record_hash
+    from mergegate.audit.log import record_hash
 
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", JOB, who=world.alice)
@@ -520,7 +520,7 @@ def _append_record(world: World, fields: dict[str, object]) -> None:
     """Append a well-chained record to approved, as anyone with push access could."""
     import json
 
-    from mergegate.audit import record_hash
+    from mergegate.audit.log import record_hash
 
     records = world.records()
     record = {"job": None, "path": None, "blob": None, "commit": None, "runner": "forger", "time": "2026-01-01T00:00:00Z",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mergegate import audit
+from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError
-from mergegate.git import Repo
+from mergegate.git.repo import Repo
 
 
 def _repo(tmp_path: Path) -> Repo:
@@ -145,7 +145,7 @@ def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatc
 
 def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scanned(tmp_path: Path) -> None:
     """In a fresh clone: few commits, whatever the history's length (audit verify checks them all)."""
-    from mergegate.audit_branch import unchecked
+    from mergegate.facts.audit_commits import unchecked
 
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
@@ -378,7 +378,8 @@ def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_h
 
 def _outcome(repo: Repo, tip: str, workers: int) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
     """What each file yields (and what audit verify keeps of the chain), or the error, with `workers` workers."""
-    from mergegate import audit_chain, audit_check
+    from mergegate.audit import chain as audit_chain
+    from mergegate.operations import audit_verify as audit_check
 
     try:
         with audit_chain.ChainCheck(repo, tip, audit_check._facts, workers=workers) as reading:
@@ -448,7 +449,8 @@ def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch
     import os
     import signal
 
-    from mergegate import audit_chain, audit_check
+    from mergegate.audit import chain as audit_chain
+    from mergegate.operations import audit_verify as audit_check
 
     repo, tip = _many_files(tmp_path, monkeypatch)
     proven = audit._proven
@@ -508,7 +510,8 @@ def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only
     of those fails, closing the check ends its workers; an audit tree with a stray says so only when read."""
     import os
 
-    from mergegate import audit_chain, audit_check
+    from mergegate.audit import chain as audit_chain
+    from mergegate.operations import audit_verify as audit_check
 
     repo, tip = _many_files(tmp_path, monkeypatch)
     forked: list[int] = []
@@ -541,7 +544,7 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(tmp_pat
     import subprocess as sp
     import time
 
-    from mergegate import audit_chain
+    from mergegate.audit import chain as audit_chain
 
     repo, tip = _many_files(tmp_path, monkeypatch)
     proven = audit._proven
@@ -628,7 +631,7 @@ def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path
 def test_finished_runs_added_a_file_at_a_time_meet_the_first_problem_add_run_meets() -> None:
     """FinishedTwice.add_runs (one update for a log file's run ids) says what add_run one by one says: nothing for
     new, distinct ids; the first run finished twice, in order, within the file or with an earlier file."""
-    from mergegate.audit_check import FinishedTwice
+    from mergegate.operations.audit_verify import FinishedTwice
 
     def one_by_one(batches: list[list[tuple[str, int]]]) -> tuple[str | None, dict[str, int]]:
         tally = FinishedTwice()

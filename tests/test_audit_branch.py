@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from mergegate.audit import record_hash
+from mergegate.audit.log import record_hash
 from tests.helpers.keys import make_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
@@ -508,7 +508,7 @@ def test_a_branch_under_the_audit_name_is_named_in_the_error(world: World) -> No
 def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_bad_link(world: World) -> None:
     """With enough log files `audit verify` checks them in forked workers (audit_chain): the output is the
     same, and a file right in itself but not linked to the one before (another worker's) is named as before."""
-    from mergegate import audit_chain
+    from mergegate.audit import chain as audit_chain
 
     _gate(world)
     _run_job(world)
@@ -580,7 +580,7 @@ def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewe
 def test_audit_verify_of_a_missing_approved_branch_says_so_though_the_workers_had_started(world: World) -> None:
     """The workers start on the log before approved's tip is read: an approved branch that does not exist (read
     as it is, --no-fetch) is still the one-line error it always was, exit 2."""
-    from mergegate import audit_chain
+    from mergegate.audit import chain as audit_chain
 
     _gate(world)
     _run_job(world)
@@ -610,12 +610,12 @@ def test_audit_verify_imports_the_judge_only_for_a_commit_check_that_needs_it(wo
     reading and planning) only when a check asks for it (issue 12: start-up counts). A gate whose policy lists
     no runners and names no evidence passes without them; one that lists runners imports them to check the
     signature, accepts the signed commits and still refuses an unsigned one."""
-    judge = {"mergegate.judge", "mergegate.approvals", "mergegate.github", "mergegate.planning"}
+    judge = {"mergegate.rules.judge", "mergegate.facts.assessor", "mergegate.github.gather", "mergegate.runner.plan"}
     _gate(world)
     _run_job(world, "j")
     plain = world.mg("audit", "verify", process=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert plain.code == 0 and "ok: 3 records" in plain.out, plain.err[-2000:]
-    assert "mergegate.audit_branch" in _imported(plain.err) and not judge & _imported(plain.err)
+    assert "mergegate.facts.audit_commits" in _imported(plain.err) and not judge & _imported(plain.err)
 
     (world.tmp / "signed").mkdir()
     signed = World(world.tmp / "signed")
@@ -625,7 +625,7 @@ def test_audit_verify_imports_the_judge_only_for_a_commit_check_that_needs_it(wo
     _run_job(signed, "j", *signing)
     checked = signed.mg("audit", "verify", process=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert checked.code == 0 and "ok: 3 records" in checked.out, checked.err[-2000:]
-    assert {"mergegate.judge", "mergegate.approvals"} <= _imported(checked.err)
+    assert {"mergegate.rules.judge", "mergegate.facts.assessor"} <= _imported(checked.err)
     bad = _append_record(signed, {"event": "rejected", "path": "jobs/x.yaml", "reason": "forged"})
     refused = signed.mg("audit", "verify", process=True)
     assert refused.code == 3 and f"audit commit {bad[:12]} on mergegate/audit is not signed by a runner" in refused.err, refused.err

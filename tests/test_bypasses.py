@@ -475,7 +475,7 @@ def test_veto_made_as_a_merge_is_honoured_by_later_passes(world: World) -> None:
 def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
     import json
 
-    from mergegate.audit import record_hash
+    from mergegate.audit.log import record_hash
 
     world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE]))
     world.propose("p", JOB, who=world.alice)
@@ -504,7 +504,7 @@ def _forge_started(world: World, *, path: str, blob: str, commit: str, judged: s
     """A well-chained `started` record in an audit commit saying its runner judged approved at `judged`."""
     import json
 
-    from mergegate.audit import record_hash
+    from mergegate.audit.log import record_hash
 
     records = world.records()
     fake = {"event": "started", "job": "j", "path": path, "blob": blob, "commit": commit, "runner": "rogue",

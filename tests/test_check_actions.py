@@ -70,7 +70,7 @@ def test_api_down_still_writes_the_summary_and_says_why(world: World, fake: Fake
 
 
 def test_hostile_file_names_cannot_start_a_workflow_command(world: World, fake: FakeGitHub, tmp_path: Path) -> None:
-    from mergegate.actions import escape_data, escape_property
+    from mergegate.operations.check_annotations import escape_data, escape_property
     assert escape_property("a,b:c%\n::add-mask::x") == "a%2Cb%3Ac%25%0A%3A%3Aadd-mask%3A%3Ax"
     assert "\n" not in escape_data("x\n::warning::y")
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mergegate.audit import record_hash
+from mergegate.audit.log import record_hash
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 UNVOUCHED = "which no runner of the policy in force before it signed: that record cannot say when the commit was judged"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from mergegate import audit
-from mergegate.git import Repo
+from mergegate.audit import log as audit
+from mergegate.git.repo import Repo
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 

@@ -246,7 +246,7 @@ def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """HOME in a fresh folder the sandbox would not hide but for the runner-home rule (runner._private_paths):
     not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home, /root,
     /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide anyway."""
-    from mergegate.executor import SANDBOX_HIDDEN
+    from mergegate.execution.executor import SANDBOX_HIDDEN
 
     hidden = [os.path.realpath(p) for p in ("/tmp", "/dev/shm", "/run", "/var/run", *SANDBOX_HIDDEN)]
     places = [Path("/var/lib"), Path("/var/cache"), Path("/opt"), Path("/srv"), Path.cwd()]
@@ -299,7 +299,7 @@ def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
 def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
     """However deep (a tree deeper than one descriptor a level allows is moved up a piece at a time); a
     symlink in the workspace (to a folder or a file outside) is removed, never what it points to."""
-    from mergegate.workspaces import CLEAR_DEPTH, remove_tree
+    from mergegate.execution.workspaces import CLEAR_DEPTH, remove_tree
 
     outside = tmp_path / "outside"
     (outside / "keep").mkdir(parents=True)
@@ -316,7 +316,7 @@ def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_pat
 def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process per job (`rm -rf`) was a large part of a trivial job's cost: an `rm` on PATH that
     removes nothing shows the workspace went without it."""
-    from mergegate.workspaces import remove_tree
+    from mergegate.execution.workspaces import remove_tree
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -363,7 +363,7 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
     """The line naming the job's process is written without a sync (spool.py says why a crash of the
     machine cannot make it matter): one job is the journal's creation (its file, then its folder) with
     the claim's provisional result, then the synced line of its real result, and nothing else."""
-    from mergegate import spool
+    from mergegate.runner import spool
 
     synced: list[str] = []
     real_fsync = os.fsync
@@ -398,7 +398,7 @@ def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_aroun
 def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job may leave millions of entries in one folder: removal lists LIST_BATCH of them at a time
     (here 3), files, folders and links alike, and still removes them all, never what a link points to."""
-    from mergegate import workspaces
+    from mergegate.execution import workspaces
 
     monkeypatch.setattr(workspaces, "LIST_BATCH", 3)
     outside = tmp_path / "outside"

@@ -18,9 +18,9 @@ from typing import Literal
 
 import pytest
 
-from mergegate import executor
 from mergegate.errors import Denied
-from mergegate.executor import (
+from mergegate.execution import executor
+from mergegate.execution.executor import (
     ExecRequest,
     ExecResult,
     Limits,
@@ -426,7 +426,7 @@ def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_
     process is gone (its parent-death signal), and the next job is started by a new spawner."""
     import threading
 
-    from mergegate.children import Spawner, SpawnerLost
+    from mergegate.execution.children import Spawner, SpawnerLost
 
     marker = f"300.{uuid.uuid4().int % 10**9:09d}"
     outcome: list[BaseException | executor.ExecResult] = []
@@ -460,19 +460,19 @@ def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runner
     modules it uses, none of the runner's (typing alone was a fifth of its memory)."""
     import subprocess
 
-    from mergegate.children import Spawner
-    from mergegate.processes import helper_env
+    from mergegate.execution.children import Spawner
+    from mergegate.execution.processes import helper_env
 
     assert _run(tmp_path, ["true"]).status == "succeeded"
     pid = Spawner.get().pid
     assert pid is not None
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert argv[1:4] == [b"-S", b"-m", b"mergegate.spawner"], argv
+    assert argv[1:4] == [b"-S", b"-m", b"mergegate.execution.spawner"], argv
     # What that command imports, in a process started the same way.
-    listed = subprocess.run([sys.executable, "-S", "-c", "import sys, mergegate.spawner; print(' '.join(sorted(sys.modules)))"],
+    listed = subprocess.run([sys.executable, "-S", "-c", "import sys, mergegate.execution.spawner; print(' '.join(sorted(sys.modules)))"],
                             env=helper_env(), cwd="/", capture_output=True, text=True, check=True).stdout.split()
-    assert "mergegate.spawner" in listed
-    heavy = {"typing", "dataclasses", "subprocess", "threading", "pathlib", "site", "mergegate.processes", "mergegate.children"}
+    assert "mergegate.execution.spawner" in listed
+    heavy = {"typing", "dataclasses", "subprocess", "threading", "pathlib", "site", "mergegate.execution.processes", "mergegate.execution.children"}
     assert heavy.isdisjoint(listed), sorted(heavy & set(listed))
 
 
@@ -482,7 +482,7 @@ def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standa
     contextlib, typing or the runner's modules (10 ms of CPU of its 25 before)."""
     import subprocess
 
-    from mergegate.processes import WATCHDOG_MAIN, Watchdog, helper_env
+    from mergegate.execution.processes import WATCHDOG_MAIN, Watchdog, helper_env
 
     assert _run(tmp_path, ["true"]).status == "succeeded"
     pid = Watchdog.get().pid
@@ -493,9 +493,9 @@ def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standa
     shown = WATCHDOG_MAIN.replace("sys.exit(main())", "main(); print(' '.join(sorted(sys.modules)))")
     listed = subprocess.run([sys.executable, "-S", "-c", shown], env=helper_env(), cwd="/", stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, check=True).stdout.split()
-    assert "mergegate.watchdog" in listed
+    assert "mergegate.execution.watchdog" in listed
     heavy = {"typing", "dataclasses", "subprocess", "threading", "pathlib", "contextlib", "runpy", "importlib.util", "site",
-             "mergegate.processes", "mergegate.children"}
+             "mergegate.execution.processes", "mergegate.execution.children"}
     assert heavy.isdisjoint(listed), sorted(heavy & set(listed))
 
 
@@ -510,7 +510,7 @@ def test_a_job_starts_with_no_signal_ignored_caught_or_blocked_whatever_its_runn
         "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\n"
         "from pathlib import Path\n"
-        "from mergegate import executor\n"
+        "from mergegate.execution import executor\n"
         "ws = Path(sys.argv[1])\n"
         "r = executor.run(executor.ExecRequest(argv=('cat', '/proc/self/status'), workspace=ws, cwd='', env={'PATH': '/usr/bin:/bin'},\n"
         "    secrets=(), limits=executor.Limits(timeout_seconds=10), search_path='/usr/bin:/bin', run_id='sig-1'))\n"

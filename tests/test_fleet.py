@@ -9,8 +9,8 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from mergegate.claims import offset
-from mergegate.publisher import FRESH_SECONDS
+from mergegate.runner.claims import offset
+from mergegate.runner.publisher import FRESH_SECONDS
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_ref_shadowing import _forge
 from tests.test_reliability import (
@@ -168,7 +168,7 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(world: Wor
 
 
 def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
-    from mergegate.claims import offset, spread
+    from mergegate.runner.claims import offset, spread
 
     items = list(range(100))
     starts = {spread(items, name)[0] for name in ("r1", "r2", "r3", "r4")}
@@ -178,7 +178,7 @@ def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
 
 def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> None:
     """Following the other runner it met, a runner would lose every later claim to it (a push each for nothing)."""
-    from mergegate.claims import jump
+    from mergegate.runner.claims import jump
 
     items = list(range(12))
     taken = [k in (0, 1, 6, 11) for k in items]  # free: 2-5 (4 jobs) and 7-10 (4 jobs): the first longest
@@ -188,7 +188,7 @@ def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_l
 
 
 def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobody_claimed() -> None:
-    from mergegate.claims import MAX_BATCH, BatchSize
+    from mergegate.runner.claims import MAX_BATCH, BatchSize
 
     size = BatchSize(1)
     assert size.target(untaken=99, runners=1) == 1  # nothing ended yet: one claim at a time
@@ -205,7 +205,7 @@ def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobo
 def test_with_more_slots_a_runner_holds_more_claims_so_a_push_claims_as_many_per_slot() -> None:
     """--parallel 8 on trivial jobs: up to 16 rounds of its slots (128 claims) where one slot holds
     MAX_BATCH (64); about ten pushes for a thousand jobs, not twenty (issue 12)."""
-    from mergegate.claims import MAX_BATCH, SLOT_ROUNDS, BatchSize
+    from mergegate.runner.claims import MAX_BATCH, SLOT_ROUNDS, BatchSize
 
     assert BatchSize(1).cap == BatchSize(2).cap == MAX_BATCH == 64
     size = BatchSize(8)
@@ -222,8 +222,8 @@ def test_with_more_slots_a_runner_holds_more_claims_so_a_push_claims_as_many_per
 def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
     """BatchSize.target's count of runners, kept as records are added (counting it from every record at
     each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel 8)."""
-    from mergegate import audit
-    from mergegate.claims import Book
+    from mergegate.audit import log as audit
+    from mergegate.runner.claims import Book
 
     def started(runner: str, path: str, attempt: int = 1) -> audit.Record:
         return audit.Record({"event": "started", "runner": runner, "path": path, "blob": "b" * 40, "attempt": attempt})
@@ -292,7 +292,7 @@ def test_kill_9_of_a_parallel_runner_kills_every_job_tree_within_a_second(world:
 
 
 def test_batches_double_while_jobs_are_short_and_fall_back_when_one_is_long() -> None:
-    from mergegate.claims import MAX_BATCH, BatchSize
+    from mergegate.runner.claims import MAX_BATCH, BatchSize
 
     size = BatchSize(parallel=2)
     assert size.size == 2

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mergegate.git import Repo, path_bytes, path_text
+from mergegate.git.repo import Repo, path_bytes, path_text
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
@@ -115,7 +115,7 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
                                                                                              monkeypatch: Any) -> None:
     """Up to _TEMPLATE_FILES files, each export copies one checkout-index's output (no git process per job):
     the same names, kinds, permission bits (executable or not, less the umask), contents and link targets."""
-    from mergegate import git as git_module
+    from mergegate.git import repo as git_module
 
     repo_dir = tmp_path / "r"
     _git(tmp_path, "init", "-q", str(repo_dir))
@@ -208,7 +208,7 @@ def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header
     assert b"SECRET" not in Path(f"/proc/{proc.pid}/environ").read_bytes()
     # The verbs that talk to a remote keep both (the push needs them).
     assert repo.run("ls-remote", str(repo_dir), check=False).returncode == 0
-    from mergegate.git import _NETWORK_VERBS, _without_credentials
+    from mergegate.git.repo import _NETWORK_VERBS, _without_credentials
     assert "push" in _NETWORK_VERBS and "fetch" in _NETWORK_VERBS
     assert _without_credentials({"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "http.extraHeader", "GIT_CONFIG_VALUE_0": "x",
                                  "GIT_CONFIG_KEY_1": "core.abbrev", "GIT_CONFIG_VALUE_1": "12", "GH_TOKEN": "t"}) == {
@@ -282,8 +282,8 @@ def test_file_blob_reads_trees_itself_and_answers_as_rev_parse_does(tmp_path: Pa
 def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_list_does(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from mergegate.approvals import Assessor, _GitSide
-    from mergegate.git import literal
+    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.git.repo import literal
 
     path = _history(tmp_path)
     first = _git(path, "rev-parse", "main")
@@ -401,8 +401,8 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     touching each path, from full diffs against each relevant parent, are git's own, in git's order."""
     from datetime import UTC, datetime
 
-    from mergegate.approvals import Assessor, _GitSide
-    from mergegate.git import literal
+    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.git.repo import literal
 
     path, first, second, names = _random_side(tmp_path, seed)
     repo = Repo(path)
@@ -423,8 +423,8 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
     full diffs, on a line and on a side with a merge, and as earlier writers of the same bytes."""
     from datetime import UTC, datetime
 
-    from mergegate.approvals import Assessor, _GitSide
-    from mergegate.git import literal
+    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.git.repo import literal
 
     repo_dir = tmp_path / "r"
     _git(tmp_path, "init", "-q", str(repo_dir))
@@ -491,7 +491,7 @@ def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_
     commits and trees of a history with every kind of change (added, deleted, edited, a mode, a type, a file
     and a folder of one name, names sorting around a folder's), against diff-tree; git answers for gitlinks
     and trees not in git's order."""
-    from mergegate.git import GitError
+    from mergegate.git.repo import GitError
 
     repo = _history(tmp_path)
     steps = ["ln -sf jobs link2 && echo t > a.txt && mkdir -p a.d && echo 1 > a.d/x && echo 2 > a-b",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mergegate import github
 from mergegate.errors import IntegrityError, NotYet
-from mergegate.evidence import Evidence
-from mergegate.git import Repo
-from mergegate.policy import load_policy
+from mergegate.git.repo import Repo
+from mergegate.github import gather as github
+from mergegate.github.evidence import Evidence
+from mergegate.rules.policy import load_policy
 from tests.helpers.fake_github import PullRequest
 from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
 from tests.helpers.keys import make_ssh_key
@@ -294,7 +294,7 @@ def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(
     """verify re-reads listings from the evidence: a page its predecessor's Link names must be there."""
     from dataclasses import replace
 
-    from mergegate.http import Malformed
+    from mergegate.github.http import Malformed
 
     pr, judged = _three_pages_of_reviews(gate)
     evidence = judged.evidence

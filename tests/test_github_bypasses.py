@@ -193,8 +193,8 @@ def _rotation(gate: GithubGate, tmp_path: Any) -> tuple[Any, Any, str]:
 
 def _append_signed(gate: GithubGate, key: Any, approved: str, *, about: str, evidence: Any = None) -> None:
     """One well-chained record appended to the audit branch, in a commit signed by `key` naming `approved`."""
-    from mergegate import audit
-    from mergegate.git import Repo
+    from mergegate.audit import log as audit
+    from mergegate.git.repo import Repo
     w = gate.world
     where = w.checkout_audit("mallory")
     tail = audit.read_tail(Repo(where), w.git("mallory", "rev-parse", "HEAD"))
@@ -215,7 +215,7 @@ def _forged_evidence(commit: str, head: str, number: int, reviewer: int) -> Any:
     import hashlib
     import json
 
-    from mergegate.evidence import Evidence, Exchange
+    from mergegate.github.evidence import Evidence, Exchange
     base, now = "http://api.invalid/repos/acme/gate", ago(0)
 
     def ex(path: str, body: Any) -> Exchange:
@@ -308,7 +308,7 @@ def _t1_step_with_a_stand_in(work: Any, step: dict[str, str], src: str, site: st
 import sys, tempfile
 from pathlib import Path
 sys.path[:0] = [{src!r}, {site!r}]
-from mergegate import executor
+from mergegate.execution import executor
 ws = Path(tempfile.mkdtemp(dir={str(work)!r}))
 req = executor.ExecRequest(argv=("sh", "-c", {job!r}), workspace=ws, cwd="", env={{"PATH": "/usr/bin:/bin"}}, secrets=(),
                            limits=executor.Limits(timeout_seconds=10), search_path="/usr/bin:/bin", run_id="t1")
@@ -376,10 +376,10 @@ def test_d1_a_timeline_past_fifty_pages_is_read_and_judged(gate: GithubGate) -> 
 def test_d1_past_the_bounds_a_merge_is_refused_not_waited_for(gate: GithubGate, monkeypatch: pytest.MonkeyPatch) -> None:
     from datetime import UTC, datetime
 
-    from mergegate import github
-    from mergegate.evidence import Evidence
-    from mergegate.git import Repo
-    from mergegate.policy import load_policy
+    from mergegate.git.repo import Repo
+    from mergegate.github import gather as github
+    from mergegate.github.evidence import Evidence
+    from mergegate.rules.policy import load_policy
     w = gate.world
     gate.setup()
     pr = gate.open_pr("backup")
@@ -421,7 +421,7 @@ def test_b1_dry_run_previews_a_review_approved_job(gate: GithubGate) -> None:
 def _client(handler: Any, base: str = "https://api.github.com", **kw: Any) -> Any:
     import httpx
 
-    from mergegate.http import Client
+    from mergegate.github.http import Client
     return Client(base, token="ghs_secret_token_value", transport=httpx.MockTransport(handler), sleep=lambda s: None, **kw)
 
 
@@ -429,7 +429,7 @@ def _client(handler: Any, base: str = "https://api.github.com", **kw: Any) -> An
 def test_h1_a_zero_or_past_retry_after_is_bounded(retry_after: str) -> None:
     import httpx
 
-    from mergegate.http import RateLimited
+    from mergegate.github.http import RateLimited
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -449,9 +449,9 @@ def test_h1_a_zero_or_past_retry_after_is_bounded(retry_after: str) -> None:
 def test_h1_one_client_per_pass_shares_the_wait_budget(gate: GithubGate) -> None:
     from datetime import UTC, datetime
 
-    from mergegate import github
-    from mergegate.git import Repo
-    from mergegate.policy import load_policy
+    from mergegate.git.repo import Repo
+    from mergegate.github import gather as github
+    from mergegate.rules.policy import load_policy
     w = gate.world
     gate.setup()
     shas = []
@@ -470,9 +470,9 @@ def test_h1_one_client_per_pass_shares_the_wait_budget(gate: GithubGate) -> None
 
 @pytest.mark.parametrize("url", ["http://ghe.example.com/api/v3", "http://10.0.0.1", "ftp://api.github.com"])
 def test_h2_plain_http_is_refused_except_on_loopback(url: str) -> None:
-    from mergegate import github
     from mergegate.errors import UsageError
-    from mergegate.http import Unreachable
+    from mergegate.github import gather as github
+    from mergegate.github.http import Unreachable
     with pytest.raises(UsageError, match="GITHUB_API_URL="):
         github.Settings.from_env({"GITHUB_REPOSITORY": "acme/gate", "GITHUB_API_URL": url})
     with pytest.raises(Unreachable):
@@ -482,9 +482,9 @@ def test_h2_plain_http_is_refused_except_on_loopback(url: str) -> None:
 
 
 def test_h3_credentials_in_the_api_url_are_refused_and_never_echoed() -> None:
-    from mergegate import github
     from mergegate.errors import UsageError
-    from mergegate.http import Unreachable
+    from mergegate.github import gather as github
+    from mergegate.github.http import Unreachable
     url = "https://x-access-token:ghp_leakedtoken@ghe.example.com/api/v3"
     with pytest.raises(UsageError, match="holds credentials") as info:
         github.Settings.from_env({"GITHUB_REPOSITORY": "acme/gate", "GITHUB_API_URL": url})
@@ -498,15 +498,15 @@ def test_h3_credentials_in_the_api_url_are_refused_and_never_echoed() -> None:
 
 
 def test_hardening_a_json_true_is_no_github_id() -> None:
-    from mergegate import reviews
-    from mergegate.http import Malformed
+    from mergegate.github import reviews
+    from mergegate.github.http import Malformed
     with pytest.raises(Malformed):
         reviews._id(True)
     assert reviews._id(101) == 101
 
 
 def test_hardening_github_id_written_as_a_float_loads() -> None:
-    from mergegate.policy import load_policy
+    from mergegate.rules.policy import load_policy
     text = "version: 1\napprovers:\n  - name: a\n    github: 101.0\nrunners:\n  - name: r\n    github: 5\n"
     policy = load_policy(lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40)
     assert policy.github_person(101) is not None and policy.github_person(101).name == "a"  # type: ignore[union-attr]
@@ -515,7 +515,7 @@ def test_hardening_github_id_written_as_a_float_loads() -> None:
 def test_hardening_pages_of_another_repository_are_not_ours() -> None:
     import hashlib
 
-    from mergegate.evidence import Evidence, Exchange
+    from mergegate.github.evidence import Evidence, Exchange
 
     def ex(url: str) -> Exchange:
         return Exchange(url, 200, "", "", hashlib.sha256(b"[1]").hexdigest(), "[1]")
@@ -527,7 +527,7 @@ def test_hardening_pages_of_another_repository_are_not_ours() -> None:
 
 
 def test_hardening_a_multi_valued_rel_next_is_followed() -> None:
-    from mergegate.http import Response
+    from mergegate.github.http import Response
     link = '<https://api.github.com/x?page=2>; rel="next last", <https://api.github.com/x?page=1>; rel="first"'
     assert Response("u", 200, "", "", b"", link=link).next_url() == "https://api.github.com/x?page=2"
     assert Response("u", 200, "", "", b"", link='<https://api.github.com/x?page=1>; rel="prev first"').next_url() is None
@@ -538,9 +538,9 @@ def test_hardening_an_empty_commits_listing_is_refused(pr_commits: int | None) -
     import hashlib
     import json
 
-    from mergegate import reviews
-    from mergegate.evidence import Evidence, Exchange
-    from mergegate.policy import load_policy
+    from mergegate.github import reviews
+    from mergegate.github.evidence import Evidence, Exchange
+    from mergegate.rules.policy import load_policy
     head = "b" * 40
     pr: dict[str, Any] = {"number": 1, "user": user(999), "head": {"sha": head}}
     if pr_commits is not None:

@@ -217,8 +217,8 @@ def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(ga
     [scanned] = w.events("scanned")
     assert list(scanned["reviewed"]) == [readme_merge]  # its evidence goes with the records all the same
     # A pass finds it too (one grep of the log for the records that name evidence, `reviewed` maps included).
-    from mergegate import github
-    from mergegate.git import Repo
+    from mergegate.git.repo import Repo
+    from mergegate.github import gather as github
     runner = Repo(w.clone("runner"))
     assert readme_merge in github.stored_evidence(runner, runner.rev("refs/remotes/origin/mergegate/audit"))
     runner.close()

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from helpers.keys import shared_ssh_key
-from mergegate.approvals import Assessor, _GitSide
-from mergegate.git import Repo, path_bytes
-from mergegate.history import History
-from mergegate.job import is_job_path, job_stem
-from mergegate.planning import Walk
-from mergegate.policy import load_policy
+from mergegate.facts.assessor import Assessor, _GitSide
+from mergegate.facts.history import History
+from mergegate.git.repo import Repo, path_bytes
+from mergegate.rules.job import is_job_path, job_stem
+from mergegate.rules.policy import load_policy
+from mergegate.runner.plan import Walk
 
 Op = tuple[str, ...]  # ("M", mode, path, data) or ("D", path)
 
@@ -248,7 +248,7 @@ def test_clock_skew_anywhere_leaves_every_merge_to_git(tmp_path: Path) -> None:
 
 
 def test_verify_reads_the_history_in_a_few_processes_and_reports_what_git_would(tmp_path: Path) -> None:
-    from mergegate.verification import verify_history
+    from mergegate.operations.verify import verify_history
 
     shas = _build(tmp_path / "gate.git", _shapes(_policy(tmp_path)), "approved")
     trace = tmp_path / "trace"
@@ -279,7 +279,7 @@ NAMES = ["policy", "policy/x", "policy/a/b", "policyx", "policy.yaml", "xpolicy/
 def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Path) -> None:
     """Every name in one tree, and git's diff-tree of it with CONTENT_PATHSPEC: the names git lists are
     exactly those history._content says are content."""
-    from mergegate.history import CONTENT_PATHSPEC, _content
+    from mergegate.facts.history import CONTENT_PATHSPEC, _content
 
     # One root commit per name (a file and a folder of one name cannot share a tree).
     shas = _build(tmp_path / "names.git", [(f"n{i}", [], 1000, [("M", "100644", name, "x")]) for i, name in enumerate(NAMES)], "approved")

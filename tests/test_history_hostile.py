@@ -13,11 +13,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mergegate.approvals import Assessor, _GitSide
-from mergegate.git import Repo
-from mergegate.history import History
-from mergegate.judge import Entry
-from mergegate.policy import load_policy
+from mergegate.facts.assessor import Assessor, _GitSide
+from mergegate.facts.history import History
+from mergegate.git.repo import Repo
+from mergegate.rules.judge import Entry
+from mergegate.rules.policy import load_policy
 from tests.helpers.keys import shared_ssh_key
 
 

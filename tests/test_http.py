@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from mergegate.errors import MergegateError, NotYet
-from mergegate.http import BadStatus, Client, Malformed, RateLimited, Unreachable
+from mergegate.github.http import BadStatus, Client, Malformed, RateLimited, Unreachable
 from tests.helpers.fake_github import REPOSITORY, FakeGitHub, PullRequest
 
 TOKEN = "ghs_secret_token_must_not_leak_42"
@@ -129,7 +129,7 @@ def test_requests_to_another_origin_are_refused_so_the_token_stays_home(fake: Fa
 
 
 def test_link_next_parsing() -> None:
-    from mergegate.http import Response
+    from mergegate.github.http import Response
     r = Response(url="u", status=200, request_id="", at="", body=b"[]",
                  link='<https://api.github.com/x?page=3>; rel="last", <https://api.github.com/x?page=2>; rel="next"')
     assert r.next_url() == "https://api.github.com/x?page=2"

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mergegate import audit, idle
-from mergegate.git import Repo
-from mergegate.spool import Spool
+from mergegate.audit import log as audit
+from mergegate.git.repo import Repo
+from mergegate.runner import idle
+from mergegate.runner.spool import Spool
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_retries_labels import _append, _fails_once
 
@@ -295,7 +296,7 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(world: Wor
     """The trust root's ancestry and the policy log from it are walks of all history; between two commit
     ids their answers never change, so a second full pass at the same commits walks neither. A new commit
     is a new question (a policy change after it is found), and what the clone kept cannot say yes to a no."""
-    from mergegate.planning import policy_changes
+    from mergegate.runner.plan import policy_changes
 
     root = _gate(world)
     first = _merge(world, "one", {"jobs/one.yaml": job_yaml("one", ["echo", "1"])})

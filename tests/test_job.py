@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mergegate.errors import ConfigError
-from mergegate.job import check_unique_ids, parse_job
+from mergegate.rules.job import check_unique_ids, parse_job
 
 BLOB = "0" * 40
 
@@ -149,7 +149,7 @@ def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_do
     node, or the same error at the same line."""
     import yaml
 
-    from mergegate import config
+    from mergegate.rules import config
 
     def outcome(read: object) -> object:
         try:
@@ -201,7 +201,7 @@ def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> N
     examples): wherever it reads a file at all, the same tree of nodes, tags, values, styles and start marks."""
     import yaml
 
-    from mergegate import config
+    from mergegate.rules import config
 
     def dump(node: yaml.Node) -> object:
         mark = node.start_mark
@@ -230,7 +230,7 @@ def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
     """config._scalar builds only the constructor of a SafeLoader: every value (and every error) as before."""
     import yaml
 
-    from mergegate import config
+    from mergegate.rules import config
 
     def whole(node: yaml.Node) -> object:
         loader = yaml.SafeLoader("")
@@ -285,7 +285,7 @@ def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
     in; it may leave anything to jsonschema. Over generated jobs of every field's edge values."""
     import jsonschema
 
-    from mergegate import config
+    from mergegate.rules import config
 
     schema = config._schema("job")
     validator = jsonschema.Draft202012Validator(schema)
@@ -357,7 +357,7 @@ def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
     it), over generated policies of every key's edge values; None leaves it to jsonschema."""
     import jsonschema
 
-    from mergegate import config
+    from mergegate.rules import config
 
     schema = config._schema("policy")
     validator = jsonschema.Draft202012Validator(schema)
@@ -383,7 +383,7 @@ def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path
                          groups={"ops": ["alice"]}, env_allowlist=["HOME"], sandbox="none")
     (tmp_path / "policy.yaml").write_text(policy)
     (tmp_path / "job.yaml").write_text("id: hello\ncommand: [echo, hi]\nretries: 1\nruns_on: [linux]\n")
-    code = ("import sys; from pathlib import Path; from mergegate import config\n"
+    code = ("import sys; from pathlib import Path; from mergegate.rules import config\n"
             "for name in ('policy', 'job'):\n"
             "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), file=name, schema=name), schema=name)\n"
             "assert 'jsonschema' not in sys.modules, 'imported'\n"

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mergegate import audit, github, leases, loggrep
-from mergegate.git import Repo
+from mergegate.audit import grep as loggrep
+from mergegate.audit import log as audit
+from mergegate.git.repo import Repo
+from mergegate.github import gather as github
+from mergegate.runner import leases
 from tests.test_audit import _append, _repo
 
 

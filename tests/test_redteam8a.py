@@ -62,7 +62,7 @@ def _remove_as_a_user(folder: Path) -> None:
     """workspaces.remove_tree as a runner runs it: not as root (whose CAP_DAC_OVERRIDE ignores mode bits).
     As root, the removal runs in a process of its own as `nobody`, the owner of `folder`."""
     src = str(Path(__file__).resolve().parents[1] / "src")
-    code = f"import sys; sys.path.insert(0, {src!r}); from pathlib import Path; from mergegate.workspaces import remove_tree; remove_tree(Path({str(folder)!r}))"
+    code = f"import sys; sys.path.insert(0, {src!r}); from pathlib import Path; from mergegate.execution.workspaces import remove_tree; remove_tree(Path({str(folder)!r}))"
     if os.geteuid() != 0:
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
         return

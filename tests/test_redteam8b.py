@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from mergegate.audit import record_hash
+from mergegate.audit.log import record_hash
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 
@@ -72,8 +72,8 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     backwards and far into the future (rev-list's order is by date). Both must list the same commits in the same order."""
     from datetime import UTC, datetime
 
-    from mergegate.approvals import Assessor, _GitSide
-    from mergegate.git import Repo
+    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.git.repo import Repo
 
     path = tmp_path / "r"
     path.mkdir()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from mergegate.audit import record_hash
+from mergegate.audit.log import record_hash
 from tests.helpers.keys import make_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_bypasses import JOB, _signing_clone

@@ -145,8 +145,8 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
         _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
         _until(lambda: _spooled_process(world))  # (killed before, no pass could know the job runs)
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
-        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.watchdog" in cmdline]
-        spawners = [p for p, cmdline in helpers.items() if b"mergegate.spawner" in cmdline]
+        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline]
+        spawners = [p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline]
         assert len(watchdogs) == 1 and len(spawners) == 1
         os.kill(watchdogs[0], signal.SIGKILL)
         os.kill(spawners[0], signal.SIGKILL)  # else it kills the job's process group when the runner is gone
@@ -174,8 +174,8 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
 
 
 def test_spool_entry_is_gone_only_when_its_processes_are(tmp_path: Path) -> None:
-    from mergegate.processes import ProcessId
-    from mergegate.spool import Entry
+    from mergegate.execution.processes import ProcessId
+    from mergegate.runner.spool import Entry
 
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
@@ -282,8 +282,9 @@ def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
     assert world.run_once().code == 0
     # A second `finished` for the same run, appended through the runner's own code path,
     # as two passes in one clone used to write it.
-    from mergegate import audit, audit_branch
-    from mergegate.git import Repo
+    from mergegate.audit import log as audit
+    from mergegate.facts import audit_commits as audit_branch
+    from mergegate.git.repo import Repo
 
     clone = world.clone("runner")
     repo = Repo(clone)
@@ -358,7 +359,7 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
     rewrite under a lock bounded --parallel); a fresh reader sees exactly what the writer holds."""
     import threading
 
-    from mergegate.spool import COMPACT_SLACK, Entry, Spool
+    from mergegate.runner.spool import COMPACT_SLACK, Entry, Spool
 
     def entry(run_id: str, *, done: bool = False, n: int = 0) -> Entry:
         return Entry({"event": "finished", "run_id": run_id, "n": n}, None, None, done=done)
@@ -401,7 +402,7 @@ def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state
 import os, resource, signal
 from pathlib import Path
 from mergegate.errors import StateError
-from mergegate.spool import Entry, Spool
+from mergegate.runner.spool import Entry, Spool
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 spool = Spool(Path({str(tmp_path / "s.jsonl")!r}))
 record = {{"event": "finished", "run_id": "run-1", "status": "lost"}}
@@ -417,14 +418,14 @@ spool.put(Entry({{**record, "status": "succeeded"}}, None, None, done=True))
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == f"error: cannot write the spool: File too large {tmp_path / 's.jsonl'}"
-    from mergegate.spool import Spool
+    from mergegate.runner.spool import Spool
 
     fresh = Spool(tmp_path / "s.jsonl")
     assert [(e.run_id, e.record["status"], e.done) for e in fresh.read()] == [("run-1", "succeeded", True)]
 
 
 def test_spool_survives_any_bytes(tmp_path: Path) -> None:
-    from mergegate.spool import Entry, Spool
+    from mergegate.runner.spool import Entry, Spool
 
     spool = Spool(tmp_path / "s.jsonl")
     good = Entry({"event": "finished", "run_id": "ok"}, None, None, done=True)
@@ -472,7 +473,7 @@ def test_a_stale_ref_lock_is_named_with_a_hint(world: World) -> None:
 def test_backoff_grows_with_jitter_is_capped_and_resets() -> None:
     import random
 
-    from mergegate.backoff import Backoff
+    from mergegate.runner.backoff import Backoff
 
     b = Backoff(base=1.0, cap=8.0, rng=random.Random(7))
     delays = [b.failed() for _ in range(6)]
@@ -674,7 +675,7 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     path = os.pathsep.join([str(root), str(root / "src"), *(p for p in sys.path if p.endswith("site-packages"))])
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": path, "LC_ALL": "C"}
     if os.geteuid() != 0:
-        from mergegate.processes import make_cgroup
+        from mergegate.execution.processes import make_cgroup
         probe = make_cgroup("probe", None)
         if probe is not None:
             probe.rmdir()
@@ -683,7 +684,7 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     if shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv: no unprivileged user to run the runner as")
     # The interpreter must also start itself as that user (the watchdog is `sys.executable -m ...`).
-    check = "import subprocess, sys, mergegate.executor, tests.helpers.escape_job; subprocess.run([sys.executable, '-c', ''], check=True)"
+    check = "import subprocess, sys, mergegate.execution.executor, tests.helpers.escape_job; subprocess.run([sys.executable, '-c', ''], check=True)"
     for python in (os.path.realpath(sys.executable), "/usr/bin/python3"):
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python]
         probe = subprocess.run([*prefix, "-c", check], env=env, cwd="/tmp", capture_output=True)

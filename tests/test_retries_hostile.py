@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from mergegate import audit, workflows
+from mergegate.audit import log as audit
+from mergegate.github import workflows
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_retries_labels import RULES, _append, _gate, _merge
 

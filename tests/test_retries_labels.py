@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from mergegate import audit, audit_branch
-from mergegate.eligibility import Attempt, History, judge_attempts
-from mergegate.git import Repo, Signing
-from mergegate.policy import Retries
+from mergegate.audit import log as audit
+from mergegate.facts import audit_commits as audit_branch
+from mergegate.git.repo import Repo, Signing
+from mergegate.rules.eligibility import Attempt, History, judge_attempts
+from mergegate.rules.policy import Retries
 from tests.helpers.keys import shared_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.test_reliability import _kill_all, _marker, _start_runner, _until, _with
@@ -217,9 +218,9 @@ def test_the_backoff_doubles_per_attempt_and_is_capped() -> None:
 
 def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) -> None:
     # One judge-approved decision, its recorded attempts, and two moments: before and after the backoff.
-    from mergegate.job import parse_job
-    from mergegate.judge import Decision
-    from mergegate.policy import load_policy
+    from mergegate.rules.job import parse_job
+    from mergegate.rules.judge import Decision
+    from mergegate.rules.policy import load_policy
 
     runner = shared_ssh_key(tmp_path / "keys", "runner")
     text = policy_yaml([], [ECHO_RULE], max_retries=1, retry_backoff_seconds=60, runners=[{"name": "ci", "key": runner.public_line}])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.git import Repo, ls_tree_entries
+from mergegate.git.repo import Repo, ls_tree_entries
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -133,7 +133,7 @@ def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_
     """Checker.moved_to reads only the new first-parent commits when the later tip continues the line it
     read (approved moved during a pass: merges landed); held to a checker that reads the later tip's whole
     line, also where it must not take the shortcut (a line that joins through a second parent; a rewind)."""
-    from mergegate.audit_branch import Checker
+    from mergegate.facts.audit_commits import Checker
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -192,7 +192,7 @@ def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(shapes: 
 def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(shapes: tuple[Path, dict[str, str]]) -> None:
     """Repo.rev reads a `refs/...` name from its loose file or its packed-refs line (no for-each-ref process)
     where the files say what git says; every shape a ref's files can have, against for-each-ref + rev-parse."""
-    from mergegate.git import _ASK_GIT
+    from mergegate.git.repo import _ASK_GIT
 
     repo, ids = shapes
     git_dir = repo / ".git"
@@ -229,7 +229,7 @@ def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(
 
 
 def test_rev_from_the_ref_files_of_a_packed_refs_file_git_did_not_write_or_a_worktree_asks_git(tmp_path: Path) -> None:
-    from mergegate.git import _ASK_GIT
+    from mergegate.git.repo import _ASK_GIT
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -279,7 +279,7 @@ def _reference_ls_tree(repo: Path, commit: str, prefix: str) -> object:
 def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_path: Path) -> None:
     """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape of tree and
     prefix against `git ls-tree -r`, and git asked where the walk could differ."""
-    from mergegate.git import GitError
+    from mergegate.git.repo import GitError
 
     repo = tmp_path / "r"
     repo.mkdir()

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.errors import ConfigError, MergegateError
-from mergegate.signatures import (
+from mergegate.crypto.signatures import (
     PublicKey,
     SignatureCheck,
     parse_public_key,
     split_signed_commit,
     verify_signature,
 )
+from mergegate.errors import ConfigError, MergegateError
 from tests.helpers.keys import (
     GpgKey,
     SshKey,
@@ -626,7 +626,7 @@ def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_pa
     what does not show it (PEM, garbage, a torn or lying file), None, never an exception."""
     import base64
 
-    from mergegate.signatures import ssh_key_file_blob
+    from mergegate.crypto.signatures import ssh_key_file_blob
 
     made = []
     for name, args in {"ed25519": ["-t", "ed25519"], "ecdsa": ["-t", "ecdsa"], "rsa": ["-t", "rsa", "-b", "2048"],

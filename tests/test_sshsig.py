@@ -28,9 +28,9 @@ from cryptography.hazmat.primitives.serialization import (
     load_ssh_private_key,
 )
 
-from mergegate import sshsig
-from mergegate.armor import armor, dearmor
-from mergegate.signatures import PublicKey, parse_public_key, verify_signature
+from mergegate.crypto import sshsig
+from mergegate.crypto.armor import armor, dearmor
+from mergegate.crypto.signatures import PublicKey, parse_public_key, verify_signature
 from tests.helpers.keys import SshKey
 
 PAYLOAD = b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@x> 1 +0000\n\napprove\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mergegate import workflows
 from mergegate.errors import UsageError
+from mergegate.github import workflows
 from tests.helpers.repos import ECHO_RULE, World, policy_yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -126,8 +126,8 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
         # survives the runner). Killed before that, a pass cannot know the job runs (docs/execution.md).
         _until(lambda: _spooled_process(world))
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
-        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.watchdog" in cmdline]
-        spawners = [p for p, cmdline in helpers.items() if b"mergegate.spawner" in cmdline]
+        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline]
+        spawners = [p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline]
         assert len(watchdogs) == 1 and len(spawners) == 1
         for pid in (*watchdogs, *spawners, runner.pid):
             os.kill(pid, signal.SIGKILL)
@@ -152,7 +152,7 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
 def test_a_folder_named_in_the_spool_is_removed_only_while_it_is_the_same_folder(tmp_path: Path) -> None:
     """A later folder that got the same name (another runner's: another inode), a symlink put in its
     place (even to the very folder named): neither is touched, nor what they hold."""
-    from mergegate.workspaces import identity, remove_stale
+    from mergegate.execution.workspaces import identity, remove_stale
 
     path = tmp_path / "mergegate-job-x"
     path.mkdir()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mergegate import config
 from mergegate.errors import ConfigError
+from mergegate.rules import config
 
 # S1: the resolver tags these int/timestamp (or an explicit tag asks for one), SafeConstructor then raises
 # ValueError (not yaml.YAMLError), which config._scalar does not catch.
@@ -39,7 +39,7 @@ def test_a_value_pyyaml_cannot_construct_is_a_config_error_naming_the_line(text:
 
 
 def test_a_value_pyyaml_cannot_construct_is_a_config_error_for_a_job_file() -> None:
-    from mergegate.job import parse_job  # the path lint, inbox and the runner take
+    from mergegate.rules.job import parse_job  # the path lint, inbox and the runner take
 
     with pytest.raises(ConfigError):
         parse_job(b"id: x\ncommand: [echo, hi]\ntimeout_seconds: 0b_\n", path="jobs/x.yaml", blob="0" * 40)

@@ -542,7 +542,7 @@ def inbox(base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | 
       mergegate inbox
     """
     from mergegate.commands import inbox as command
-    from mergegate.refnames import branch_name
+    from mergegate.git.refnames import branch_name
 
     return command.main(repo=repo, remote=remote, base=branch_name(base, remote), fetch=not no_fetch,
                         trust_root=trust_root, as_json=as_json)

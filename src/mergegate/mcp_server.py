@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from mergegate.errors import MergegateError, UsageError
 
 if TYPE_CHECKING:
-    from mergegate.status import StatusReport
+    from mergegate.operations.status import StatusReport
 
 NO_APPROVAL = ("This server has no tool that approves, vetoes or runs a job, by design: "
                "a job runs only after a person's signed merge into approved.")
@@ -73,7 +73,7 @@ def build(gate: Gate) -> Any:
                     timeout_seconds: int | None = None, cwd: str | None = None,
                     env: dict[str, str] | None = None, branch: str | None = None, push: bool = False,
                     retries: int | None = None, idempotent: bool = False, runs_on: list[str] | None = None) -> dict[str, Any]:
-        from mergegate.proposer import Draft, propose
+        from mergegate.operations.propose import Draft, propose
 
         def call() -> dict[str, Any]:
             if push and not gate.allow_push:
@@ -92,7 +92,7 @@ def build(gate: Gate) -> Any:
         "or changes, judged by the policy in force on approved, with the approvals it still needs. Read-only. "
         + NO_APPROVAL))
     def check_proposal(ref: str) -> dict[str, Any]:
-        from mergegate.proposals import check
+        from mergegate.operations.proposals import check
 
         def call() -> dict[str, Any]:
             report = check(repo_path=gate.repo, ref=ref, base=gate.base, remote=gate.remote, fetch=True, trust=gate.trust_root)
@@ -121,7 +121,7 @@ def build(gate: Gate) -> Any:
                              "counted and why others did not, its records, and what happens next. Read-only. "
                              + NO_APPROVAL)
     def show_job(job_id: str) -> dict[str, Any]:
-        from mergegate.dossier import show
+        from mergegate.operations.show import show
 
         return _guard(lambda: show(repo_path=gate.repo, job=job_id, remote=gate.remote, branch=gate.base, fetch=True,
                                    trust=gate.trust_root).as_json())
@@ -130,7 +130,7 @@ def build(gate: Gate) -> Any:
 
 
 def _status(gate: Gate) -> StatusReport:
-    from mergegate.status import status
+    from mergegate.operations.status import status
 
     return status(repo_path=gate.repo, remote=gate.remote, branch=gate.base, fetch=True, trust=gate.trust_root)
 

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from mergegate import executor
+from mergegate.execution import executor
 
 
 def main() -> None:

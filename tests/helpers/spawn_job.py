@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from mergegate import executor
+from mergegate.execution import executor
 
 
 def _hog() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.proposals import approve as run_approve
-from mergegate.refnames import branch_name as bare_branch
+from mergegate.git.refnames import branch_name as bare_branch
+from mergegate.operations.proposals import approve as run_approve
 
 
 def main(*, branch_name: str, merge: bool, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.records import describe, open_view, parse_since, select
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.operations.audit_log import describe, open_view, parse_since, select
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, job: str | None, since: str | None,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mergegate.audit_check import verify_audit
 from mergegate.commands import output
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.operations.audit_verify import verify_audit
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mergegate import actions
 from mergegate.commands import output
-from mergegate.git import Repo
-from mergegate.proposals import check as run_check
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.git.repo import Repo
+from mergegate.operations import check_annotations as actions
+from mergegate.operations.proposals import check as run_check
 
 
 def main(*, ref: str, base: str, remote: str, fetch: bool, repo: Path, trust_root: str | None, as_json: bool,

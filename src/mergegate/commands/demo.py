@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from mergegate.commands import output
-from mergegate.demo import run_demo
+from mergegate.operations.demo import run_demo
 
 
 def main(*, directory: Path | None) -> int:

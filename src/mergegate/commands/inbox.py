@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.inbox import inbox
+from mergegate.operations.inbox import inbox
 
 
 def main(*, repo: Path, remote: str, base: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:

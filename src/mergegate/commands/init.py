@@ -6,9 +6,9 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.errors import UsageError
-from mergegate.scaffold import add_workflows, is_gate
-from mergegate.scaffold import init as run_init
-from mergegate.workflows import ENVIRONMENT, PIN_HINT
+from mergegate.github.workflows import ENVIRONMENT, PIN_HINT
+from mergegate.operations.init import add_workflows, is_gate
+from mergegate.operations.init import init as run_init
 
 
 def main(*, repo: Path, approver: str | None, email: str | None, key: str | None, solo: bool, branch: str,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mergegate.commands import output
 from mergegate.errors import UsageError
-from mergegate.lint import lint
+from mergegate.operations.lint import lint
 
 
 def main(*, files: tuple[Path, ...], root: Path, as_json: bool, quiet: bool) -> int:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from mergegate.commands import output
-from mergegate.job import runner_labels
-from mergegate.refnames import branch_name
-from mergegate.runner import Options, Planned, Runner
+from mergegate.git.refnames import branch_name
+from mergegate.rules.job import runner_labels
+from mergegate.runner.one_pass import Options, Planned, Runner
 
 # GitHub refuses a matrix of more than 256 entries; the rest wait for the next plan.
 GITHUB_MATRIX_LIMIT = 256

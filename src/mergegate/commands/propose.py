@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.proposer import Draft, parse_env, propose
+from mergegate.operations.propose import Draft, parse_env, propose
 
 
 def main(*, job: str, argv: tuple[str, ...], description: str | None, timeout: int | None, cwd: str | None,

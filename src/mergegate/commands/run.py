@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mergegate import idle
 from mergegate.commands import output
 from mergegate.errors import GitError, MergegateError, UsageError
-from mergegate.git import Repo
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.git.repo import Repo
+from mergegate.runner import idle
 
 if TYPE_CHECKING:  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
-    from mergegate.planning import Plan
-    from mergegate.runner import PassResult, Runner
+    from mergegate.runner.one_pass import PassResult, Runner
+    from mergegate.runner.plan import Plan
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
@@ -34,8 +34,8 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
                                         labels=labels, signing_key=signing_key, as_json=as_json):
             clone.close()
             return 0
-    from mergegate.job import is_job_path, runner_labels
-    from mergegate.runner import Options, Runner
+    from mergegate.rules.job import is_job_path, runner_labels
+    from mergegate.runner.one_pass import Options, Runner
 
     if job is not None and not is_job_path(job):
         raise UsageError(f"--job {job!r} is not a job path", hint="a job is a file jobs/NAME.yaml (as `mergegate plan` prints it)")
@@ -153,7 +153,7 @@ def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple
         for refused in work.refused:
             if refused.decision.path == path:
                 return 1, "rejected", refused.reason
-        from mergegate.eligibility import waiting_reason
+        from mergegate.rules.eligibility import waiting_reason
 
         for item in work.runnable:
             if item.path == path:
@@ -168,8 +168,8 @@ def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple
 def dry_run(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
             runner_name: str, signing_key: str | None, labels: tuple[str, ...] = ()) -> int:
     """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
-    from mergegate.job import runner_labels
-    from mergegate.runner import Options, Runner
+    from mergegate.rules.job import runner_labels
+    from mergegate.runner.one_pass import Options, Runner
 
     branch = branch_name(branch, remote)
     runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.dossier import show
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.operations.show import show
 
 
 def main(*, job: str, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.refnames import branch_name
-from mergegate.status import status as get_status
+from mergegate.git.refnames import branch_name
+from mergegate.operations.status import status as get_status
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,

@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 from mergegate.commands import output
-from mergegate.refnames import branch_name
-from mergegate.verification import verify_history
+from mergegate.git.refnames import branch_name
+from mergegate.operations.verify import verify_history
 
 _COUNTABLE = {"approval", "policy change", "veto"}  # kinds that read as nouns ("2 approvals"); the rest are states
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mergegate.claims import holder
 from mergegate.commands import output
-from mergegate.proposals import veto as run_veto
-from mergegate.refnames import branch_name
+from mergegate.git.refnames import branch_name
+from mergegate.operations.proposals import veto as run_veto
+from mergegate.runner.claims import holder
 
 
 def main(*, path: str, blob: str | None, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:

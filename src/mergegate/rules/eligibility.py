@@ -1,0 +1,319 @@
+"""Which approved job revisions may run now: attempts, retries, backoff and runner labels.
+
+Pure: handed the judge's decisions, what the audit records say about them and
+the time, never git. Planning (`planning.plan`) calls it for every decision a
+pass considers; the runner claims what it returns as runnable, `status` shows
+why the rest waits, and `verify` checks recorded attempts by the same rules.
+
+The rules (docs/execution.md, "Retries and labels"):
+- each attempt is its own run: a `started` record (with `attempt`, 1-based) and a `finished` one;
+- a revision is runnable again only when its latest attempt finished `failed` or `timed_out`
+  (or `lost`, if the job says `idempotent: true`), it has had fewer than 1 + `retries` attempts,
+  and the backoff since that attempt finished has passed (`Retries.delay`);
+- a runner with labels L claims a job only if its `runs_on` are all in L; a job without
+  `runs_on` is claimable by any runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from mergegate.audit.log import Record, parse_time
+from mergegate.audit.log import attempt_of as attempt_number
+from mergegate.rules.judge import Decision
+from mergegate.rules.policy import Policy
+
+RETRIED = frozenset({"failed", "timed_out"})
+Key = tuple[str, str]  # (path, blob): one job revision
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job revision, as its `started` and `finished` records say."""
+
+    number: int
+    run_id: str | None
+    commit: str | None
+    runner: str | None
+    seq: int
+    status: str | None = None  # of its `finished` record; None while it runs
+    finished: datetime | None = None
+    finished_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """What the audit says about one job revision: its attempts and the commits it was refused at."""
+
+    attempts: tuple[Attempt, ...] = ()
+    closed: tuple[tuple[str, str, str], ...] = ()  # (commit, event, reason) of `rejected` / `vetoed` records
+
+    def at(self, commit: str) -> tuple[Attempt, ...]:
+        return tuple(a for a in self.attempts if a.commit == commit)
+
+    def closed_at(self, commit: str) -> tuple[str, str] | None:
+        for where, event, reason in self.closed:
+            if where == commit:
+                return event, reason
+        return None
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """A revision a runner may claim now, and which attempt that claim is."""
+
+    decision: Decision
+    policy: Policy  # the policy that judged it (in force before its commit)
+    attempt: int  # 1-based
+
+    @property
+    def path(self) -> str:
+        return self.decision.path
+
+    @property
+    def blob(self) -> str:
+        return self.decision.blob
+
+    @property
+    def commit(self) -> str:
+        return self.decision.commit
+
+    @property
+    def runs_on(self) -> tuple[str, ...]:
+        return self.decision.job.runs_on if self.decision.job is not None else ()
+
+    @property
+    def retries(self) -> int:
+        return self.decision.job.retries if self.decision.job is not None else 0
+
+
+@dataclass(frozen=True)
+class Queued:
+    """An approved revision that does not run now, and why (for `status`).
+
+    state: `queued` (runnable, but waiting for a runner: with its labels, or any),
+    `retrying` (waiting for its backoff until `due`) or `running` (an attempt
+    runs, and a later one may follow).
+    """
+
+    decision: Decision
+    policy: Policy
+    state: str
+    reason: str
+    attempt: int  # the attempt that runs or waits
+    due: datetime | None = None
+    runner: str | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An approved revision the runner records as `rejected` without running it."""
+
+    decision: Decision
+    policy: Policy
+    reason: str
+
+
+Verdict = Runnable | Queued | Refused | None  # None: nothing more to do (done, or the records say why)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What approved says now about a revision that would start late: a retry, or a run that waited.
+
+    A late start needs the revision to be still what approved holds at `path`, and the
+    policy in force now to allow it too (a tightened policy reaches retries and queued runs).
+    """
+
+    tip: str  # the last commit of approved judged
+    blob: str | None  # the revision's path at tip (None: removed)
+    policy: Policy  # in force at tip
+
+
+def histories(records: Iterable[Record]) -> dict[Key, History]:
+    """Attempts and refusals per job revision, from any records (in chain order or not)."""
+    started: dict[Key, list[Record]] = {}
+    finished: dict[str, Record] = {}
+    closed: dict[Key, list[tuple[str, str, str]]] = {}
+    for record in records:
+        path, blob = record.get("path"), record.get("blob")
+        if not isinstance(path, str) or not isinstance(blob, str):
+            continue
+        if record.event == "started":
+            started.setdefault((path, blob), []).append(record)
+        elif record.event == "finished" and isinstance(record.get("run_id"), str):
+            run_id = str(record.get("run_id"))
+            if run_id not in finished or record.seq < finished[run_id].seq:
+                finished[run_id] = record  # one result per run: the first counts (verify flags a second)
+        elif record.event in ("rejected", "vetoed"):
+            closed.setdefault((path, blob), []).append((str(record.get("commit")), record.event, str(record.get("reason") or "")))
+    result: dict[Key, History] = {}
+    for key in {*started, *closed}:
+        attempts = []
+        for record in sorted(started.get(key, ()), key=lambda r: r.seq):
+            run_id = record.get("run_id")
+            end = finished.get(run_id) if isinstance(run_id, str) else None
+            attempts.append(Attempt(
+                number=attempt_number(record), run_id=run_id if isinstance(run_id, str) else None,
+                commit=record.get("commit"), runner=record.get("runner"), seq=record.seq,
+                status=str(end.get("status")) if end is not None else None,
+                finished=_time(end) if end is not None else None, finished_seq=end.seq if end is not None else None,
+            ))
+        result[key] = History(tuple(attempts), tuple(closed.get(key, ())))
+    return result
+
+
+def retriable(status: str | None, *, idempotent: bool) -> bool:
+    """Whether an attempt that ended with `status` may be followed by another."""
+    return status in RETRIED or (status == "lost" and idempotent)
+
+
+def judge_attempts(decision: Decision, policy: Policy, history: History | None, *, now: datetime,
+                   late: bool = False, standing: Standing | None = None) -> Verdict:
+    """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or nothing.
+
+    `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
+    A start that is late, or a retry, is checked against `standing` (`late_refusal`).
+    """
+    verdict = _attempts(decision, policy, history or History(), now=now)
+    start = verdict.attempt if isinstance(verdict, Runnable) or (isinstance(verdict, Queued) and verdict.state != "running") else None
+    if start is not None and (late or start > 1) and standing is not None:
+        assert isinstance(verdict, Runnable | Queued)
+        why = late_refusal(decision, standing, start)
+        if why is not None:
+            return Refused(decision, policy, why)
+        if standing.policy.commit != policy.commit:
+            # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets, env),
+            # by the rule that policy allows it with.
+            rule = standing.policy.decide_command(decision.job).rule if decision.job is not None else None
+            moved = replace(decision, rule=rule)
+            verdict = replace(verdict, decision=moved, policy=standing.policy)
+    return verdict
+
+
+def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | None:
+    """Why a late start (or retry) of this revision must not happen now, or None."""
+    job = decision.job
+    assert job is not None
+    what = f"attempt {attempt}" if attempt > 1 else "this run, which waited,"
+    if standing.blob != decision.blob:
+        change = "removed" if standing.blob is None else f"changed (now {standing.blob[:7]})"
+        return (f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after {decision.commit[:7]} approved it: "
+                f"{what} of the older revision does not start")
+    now = standing.policy.decide_command(job)
+    if not now.allowed:
+        return f"the policy in force now denies it ({now.reason}): {what} does not start"
+    return None
+
+
+def _attempts(decision: Decision, policy: Policy, history: History, *, now: datetime) -> Verdict:
+    job = decision.job
+    assert job is not None and decision.runnable
+    if history.closed_at(decision.commit) is not None:
+        return None  # recorded as rejected or vetoed: final
+    mine = history.at(decision.commit)
+    if not mine:
+        if history.attempts:
+            first = history.attempts[0]
+            return Refused(decision, policy, (
+                f"this exact revision of {decision.path} already started (seq {first.seq}, approved at "
+                f"{str(first.commit)[:7]}); a job revision runs at most once: change the file to run it again"))
+        return Runnable(decision, policy, 1)
+    latest = max(mine, key=lambda a: (a.number, a.seq))
+    allowed = 1 + job.retries
+    if latest.status is None:
+        if latest.number < allowed:
+            return Queued(decision, policy, "running", f"attempt {latest.number} of {allowed} is running on {latest.runner}",
+                          latest.number, runner=latest.runner)
+        return None
+    if not retriable(latest.status, idempotent=job.idempotent) or latest.number >= allowed:
+        return None
+    due = (latest.finished or now) + timedelta(seconds=policy.retries.delay(latest.number))
+    if now < due:
+        return Queued(decision, policy, "retrying",
+                      f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {iso_up(due)}",
+                      latest.number + 1, due)
+    return Runnable(decision, policy, latest.number + 1)
+
+
+def for_runner(item: Runnable, labels: frozenset[str] | None) -> Runnable | Queued:
+    """The item itself if a runner with `labels` (None: any runner) may claim it, else why it waits."""
+    if labels is None or set(item.runs_on) <= labels:
+        return item
+    return Queued(item.decision, item.policy, "queued", waiting_reason(item.runs_on, labels), item.attempt)
+
+
+def waiting_reason(runs_on: Sequence[str], labels: frozenset[str] | None = None) -> str:
+    if not runs_on:
+        return "waiting for a runner"
+    missing = f" (this runner lacks {', '.join(sorted(set(runs_on) - labels))})" if labels is not None else ""
+    return f"waiting for a runner with labels {', '.join(sorted(runs_on))}{missing}"
+
+
+def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
+    """Whether a revision may still need a runner after this pass (its commit is judged again next pass).
+
+    `outcome` is what this pass did with a runnable item: its attempt's status,
+    `claimed` (another runner has it), or None (not claimed in this pass).
+    """
+    if isinstance(verdict, Queued):
+        return True
+    if outcome is None:
+        return True
+    job = verdict.decision.job
+    more = job is not None and verdict.attempt < 1 + job.retries
+    if outcome in ("claimed", "running"):
+        return more
+    return more and retriable(outcome, idempotent=job is not None and job.idempotent)
+
+
+def check_attempts(started: Sequence[Record], finished: dict[str, Record], *, retries: int, idempotent: bool) -> list[str]:
+    """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count, and cause.
+
+    `started` in chain order; `finished` by run id. Attempt n+1 must follow a
+    retriable end of attempt n, recorded before it, and n+1 <= 1 + retries.
+    """
+    problems: list[str] = []
+    allowed = 1 + retries
+    for index, record in enumerate(started):
+        number = attempt_number(record)
+        where = f"seq {record.seq}: {record.get('path')} at {str(record.get('blob'))[:7]}"
+        if index == 0:
+            if number != 1:
+                problems.append(f"{where} starts at attempt {number}, not 1")
+            continue
+        previous = started[index - 1]
+        if number != attempt_number(previous) + 1:
+            problems.append(f"{where} started twice (first at seq {started[0].seq}): attempt {number} after attempt "
+                            f"{attempt_number(previous)}")
+            continue
+        if number > allowed:
+            problems.append(f"{where}: attempt {number} exceeds the {allowed} the job allows (retries: {retries})")
+            continue
+        if str(record.get("commit")) != str(previous.get("commit")):
+            problems.append(f"{where}: attempt {number} is from commit {str(record.get('commit'))[:12]}, "
+                            f"attempt {number - 1} from {str(previous.get('commit'))[:12]}")
+            continue
+        end = finished.get(str(previous.get("run_id")))
+        if end is None or end.seq > record.seq:
+            problems.append(f"{where}: attempt {number} started before attempt {number - 1} (seq {previous.seq}) finished")
+            continue
+        status = str(end.get("status"))
+        if not retriable(status, idempotent=idempotent):
+            why = "a lost attempt is retried only when the job says idempotent: true" if status == "lost" else \
+                "only failed and timed_out attempts are retried"
+            problems.append(f"{where}: attempt {number} retried an attempt that ended {status} ({why})")
+    return problems
+
+
+def _time(record: Record) -> datetime | None:
+    return parse_time(record.get("time"))
+
+
+def iso_up(when: datetime) -> str:
+    """`when` to the second, rounded up: at the time shown, it is due."""
+    if when.microsecond:
+        when = when.replace(microsecond=0) + timedelta(seconds=1)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,88 @@
+"""Leases: every `started` record says who holds the claim and until when.
+
+`lease: {"holder": <runner>, "until": <UTC time>}`, until = start + the job's
+timeout + its kill grace + the runner's shutdown grace + a few seconds to push
+the result. A run with no `finished` record after its lease ran out is closed
+as `lost` by any runner (never run again: at most once), whatever its name.
+
+Open runs are found with one `git grep` of the records for the `event` and
+`run_id` fields (in C, a few bytes per record; the closed log files' part
+remembered by the clone, loggrep.py), then the open ones are read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from mergegate.audit import grep as loggrep
+from mergegate.audit import log as audit
+from mergegate.git.repo import Repo
+
+_PAIR = re.compile(rb'"event":"(started|finished)"|"run_id":"([0-9a-f]{1,64})"')
+
+
+def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list[audit.Record]:
+    """`started` records at `records` with no `finished` for their run id."""
+    if records is None:
+        return []
+    # The log files only (evidence files are not records), the closed ones' part remembered (loggrep.py).
+    runs = loggrep.folded(repo, records, "runs", ["-a", "--no-color", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"'],
+                          _pairs, _Runs(), dump=_Runs.dump, load=_Runs.load, remember=remember)
+    found = []
+    for run_id in sorted(runs.started - runs.finished):
+        found += [r for r in audit.grep(repo, records, run_id) if r.event == "started" and r.get("run_id") == run_id]
+    return found
+
+
+@dataclass
+class _Runs:
+    """Run ids with a `started` and with a `finished` record so far, and an event not yet paired."""
+
+    started: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    event: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        return {"started": sorted(self.started), "finished": sorted(self.finished), "event": self.event}
+
+    @classmethod
+    def load(cls, value: Any) -> _Runs:
+        event, started, finished = value["event"], value["started"], value["finished"]
+        if event not in (None, "started", "finished") or not isinstance(started, list) or not isinstance(finished, list):
+            raise ValueError("not a memory of runs")
+        return cls({str(v) for v in started}, {str(v) for v in finished}, event)
+
+
+def _pairs(runs: _Runs, lines: list[bytes]) -> _Runs:
+    # Keys are sorted, so in each record "event" comes before "run_id"; JSON strings
+    # cannot hold an unescaped quote, so neither pattern matches inside a value.
+    for line in lines:
+        match = _PAIR.fullmatch(line.strip())
+        if match is None:
+            continue
+        if match[1] is not None:
+            runs.event = match[1].decode()
+        elif runs.event is not None:
+            (runs.started if runs.event == "started" else runs.finished).add(match[2].decode())
+            runs.event = None
+    return runs
+
+
+def until(record: audit.Record) -> datetime | None:
+    lease = record.get("lease")
+    if not isinstance(lease, dict):
+        return None
+    return audit.parse_time(lease.get("until"))
+
+
+def expired(repo: Repo, records: str | None, now: datetime) -> list[audit.Record]:
+    """Open runs whose lease ran out before `now` (records without a lease never expire)."""
+    return ended(open_runs(repo, records), now)
+
+
+def ended(runs: list[audit.Record], now: datetime) -> list[audit.Record]:
+    """Those of open `runs` whose lease ran out before `now`."""
+    return [record for record in runs if (end := until(record)) is not None and end.astimezone(UTC) < now]

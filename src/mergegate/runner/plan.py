@@ -1,0 +1,452 @@
+"""Planning a pass: judge every first-parent commit since the last one processed.
+
+Read-only: `run`, `status` and `check` all start here, and only the runner
+acts on the result. Commits come from `approved`; what the previous passes
+did (and where they stopped) comes from the records on the audit branch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mergegate.audit import log as audit
+from mergegate.errors import IntegrityError, NotYet
+from mergegate.facts import audit_commits as audit_branch
+from mergegate.facts.assessor import Assessment, Assessor, Decision, Veto
+from mergegate.facts.audit_commits import Checker, explain, unchecked
+from mergegate.facts.branches import (
+    Branch,
+    Seen,
+    open_branch,
+    policy_changes,
+    refuse_old_layout,
+    trust_root,
+)
+from mergegate.git.repo import Repo
+from mergegate.rules.eligibility import (
+    History,
+    Queued,
+    Refused,
+    Runnable,
+    Standing,
+    for_runner,
+    histories,
+    judge_attempts,
+    still_open,
+)
+from mergegate.rules.job import is_job_path
+from mergegate.rules.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from mergegate.github.gather import ReviewSource
+
+class Walk:
+    """Judges first-parent commits in order, carrying what a walk must remember.
+
+    The policy in force changes only through an adopted policy change; other
+    files changed without their quorum (by an unsigned push, or a merge whose
+    approvers wrote them) stay "unapproved" until a merge with that quorum
+    changes them again, and no job runs in a tree that holds such a file.
+    """
+
+    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, records: str | None,
+                 mentioned: Callable[[str, str], bool] | None = None) -> None:
+        self.assessor = assessor
+        self.policy = policy
+        self.unapproved = dict(unapproved or {})
+        self.seen: set[tuple[str, str]] = set()
+        # Bytes merged back after an earlier life on approved (a job revision this walk
+        # or the audit has seen, a file an unapproved commit changed) get their full
+        # authorship checked; searching all history for every file would cost seconds.
+        # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
+        # `mentioned` answers audit.mentions from records already read (verify has them all).
+        mentions = mentioned or (lambda path, blob: audit.mentions(assessor.repo, records, path, blob))
+        assessor.known = lambda path, blob: (
+            path in self.unapproved or (path, blob) in self.seen or (is_job_path(path) and mentions(path, blob)))
+
+    def step(self, sha: str) -> Assessment:
+        # The judge decides what stays unapproved and what it taints; the walk carries it.
+        assessment = self.assessor.assess(sha, self.policy, self.unapproved)
+        self.unapproved = dict(assessment.unapproved)
+        self.policy = assessment.policy
+        self.seen.update((d.path, d.blob) for d in assessment.decisions)
+        return assessment
+
+
+@dataclass
+class Plan:
+    """What one pass found: decisions to record or run, and where the walk ended."""
+
+    tip: str
+    start: str
+    policy: Policy  # in force at tip
+    start_policy: Policy  # in force at start
+    items: list[tuple[Decision, Policy]] = field(default_factory=list)
+    assessments: list[Assessment] = field(default_factory=list)
+    vetoes: list[Veto] = field(default_factory=list)
+    handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
+    orphans: list[audit.Record] = field(default_factory=list)
+    expired: list[audit.Record] = field(default_factory=list)  # any runner's claims whose lease ran out
+    handled_policy: list[audit.Record] = field(default_factory=list)
+    unapproved: dict[str, str] = field(default_factory=dict)
+    all_vetoes: dict[tuple[str, str], Veto] | None = None
+    new_commits: int = 0
+    waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
+    # What to do with each job revision (eligibility.py), in history order:
+    runnable: list[Runnable] = field(default_factory=list)  # claim these (for this runner's labels)
+    queued: list[Queued] = field(default_factory=list)  # approved, but not now: labels, backoff, running
+    refused: list[Refused] = field(default_factory=list)  # record `rejected` for these, never run them
+    reopened: list[str] = field(default_factory=list)  # earlier commits judged again: they still had open jobs
+    open_before: tuple[dict[str, object], ...] = ()  # the last scanned record's `open` list
+    carried: list[dict[str, object]] = field(default_factory=list)  # open entries not judged this pass (evidence not there)
+    before: dict[str, dict[str, str]] = field(default_factory=dict)  # commit -> the unapproved map before it
+    revisions: list[audit.Record] = field(default_factory=list)  # every record naming a decided blob (one grep; the claim book's start)
+
+
+def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
+         remember: bool = True, reviews: ReviewSource | None = None, labels: frozenset[str] | None = None,
+         before_walk: Callable[[Policy], None] | None = None) -> Plan:
+    """Walk from where the last pass stopped to tip and judge every commit on the way.
+
+    `records` is the audit branch's tip (None before the first pass), `tail` its end.
+    A commit whose evidence is not there yet (NotYet: GitHub's API down, say) ends the
+    walk before it: the plan's tip is the last commit judged, so the next pass judges
+    that commit again, and nothing after it is decided out of order.
+
+    Commits the last `scanned` record lists as `open` (a job waiting for a runner
+    with its labels, for its retry, or running with retries left) are judged again
+    first. `labels` are the runner's (None: any runner, for status, check and plan).
+    """
+    # 1. Resume after the last scanned commit, which must still be in the history.
+    start, unapproved = root, {}
+    if tail.scanned is not None:
+        scanned = str(tail.scanned["commit"])
+        if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
+            raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
+        if repo.is_ancestor(root, scanned, remember=remember):
+            start, unapproved = scanned, audit.read_unapproved(repo, records, tail.scanned)
+        elif not repo.is_ancestor(scanned, root):
+            raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
+    # 2. The policy in force at the start comes from the history itself (the
+    #    trust root and every policy change adopted since), never from a claim
+    #    in the audit, which anyone who can push might append to.
+    assessor = Assessor(repo, at=at, reviews=reviews)
+    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records, remember=remember), unapproved,
+                records=records)
+    if before_walk is not None:
+        before_walk(walk.policy)  # e.g. the runner refuses here, before asking GitHub anything, when it cannot sign
+    result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
+    # 3. Judge each first-parent commit by the policy in force before it.
+    chain = repo.first_parent_chain(start, tip)
+    if chain and repo.commit(chain[0]).parents[:1] != (start,):
+        raise IntegrityError(
+            f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
+            hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
+        )
+    result.tip = start
+    if len(chain) > 1:
+        # What the walk asks of each commit (its diff, its parents as git reads them), in two git
+        # processes for the chain instead of two per commit, as verify reads it (a pass after downtime).
+        repo.prefetch(chain)
+    for sha in chain:
+        judged_by = walk.policy
+        # The map before each commit: a job of it that stays open is judged again from it.
+        result.before[sha] = walk.unapproved
+        try:
+            assessment = walk.step(sha)
+        except NotYet as exc:
+            result.waiting = (sha, exc.message)
+            break
+        result.assessments.append(assessment)
+        result.items.extend((d, judged_by) for d in assessment.decisions)
+        result.vetoes.extend(assessment.vetoes)
+        result.tip = sha
+    result.new_commits = len(result.assessments)
+    result.policy = walk.policy
+    result.unapproved = walk.unapproved
+    if remember:  # `run --dry-run` writes nothing, not even this clone's memory of judging times
+        remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
+    # 4. What a previous pass that stopped midway already recorded is not done again.
+    finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
+    for record in tail.since_scanned:
+        if record.event in ("started", "rejected", "vetoed"):
+            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
+        if record.event == "policy":
+            result.handled_policy.append(record)
+        if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
+            result.orphans.append(record)
+    # 5. Commits with jobs still open, judged again, then what every revision may do now.
+    reopened = _reopen(repo, result, tail, root=root, records=records, at=at, reviews=reviews)
+    new = [(d, p, result.before.get(d.commit)) for d, p in result.items]
+    _sort(repo, result, [*reopened, *new], records=records, at=at, labels=labels)
+    return result
+
+
+def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: str | None, at: datetime,
+            reviews: ReviewSource | None) -> list[tuple[Decision, Policy, dict[str, str] | None]]:
+    """Judge again the commits the last `scanned` record lists as open, each by the policy in force before it.
+
+    Trust stays with the history: the record only says which commits to look at
+    again, and each must be on approved's first-parent line after the trust root.
+    """
+    entries = tail.scanned.get("open") if tail.scanned is not None else None
+    if not isinstance(entries, list) or not entries:
+        return []
+    assert tail.scanned is not None
+    result.open_before = tuple(e for e in entries if isinstance(e, dict))
+    line = set(repo.first_parent_chain(root, result.start))
+    assessor = Assessor(repo, at=at, reviews=reviews)
+    policy_at = policy_lookup(repo, Assessor(repo, at=at), root=root, records=records)
+    found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
+    for entry in result.open_before:
+        sha = entry.get("commit")
+        if isinstance(sha, str) and sha not in line and repo.rev(sha) is not None and repo.is_ancestor(sha, root):
+            # On approved before a trust root pinned since: that root is where judging starts now.
+            repo.warnings.append(f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still open "
+                                   "(waiting for a runner, or for a retry) are not judged again")
+            continue
+        if not isinstance(sha, str) or sha not in line:
+            raise IntegrityError(f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
+                                 f"on the first-parent history of approved after the trust root {root[:12]}")
+        unapproved = _open_unapproved(repo, records, tail.scanned, entry)
+        parent = repo.commit(sha).parents[0]
+        policy = policy_at(parent)
+        try:
+            assessment = Walk(assessor, policy, unapproved, records=records).step(sha)
+        except NotYet:
+            result.carried.append(entry)  # its evidence is not there now: kept open, judged again next pass
+            continue
+        result.reopened.append(sha)
+        result.before[sha] = unapproved
+        found.extend((d, policy, unapproved) for d in assessment.decisions)
+    return found
+
+
+def _open_unapproved(repo: Repo, records: str | None, scanned: audit.Record, entry: dict[str, object]) -> dict[str, str]:
+    """The unapproved map before an open commit, from the evidence file its entry names."""
+    fields = {**scanned.fields, "unapproved_file": entry.get("unapproved_file"), "unapproved_count": entry.get("unapproved_count")}
+    return audit.read_unapproved(repo, records, audit.Record(fields))
+
+
+def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict[str, str] | None]], *,
+          records: str | None, at: datetime, labels: frozenset[str] | None) -> None:
+    """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts."""
+    if not decisions:
+        return
+    result.revisions = audit.grep_any(repo, records, {d.blob for d, _, _ in decisions})
+    known = histories(result.revisions)
+    late = set(result.reopened)
+    at_tip: dict[str, str | None] = {}
+
+    def standing(path: str) -> Standing:
+        if path not in at_tip:
+            at_tip[path] = repo.file_blob(result.tip, path)
+        return Standing(result.tip, at_tip[path], result.policy)
+
+    seen: set[tuple[str, str, str]] = set()
+    first: dict[tuple[str, str], str] = {}  # (path, blob) -> the commit whose approval of it this pass runs
+    for decision, policy, _ in decisions:
+        key = (decision.path, decision.blob, decision.commit)
+        if key in seen:
+            continue
+        seen.add(key)
+        history = known.get((decision.path, decision.blob)) or History()
+        if not decision.runnable:
+            # A revision that already ran at this commit (a reopened commit judged again later,
+            # say after a key expired) keeps its records: nothing new is said about it.
+            if key not in result.handled and history.closed_at(decision.commit) is None and not history.at(decision.commit):
+                result.refused.append(Refused(decision, policy, decision.reason))
+            continue
+        verdict = judge_attempts(decision, policy, history, now=at, late=decision.commit in late,
+                                 standing=standing(decision.path))
+        if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault((decision.path, decision.blob), decision.commit):
+            # The same bytes approved at two commits of this pass (added, removed, added again):
+            # a revision runs at most once, from the first.
+            earlier = first[(decision.path, decision.blob)]
+            verdict = Refused(decision, policy, f"this exact revision of {decision.path} is also approved at {earlier[:7]}, "
+                                                f"and runs from there; a job revision runs at most once")
+        if isinstance(verdict, Runnable):
+            verdict = for_runner(verdict, labels)
+        if isinstance(verdict, Runnable):
+            result.runnable.append(verdict)
+        elif isinstance(verdict, Queued):
+            result.queued.append(verdict)
+        elif isinstance(verdict, Refused) and result.handled.get(key) not in ("rejected", "vetoed"):
+            # (A `started` since the last scanned record, say by `run --job`, which writes none,
+            # does not make a refusal of the next attempt already recorded.)
+            result.refused.append(verdict)
+
+
+def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[list[dict[str, object]], dict[str, bytes]]:
+    """The `open` list of this pass's `scanned` record, and the evidence files it names.
+
+    `outcomes` maps (path, blob, commit) to what this pass did with a runnable
+    item (its status, or `claimed`); an item it did not take stays open.
+    """
+    commits: list[str] = []
+    items: list[Runnable | Queued] = [*work.runnable, *work.queued]
+    for item in items:
+        key = (item.decision.path, item.decision.blob, item.decision.commit)
+        if item.decision.commit not in commits and still_open(item, outcomes.get(key)):
+            commits.append(item.decision.commit)
+    entries: list[dict[str, object]] = list(work.carried)
+    files: dict[str, bytes] = {}
+    for sha in commits:
+        fields, held = audit.unapproved_fields(work.before.get(sha, {}))
+        if held is not None:
+            files[held.path] = held.data
+        entries.append({"commit": sha, **fields})
+    return entries, files
+
+
+def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None, remember: bool = False,
+                    changes: list[str] | None = None) -> Policy:
+    """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when the
+    caller has read them: `policy_changes`).
+
+    Costs one judgement per policy change, not per commit. Key lifetimes are
+    judged at the time the change was first judged: the audit's first record of
+    it that a runner of the policy before the change vouched for (its audit commit
+    signed by one of them: keys the change itself adds never date it), only when
+    that policy lists runners; else this clone's own memory of it; else the clock
+    now. A forged record time must not bring an expired key back to life.
+    """
+    policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
+    if upto == root:
+        return policy
+    now = assessor.at
+    judged = judged_times(repo)
+    # As the walk that first judged them: full authorship search only for bytes the audit has seen.
+    assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
+    signer = Assessor(repo, at=now)
+    dated = judged_times(repo, _DATED)
+    for sha in policy_changes(repo, root, upto, remember=remember) if changes is None else changes:
+        at = dated.get(sha) if policy.runners else None
+        if at is None and policy.runners:
+            # Only a record a runner of the policy before the change appended dates it (audit.first_vouched);
+            # the first such record, once there, is every clone's date (the audit only grows): before this
+            # clone's own memory, so a runner whose record of the change landed second judges as the rest.
+            at = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
+            if at is not None and remember:
+                remember_judged(repo, [sha], at, _DATED)
+        assessor.at = at or judged.get(sha) or now
+        policy = assessor.assess(sha, policy).policy
+    assessor.at = now
+    return policy
+
+
+def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, datetime], bool]:
+    """Whether an audit commit is signed by a runner of `policy`, the key judged at `when` (its record's time)."""
+    keys = policy.runner_keys()
+
+    def vouched(commit: str, when: datetime) -> bool:
+        signer.at = when
+        return signer.signature(repo.commit(commit), keys).ok
+
+    return vouched
+
+
+
+
+def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | None,
+                  known: dict[str, Policy] | None = None) -> Callable[[str], Policy]:
+    """`policy_at(sha)`: the policy in force at an approved commit (after judging it).
+
+    For the runner-signature rule of the audit branch. `known` holds what a walk
+    already computed; anything else costs one judgement per policy change.
+    """
+    return audit_branch.policy_lookup(repo, lambda: assessor, root=root, records=records, known=known)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Both branches as one command reads them: one fetch, the seen refs checked."""
+
+    branch: Branch
+    tip: str  # approved
+    records: str | None  # the audit branch (None before the first pass)
+    seen: Seen
+    root: str
+    warnings: tuple[str, ...]
+    tail: audit.Tail
+    new_records: tuple[str, ...]  # audit commits new since the last complete pass, their shapes checked
+
+
+def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None, remember: bool = False) -> Gate:
+    """Fetch both branches once, refuse rewrites and a 0.1 layout, and read the audit's tail."""
+    source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
+    tip, records, last = source.look()
+    seen = source.check_not_rewritten(tip, records, seen=last)
+    refuse_old_layout(repo, tip, records)
+    root, warnings = trust_root(repo, tip, trust, remember=remember)
+    tail = read_tail(repo, records, seen=seen.records)
+    # Shapes first (linear, only appends): nothing is read from a record a bad commit wrote.
+    new = unchecked(repo, records, seen=seen.records, tail=tail)
+    for sha in new:
+        Checker.check_shape(repo, sha)
+    return Gate(source, tip, records, seen, root, tuple(warnings), tail, tuple(new))
+
+
+def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> audit.Tail:
+    """The audit's tail; if it is broken, the error names the audit commit that broke it."""
+    try:
+        return audit.read_tail(repo, records)
+    except IntegrityError as exc:
+        assert records is not None
+        raise explain(repo, records, seen, exc) from None
+
+
+def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime, reviews: ReviewSource | None = None) -> None:
+    """Check the signatures and trailers of the audit commits new since the last complete pass
+    (or since this clone last saw the branch); `read_gate` checked their shapes.
+
+    The runner keys are those of the policy in force at each commit's trailer, derived
+    with the walk's own review source (`reviews`, the one `work` was planned with): a
+    policy change approved by reviews may have removed a key. Where that policy cannot
+    be derived yet (its evidence is missing), the check is not yet either (NotYet), never a pass.
+    """
+    if not gate.new_records:
+        return
+    known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
+    assessor = Assessor(repo, at=at, reviews=reviews)
+    policy_at = policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)
+    try:
+        Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
+    except NotYet as exc:
+        raise NotYet(f"the audit commits new since the last pass cannot be checked yet: {exc.message}", hint=exc.hint) from None
+
+
+_JUDGED = "judged.json"  # when this clone first judged each policy change
+_DATED = "dated.json"  # the first vouched record's date of each (audit.first_vouched), found once
+
+
+def _judged_path(repo: Repo, name: str = _JUDGED) -> Path:
+    return repo.git_dir / "mergegate" / name
+
+
+def judged_times(repo: Repo, name: str = _JUDGED) -> dict[str, datetime]:
+    """When this clone first judged each policy change, or (`_DATED`) when the audit's first vouched
+    record says it was judged (local state nobody else can push)."""
+    try:
+        data = json.loads(_judged_path(repo, name).read_text("utf-8"))
+        return {sha: datetime.fromisoformat(when) for sha, when in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def remember_judged(repo: Repo, shas: list[str], at: datetime, name: str = _JUDGED) -> None:
+    judged = judged_times(repo, name)
+    new = {sha: at for sha in shas if sha not in judged}
+    if not new:
+        return
+    path = _judged_path(repo, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True), "utf-8")
+    os.replace(temporary, path)

@@ -46,7 +46,9 @@ from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Repo
 
 SECTION = "## audit verify, 100,000 records"
-END_MARKER = "<!-- end of audit_verify.py output: text below, up to the next ## heading, is kept -->"
+END_MARKER = (
+    "<!-- end of audit_verify.py output: text below, up to the next ## heading, is kept -->"
+)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 
 
@@ -57,16 +59,31 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
     base.mkdir(parents=True, exist_ok=True)
     git(base, "init", "-q", "--bare", str(remote))
     key = base / "alice"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True
+    )
     public = Path(f"{key}.pub").read_text().strip()
-    marks = fast_import(remote, _commit("refs/heads/approved", 1, ALICE, T0, "initial policy", [],
-                                        {"policy/policy.yaml": policy_yaml(public)}), base / "root.marks")
+    marks = fast_import(
+        remote,
+        _commit(
+            "refs/heads/approved",
+            1,
+            ALICE,
+            T0,
+            "initial policy",
+            [],
+            {"policy/policy.yaml": policy_yaml(public)},
+        ),
+        base / "root.marks",
+    )
     root = marks[1]
     jobs = max(1, (records - 1) // 2)
     # The records name commits and blobs; `audit verify` checks the chain, not what they name.
     merges = [f"{i:040x}" for i in range(1, jobs + 1)]
     blobs = {f"jobs/job-{i}.yaml": f"{i:040x}" for i in range(1, jobs + 1)}
-    sealed = audit.seal(past_records(jobs, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS)
+    sealed = audit.seal(
+        past_records(jobs, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS
+    )
     repo = Repo(remote)
     files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
     # Where each record ends: (its file, the offset after its line), to cut the files as each commit left them.
@@ -80,10 +97,16 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
     stream = []
     for start in range(0, len(sealed), size):
         stop = min(start + size, len(sealed))
-        changed = {path: files[path][:end] for path, end in ends[start:stop]}  # the last end per file wins
+        changed = {
+            path: files[path][:end] for path, end in ends[start:stop]
+        }  # the last end per file wins
         message = audit_branch.message(f"mergegate: audit seq {start + 1}-{stop}", root)
         # Successive commits to one ref in one fast-import stream chain onto each other.
-        stream.append(_commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 + start, message, [], changed))
+        stream.append(
+            _commit(
+                f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 + start, message, [], changed
+            )
+        )
     fast_import(remote, b"".join(stream))
     # fast-import stores each log file as a delta of the one before (50 deep), a layout no gate has: an
     # audit branch grows by pushes (loose objects) that gc, or the host, repacks with deltas chosen
@@ -137,36 +160,60 @@ def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | Non
         wrapped = ["/usr/bin/time", "-f", "%M %U %S", "-o", str(total_file), *argv]
         full_env = {**(env if env is not None else os.environ), "MG_SELF_RSS": str(self_file)}
         t = time.perf_counter()
-        done = subprocess.run(wrapped, capture_output=True, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd, check=False)
+        done = subprocess.run(
+            wrapped,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            check=False,
+        )
         wall = time.perf_counter() - t
         peak, user, system = total_file.read_text().strip().splitlines()[-1].split()
         total = int(peak) * 1024
         own = int(self_file.read_text()) * 1024 if self_file.exists() else total
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:5])} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}")
+        raise RuntimeError(
+            f"{' '.join(argv[:5])} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}"
+        )
     return Run(wall, own, total, done.stdout.decode(errors="replace"), float(user) + float(system))
 
 
-def tree_memory(argv: list[str], env: dict[str, str] | None = None, every: float = 0.005) -> tuple[int, int, int]:
+def tree_memory(
+    argv: list[str], env: dict[str, str] | None = None, every: float = 0.005
+) -> tuple[int, int, int]:
     """Peak memory of a process and all its descendants, sampled every `every` seconds from
     /proc/<pid>/smaps_rollup: (peak summed PSS of its Python processes, peak summed PSS of all,
     most processes at once). PSS divides each shared page among the processes that map it, so
     forked workers are counted for what they add, not for the pages they share with their parent.
     (A separate run: sampling takes CPU the timed runs should not lose.)"""
     with tempfile.TemporaryDirectory(prefix="mg-pss-") as scratch:
-        full_env = {**(env if env is not None else os.environ), "MG_SELF_RSS": str(Path(scratch, "self"))}
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env)
+        full_env = {
+            **(env if env is not None else os.environ),
+            "MG_SELF_RSS": str(Path(scratch, "self")),
+        }
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=full_env,
+        )
         python = everything = most = 0
         while proc.poll() is None:
             pids = _tree(proc.pid)
             sizes = {pid: _pss(pid) for pid in pids}
-            python = max(python, sum(size for pid, size in sizes.items() if _comm(pid).startswith("python")))
+            python = max(
+                python, sum(size for pid, size in sizes.items() if _comm(pid).startswith("python"))
+            )
             everything = max(everything, sum(sizes.values()))
             most = max(most, len(pids))
             time.sleep(every)
         err = proc.stderr.read() if proc.stderr else b""
     if proc.wait() != 0:
-        raise RuntimeError(f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}")
+        raise RuntimeError(
+            f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}"
+        )
     return python, everything, most
 
 
@@ -177,7 +224,10 @@ def _tree(pid: int) -> list[int]:
         found.append(current)
         try:
             for task in os.listdir(f"/proc/{current}/task"):
-                todo += [int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+                todo += [
+                    int(child)
+                    for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                ]
         except (OSError, ValueError):  # gone meanwhile
             continue
     return found
@@ -201,7 +251,9 @@ def _comm(pid: int) -> str:
 
 
 def verify_argv(remote: Path) -> list[str]:
-    return python_module(sys.executable, "mergegate", "audit", "verify", "--repo", str(remote), "--json")
+    return python_module(
+        sys.executable, "mergegate", "audit", "verify", "--repo", str(remote), "--json"
+    )
 
 
 def verify_once(remote: Path, root: str) -> Run:
@@ -212,12 +264,20 @@ def verify_once(remote: Path, root: str) -> Run:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--records", type=int, default=100_000, help="records in the log (default 100000)")
+    parser.add_argument(
+        "--records", type=int, default=100_000, help="records in the log (default 100000)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed runs (default 5)")
-    parser.add_argument("--commits", type=int, default=1,
-                        help="audit commits the records are spread over, as passes append them (default 1)")
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=1,
+        help="audit commits the records are spread over, as passes append them (default 1)",
+    )
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary gate (its path is printed)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary gate (its path is printed)"
+    )
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-audit-"))
     load = LoadWatch()
@@ -234,17 +294,24 @@ def main(argv: list[str] | None = None) -> int:
             if i:
                 runs.append(run)
             load.sample()
-        python_pss, all_pss, processes = tree_memory(verify_argv(remote), env={**os.environ, "MERGEGATE_TRUST_ROOT": root})
+        python_pss, all_pss, processes = tree_memory(
+            verify_argv(remote), env={**os.environ, "MERGEGATE_TRUST_ROOT": root}
+        )
         load.sample()
         walls, cpus = [r.wall for r in runs], [r.cpu for r in runs]
         peaks, totals = [r.own for r in runs], [r.total for r in runs]
         median, fastest = statistics.median(walls), min(walls)
-        print(f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, min {fastest:.2f} s, "
-              f"CPU median {statistics.median(cpus):.2f} s, peak RSS {max(peaks) / 2**20:.1f} MiB, "
-              f"Python processes' peak PSS {python_pss / 2**20:.1f} MiB (with git {all_pss / 2**20:.1f} MiB)")
+        print(
+            f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, min {fastest:.2f} s, "
+            f"CPU median {statistics.median(cpus):.2f} s, peak RSS {max(peaks) / 2**20:.1f} MiB, "
+            f"Python processes' peak PSS {python_pss / 2**20:.1f} MiB (with git {all_pss / 2**20:.1f} MiB)"
+        )
         lines = [
-            *header(f"python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}"
-                    + (f" --commits {args.commits}" if args.commits != 1 else ""), load),
+            *header(
+                f"python benchmarks/audit_verify.py --records {args.records} --repeat {args.repeat}"
+                + (f" --commits {args.commits}" if args.commits != 1 else ""),
+                load,
+            ),
             f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
             f"{size / 2**20:.1f} MiB, {'one commit' if args.commits == 1 else f'{args.commits} commits'} on {AUDIT_BRANCH} "
             f"(built in {built:.1f} s).",

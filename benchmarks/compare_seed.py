@@ -55,11 +55,13 @@ from throughput import gate
 
 SEED = "agent-safe-runner==0.4.3"
 SECTION = "## Side by side with the seed"
-END_MARKER = "<!-- end of compare_seed.py output: text below, up to the next ## heading, is kept -->"
+END_MARKER = (
+    "<!-- end of compare_seed.py output: text below, up to the next ## heading, is kept -->"
+)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 
 # Runs inside the seed's virtual environment: python -c DRIVER MODE ARGS...
-DRIVER = r'''
+DRIVER = r"""
 import json, sys, time, sqlite3, uuid
 from pathlib import Path
 from agent_safe_runner.core import JobStore
@@ -142,7 +144,7 @@ elif mode == "output":
     with JobStore(db, log, policy=policy(["head"])) as store:
         job = cycle(store, ["head", "-c", str(size), "/dev/zero"])
     print(json.dumps({"job": job.id, "db": str(db), "audit": str(log), "policy": str(pol)}))
-'''
+"""
 
 
 def seed_venv(where: Path) -> Path:
@@ -151,14 +153,20 @@ def seed_venv(where: Path) -> Path:
     if not (bin_dir / "agent-safe").exists():
         subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
         subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", SEED], check=True)
-    version = subprocess.run([str(bin_dir / "agent-safe"), "--version"], capture_output=True, text=True, check=True)
+    version = subprocess.run(
+        [str(bin_dir / "agent-safe"), "--version"], capture_output=True, text=True, check=True
+    )
     print(f"seed: {version.stdout.strip()} in {where}", flush=True)
     return bin_dir
 
 
 def seed(bin_dir: Path, mode: str, work: Path, *args: object) -> dict[str, Any]:
-    done = subprocess.run([str(bin_dir / "python"), "-c", DRIVER, mode, str(work), *map(str, args)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", DRIVER, mode, str(work), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"seed {mode} failed: {done.stderr[-1500:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -167,20 +175,26 @@ def seed(bin_dir: Path, mode: str, work: Path, *args: object) -> dict[str, Any]:
 
 # -- mergegate gates ---------------------------------------------------------------
 
+
 def policy(public_key: str, programs: list[str]) -> bytes:
     rules = "".join(f"  - program: {p}\n" for p in programs)
-    return (f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
-            f"approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n{rules}").encode()
+    return (
+        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
+        f"approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n{rules}"
+    ).encode()
 
 
-def gate_with_jobs(base: Path, name: str, key: Path, programs: list[str],
-                   jobs: dict[str, bytes]) -> tuple[Path, str]:
+def gate_with_jobs(
+    base: Path, name: str, key: Path, programs: list[str], jobs: dict[str, bytes]
+) -> tuple[Path, str]:
     """throughput's gate, with a policy allowing `programs`."""
     return gate(base, name, key, jobs, policy_for=lambda public: policy(public, programs))
 
 
 def run_once(runner: Path, root: str, expect: int) -> tuple[float, int]:
-    argv = python_module(sys.executable, "mergegate", "run", "--once", "--json", "--trust-root", root)
+    argv = python_module(
+        sys.executable, "mergegate", "run", "--once", "--json", "--trust-root", root
+    )
     wall, rss, _, out, _ = measured(argv, env=dict(os.environ), cwd=runner)
     jobs = json.loads(out)["jobs"]
     ok = sum(1 for j in jobs if j["status"] == "succeeded")
@@ -191,14 +205,23 @@ def run_once(runner: Path, root: str, expect: int) -> tuple[float, int]:
 
 # -- the four rows -------------------------------------------------------------------
 
+
 def row_jobs(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
-    jobs = {f"jobs/job-{i}.yaml": f"id: job-{i}\ncommand: [echo, 'job {i}']\n".encode() for i in range(n)}
+    jobs = {
+        f"jobs/job-{i}.yaml": f"id: job-{i}\ncommand: [echo, 'job {i}']\n".encode()
+        for i in range(n)
+    }
     runner, root = gate_with_jobs(tmp, "jobs", key, ["echo"], jobs)
     ours, _ = run_once(runner, root, n)
     theirs = seed(bin_dir, "jobs", tmp / "seed-jobs", n)
     assert theirs["succeeded"] == n, theirs
-    return {"row": f"{n} approved trivial jobs, one pass", "ours": ours, "seed": theirs["seconds"], "unit": "s",
-            "note": f"seed: submit + approve took another {theirs['setup']:.1f} s"}
+    return {
+        "row": f"{n} approved trivial jobs, one pass",
+        "ours": ours,
+        "seed": theirs["seconds"],
+        "unit": "s",
+        "note": f"seed: submit + approve took another {theirs['setup']:.1f} s",
+    }
 
 
 def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
@@ -208,8 +231,13 @@ def row_history(tmp: Path, bin_dir: Path, key: Path, n: int) -> dict[str, Any]:
     ours = measured(argv, env=dict(os.environ), cwd=gate.runner).wall
     theirs = seed(bin_dir, "history", tmp / "seed-history", n)
     assert theirs["status"] == "succeeded", theirs
-    return {"row": f"{n} past jobs, then one more approved and run", "ours": ours, "seed": theirs["seconds"],
-            "unit": "s", "note": f"seed audit log: {theirs['records']} records"}
+    return {
+        "row": f"{n} past jobs, then one more approved and run",
+        "ours": ours,
+        "seed": theirs["seconds"],
+        "unit": "s",
+        "note": f"seed audit log: {theirs['records']} records",
+    }
 
 
 def row_audit(tmp: Path, bin_dir: Path, n: int) -> list[dict[str, Any]]:
@@ -217,19 +245,43 @@ def row_audit(tmp: Path, bin_dir: Path, n: int) -> list[dict[str, Any]]:
     root = git(remote, "rev-parse", "approved")
     ours = min((verify_once(remote, root) for _ in range(3)), key=lambda r: r.wall)
     log = seed(bin_dir, "audit", tmp / "seed-audit", n)["audit"]
-    argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--audit", log, "audit-verify")
+    argv = python_module(
+        str(bin_dir / "python"), "agent_safe_runner", "--audit", log, "audit-verify"
+    )
     theirs = min((measured(argv) for _ in range(3)), key=lambda r: r.wall)
     assert json.loads(theirs.out)["entries"] == n, theirs.out
     env = {**os.environ, "MERGEGATE_TRUST_ROOT": root}
     ours_pss, theirs_pss = tree_memory(verify_argv(remote), env=env)[0], tree_memory(argv)[0]
-    return [{"row": f"audit verify, {records} records: time", "ours": ours.wall, "seed": theirs.wall, "unit": "s",
-             "note": "best of 3"},
-            {"row": f"audit verify, {records} records: CPU", "ours": ours.cpu, "seed": theirs.cpu, "unit": "s",
-             "note": "user + system, children included (mergegate: its workers and git), best-time run"},
-            {"row": f"audit verify, {records} records: peak RSS", "ours": ours.own / 2**20,
-             "seed": theirs.own / 2**20, "unit": "MiB", "note": "own RSS of the main Python process, best-time run"},
-            {"row": f"audit verify, {records} records: peak PSS", "ours": ours_pss / 2**20, "seed": theirs_pss / 2**20,
-             "unit": "MiB", "note": "all Python processes (mergegate: main and workers), sampled, one more run"}]
+    return [
+        {
+            "row": f"audit verify, {records} records: time",
+            "ours": ours.wall,
+            "seed": theirs.wall,
+            "unit": "s",
+            "note": "best of 3",
+        },
+        {
+            "row": f"audit verify, {records} records: CPU",
+            "ours": ours.cpu,
+            "seed": theirs.cpu,
+            "unit": "s",
+            "note": "user + system, children included (mergegate: its workers and git), best-time run",
+        },
+        {
+            "row": f"audit verify, {records} records: peak RSS",
+            "ours": ours.own / 2**20,
+            "seed": theirs.own / 2**20,
+            "unit": "MiB",
+            "note": "own RSS of the main Python process, best-time run",
+        },
+        {
+            "row": f"audit verify, {records} records: peak PSS",
+            "ours": ours_pss / 2**20,
+            "seed": theirs_pss / 2**20,
+            "unit": "MiB",
+            "note": "all Python processes (mergegate: main and workers), sampled, one more run",
+        },
+    ]
 
 
 def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str, Any]]:
@@ -237,29 +289,73 @@ def row_output(tmp: Path, bin_dir: Path, key: Path, size: int) -> list[dict[str,
     runner, root = gate_with_jobs(tmp, "output", key, ["head"], {"jobs/big.yaml": job})
     ours, ours_rss = run_once(runner, root, 1)
     queued = seed(bin_dir, "output", tmp / "seed-output", size)
-    argv = python_module(str(bin_dir / "python"), "agent_safe_runner", "--db", queued["db"], "--audit",
-                         queued["audit"], "--policy", queued["policy"], "run", queued["job"], "--execute", "--worker", "w")
+    argv = python_module(
+        str(bin_dir / "python"),
+        "agent_safe_runner",
+        "--db",
+        queued["db"],
+        "--audit",
+        queued["audit"],
+        "--policy",
+        queued["policy"],
+        "run",
+        queued["job"],
+        "--execute",
+        "--worker",
+        "w",
+    )
     theirs, theirs_rss, _, out, _ = measured(argv, cwd=tmp / "seed-output")
     assert json.loads(out)["status"] == "succeeded", out[:300]
     shown = f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
-    return [{"row": f"a job printing {shown}: time", "ours": ours, "seed": theirs, "unit": "s", "note": ""},
-            {"row": f"a job printing {shown}: runner peak RSS", "ours": ours_rss / 2**20, "seed": theirs_rss / 2**20,
-             "unit": "MiB", "note": ""}]
+    return [
+        {
+            "row": f"a job printing {shown}: time",
+            "ours": ours,
+            "seed": theirs,
+            "unit": "s",
+            "note": "",
+        },
+        {
+            "row": f"a job printing {shown}: runner peak RSS",
+            "ours": ours_rss / 2**20,
+            "seed": theirs_rss / 2**20,
+            "unit": "MiB",
+            "note": "",
+        },
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=1000, help="approved trivial jobs in one pass (default 1000)")
-    parser.add_argument("--history", type=int, default=10000, help="past jobs before one more (default 10000)")
-    parser.add_argument("--records", type=int, default=100_000, help="records for audit verify (default 100000)")
-    parser.add_argument("--output-bytes", type=int, default=2**30, help="bytes one job prints (default 1 GiB)")
-    parser.add_argument("--only", action="append", choices=["jobs", "history", "audit", "output"],
-                        help="run only these rows (repeatable)")
-    parser.add_argument("--seed-venv", type=Path, default=None, help="reuse (or create) the seed's venv here")
+    parser.add_argument(
+        "--jobs", type=int, default=1000, help="approved trivial jobs in one pass (default 1000)"
+    )
+    parser.add_argument(
+        "--history", type=int, default=10000, help="past jobs before one more (default 10000)"
+    )
+    parser.add_argument(
+        "--records", type=int, default=100_000, help="records for audit verify (default 100000)"
+    )
+    parser.add_argument(
+        "--output-bytes", type=int, default=2**30, help="bytes one job prints (default 1 GiB)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["jobs", "history", "audit", "output"],
+        help="run only these rows (repeatable)",
+    )
+    parser.add_argument(
+        "--seed-venv", type=Path, default=None, help="reuse (or create) the seed's venv here"
+    )
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary files (their path is printed)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary files (their path is printed)"
+    )
     args = parser.parse_args(argv)
-    command = "python benchmarks/compare_seed.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python benchmarks/compare_seed.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
     rows_wanted = args.only or ["jobs", "history", "audit", "output"]
     tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-seed-"))
     load = LoadWatch()
@@ -267,9 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bin_dir = seed_venv(args.seed_venv or tmp / "seed-venv")
         isolate(tmp / "home")
-        compiled = precompile()  # as an installed copy (the seed's is installed by pip, with its bytecode)
+        compiled = (
+            precompile()
+        )  # as an installed copy (the seed's is installed by pip, with its bytecode)
         key = tmp / "alice"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)],
+            check=True,
+        )
         for name in rows_wanted:
             t = time.perf_counter()
             if name == "jobs":
@@ -282,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                 found = row_output(tmp, bin_dir, key, args.output_bytes)
             load.sample()
             for row in found:
-                print(f"{row['row']}: mergegate {row['ours']:.2f} {row['unit']}, seed {row['seed']:.2f} {row['unit']}, "
-                      f"seed/mergegate {row['seed'] / row['ours']:.1f}x", flush=True)
+                print(
+                    f"{row['row']}: mergegate {row['ours']:.2f} {row['unit']}, seed {row['seed']:.2f} {row['unit']}, "
+                    f"seed/mergegate {row['seed'] / row['ours']:.1f}x",
+                    flush=True,
+                )
             print(f"  ({time.perf_counter() - t:.0f} s with building)", flush=True)
             rows += found
         lines = [
@@ -295,8 +399,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "| work | mergegate | seed | seed / mergegate | note |",
             "|---|---:|---:|---:|---|",
-            *(f"| {r['row']} | {r['ours']:.2f} {r['unit']} | {r['seed']:.2f} {r['unit']} | "
-              f"{r['seed'] / r['ours']:.1f}x | {r['note']} |" for r in rows),
+            *(
+                f"| {r['row']} | {r['ours']:.2f} {r['unit']} | {r['seed']:.2f} {r['unit']} | "
+                f"{r['seed'] / r['ours']:.1f}x | {r['note']} |"
+                for r in rows
+            ),
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)
     finally:

@@ -37,7 +37,9 @@ from perfdoc import write_section
 from mergegate.execution import executor
 
 SECTION = "## Runner memory while a job prints 1 GiB"
-END_MARKER = "<!-- end of output_memory.py output: text below, up to the next ## heading, is kept -->"
+END_MARKER = (
+    "<!-- end of output_memory.py output: text below, up to the next ## heading, is kept -->"
+)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_WRITER = (
@@ -67,10 +69,14 @@ def _reset_peak() -> bool:
 
 def measure(name: str, argv: list[str], size: int, workspace: Path) -> dict[str, object]:
     request = executor.ExecRequest(
-        argv=tuple(argv), workspace=workspace, cwd="", env={"PATH": SEARCH_PATH},
+        argv=tuple(argv),
+        workspace=workspace,
+        cwd="",
+        env={"PATH": SEARCH_PATH},
         secrets=("not-in-the-output-0123456789",),
         limits=executor.Limits(timeout_seconds=600, max_output_bytes=65536),
-        search_path=SEARCH_PATH, run_id="bench",
+        search_path=SEARCH_PATH,
+        run_id="bench",
     )
     before_kib = _status_kib("VmRSS") or 0
     exact = _reset_peak()
@@ -78,12 +84,20 @@ def measure(name: str, argv: list[str], size: int, workspace: Path) -> dict[str,
     started = time.perf_counter()
     result = executor.run(request)
     seconds = time.perf_counter() - started
-    peak_kib = (_status_kib("VmHWM") if exact else None) or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = (_status_kib("VmHWM") if exact else None) or resource.getrusage(
+        resource.RUSAGE_SELF
+    ).ru_maxrss
     if result.status != "succeeded" or result.stdout.bytes != size:
-        raise SystemExit(f"{name}: {result.status} {result.reason} after {result.stdout.bytes} bytes")
+        raise SystemExit(
+            f"{name}: {result.status} {result.reason} after {result.stdout.bytes} bytes"
+        )
     return {
-        "name": name, "bytes": result.stdout.bytes, "seconds": seconds,
-        "mib_per_s": size / seconds / 2**20, "before_mib": before_kib / 1024, "peak_mib": peak_kib / 1024,
+        "name": name,
+        "bytes": result.stdout.bytes,
+        "seconds": seconds,
+        "mib_per_s": size / seconds / 2**20,
+        "before_mib": before_kib / 1024,
+        "peak_mib": peak_kib / 1024,
         "growth_mib": (peak_kib - (before_kib if exact else maxrss_before)) / 1024,
         "method": "VmHWM reset before the run" if exact else "ru_maxrss (lifetime peak)",
     }
@@ -92,13 +106,18 @@ def measure(name: str, argv: list[str], size: int, workspace: Path) -> dict[str,
 def machine() -> str:
     model = "unknown CPU"
     try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{datetime.date.today().isoformat()}, {platform.system()} {platform.release()}, "
-            f"nproc {cpus} ({model}), Python {platform.python_version()}")
+    return (
+        f"{datetime.date.today().isoformat()}, {platform.system()} {platform.release()}, "
+        f"nproc {cpus} ({model}), Python {platform.python_version()}"
+    )
 
 
 def render(rows: list[dict[str, object]], size: int) -> list[str]:
@@ -126,17 +145,30 @@ def write_docs(path: Path, generated: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=1024, help="output size per job in MiB (default 1024)")
-    parser.add_argument("--no-docs", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument(
+        "--mib", type=int, default=1024, help="output size per job in MiB (default 1024)"
+    )
+    parser.add_argument(
+        "--no-docs", action="store_true", help="print only; leave docs/performance.md alone"
+    )
     args = parser.parse_args()
     size = args.mib * 2**20
     with tempfile.TemporaryDirectory(prefix="mergegate-bench-") as tmp:
         workspace = Path(tmp)
         measure("warm-up", ["head", "-c", "1048576", "/dev/zero"], 1048576, workspace)
         rows = [
-            measure("zero bytes (`head -c N /dev/zero`)", ["head", "-c", str(size), "/dev/zero"], size, workspace),
-            measure("log lines (every chunk through the patterns)", [sys.executable, "-c", LOG_WRITER, str(size)],
-                    size, workspace),
+            measure(
+                "zero bytes (`head -c N /dev/zero`)",
+                ["head", "-c", str(size), "/dev/zero"],
+                size,
+                workspace,
+            ),
+            measure(
+                "log lines (every chunk through the patterns)",
+                [sys.executable, "-c", LOG_WRITER, str(size)],
+                size,
+                workspace,
+            ),
         ]
     generated = render(rows, size)
     print("\n".join([SECTION, "", *generated]))

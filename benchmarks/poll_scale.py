@@ -75,32 +75,63 @@ RUNNER = ("runner", "runner@mergegate.invalid")
 
 # -- isolation and small helpers -------------------------------------------------
 
+
 def isolate(home: Path) -> None:
     """Point HOME, git's global config and gpg at `home`; drop identity and repo variables."""
     home.mkdir(parents=True, exist_ok=True)
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
-    os.environ.update({
-        "HOME": str(home), "GIT_CONFIG_GLOBAL": str(gitconfig), "GIT_CONFIG_NOSYSTEM": "1",
-        "GNUPGHOME": str(home / ".gnupg"), "GIT_TERMINAL_PROMPT": "0",
-    })
-    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-                 "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
-                 "GIT_OBJECT_DIRECTORY", "MERGEGATE_TRUST_ROOT", "SSH_AUTH_SOCK", "GIT_TRACE2_EVENT"):
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_GLOBAL": str(gitconfig),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GNUPGHOME": str(home / ".gnupg"),
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+    )
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_DATE",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "MERGEGATE_TRUST_ROOT",
+        "SSH_AUTH_SOCK",
+        "GIT_TRACE2_EVENT",
+    ):
         os.environ.pop(name, None)
 
 
-def git(where: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", "-C", str(where), *args], input=input, capture_output=True,
-                          env={**os.environ, **(env or {})}, check=False)
+def git(
+    where: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(where), *args],
+        input=input,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed in {where}: {proc.stderr.decode(errors='replace')}")
+        raise RuntimeError(
+            f"git {' '.join(args)} failed in {where}: {proc.stderr.decode(errors='replace')}"
+        )
     return proc.stdout.decode().strip()
 
 
 def ident(who: tuple[str, str]) -> dict[str, str]:
-    return {"GIT_AUTHOR_NAME": who[0], "GIT_AUTHOR_EMAIL": who[1],
-            "GIT_COMMITTER_NAME": who[0], "GIT_COMMITTER_EMAIL": who[1]}
+    return {
+        "GIT_AUTHOR_NAME": who[0],
+        "GIT_AUTHOR_EMAIL": who[1],
+        "GIT_COMMITTER_NAME": who[0],
+        "GIT_COMMITTER_EMAIL": who[1],
+    }
 
 
 def dir_bytes(path: Path) -> int:
@@ -133,9 +164,8 @@ def policy_yaml(public_key: str) -> bytes:
     ).encode()
 
 
-
-
 # -- building a gate ---------------------------------------------------------------
+
 
 @dataclass
 class Gate:
@@ -163,8 +193,11 @@ class Gate:
         git(self.remote, "update-ref", "refs/heads/approved", tip)
         git(self.runner, "update-ref", "refs/remotes/origin/approved", self.pristine)
         git(self.runner, "update-ref", self.seen_ref, self.pristine)
-        for where, ref in ((self.remote, f"refs/heads/{AUDIT_BRANCH}"), (self.runner, f"refs/remotes/origin/{AUDIT_BRANCH}"),
-                           (self.runner, f"refs/mergegate/seen/origin/{AUDIT_BRANCH}")):
+        for where, ref in (
+            (self.remote, f"refs/heads/{AUDIT_BRANCH}"),
+            (self.runner, f"refs/remotes/origin/{AUDIT_BRANCH}"),
+            (self.runner, f"refs/mergegate/seen/origin/{AUDIT_BRANCH}"),
+        ):
             if self.records_pristine is not None:
                 git(where, "update-ref", ref, self.records_pristine)
             else:
@@ -175,8 +208,15 @@ def _data(payload: bytes) -> bytes:
     return b"data %d\n" % len(payload) + payload + b"\n"
 
 
-def _commit(ref: str, mark: int | None, who: tuple[str, str], when: int, message: str,
-            parents: Sequence[str], files: dict[str, bytes]) -> bytes:
+def _commit(
+    ref: str,
+    mark: int | None,
+    who: tuple[str, str],
+    when: int,
+    message: str,
+    parents: Sequence[str],
+    files: dict[str, bytes],
+) -> bytes:
     """One fast-import `commit` command; parents are `:mark` or sha strings."""
     out = [f"commit {ref}\n".encode()]
     if mark is not None:
@@ -207,30 +247,67 @@ def fast_import(remote: Path, stream: bytes, marks: Path | None = None) -> dict[
     return result
 
 
-def past_records(n: int, root: str, merges: list[str], blobs: dict[str, str]) -> list[dict[str, Any]]:
+def past_records(
+    n: int, root: str, merges: list[str], blobs: dict[str, str]
+) -> list[dict[str, Any]]:
     """Drafts like the runner's: per job a `started` and a `finished`, then one `scanned`."""
     drafts: list[dict[str, Any]] = []
     limits = {"timeout_seconds": 300, "max_output_bytes": 65536, "kill_grace_seconds": 5.0}
     for i in range(1, n + 1):
         job, path = f"job-{i}", f"jobs/job-{i}.yaml"
-        ids = {"runner": RUNNER[0], "job": job, "path": path, "blob": blobs[path], "commit": merges[i - 1]}
+        ids = {
+            "runner": RUNNER[0],
+            "job": job,
+            "path": path,
+            "blob": blobs[path],
+            "commit": merges[i - 1],
+        }
         vote = f"{ALICE[0]} (merge signature of {merges[i - 1][:7]})"
         run_id = uuid.UUID(int=i).hex
-        drafts.append(audit.draft(
-            "started", **ids, run_id=run_id, command=["echo", str(i)], cwd=".", sandbox="none",
-            rule="commands[0] (echo)", policy_commit=root, self_approved=False, limits=limits,
-            approvers=[ALICE[0]], votes=[vote], requirement="1 approval in all (approvals_required)",
-            approval=f"counted: {vote}",
-        ))
+        drafts.append(
+            audit.draft(
+                "started",
+                **ids,
+                run_id=run_id,
+                command=["echo", str(i)],
+                cwd=".",
+                sandbox="none",
+                rule="commands[0] (echo)",
+                policy_commit=root,
+                self_approved=False,
+                limits=limits,
+                approvers=[ALICE[0]],
+                votes=[vote],
+                requirement="1 approval in all (approvals_required)",
+                approval=f"counted: {vote}",
+            )
+        )
         out = f"{i}\n"
-        drafts.append(audit.draft(
-            "finished", **ids, run_id=run_id, status="succeeded", exit_code=0, signal=None, duration_ms=3,
-            reason=None, resolved_program="/usr/bin/echo",
-            stdout_tail=out, stdout_bytes=len(out), stdout_sha256=_sha256(out.encode()),
-            stderr_tail="", stderr_bytes=0, stderr_sha256=_sha256(b""),
-        ))
+        drafts.append(
+            audit.draft(
+                "finished",
+                **ids,
+                run_id=run_id,
+                status="succeeded",
+                exit_code=0,
+                signal=None,
+                duration_ms=3,
+                reason=None,
+                resolved_program="/usr/bin/echo",
+                stdout_tail=out,
+                stdout_bytes=len(out),
+                stdout_sha256=_sha256(out.encode()),
+                stderr_tail="",
+                stderr_bytes=0,
+                stderr_sha256=_sha256(b""),
+            )
+        )
     last = merges[-1] if merges else root
-    drafts.append(audit.draft("scanned", runner=RUNNER[0], commit=last, start=root, policy_commit=root, commits=n))
+    drafts.append(
+        audit.draft(
+            "scanned", runner=RUNNER[0], commit=last, start=root, policy_commit=root, commits=n
+        )
+    )
     return drafts
 
 
@@ -238,7 +315,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: bool = False, last_pass: int = 0) -> Gate:
+def build_gate(
+    base: Path,
+    name: str,
+    n: int,
+    public_key: str,
+    *,
+    commit_graph: bool = False,
+    last_pass: int = 0,
+) -> Gate:
     """A remote whose approved holds n processed jobs (n=0: just the trust root), and a runner clone.
 
     With `last_pass` K, the audit branch ends as a pass that ran the last K jobs leaves it: one
@@ -249,15 +334,35 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
     t = time.perf_counter()
     git(base, "init", "--quiet", "--bare", str(remote))
     # 1. Root, then n (side commit, merge) pairs. Marks: root 1, side 2i, merge 2i+1.
-    chunks = [_commit("refs/heads/approved", 1, ADMIN, T0, "mergegate: initial policy (trust anchor)", [],
-                      {"policy/policy.yaml": policy_yaml(public_key)})]
+    chunks = [
+        _commit(
+            "refs/heads/approved",
+            1,
+            ADMIN,
+            T0,
+            "mergegate: initial policy (trust anchor)",
+            [],
+            {"policy/policy.yaml": policy_yaml(public_key)},
+        )
+    ]
     for i in range(1, n + 1):
         job = {f"jobs/job-{i}.yaml": job_yaml(f"job-{i}", str(i))}
         prev = f":{2 * i - 1}"
         when = T0 + 60 * i
-        chunks.append(_commit("refs/heads/proposal", 2 * i, BOB, when, f"propose job-{i}", [prev], job))
-        chunks.append(_commit("refs/heads/approved", 2 * i + 1, ALICE, when + 30, f"Merge job-{i} into approved",
-                              [prev, f":{2 * i}"], job))
+        chunks.append(
+            _commit("refs/heads/proposal", 2 * i, BOB, when, f"propose job-{i}", [prev], job)
+        )
+        chunks.append(
+            _commit(
+                "refs/heads/approved",
+                2 * i + 1,
+                ALICE,
+                when + 30,
+                f"Merge job-{i} into approved",
+                [prev, f":{2 * i}"],
+                job,
+            )
+        )
     chunks.append(b"reset refs/heads/main\nfrom :1\n\n")
     marks = fast_import(remote, b"".join(chunks), base / f"{name}.marks")
     git(remote, "update-ref", "-d", "refs/heads/proposal")
@@ -271,15 +376,22 @@ def build_gate(base: Path, name: str, n: int, public_key: str, *, commit_graph: 
         for entry in git(remote, "ls-tree", "-r", merges[-1], "--", "jobs/").splitlines():
             meta, path = entry.split("\t", 1)
             blobs[path] = meta.split()[2]
-        sealed = audit.seal(past_records(n, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS)
+        sealed = audit.seal(
+            past_records(n, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS
+        )
         repo = Repo(remote)
         empty = audit.read_tail(repo, None)  # no log files yet
         files = audit.append(repo, None, empty, sealed)  # split into log-NNNNNN.jsonl files
         records = len(sealed)
         k = min(last_pass, n)
         if not k:
-            message = audit_branch.message(f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)", merges[-1])
-            stream = _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * (n + 1), message, [], files)
+            message = audit_branch.message(
+                f"mergegate: audit seq 1-{records} ({n} started, {n} finished, 1 scanned)",
+                merges[-1],
+            )
+            stream = _commit(
+                f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * (n + 1), message, [], files
+            )
         else:
             stream = _pass_commits(sealed, k, merges)
         fast_import(remote, stream)
@@ -312,21 +424,48 @@ def _pass_commits(sealed: Sequence[audit.Record], k: int, merges: list[str]) -> 
     def files_upto(count: int, only_last: bool) -> dict[str, bytes]:
         # Rotation as audit.append does it for these records (about 800 bytes each: the record count decides).
         out = {}
-        first = 0 if not only_last else ((count - 1) // audit.RECORDS_PER_FILE) * audit.RECORDS_PER_FILE
+        first = (
+            0 if not only_last else ((count - 1) // audit.RECORDS_PER_FILE) * audit.RECORDS_PER_FILE
+        )
         for start in range(first, count, audit.RECORDS_PER_FILE):
-            out[f"{audit.AUDIT_DIR}log-{start // audit.RECORDS_PER_FILE + 1:06d}.jsonl"] = b"".join(lines[start:min(count, start + audit.RECORDS_PER_FILE)])
+            out[f"{audit.AUDIT_DIR}log-{start // audit.RECORDS_PER_FILE + 1:06d}.jsonl"] = b"".join(
+                lines[start : min(count, start + audit.RECORDS_PER_FILE)]
+            )
         return out
 
     ref = f"refs/heads/{AUDIT_BRANCH}"
     before = len(sealed) - 1 - 2 * k
-    chunks = [_commit(ref, 1, RUNNER, T0, audit_branch.message(f"mergegate: audit seq 1-{before}", merges[-1]),
-                      [], files_upto(before, only_last=False))]
+    chunks = [
+        _commit(
+            ref,
+            1,
+            RUNNER,
+            T0,
+            audit_branch.message(f"mergegate: audit seq 1-{before}", merges[-1]),
+            [],
+            files_upto(before, only_last=False),
+        )
+    ]
     for j in range(k):
         upto = before + 2 * (j + 1)
         message = audit_branch.message(f"mergegate: audit seq {upto - 1}-{upto}", merges[-1])
-        chunks.append(_commit(ref, j + 2, RUNNER, T0 + j, message, [f":{j + 1}"], files_upto(upto, only_last=True)))
+        chunks.append(
+            _commit(
+                ref, j + 2, RUNNER, T0 + j, message, [f":{j + 1}"], files_upto(upto, only_last=True)
+            )
+        )
     message = audit_branch.message(f"mergegate: audit seq {len(sealed)} (scanned)", merges[-1])
-    chunks.append(_commit(ref, k + 2, RUNNER, T0 + k, message, [f":{k + 1}"], files_upto(len(sealed), only_last=True)))
+    chunks.append(
+        _commit(
+            ref,
+            k + 2,
+            RUNNER,
+            T0 + k,
+            message,
+            [f":{k + 1}"],
+            files_upto(len(sealed), only_last=True),
+        )
+    )
     return b"".join(chunks)
 
 
@@ -347,18 +486,51 @@ def new_approved_job(gate: Gate, key: Path, count: int = 1) -> str:
             ids.append(f"new-{gate.counter}")
         for i in ids:
             Path(tmp, i).write_bytes(job_yaml(i, "hello"))
-        blobs = git(gate.remote, "hash-object", "-w", "--stdin-paths", input="".join(f"{tmp}/{i}\n" for i in ids).encode())
-        entries = "".join(f"100644 {blob} 0\tjobs/{i}.yaml\n" for i, blob in zip(ids, blobs.split(), strict=True))
+        blobs = git(
+            gate.remote,
+            "hash-object",
+            "-w",
+            "--stdin-paths",
+            input="".join(f"{tmp}/{i}\n" for i in ids).encode(),
+        )
+        entries = "".join(
+            f"100644 {blob} 0\tjobs/{i}.yaml\n" for i, blob in zip(ids, blobs.split(), strict=True)
+        )
         git(gate.remote, "update-index", "--index-info", input=entries.encode(), env=env)
         tree = git(gate.remote, "write-tree", env=env)
     what = ids[0] if count == 1 else f"{count} jobs"
-    side = git(gate.remote, "commit-tree", tree, "-p", gate.pristine, "-m", f"propose {what}", env=ident(BOB))
-    merge = git(gate.remote, "-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit-tree", "-S", tree,
-                "-p", gate.pristine, "-p", side, "-m", f"Merge {what} into approved", env=ident(ALICE))
+    side = git(
+        gate.remote,
+        "commit-tree",
+        tree,
+        "-p",
+        gate.pristine,
+        "-m",
+        f"propose {what}",
+        env=ident(BOB),
+    )
+    merge = git(
+        gate.remote,
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        f"user.signingkey={key}",
+        "commit-tree",
+        "-S",
+        tree,
+        "-p",
+        gate.pristine,
+        "-p",
+        side,
+        "-m",
+        f"Merge {what} into approved",
+        env=ident(ALICE),
+    )
     return merge
 
 
 # -- measuring -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -378,12 +550,20 @@ def mergegate_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "mergegate", *args]
 
 
-def run_mergegate(cwd: Path, args: Sequence[str], *, prefix: Sequence[str] = (),
-                  env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+def run_mergegate(
+    cwd: Path, args: Sequence[str], *, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     argv = [sys.executable, *prefix, "-m", "mergegate", *args] if prefix else mergegate_argv(*args)
     t = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          env={**os.environ, **(env or {})}, check=False)
+    proc = subprocess.run(
+        argv,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
     return time.perf_counter() - t, proc
 
 
@@ -393,13 +573,17 @@ def poll_args(gate: Gate) -> list[str]:
 
 def expect_poll(proc: subprocess.CompletedProcess[str], *, jobs: int, what: str) -> None:
     if proc.returncode != 0:
-        raise RuntimeError(f"{what}: exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+        raise RuntimeError(
+            f"{what}: exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+        )
     out = json.loads(proc.stdout)
     if len(out["jobs"]) != jobs or any(j["status"] != "succeeded" for j in out["jobs"]):
         raise RuntimeError(f"{what}: expected {jobs} succeeded job(s), got {out['jobs']}")
 
 
-def measure(label: str, repeat: int, setup: Callable[[], None], once: Callable[[], float]) -> Timing:
+def measure(
+    label: str, repeat: int, setup: Callable[[], None], once: Callable[[], float]
+) -> Timing:
     """One untimed warm-up, then `repeat` timed runs, each after `setup`."""
     samples = []
     for index in range(repeat + 1):
@@ -416,11 +600,17 @@ def poll_nothing_new(gate: Gate, repeat: int) -> Timing:
         expect_poll(proc, jobs=0, what=f"{gate.name}: run --once with nothing new")
         return elapsed
 
-    return measure(f"(a) run --once, nothing new, {gate.jobs} past jobs", repeat, lambda: gate.reset(gate.pristine), once)
+    return measure(
+        f"(a) run --once, nothing new, {gate.jobs} past jobs",
+        repeat,
+        lambda: gate.reset(gate.pristine),
+        once,
+    )
 
 
 def poll_first_idle(gate: Gate, repeat: int) -> Timing:
     """(a) without the clone's quiet memory (idle.py): the full pass the first idle poll after any change makes."""
+
     def setup() -> None:
         gate.reset(gate.pristine)
         shutil.rmtree(gate.runner / ".git" / "mergegate" / "quiet", ignore_errors=True)
@@ -430,7 +620,12 @@ def poll_first_idle(gate: Gate, repeat: int) -> Timing:
         expect_poll(proc, jobs=0, what=f"{gate.name}: first run --once with nothing new")
         return elapsed
 
-    return measure(f"(a0) first run --once, nothing new (full pass), {gate.jobs} past jobs", repeat, setup, once)
+    return measure(
+        f"(a0) first run --once, nothing new (full pass), {gate.jobs} past jobs",
+        repeat,
+        setup,
+        once,
+    )
 
 
 def poll_one_new(gate: Gate, key: Path, repeat: int) -> Timing:
@@ -458,11 +653,17 @@ def poll_after_pass(gate: Gate, key: Path, jobs: int, repeat: int) -> tuple[Timi
 
     def once() -> float:
         elapsed, proc = run_mergegate(gate.runner, poll_args(gate))
-        expect_poll(proc, jobs=0, what=f"{gate.name}: run --once right after a pass that ran {jobs} jobs")
+        expect_poll(
+            proc, jobs=0, what=f"{gate.name}: run --once right after a pass that ran {jobs} jobs"
+        )
         return elapsed
 
-    timing = measure(f"(a1) run --once, nothing new, right after a pass that ran {jobs} jobs, {gate.jobs} past jobs",
-                     repeat, lambda: None, once)
+    timing = measure(
+        f"(a1) run --once, nothing new, right after a pass that ran {jobs} jobs, {gate.jobs} past jobs",
+        repeat,
+        lambda: None,
+        once,
+    )
     gate.reset(gate.pristine)
     return timing, took
 
@@ -497,9 +698,15 @@ def precompile() -> str:
 
     package = Path(mergegate.__file__).parent
     ok = compileall.compile_dir(str(package), quiet=1, force=False)
-    how = "PYTHONDONTWRITEBYTECODE is set here" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "as Python would on first import"
-    return (f"Bytecode: mergegate's modules compiled once before measuring ({how}; an installed package "
-            f"has them){'' if ok else ' (some failed to compile)'}.")
+    how = (
+        "PYTHONDONTWRITEBYTECODE is set here"
+        if os.environ.get("PYTHONDONTWRITEBYTECODE")
+        else "as Python would on first import"
+    )
+    return (
+        f"Bytecode: mergegate's modules compiled once before measuring ({how}; an installed package "
+        f"has them){'' if ok else ' (some failed to compile)'}."
+    )
 
 
 # -- profiling (--profile DIR) ------------------------------------------------------
@@ -515,15 +722,23 @@ def profile(gate: Gate, key: Path, out: Path) -> list[str]:
         gate.reset(gate.pristine if kind == "a" else new_approved_job(gate, key))
         prof, trace = out / f"poll-{kind}.prof", out / f"poll-{kind}.trace2.json"
         trace.unlink(missing_ok=True)
-        elapsed, proc = run_mergegate(gate.runner, poll_args(gate), prefix=("-m", "cProfile", "-o", str(prof)),
-                                      env={"GIT_TRACE2_EVENT": str(trace)})
+        elapsed, proc = run_mergegate(
+            gate.runner,
+            poll_args(gate),
+            prefix=("-m", "cProfile", "-o", str(prof)),
+            env={"GIT_TRACE2_EVENT": str(trace)},
+        )
         expect_poll(proc, jobs=0 if kind == "a" else 1, what=f"profiled poll ({kind})")
         lines.append(f"== poll ({kind}) under cProfile: {elapsed:.2f} s; {prof}")
         stats = pstats.Stats(str(prof))
         ranked = sorted(
-            ((where, row[3]) for where, row in stats.stats.items()  # type: ignore[attr-defined]
-             if f"src{os.sep}mergegate" in where[0] and where[2] != "<module>"
-             and Path(where[0]).name not in SKIP_FILES),
+            (
+                (where, row[3])
+                for where, row in stats.stats.items()  # type: ignore[attr-defined]
+                if f"src{os.sep}mergegate" in where[0]
+                and where[2] != "<module>"
+                and Path(where[0]).name not in SKIP_FILES
+            ),
             key=lambda item: -item[1],
         )
         lines.append("   mergegate functions by cumulative time:")
@@ -556,6 +771,7 @@ def git_processes(trace: Path) -> list[tuple[float, list[str]]]:
 
 # -- reporting -------------------------------------------------------------------------
 
+
 def machine() -> dict[str, str]:
     cpu = ""
     try:
@@ -571,7 +787,9 @@ def machine() -> dict[str, str]:
         "cpu": cpu or platform.processor() or "unknown",
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "git": subprocess.run(["git", "--version"], capture_output=True, text=True, check=False).stdout.strip(),
+        "git": subprocess.run(
+            ["git", "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip(),
     }
 
 
@@ -579,28 +797,46 @@ def verdict(big: Timing, fresh: Timing) -> tuple[bool, str]:
     """Close means within 20 % plus 50 ms of the fresh gate's median (noise of a subprocess)."""
     close = big.median <= fresh.median * 1.2 + 0.05
     ratio = big.median / fresh.median if fresh.median else float("inf")
-    return close, f"{big.median:.2f} s vs {fresh.median:.2f} s ({ratio:.1f}x, {big.median - fresh.median:+.2f} s)"
+    return (
+        close,
+        f"{big.median:.2f} s vs {fresh.median:.2f} s ({ratio:.1f}x, {big.median - fresh.median:+.2f} s)",
+    )
 
 
 def table(rows: Sequence[Timing]) -> list[str]:
     width = max(len(r.label) for r in rows)
-    lines = [f"| {'measurement':<{width}} | median (s) | min (s) | runs |",
-             f"|{'-' * (width + 2)}|-----------:|--------:|-----:|"]
-    lines += [f"| {r.label:<{width}} | {r.median:10.3f} | {r.best:7.3f} | {len(r.samples):4d} |" for r in rows]
+    lines = [
+        f"| {'measurement':<{width}} | median (s) | min (s) | runs |",
+        f"|{'-' * (width + 2)}|-----------:|--------:|-----:|",
+    ]
+    lines += [
+        f"| {r.label:<{width}} | {r.median:10.3f} | {r.best:7.3f} | {len(r.samples):4d} |"
+        for r in rows
+    ]
     return lines
 
 
 def interpretation(n: int, a: tuple[bool, str], b: tuple[bool, str]) -> str:
-    text = (f"With nothing new, a poll of the gate with {n} past jobs takes {a[1]} on the fresh gate; "
-            f"with one new approved job it takes {b[1]}. ")
+    text = (
+        f"With nothing new, a poll of the gate with {n} past jobs takes {a[1]} on the fresh gate; "
+        f"with one new approved job it takes {b[1]}. "
+    )
     if a[0] and b[0]:
-        return text + ("Both are within noise of the fresh gate: polling cost follows what is new, "
-                       "not the size of the history, as the issue requires.")
-    slow = [w for w, ok in (("the idle poll (a)", a[0]), ("the poll with one new job (b)", b[0])) if not ok]
+        return text + (
+            "Both are within noise of the fresh gate: polling cost follows what is new, "
+            "not the size of the history, as the issue requires."
+        )
+    slow = [
+        w
+        for w, ok in (("the idle poll (a)", a[0]), ("the poll with one new job (b)", b[0]))
+        if not ok
+    ]
     which = " and ".join(slow)
     verb = "do" if len(slow) > 1 else "does"
-    return text + (f"So {which} {verb} NOT cost in proportion to what is new: part of the work grows with the "
-                   "number of past jobs. The profile and the causes are in the notes below.")
+    return text + (
+        f"So {which} {verb} NOT cost in proportion to what is new: part of the work grows with the "
+        "number of past jobs. The profile and the causes are in the notes below."
+    )
 
 
 def write_docs(path: Path, generated: list[str]) -> None:
@@ -609,17 +845,36 @@ def write_docs(path: Path, generated: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=10000, help="past jobs in the big gate (default 10000)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (default 5)")
-    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="also profile one poll of each kind on the big gate; keep .prof files in DIR")
-    parser.add_argument("--commit-graph", action="store_true",
-                        help="write a commit-graph with changed-path Bloom filters in both gates before measuring")
-    parser.add_argument("--last-pass", type=int, default=300, metavar="K",
-                        help="the big gate's audit branch ends as a pass that ran its last K jobs left it: "
-                             "one commit per job, then the scanned record (default 300)")
+    parser.add_argument(
+        "--jobs", type=int, default=10000, help="past jobs in the big gate (default 10000)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="timed runs per measurement (default 5)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also profile one poll of each kind on the big gate; keep .prof files in DIR",
+    )
+    parser.add_argument(
+        "--commit-graph",
+        action="store_true",
+        help="write a commit-graph with changed-path Bloom filters in both gates before measuring",
+    )
+    parser.add_argument(
+        "--last-pass",
+        type=int,
+        default=300,
+        metavar="K",
+        help="the big gate's audit branch ends as a pass that ran its last K jobs left it: "
+        "one commit per job, then the scanned record (default 300)",
+    )
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary gates (their path is printed)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary gates (their path is printed)"
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.repeat < 1:
         parser.error("--jobs and --repeat must be at least 1")
@@ -642,26 +897,37 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     load = LoadWatch()  # figures taken while other work ran are marked as such
     key = tmp / "keys" / "alice_ed25519"
     key.parent.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)],
-                   check=True, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
     public_key = key.with_name(key.name + ".pub").read_text().strip()
 
     print(f"{info['date']}; {info['nproc']} CPUs; Python {info['python']}; {info['git']}")
     print(f"building a gate with {args.jobs} past jobs ...", flush=True)
     t = time.perf_counter()
-    big = build_gate(tmp, "big", args.jobs, public_key, commit_graph=args.commit_graph, last_pass=args.last_pass)
+    big = build_gate(
+        tmp, "big", args.jobs, public_key, commit_graph=args.commit_graph, last_pass=args.last_pass
+    )
     build_total = time.perf_counter() - t
     fresh = build_gate(tmp, "fresh", 0, public_key, commit_graph=args.commit_graph)
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in big.build_seconds.items())
-    print(f"built in {build_total:.1f} s ({steps}); audit: {big.audit_records} records in {big.audit_files} "
-          f"files, {human_bytes(big.audit_bytes)}; remote .git {human_bytes(dir_bytes(big.remote))}", flush=True)
+    print(
+        f"built in {build_total:.1f} s ({steps}); audit: {big.audit_records} records in {big.audit_files} "
+        f"files, {human_bytes(big.audit_bytes)}; remote .git {human_bytes(dir_bytes(big.remote))}",
+        flush=True,
+    )
 
     rows: list[Timing] = []
 
     def add(timing: Timing) -> Timing:
         rows.append(timing)
         runs = ", ".join(f"{x:.2f}" for x in timing.samples)
-        print(f"  {timing.label}: median {timing.median:.3f} s, min {timing.best:.3f} s ({runs})", flush=True)
+        print(
+            f"  {timing.label}: median {timing.median:.3f} s, min {timing.best:.3f} s ({runs})",
+            flush=True,
+        )
         return timing
 
     compiled = precompile()
@@ -675,9 +941,26 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     after = min(args.last_pass, big.jobs) or 1
     big_a1, pass_seconds = poll_after_pass(big, key, after, args.repeat)
     add(big_a1)
-    print(f"  (the untimed pass before (a1), which ran {after} new jobs, took {pass_seconds:.1f} s)", flush=True)
-    add(plain_command(big, f"mergegate status --json, {big.jobs} past jobs", ["status", "--json", "--trust-root", big.root], args.repeat))
-    add(plain_command(big, f"mergegate audit verify --json, {big.jobs} past jobs", ["audit", "verify", "--json"], args.repeat))
+    print(
+        f"  (the untimed pass before (a1), which ran {after} new jobs, took {pass_seconds:.1f} s)",
+        flush=True,
+    )
+    add(
+        plain_command(
+            big,
+            f"mergegate status --json, {big.jobs} past jobs",
+            ["status", "--json", "--trust-root", big.root],
+            args.repeat,
+        )
+    )
+    add(
+        plain_command(
+            big,
+            f"mergegate audit verify --json, {big.jobs} past jobs",
+            ["audit", "verify", "--json"],
+            args.repeat,
+        )
+    )
 
     a, b = verdict(big_a, fresh_a), verdict(big_b, fresh_b)
     a0 = verdict(big_a0, fresh_a0)
@@ -689,7 +972,8 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         f"({pass_seconds:.1f} s, untimed), which leaves the same memory: {a1[1]} against (a) on the fresh gate. "
         f"The goal (at most 1.2x a fresh gate and at most 150 ms, also right after a pass that ran hundreds of "
         f"jobs): {big_a.median * 1000:.0f} ms (a) and {big_a1.median * 1000:.0f} ms (a1), {goal}. The first poll "
-        f"after a change with nothing to run for this runner (a0: no memory, a full pass) takes {a0[1]} on the fresh gate.")
+        f"after a change with nothing to run for this runner (a0: no memory, a full pass) takes {a0[1]} on the fresh gate."
+    )
     print()
     print("\n".join(table(rows)))
     print()

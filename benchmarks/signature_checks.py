@@ -53,10 +53,18 @@ from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Repo
 
 SECTION = "## SSH signature checks"
-END_MARKER = "<!-- end of signature_checks.py output: text below, up to the next ## heading, is kept -->"
+END_MARKER = (
+    "<!-- end of signature_checks.py output: text below, up to the next ## heading, is kept -->"
+)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
-KEY_TYPES = [("ed25519", None), ("ecdsa", "256"), ("ecdsa", "384"), ("ecdsa", "521"),
-             ("rsa", "2048"), ("rsa", "3072")]
+KEY_TYPES = [
+    ("ed25519", None),
+    ("ecdsa", "256"),
+    ("ecdsa", "384"),
+    ("ecdsa", "521"),
+    ("rsa", "2048"),
+    ("rsa", "3072"),
+]
 T0 = 1_700_000_000
 ALICE = ("alice", "alice@example.com")  # the approver: signs every merge
 BOB = ("bob", "bob@example.com")  # the proposer
@@ -66,9 +74,21 @@ def isolate(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[init]\n\tdefaultBranch = main\n")
-    os.environ.update({"HOME": str(home), "GIT_CONFIG_GLOBAL": str(gitconfig), "GIT_CONFIG_NOSYSTEM": "1",
-                       "GNUPGHOME": str(home / ".gnupg")})
-    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "SSH_AUTH_SOCK", "MERGEGATE_TRUST_ROOT"):
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_GLOBAL": str(gitconfig),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GNUPGHOME": str(home / ".gnupg"),
+        }
+    )
+    for name in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "SSH_AUTH_SOCK",
+        "MERGEGATE_TRUST_ROOT",
+    ):
         os.environ.pop(name, None)
 
 
@@ -81,11 +101,24 @@ def run(*argv: str, cwd: Path | None = None, input: bytes | None = None) -> byte
 
 def keygen(directory: Path, name: str, kind: str, bits: str | None) -> Path:
     private = directory / name
-    run("ssh-keygen", "-q", "-t", kind, *(["-b", bits] if bits else []), "-N", "", "-C", name, "-f", str(private))
+    run(
+        "ssh-keygen",
+        "-q",
+        "-t",
+        kind,
+        *(["-b", bits] if bits else []),
+        "-N",
+        "",
+        "-C",
+        name,
+        "-f",
+        str(private),
+    )
     return private
 
 
 # -- 1. per signature -------------------------------------------------------------
+
 
 def per_call(fn: Callable[[], object], *, budget: float, at_least: int) -> tuple[float, int]:
     """Median seconds per call over batches, spending about `budget` seconds."""
@@ -111,37 +144,70 @@ def keygen_verify(payload: bytes, signature: bytes, public_line: str) -> bool:
         key_type, key_data = public_line.split()[:2]
         Path(tmp, "allowed_signers").write_text(f'k0 namespaces="git" {key_type} {key_data}\n')
         Path(tmp, "signature").write_text(armor(blob, "SSH SIGNATURE"))
-        argv = ["ssh-keygen", "-Y", "verify", "-f", f"{tmp}/allowed_signers", "-I", "k0", "-n", "git",
-                "-s", f"{tmp}/signature"]
+        argv = [
+            "ssh-keygen",
+            "-Y",
+            "verify",
+            "-f",
+            f"{tmp}/allowed_signers",
+            "-I",
+            "k0",
+            "-n",
+            "git",
+            "-s",
+            f"{tmp}/signature",
+        ]
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp, "LC_ALL": "C"}
-        return subprocess.run(argv, input=payload, capture_output=True, env=env, check=False).returncode == 0
+        return (
+            subprocess.run(
+                argv, input=payload, capture_output=True, env=env, check=False
+            ).returncode
+            == 0
+        )
 
 
 def bench_per_signature(tmp: Path) -> list[tuple[str, float, float, int, int]]:
-    payload = (b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent " + b"1" * 40 + b"\nparent " + b"2" * 40
-               + b"\nauthor alice <alice@example.com> 1700000000 +0000\n"
-               b"committer alice <alice@example.com> 1700000000 +0000\n\nMerge job-1 into approved\n")
+    payload = (
+        b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent "
+        + b"1" * 40
+        + b"\nparent "
+        + b"2" * 40
+        + b"\nauthor alice <alice@example.com> 1700000000 +0000\n"
+        b"committer alice <alice@example.com> 1700000000 +0000\n\nMerge job-1 into approved\n"
+    )
     rows = []
     at = datetime.now(UTC)
     for kind, bits in KEY_TYPES:
         label = f"{kind}-{bits}" if bits else kind
         private = keygen(tmp, label, kind, bits)
         line = Path(f"{private}.pub").read_text().strip()
-        signature = run("ssh-keygen", "-q", "-Y", "sign", "-n", "git", "-f", str(private), input=payload)
+        signature = run(
+            "ssh-keygen", "-q", "-Y", "sign", "-n", "git", "-f", str(private), input=payload
+        )
         key = parse_public_key(line, owner="alice", source="policy/policy.yaml:1")
         assert verify_signature(payload, signature, [key], at=at).ok
         assert keygen_verify(payload, signature, line)
-        ours, n_ours = per_call(lambda s=signature, k=key: verify_signature(payload, s, [k], at=at),
-                                budget=1.0, at_least=200)
-        theirs, n_theirs = per_call(lambda s=signature, li=line: keygen_verify(payload, s, li),
-                                    budget=2.0, at_least=30)
-        rows.append((label if kind != "rsa" else f"{label} (rsa-sha2-512)", ours, theirs, n_ours, n_theirs))
-        print(f"  {label:12} in-process {ours * 1e3:7.3f} ms   ssh-keygen {theirs * 1e3:7.2f} ms   "
-              f"{theirs / ours:5.0f}x", flush=True)
+        ours, n_ours = per_call(
+            lambda s=signature, k=key: verify_signature(payload, s, [k], at=at),
+            budget=1.0,
+            at_least=200,
+        )
+        theirs, n_theirs = per_call(
+            lambda s=signature, li=line: keygen_verify(payload, s, li), budget=2.0, at_least=30
+        )
+        rows.append(
+            (label if kind != "rsa" else f"{label} (rsa-sha2-512)", ours, theirs, n_ours, n_theirs)
+        )
+        print(
+            f"  {label:12} in-process {ours * 1e3:7.3f} ms   ssh-keygen {theirs * 1e3:7.2f} ms   "
+            f"{theirs / ours:5.0f}x",
+            flush=True,
+        )
     return rows
 
 
 # -- 2. verify over N signed approvals -------------------------------------------
+
 
 def _s(data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + data
@@ -151,7 +217,9 @@ def sshsig_sign(private: ed25519.Ed25519PrivateKey, public_blob: bytes, payload:
     """An armoured SSHSIG over `payload`, namespace git, sha512: what `ssh-keygen -Y sign` makes."""
     signed = b"SSHSIG" + _s(b"git") + _s(b"") + _s(b"sha512") + _s(hashlib.sha512(payload).digest())
     signature = _s(b"ssh-ed25519") + _s(private.sign(signed))
-    blob = b"SSHSIG" + (1).to_bytes(4, "big") + _s(public_blob) + _s(b"git") + _s(b"") + _s(b"sha512")
+    blob = (
+        b"SSHSIG" + (1).to_bytes(4, "big") + _s(public_blob) + _s(b"git") + _s(b"") + _s(b"sha512")
+    )
     return armor(blob + _s(signature), "SSH SIGNATURE").encode()
 
 
@@ -159,11 +227,21 @@ def _data(payload: bytes) -> bytes:
     return b"data %d\n" % len(payload) + payload + b"\n"
 
 
-def _fi_commit(mark: int, who: tuple[str, str], when: int, message: str, parents: list[str],
-               files: dict[str, bytes]) -> bytes:
+def _fi_commit(
+    mark: int,
+    who: tuple[str, str],
+    when: int,
+    message: str,
+    parents: list[str],
+    files: dict[str, bytes],
+) -> bytes:
     person = f"{who[0]} <{who[1]}> {when} +0000\n"
-    out = [f"commit refs/heads/build\nmark :{mark}\n".encode(), f"author {person}".encode(),
-           f"committer {person}".encode(), _data(message.encode())]
+    out = [
+        f"commit refs/heads/build\nmark :{mark}\n".encode(),
+        f"author {person}".encode(),
+        f"committer {person}".encode(),
+        _data(message.encode()),
+    ]
     if parents:
         out.append(f"from {parents[0]}\n".encode())
     out += [f"merge {p}\n".encode() for p in parents[1:]]
@@ -172,15 +250,19 @@ def _fi_commit(mark: int, who: tuple[str, str], when: int, message: str, parents
     return b"".join(out) + b"\n"
 
 
-def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> tuple[Path, str, dict[str, float]]:
+def build_gate(
+    base: Path, n: int, key_file: Path, *, records: bool = True
+) -> tuple[Path, str, dict[str, float]]:
     """A bare repository whose `approved` holds `n` signed approvals; returns (path, trust root, timings)."""
     timings = {}
     remote = base / f"gate-{n}.git"
     run("git", "init", "-q", "--bare", str(remote))
     public_line = Path(f"{key_file}.pub").read_text().strip()
-    policy = ("version: 1\napprovers:\n"
-              f"  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: \"{public_line}\"\n"
-              "approvals_required: 1\ncommands:\n  - program: echo\n").encode()
+    policy = (
+        "version: 1\napprovers:\n"
+        f'  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: "{public_line}"\n'
+        "approvals_required: 1\ncommands:\n  - program: echo\n"
+    ).encode()
     t = time.perf_counter()
     chunks = [_fi_commit(1, ALICE, T0, "initial policy", [], {"policy/policy.yaml": policy})]
     prev = ":1"
@@ -189,12 +271,29 @@ def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> t
         job = {f"jobs/job-{i}.yaml": f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()}
         chunks.append(_fi_commit(2 * i, BOB, when, f"propose job-{i}", [prev], job))
         # fast-import starts a commit from its first parent's tree: the merge adds the job too.
-        chunks.append(_fi_commit(2 * i + 1, ALICE, when + 30, f"Merge job-{i} into approved",
-                                 [prev, f":{2 * i}"], job))
+        chunks.append(
+            _fi_commit(
+                2 * i + 1,
+                ALICE,
+                when + 30,
+                f"Merge job-{i} into approved",
+                [prev, f":{2 * i}"],
+                job,
+            )
+        )
         prev = f":{2 * i + 1}"
     marks = base / f"gate-{n}.marks"
-    run("git", "fast-import", "--quiet", f"--export-marks={marks}", cwd=remote, input=b"".join(chunks))
-    by_mark = {int(m[1:]): sha for m, sha in (line.split() for line in marks.read_text().splitlines())}
+    run(
+        "git",
+        "fast-import",
+        "--quiet",
+        f"--export-marks={marks}",
+        cwd=remote,
+        input=b"".join(chunks),
+    )
+    by_mark = {
+        int(m[1:]): sha for m, sha in (line.split() for line in marks.read_text().splitlines())
+    }
     timings["fast-import"] = time.perf_counter() - t
     # Rewrite oldest first: new parents, and a signature on each merge, as git merge -S stores it.
     t = time.perf_counter()
@@ -207,8 +306,10 @@ def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> t
     objects = remote / "objects"
     for mark, old in enumerate(order, start=1):
         header, _, message = raw[old].partition(b"\n\n")
-        lines = [b"parent " + new[line[7:].decode()].encode() if line.startswith(b"parent ") else line
-                 for line in header.split(b"\n")]
+        lines = [
+            b"parent " + new[line[7:].decode()].encode() if line.startswith(b"parent ") else line
+            for line in header.split(b"\n")
+        ]
         body = b"\n".join(lines) + b"\n\n" + message
         if mark > 1 and mark % 2 == 1:  # a merge
             signature = sshsig_sign(private, public_blob, body)
@@ -221,12 +322,22 @@ def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> t
     if records:
         # Every job ran: the log a runner leaves, sealed and committed as one audit commit.
         merges = [new[order[2 * i]] for i in range(1, n + 1)]
-        blobs = {f"jobs/job-{i}.yaml": hashlib.sha1(b"blob %d\0" % len(job) + job).hexdigest()
-                 for i in range(1, n + 1) for job in [f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()]}
-        sealed = audit.seal(past_records(n, new[order[0]], merges, blobs), after_seq=0, after_hash=audit.GENESIS)
+        blobs = {
+            f"jobs/job-{i}.yaml": hashlib.sha1(b"blob %d\0" % len(job) + job).hexdigest()
+            for i in range(1, n + 1)
+            for job in [f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()]
+        }
+        sealed = audit.seal(
+            past_records(n, new[order[0]], merges, blobs), after_seq=0, after_hash=audit.GENESIS
+        )
         files = audit.append(Repo(remote), None, audit.read_tail(Repo(remote), None), sealed)
         message = audit_branch.message(f"mergegate: audit seq 1-{len(sealed)}", merges[-1])
-        fast_import(remote, _commit(f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * n + 60, message, [], files))
+        fast_import(
+            remote,
+            _commit(
+                f"refs/heads/{AUDIT_BRANCH}", None, RUNNER, T0 + 60 * n + 60, message, [], files
+            ),
+        )
     run("git", "repack", "-a", "-d", "-q", cwd=remote)
     timings["sign and rewrite"] = time.perf_counter() - t
     # Sanity: the last merge carries a signature mergegate accepts.
@@ -238,7 +349,9 @@ def build_gate(base: Path, n: int, key_file: Path, *, records: bool = True) -> t
 
 
 def read_objects(repo: Path, shas: list[str]) -> dict[str, bytes]:
-    out = run("git", "cat-file", "--batch", cwd=repo, input="".join(f"{s}\n" for s in shas).encode())
+    out = run(
+        "git", "cat-file", "--batch", cwd=repo, input="".join(f"{s}\n" for s in shas).encode()
+    )
     objects, pos = {}, 0
     for sha in shas:
         end = out.index(b"\n", pos)
@@ -262,33 +375,57 @@ def write_loose(objects: Path, kind: bytes, body: bytes) -> str:
 
 
 def time_verify(remote: Path, root: str, repeat: int) -> tuple[float, float, str]:
-    argv = [sys.executable, "-m", "mergegate", "verify", "--repo", str(remote), "--trust-root", root, "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mergegate",
+        "verify",
+        "--repo",
+        str(remote),
+        "--trust-root",
+        root,
+        "--json",
+    ]
     times, last = [], ""
     for _ in range(repeat):
         t = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         times.append(time.perf_counter() - t)
         if done.returncode != 0:
-            raise RuntimeError(f"verify failed ({done.returncode}): {done.stderr or done.stdout[-500:]}")
+            raise RuntimeError(
+                f"verify failed ({done.returncode}): {done.stderr or done.stdout[-500:]}"
+            )
         last = done.stdout
     return statistics.median(times), min(times), last
 
 
 # -- main ---------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--approvals", default="100,1000",
-                        help="comma-separated sizes N of the verify benchmark (default 100,1000)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed verify runs per size (default 3)")
+    parser.add_argument(
+        "--approvals",
+        default="100,1000",
+        help="comma-separated sizes N of the verify benchmark (default 100,1000)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed verify runs per size (default 3)"
+    )
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary gates (their path is printed)")
-    parser.add_argument("--no-records", action="store_true",
-                        help="leave mergegate/audit empty (by default it holds the records of every job having run)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary gates (their path is printed)"
+    )
+    parser.add_argument(
+        "--no-records",
+        action="store_true",
+        help="leave mergegate/audit empty (by default it holds the records of every job having run)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.approvals.split(",") if n.strip()]
     command = "python benchmarks/signature_checks.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
     tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-sig-"))
     load = LoadWatch()
     try:
@@ -303,13 +440,22 @@ def main(argv: list[str] | None = None) -> int:
             median, fastest, out = time_verify(remote, root, args.repeat)
             report = json.loads(out)
             approvals = sum(1 for c in report["commits"] for j in c["jobs"] if j["approved"])
-            if approvals != n or report["violations"] or report["records"] != (0 if args.no_records else 2 * n + 1):
+            if (
+                approvals != n
+                or report["violations"]
+                or report["records"] != (0 if args.no_records else 2 * n + 1)
+            ):
                 # every merge judged and approved, every record checked, or the figure means nothing
-                raise RuntimeError(f"verify approved {approvals} of {n} jobs; {report['records']} records; {report['violations'][:3]}")
+                raise RuntimeError(
+                    f"verify approved {approvals} of {n} jobs; {report['records']} records; {report['violations'][:3]}"
+                )
             load.sample()
             verify_rows.append((n, median, fastest, timings))
-            print(f"verify, {n} approvals: median {median:.2f} s, min {fastest:.2f} s "
-                  f"({median / n * 1e3:.1f} ms per approval)", flush=True)
+            print(
+                f"verify, {n} approvals: median {median:.2f} s, min {fastest:.2f} s "
+                f"({median / n * 1e3:.1f} ms per approval)",
+                flush=True,
+            )
         lines = [
             *header(command, load),
             "",
@@ -317,8 +463,10 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "| key | in-process (ms) | ssh-keygen process (ms) | ratio |",
             "|---|---:|---:|---:|",
-            *(f"| {label} | {ours * 1e3:.3f} | {theirs * 1e3:.2f} | {theirs / ours:.0f}x |"
-              for label, ours, theirs, _, _ in rows),
+            *(
+                f"| {label} | {ours * 1e3:.3f} | {theirs * 1e3:.2f} | {theirs / ours:.0f}x |"
+                for label, ours, theirs, _, _ in rows
+            ),
             "",
             "In-process is `signatures.verify_signature` (de-armour, parse, match the policy key, "
             "`cryptography` verify, lifetime); ssh-keygen is the former path (temporary allowed-signers "
@@ -326,12 +474,19 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "`mergegate verify` over N signed approvals (whole process, "
             f"median of {args.repeat}; gate built with fast-import, merges re-signed in Python; "
-            + ("no records" if args.no_records else "with the 2N + 1 records of every job having run") + "):",
+            + (
+                "no records"
+                if args.no_records
+                else "with the 2N + 1 records of every job having run"
+            )
+            + "):",
             "",
             "| approvals | median (s) | min (s) | per approval (ms) | build (s) |",
             "|---:|---:|---:|---:|---:|",
-            *(f"| {n} | {med:.2f} | {low:.2f} | {med / n * 1e3:.1f} | {sum(t.values()):.1f} |"
-              for n, med, low, t in verify_rows),
+            *(
+                f"| {n} | {med:.2f} | {low:.2f} | {med / n * 1e3:.1f} | {sum(t.values()):.1f} |"
+                for n, med, low, t in verify_rows
+            ),
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)
     finally:

@@ -36,35 +36,64 @@ SLOWEST = 10
 def run(extra: list[str]) -> dict[str, object]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.monotonic()
-    done = subprocess.run([*COMMAND, "-q", f"--durations={SLOWEST}", *extra], cwd=ROOT, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [*COMMAND, "-q", f"--durations={SLOWEST}", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.monotonic() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    summary = next((line.strip("= ") for line in reversed(done.stdout.splitlines()) if " in " in line and
-                    re.search(r"\d+ (passed|failed)", line)), "no summary line")
-    slowest = [line.strip() for line in done.stdout.splitlines() if re.match(r"^\d+\.\d+s (call|setup|teardown) ", line)]
-    return {"code": done.returncode, "wall": wall, "user": after.ru_utime - before.ru_utime,
-            "sys": after.ru_stime - before.ru_stime, "summary": summary, "slowest": slowest[:SLOWEST],
-            "tail": done.stdout[-3000:] + done.stderr[-2000:]}
+    summary = next(
+        (
+            line.strip("= ")
+            for line in reversed(done.stdout.splitlines())
+            if " in " in line and re.search(r"\d+ (passed|failed)", line)
+        ),
+        "no summary line",
+    )
+    slowest = [
+        line.strip()
+        for line in done.stdout.splitlines()
+        if re.match(r"^\d+\.\d+s (call|setup|teardown) ", line)
+    ]
+    return {
+        "code": done.returncode,
+        "wall": wall,
+        "user": after.ru_utime - before.ru_utime,
+        "sys": after.ru_stime - before.ru_stime,
+        "summary": summary,
+        "slowest": slowest[:SLOWEST],
+        "tail": done.stdout[-3000:] + done.stderr[-2000:],
+    }
 
 
 def render(result: dict[str, object], head: list[str]) -> list[str]:
     cpu = float(result["user"]) + float(result["sys"])  # type: ignore[arg-type]
     cores = len(os.sched_getaffinity(0))
-    lines = [*head, "",
-             f"`python -m pytest -n auto` on {cores} cores (tests/conftest.py: 3 workers for 2 cores): {result['summary']}.", "",
-             "| wall | CPU (user + sys) | CPU / cores: the wall time's floor |",
-             "|---:|---:|---:|",
-             f"| {float(result['wall']):.0f} s | {cpu:.0f} s ({float(result['user']):.0f} + {float(result['sys']):.0f}) "  # type: ignore[arg-type]
-             f"| {cpu / cores:.0f} s |", "",
-             f"The {SLOWEST} slowest test phases (pytest `--durations`):", ""]
+    lines = [
+        *head,
+        "",
+        f"`python -m pytest -n auto` on {cores} cores (tests/conftest.py: 3 workers for 2 cores): {result['summary']}.",
+        "",
+        "| wall | CPU (user + sys) | CPU / cores: the wall time's floor |",
+        "|---:|---:|---:|",
+        f"| {float(result['wall']):.0f} s | {cpu:.0f} s ({float(result['user']):.0f} + {float(result['sys']):.0f}) "  # type: ignore[arg-type]
+        f"| {cpu / cores:.0f} s |",
+        "",
+        f"The {SLOWEST} slowest test phases (pytest `--durations`):",
+        "",
+    ]
     lines += [f"- `{line}`" for line in result["slowest"]]  # type: ignore[attr-defined]
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-docs", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument(
+        "--no-docs", action="store_true", help="print only; leave docs/performance.md alone"
+    )
     args, extra = parser.parse_known_args()
     load = LoadWatch()
     result = run(extra)

@@ -41,24 +41,57 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 
 
 def policy(public_key: str) -> bytes:
-    return (f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
-            "approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n  - program: echo\n  - program: sleep\n").encode()
+    return (
+        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
+        "approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n  - program: echo\n  - program: sleep\n"
+    ).encode()
 
 
-def gate(base: Path, name: str, key: Path, jobs: dict[str, bytes], *,
-         policy_for: Callable[[str], bytes] = policy) -> tuple[Path, str]:
+def gate(
+    base: Path,
+    name: str,
+    key: Path,
+    jobs: dict[str, bytes],
+    *,
+    policy_for: Callable[[str], bytes] = policy,
+) -> tuple[Path, str]:
     """A remote whose approved is the policy (`policy_for(alice's public key)`), then one merge signed
     by alice adding `jobs`; a runner clone."""
     remote, runner = base / f"{name}.git", base / f"{name}-runner"
     git(base, "init", "-q", "--bare", str(remote))
     public = Path(f"{key}.pub").read_text().strip()
-    stream = _commit("refs/heads/approved", 1, ALICE, T0, "initial policy", [], {"policy/policy.yaml": policy_for(public)})
-    stream += _commit("refs/heads/proposal", 2, BOB, T0 + 10, f"propose {len(jobs)} jobs", [":1"], jobs)
+    stream = _commit(
+        "refs/heads/approved",
+        1,
+        ALICE,
+        T0,
+        "initial policy",
+        [],
+        {"policy/policy.yaml": policy_for(public)},
+    )
+    stream += _commit(
+        "refs/heads/proposal", 2, BOB, T0 + 10, f"propose {len(jobs)} jobs", [":1"], jobs
+    )
     marks = fast_import(remote, stream, base / f"{name}.marks")
     root, side = marks[1], marks[2]
     tree = git(remote, "rev-parse", f"{side}^{{tree}}")
-    merge = git(remote, "-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit-tree", "-S", tree,
-                "-p", root, "-p", side, "-m", "Merge the jobs into approved", env=ident(ALICE))
+    merge = git(
+        remote,
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        f"user.signingkey={key}",
+        "commit-tree",
+        "-S",
+        tree,
+        "-p",
+        root,
+        "-p",
+        side,
+        "-m",
+        "Merge the jobs into approved",
+        env=ident(ALICE),
+    )
     git(remote, "update-ref", "refs/heads/approved", merge)
     git(remote, "update-ref", "-d", "refs/heads/proposal")
     git(base, "clone", "-q", str(remote), str(runner))
@@ -66,14 +99,21 @@ def gate(base: Path, name: str, key: Path, jobs: dict[str, bytes], *,
 
 
 def trivial_jobs(n: int, command: str = "[echo, 'job {i}']") -> dict[str, bytes]:
-    return {f"jobs/job-{i:05d}.yaml": f"id: job-{i:05d}\ncommand: {command.format(i=i)}\n".encode() for i in range(n)}
+    return {
+        f"jobs/job-{i:05d}.yaml": f"id: job-{i:05d}\ncommand: {command.format(i=i)}\n".encode()
+        for i in range(n)
+    }
 
 
 def records(remote: Path) -> list[dict[str, Any]]:
     names = git(remote, "ls-tree", "-r", "--name-only", "mergegate/audit", "audit/").split()
     out: list[dict[str, Any]] = []
     for name in sorted(n for n in names if n.endswith(".jsonl")):
-        out += [json.loads(line) for line in git(remote, "show", f"mergegate/audit:{name}").splitlines() if line]
+        out += [
+            json.loads(line)
+            for line in git(remote, "show", f"mergegate/audit:{name}").splitlines()
+            if line
+        ]
     return out
 
 
@@ -81,7 +121,9 @@ def check_once_each(found: list[dict[str, Any]], n: int) -> None:
     started = [r for r in found if r["event"] == "started"]
     finished = [r for r in found if r["event"] == "finished"]
     if len(started) != n or len({r["path"] for r in started}) != n or len(finished) != n:
-        raise RuntimeError(f"expected {n} jobs once each: {len(started)} started, {len(finished)} finished")
+        raise RuntimeError(
+            f"expected {n} jobs once each: {len(started)} started, {len(finished)} finished"
+        )
     if {r["status"] for r in finished} != {"succeeded"}:
         raise RuntimeError(f"not all succeeded: {sorted({r['status'] for r in finished})}")
 
@@ -90,7 +132,11 @@ def flatness(found: list[dict[str, Any]]) -> float:
     """The time the last 10% of jobs took to be claimed over the time the first 10% took (1.0: flat).
 
     Claims go in batches, so this spans whole batches: the first tenth includes the batch ramp-up."""
-    times = sorted(datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp() for r in found if r["event"] == "finished")
+    times = sorted(
+        datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp()
+        for r in found
+        if r["event"] == "finished"
+    )
     tenth = max(1, len(times) // 10)
     first, last = times[tenth] - times[0], times[-1] - times[-1 - tenth]
     return last / first if first > 0 else float("nan")
@@ -105,8 +151,10 @@ def workspace_fs() -> str:
     try:
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             fields = line.split()
-            mount, rest = fields[4], fields[fields.index("-") + 1:]
-            if (where == mount or where.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
+            mount, rest = fields[4], fields[fields.index("-") + 1 :]
+            if (where == mount or where.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(
+                best[0]
+            ):
                 best = (mount, rest[0], rest[1])
     except (OSError, ValueError, IndexError):
         return f"{where}: file system unknown"
@@ -117,8 +165,11 @@ def workspace_fs() -> str:
             task = Path(f"/sys/fs/ext4/{os.path.basename(device)}/journal_task").read_text().strip()
         except OSError:
             return text
-        text += ", without a journal: every new file or folder walks past the inodes freed in the last minute" \
-            if task == "<none>" else ", with a journal"
+        text += (
+            ", without a journal: every new file or folder walks past the inodes freed in the last minute"
+            if task == "<none>"
+            else ", with a journal"
+        )
     return text
 
 
@@ -148,13 +199,23 @@ def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=1000, help="trivial jobs in the one merge (default 1000)")
-    parser.add_argument("--parallel", default="1,8", help="comma-separated --parallel values (1: sequential)")
-    parser.add_argument("--repeat", type=int, default=1, help="fresh gates per figure; the median is reported")
+    parser.add_argument(
+        "--jobs", type=int, default=1000, help="trivial jobs in the one merge (default 1000)"
+    )
+    parser.add_argument(
+        "--parallel", default="1,8", help="comma-separated --parallel values (1: sequential)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="fresh gates per figure; the median is reported"
+    )
     parser.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary files (their path is printed)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary files (their path is printed)"
+    )
     args = parser.parse_args(argv)
-    command = "python benchmarks/throughput.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python benchmarks/throughput.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
     tmp = Path(tempfile.mkdtemp(prefix="mergegate-bench-throughput-"))
     load = LoadWatch()
     rows = []
@@ -162,18 +223,32 @@ def main(argv: list[str] | None = None) -> int:
         isolate(tmp / "home")
         compiled = precompile()  # as an installed copy: no runner compiles mergegate from source
         key = tmp / "alice"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)],
+            check=True,
+        )
         for parallel in (int(p) for p in args.parallel.split(",")):
-            runs = [one_run(tmp, key, args.jobs, parallel, f"p{parallel}-{k}") for k in range(args.repeat)]
+            runs = [
+                one_run(tmp, key, args.jobs, parallel, f"p{parallel}-{k}")
+                for k in range(args.repeat)
+            ]
             load.sample()
             wall = statistics.median(r["wall"] for r in runs)
-            row = {"parallel": parallel, "wall": wall, "per_job_ms": 1000 * wall / args.jobs,
-                   "cpu_ms": 1000 * statistics.median(r["cpu"] for r in runs) / args.jobs,
-                   "flat": statistics.median(r["flat"] for r in runs), "pushes": runs[0]["pushes"],
-                   "load": os.getloadavg()[0]}
-            print(f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job ({row['cpu_ms']:.1f} ms of CPU), "
-                  f"last/first {row['flat']:.2f}, "
-                  f"{row['pushes']} audit commits, load {row['load']:.1f}", flush=True)
+            row = {
+                "parallel": parallel,
+                "wall": wall,
+                "per_job_ms": 1000 * wall / args.jobs,
+                "cpu_ms": 1000 * statistics.median(r["cpu"] for r in runs) / args.jobs,
+                "flat": statistics.median(r["flat"] for r in runs),
+                "pushes": runs[0]["pushes"],
+                "load": os.getloadavg()[0],
+            }
+            print(
+                f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job ({row['cpu_ms']:.1f} ms of CPU), "
+                f"last/first {row['flat']:.2f}, "
+                f"{row['pushes']} audit commits, load {row['load']:.1f}",
+                flush=True,
+            )
             rows.append(row)
         lines = [
             *header(command, load),
@@ -188,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "| runner | wall | per job | CPU per job | last/first | audit commits | load avg (1 min) |",
             "|---|---:|---:|---:|---:|---:|---:|",
-            *(f"| {'sequential' if r['parallel'] == 1 else '--parallel ' + str(r['parallel'])} | {r['wall']:.2f} s | "
-              f"{r['per_job_ms']:.1f} ms | {r['cpu_ms']:.1f} ms | {r['flat']:.2f} | {r['pushes']} | {r['load']:.1f} |"
-              for r in rows),
+            *(
+                f"| {'sequential' if r['parallel'] == 1 else '--parallel ' + str(r['parallel'])} | {r['wall']:.2f} s | "
+                f"{r['per_job_ms']:.1f} ms | {r['cpu_ms']:.1f} ms | {r['flat']:.2f} | {r['pushes']} | {r['load']:.1f} |"
+                for r in rows
+            ),
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)
     finally:

@@ -46,13 +46,16 @@ def _rewrite_tests(config: pytest.Config) -> None:
         return
     try:
         from _pytest.assertion import rewrite
+
         state = config.stash[rewrite.assertstate_key]
     except (ImportError, AttributeError, KeyError):
         return
     here = Path(__file__).parent
     for module in sorted([here / "conftest.py", *here.glob("test_*.py")]):
         cached = rewrite.get_cache_dir(module) / (module.name[:-3] + rewrite.PYC_TAIL)
-        if rewrite._read_pyc(module, cached, state.trace) is None and rewrite.try_makedirs(cached.parent):
+        if rewrite._read_pyc(module, cached, state.trace) is None and rewrite.try_makedirs(
+            cached.parent
+        ):
             source_hash, code = rewrite._rewrite_test(module, config)
             rewrite._write_pyc(state, code, source_hash, cached)
 
@@ -80,8 +83,16 @@ def _temporary_root_in_memory(config: pytest.Config) -> None:
         room = os.statvfs(_MEMORY_ROOT)
     except OSError:
         return
-    in_memory = any(line.split()[1:3] == [str(_MEMORY_ROOT), "tmpfs"] for line in mounts if len(line.split()) > 2)
-    if in_memory and os.access(_MEMORY_ROOT, os.W_OK | os.X_OK) and room.f_bavail * room.f_frsize >= _MEMORY_ROOM:
+    in_memory = any(
+        line.split()[1:3] == [str(_MEMORY_ROOT), "tmpfs"]
+        for line in mounts
+        if len(line.split()) > 2
+    )
+    if (
+        in_memory
+        and os.access(_MEMORY_ROOT, os.W_OK | os.X_OK)
+        and room.f_bavail * room.f_frsize >= _MEMORY_ROOM
+    ):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_MEMORY_ROOT)
 
 
@@ -128,15 +139,26 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _git_template
     # refs --all names already; git runs a `for-each-ref` there to list them again (one process
     # of the seven a push costs). `true` lists none: the same check, a far cheaper process. No
     # test uses real alternates.
-    gitconfig.write_text(f"[init]\n\tdefaultBranch = main\n\ttemplateDir = \"{_git_template}\"\n[advice]\n\tdetachedHead = false\n"
-                         "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n[receive]\n\tautogc = false\n"
-                         "[core]\n\talternateRefsCommand = true\n")
+    gitconfig.write_text(
+        f'[init]\n\tdefaultBranch = main\n\ttemplateDir = "{_git_template}"\n[advice]\n\tdetachedHead = false\n'
+        "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n[receive]\n\tautogc = false\n"
+        "[core]\n\talternateRefsCommand = true\n"
+    )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GNUPGHOME", str(home / ".gnupg"))
-    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-                "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "MERGEGATE_TRUST_ROOT", "SSH_AUTH_SOCK"):
+    for var in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "MERGEGATE_TRUST_ROOT",
+        "SSH_AUTH_SOCK",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 

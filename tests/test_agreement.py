@@ -24,21 +24,46 @@ class Case:
     author: str = "alice"
     sign: bool = False  # the proposal commit signed by its author
     approve_with: str | None = None  # carol's approval commit: "current", "stale" or "mallory"
-    build: Callable[[World, Path], None] | None = None  # extra work in the proposer's clone before the commit
-    expect: dict[str, bool] = field(default_factory=dict)  # path -> runs (a guard that the table means what it says)
+    build: Callable[[World, Path], None] | None = (
+        None  # extra work in the proposer's clone before the commit
+    )
+    expect: dict[str, bool] = field(
+        default_factory=dict
+    )  # path -> runs (a guard that the table means what it says)
     policy: str | None = None  # expected policy verdict: "adopted" or "rejected"
 
 
-def _policy(world: World, *, signed: bool = False, commands: list[dict[str, object]] | None = None) -> str:
-    extra: dict[str, object] = {"require_signed_proposals": True, "proposers": [world.alice.approver_entry()]} if signed else {}
-    approvers = [world.bob.approver_entry(), world.carol.approver_entry(), world.alice.approver_entry()]
+def _policy(
+    world: World, *, signed: bool = False, commands: list[dict[str, object]] | None = None
+) -> str:
+    extra: dict[str, object] = (
+        {"require_signed_proposals": True, "proposers": [world.alice.approver_entry()]}
+        if signed
+        else {}
+    )
+    approvers = [
+        world.bob.approver_entry(),
+        world.carol.approver_entry(),
+        world.alice.approver_entry(),
+    ]
     rules = [{"name": "prod", "labels": ["prod"], "approvals_required": 2}]
-    return policy_yaml(approvers, commands or [{"program": "echo"}, {"program": "cat"}], approval_rules=rules,
-                       policy_approvals_required=2, **extra)
+    return policy_yaml(
+        approvers,
+        commands or [{"program": "echo"}, {"program": "cat"}],
+        approval_rules=rules,
+        policy_approvals_required=2,
+        **extra,
+    )
 
 
 def _gitlink(world: World, clone: Path) -> None:
-    world.git(clone, "update-index", "--add", "--cacheinfo", f"160000,{world.git(clone, 'rev-parse', 'HEAD')},jobs/sub.yaml")
+    world.git(
+        clone,
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        f"160000,{world.git(clone, 'rev-parse', 'HEAD')},jobs/sub.yaml",
+    )
 
 
 def _symlink_job(world: World, clone: Path) -> None:
@@ -56,37 +81,121 @@ def _cases(world: World) -> list[Case]:
     prod = job_yaml("deploy", ["echo", "deploy"], labels=["prod"])
     return [
         Case("ok", {"jobs/ok.yaml": job_yaml("ok", ["echo", "ok"])}, expect={"jobs/ok.yaml": True}),
-        Case("denied", {"jobs/rm.yaml": job_yaml("rm", ["rm", "-rf", "/tmp/x"])}, expect={"jobs/rm.yaml": False}),
+        Case(
+            "denied",
+            {"jobs/rm.yaml": job_yaml("rm", ["rm", "-rf", "/tmp/x"])},
+            expect={"jobs/rm.yaml": False},
+        ),
         Case("no-command", {"jobs/bad.yaml": "id: bad\n"}, expect={"jobs/bad.yaml": False}),
-        Case("wrong-id", {"jobs/name.yaml": job_yaml("other", ["echo"])}, expect={"jobs/name.yaml": False}),
-        Case("self-approval", {"jobs/mine.yaml": job_yaml("mine", ["echo"])}, author="bob", expect={"jobs/mine.yaml": False}),
+        Case(
+            "wrong-id",
+            {"jobs/name.yaml": job_yaml("other", ["echo"])},
+            expect={"jobs/name.yaml": False},
+        ),
+        Case(
+            "self-approval",
+            {"jobs/mine.yaml": job_yaml("mine", ["echo"])},
+            author="bob",
+            expect={"jobs/mine.yaml": False},
+        ),
         Case("prod-one", {"jobs/p1/deploy.yaml": prod}, expect={"jobs/p1/deploy.yaml": False}),
-        Case("prod-two", {"jobs/p2/deploy2.yaml": job_yaml("deploy2", ["echo"], labels=["prod"])}, approve_with="current",
-             expect={"jobs/p2/deploy2.yaml": True}),
-        Case("stale", {"jobs/p3/deploy3.yaml": job_yaml("deploy3", ["echo"], labels=["prod"])}, approve_with="stale",
-             expect={"jobs/p3/deploy3.yaml": False}),
-        Case("unknown-key", {"jobs/p4/deploy4.yaml": job_yaml("deploy4", ["echo"], labels=["prod"])}, approve_with="mallory",
-             expect={"jobs/p4/deploy4.yaml": False}),
-        Case("deep-yaml", {"jobs/deep.yaml": "id: deep\ncommand: [echo]\ndescription: " + "[" * 3000 + "]" * 3000 + "\n"},
-             expect={"jobs/deep.yaml": False}),
+        Case(
+            "prod-two",
+            {"jobs/p2/deploy2.yaml": job_yaml("deploy2", ["echo"], labels=["prod"])},
+            approve_with="current",
+            expect={"jobs/p2/deploy2.yaml": True},
+        ),
+        Case(
+            "stale",
+            {"jobs/p3/deploy3.yaml": job_yaml("deploy3", ["echo"], labels=["prod"])},
+            approve_with="stale",
+            expect={"jobs/p3/deploy3.yaml": False},
+        ),
+        Case(
+            "unknown-key",
+            {"jobs/p4/deploy4.yaml": job_yaml("deploy4", ["echo"], labels=["prod"])},
+            approve_with="mallory",
+            expect={"jobs/p4/deploy4.yaml": False},
+        ),
+        Case(
+            "deep-yaml",
+            {
+                "jobs/deep.yaml": "id: deep\ncommand: [echo]\ndescription: "
+                + "[" * 3000
+                + "]" * 3000
+                + "\n"
+            },
+            expect={"jobs/deep.yaml": False},
+        ),
         Case("gitlink", build=_gitlink, expect={"jobs/sub.yaml": False}),
         Case("symlink-job", build=_symlink_job, expect={"jobs/link.yaml": False}),
-        Case("forbidden-env", {"jobs/env.yaml": job_yaml("env", ["echo"], env={"LD_PRELOAD": "x"})}, expect={"jobs/env.yaml": False}),
-        Case("timeout", {"jobs/slow.yaml": job_yaml("slow", ["echo"], timeout_seconds=100000)}, expect={"jobs/slow.yaml": False}),
-        Case("duplicate-id", {"jobs/a/dup.yaml": job_yaml("dup", ["echo"]), "jobs/b/dup.yaml": job_yaml("dup", ["echo"])},
-             expect={"jobs/a/dup.yaml": False, "jobs/b/dup.yaml": False}),
-        Case("policy-invalid", {"policy/policy.yaml": "version: 1\ncomands: []\n"}, policy="rejected"),
-        Case("policy-no-quorum", {"policy/policy.yaml": _policy(world, commands=[{"program": "echo"}, {"program": "sh"}]),
-                                  "jobs/with-policy.yaml": job_yaml("with-policy", ["echo"])},
-             policy="rejected", expect={"jobs/with-policy.yaml": False}),
-        Case("policy-adopted", {"policy/policy.yaml": _policy(world, signed=True), "jobs/after.yaml": job_yaml("after", ["echo"])},
-             approve_with="current", policy="adopted", expect={"jobs/after.yaml": True}),
-        Case("unsigned-proposal", {"jobs/unsigned.yaml": job_yaml("unsigned", ["echo"])}, expect={"jobs/unsigned.yaml": False}),
-        Case("signed-proposal", {"jobs/signed.yaml": job_yaml("signed", ["echo"])}, sign=True, expect={"jobs/signed.yaml": True}),
-        Case("stray-id", {"jobs/stray.yaml": job_yaml("stray", ["echo"])}, sign=True, expect={"jobs/stray.yaml": True}),
+        Case(
+            "forbidden-env",
+            {"jobs/env.yaml": job_yaml("env", ["echo"], env={"LD_PRELOAD": "x"})},
+            expect={"jobs/env.yaml": False},
+        ),
+        Case(
+            "timeout",
+            {"jobs/slow.yaml": job_yaml("slow", ["echo"], timeout_seconds=100000)},
+            expect={"jobs/slow.yaml": False},
+        ),
+        Case(
+            "duplicate-id",
+            {
+                "jobs/a/dup.yaml": job_yaml("dup", ["echo"]),
+                "jobs/b/dup.yaml": job_yaml("dup", ["echo"]),
+            },
+            expect={"jobs/a/dup.yaml": False, "jobs/b/dup.yaml": False},
+        ),
+        Case(
+            "policy-invalid", {"policy/policy.yaml": "version: 1\ncomands: []\n"}, policy="rejected"
+        ),
+        Case(
+            "policy-no-quorum",
+            {
+                "policy/policy.yaml": _policy(
+                    world, commands=[{"program": "echo"}, {"program": "sh"}]
+                ),
+                "jobs/with-policy.yaml": job_yaml("with-policy", ["echo"]),
+            },
+            policy="rejected",
+            expect={"jobs/with-policy.yaml": False},
+        ),
+        Case(
+            "policy-adopted",
+            {
+                "policy/policy.yaml": _policy(world, signed=True),
+                "jobs/after.yaml": job_yaml("after", ["echo"]),
+            },
+            approve_with="current",
+            policy="adopted",
+            expect={"jobs/after.yaml": True},
+        ),
+        Case(
+            "unsigned-proposal",
+            {"jobs/unsigned.yaml": job_yaml("unsigned", ["echo"])},
+            expect={"jobs/unsigned.yaml": False},
+        ),
+        Case(
+            "signed-proposal",
+            {"jobs/signed.yaml": job_yaml("signed", ["echo"])},
+            sign=True,
+            expect={"jobs/signed.yaml": True},
+        ),
+        Case(
+            "stray-id",
+            {"jobs/stray.yaml": job_yaml("stray", ["echo"])},
+            sign=True,
+            expect={"jobs/stray.yaml": True},
+        ),
         # Last: the symlink stays in the tree and refuses every later job.
-        Case("symlink-escape", {"jobs/cat.yaml": job_yaml("cat", ["cat", "data"])}, sign=True, build=_escape,
-             expect={"jobs/cat.yaml": False}),
+        Case(
+            "symlink-escape",
+            {"jobs/cat.yaml": job_yaml("cat", ["cat", "data"])},
+            sign=True,
+            build=_escape,
+            expect={"jobs/cat.yaml": False},
+        ),
     ]
 
 
@@ -99,8 +208,16 @@ def _propose(world: World, case: Case) -> str:
     world.git(where, "add", "-A")
     if case.build is not None:
         case.build(world, world.clone(where))
-    world.git(where, "commit", "-q", "-m", case.name, *(["-S"] if case.sign else []), who=person,
-              sign=person.key if case.sign else None)
+    world.git(
+        where,
+        "commit",
+        "-q",
+        "-m",
+        case.name,
+        *(["-S"] if case.sign else []),
+        who=person,
+        sign=person.key if case.sign else None,
+    )
     world.git(where, "push", "-q", "-f", "origin", case.name)
     if case.approve_with is not None:
         trailers = [(p, world.blob(case.name, p)) for p in case.files]
@@ -125,14 +242,24 @@ def test_check_and_the_runner_reach_the_same_verdict(world: World) -> None:
     assert len(cases) >= 20
     for case in cases:
         head = _propose(world, case)
-        report = check(repo_path=checker, ref=f"origin/{case.name}", base="approved", remote="origin", fetch=True, merger="bob")
+        report = check(
+            repo_path=checker,
+            ref=f"origin/{case.name}",
+            base="approved",
+            remote="origin",
+            fetch=True,
+            merger="bob",
+        )
         assert report.assessment is not None
         predicted = {d.path: (d.runnable, d.reason) for d in report.assessment.decisions}
         assert head
         verdict = report.assessment.policy_verdict
         merge = world.signed_merge(case.name, world.bob)
         result = world.run_once()
-        ran = {str(j["path"]): (j["status"] in ("succeeded", "failed"), str(j["reason"] or "")) for j in result.json()["jobs"]}
+        ran = {
+            str(j["path"]): (j["status"] in ("succeeded", "failed"), str(j["reason"] or ""))
+            for j in result.json()["jobs"]
+        }
         for path, (runnable, reason) in predicted.items():
             runner_runs, runner_reason = ran[path]
             assert runnable == runner_runs, (case.name, path, reason, runner_reason)
@@ -142,7 +269,12 @@ def test_check_and_the_runner_reach_the_same_verdict(world: World) -> None:
         assert {p: r for p, (r, _) in predicted.items()} == case.expect, (case.name, predicted)
         changes = result.json()["policy_changes"]
         if case.policy is not None:
-            assert verdict is not None and [c["status"] for c in changes] == [case.policy], case.name
-            assert ("adopted" if verdict.adopted else "rejected") == case.policy, (case.name, verdict.reason)
+            assert verdict is not None and [c["status"] for c in changes] == [case.policy], (
+                case.name
+            )
+            assert ("adopted" if verdict.adopted else "rejected") == case.policy, (
+                case.name,
+                verdict.reason,
+            )
         else:
             assert changes == [] and verdict is None, case.name

@@ -18,7 +18,23 @@ def _repo(tmp_path: Path) -> Repo:
     path = tmp_path / "gate"
     subprocess.run(["git", "init", "-q", str(path)], check=True)
     # As the audit branch: its tree holds audit/ and nothing else (here, at first, nothing at all).
-    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "--allow-empty", "-m", "root"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(path),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "root",
+        ],
+        check=True,
+    )
     return Repo(path)
 
 
@@ -26,16 +42,23 @@ def _append(repo: Repo, tip: str, drafts: list[dict[str, object]]) -> str:
     tail = audit.read_tail(repo, tip)
     records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
     files = audit.append(repo, tip, tail, records)
-    return repo.write_commit(parent=tip, files=files, message="audit\n", author=("t", "t@x"), signing=None)
+    return repo.write_commit(
+        parent=tip, files=files, message="audit\n", author=("t", "t@x"), signing=None
+    )
 
 
-def test_rotation_keeps_one_chain_across_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rotation_keeps_one_chain_across_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 3)
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None
     for batch in range(4):
-        drafts = [audit.draft("rejected", runner="r", path=f"jobs/{batch}-{i}.yaml", reason="x") for i in range(2)]
+        drafts = [
+            audit.draft("rejected", runner="r", path=f"jobs/{batch}-{i}.yaml", reason="x")
+            for i in range(2)
+        ]
         tip = _append(repo, tip, drafts)
     tip = _append(repo, tip, [audit.draft("scanned", runner="r", commit=tip)])
     names = [p for p, _ in audit.log_files(repo, tip)]
@@ -47,13 +70,17 @@ def test_rotation_keeps_one_chain_across_files(tmp_path: Path, monkeypatch: pyte
     assert tail.since_scanned == ()
 
 
-def test_tail_reads_back_past_a_fresh_file_to_the_last_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tail_reads_back_past_a_fresh_file_to_the_last_scanned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None
     tip = _append(repo, tip, [audit.draft("scanned", runner="r", commit=tip)])
-    tip = _append(repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(3)])
+    tip = _append(
+        repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(3)]
+    )
     tail = audit.read_tail(repo, tip)
     assert tail.scanned is not None and tail.scanned.seq == 1
     assert [r.seq for r in tail.since_scanned] == [2, 3, 4]
@@ -69,7 +96,9 @@ def test_hash_is_the_documented_one(tmp_path: Path) -> None:
     body = {k: v for k, v in record.items() if k != "hash"}
     import hashlib
 
-    expected = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    expected = hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    ).hexdigest()
     assert record["hash"] == expected
     assert record["prev"] == "0" * 64 and record["seq"] == 1
 
@@ -78,7 +107,13 @@ def test_a_gap_in_file_numbers_is_tampering(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None
-    tip = repo.write_commit(parent=tip, files={"audit/log-000002.jsonl": b"{}\n"}, message="x\n", author=("t", "t@x"), signing=None)
+    tip = repo.write_commit(
+        parent=tip,
+        files={"audit/log-000002.jsonl": b"{}\n"},
+        message="x\n",
+        author=("t", "t@x"),
+        signing=None,
+    )
     with pytest.raises(IntegrityError, match="not numbered"):
         audit.log_files(repo, tip)
 
@@ -86,7 +121,9 @@ def test_a_gap_in_file_numbers_is_tampering(tmp_path: Path) -> None:
 def test_a_file_beside_audit_is_tampering(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     tip = _append(repo, repo.rev("HEAD"), [audit.draft("scanned", runner="r")])
-    tip = repo.write_commit(parent=tip, files={"README": b"x\n"}, message="x\n", author=("t", "t@x"), signing=None)
+    tip = repo.write_commit(
+        parent=tip, files={"README": b"x\n"}, message="x\n", author=("t", "t@x"), signing=None
+    )
     with pytest.raises(IntegrityError, match="unexpected file README on the audit branch"):
         audit.read_tail(repo, tip)
 
@@ -96,35 +133,52 @@ def test_the_unapproved_map_is_kept_by_reference_and_checked_on_reading(tmp_path
     files = {f"vendor/{i}.txt": "c" * 40 for i in range(2000)}
     fields, held = audit.unapproved_fields(files)
     assert held is not None and fields == {"unapproved_count": 2000, "unapproved_file": held.sha256}
-    assert audit.unapproved_fields(dict(reversed(files.items())))[1] == held  # canonical: one map, one file
+    assert (
+        audit.unapproved_fields(dict(reversed(files.items())))[1] == held
+    )  # canonical: one map, one file
     tip = _append(repo, repo.rev("HEAD"), [audit.draft("scanned", runner="r", **fields)])
-    tip = repo.write_commit(parent=tip, files={held.path: held.data}, message="x\n", author=("t", "t@x"), signing=None)
+    tip = repo.write_commit(
+        parent=tip, files={held.path: held.data}, message="x\n", author=("t", "t@x"), signing=None
+    )
     tail = audit.read_tail(repo, tip)
     assert tail.scanned is not None and len(tail.scanned.line()) < 4096
     assert audit.read_unapproved(repo, tip, tail.scanned) == files
-    edited = repo.write_commit(parent=tip, files={held.path: held.data.replace(b"vendor/1.txt", b"vendor/X.txt")}, message="x\n",
-                               author=("t", "t@x"), signing=None)
+    edited = repo.write_commit(
+        parent=tip,
+        files={held.path: held.data.replace(b"vendor/1.txt", b"vendor/X.txt")},
+        message="x\n",
+        author=("t", "t@x"),
+        signing=None,
+    )
     with pytest.raises(IntegrityError, match="does not hash to its name"):
         audit.read_unapproved(repo, edited, tail.scanned)
     with pytest.raises(IntegrityError, match="which is not on the audit branch"):
         audit.read_unapproved(repo, repo.rev("HEAD"), tail.scanned)
 
 
-def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_whole_log_is_streamed_one_file_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """audit verify never holds the whole log: records come file by file, each file's links checked first."""
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None
-    tip = _append(repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(5)])
+    tip = _append(
+        repo, tip, [audit.draft("rejected", runner="r", path=f"jobs/{i}.yaml") for i in range(5)]
+    )
     # Edit the record in the last file (seq 5): its hash no longer matches.
     path, blob = audit.log_files(repo, tip)[-1]
     edited = repo.blob(blob).replace(b'"jobs/4.yaml"', b'"jobs/9.yaml"')
-    tip = repo.write_commit(parent=tip, files={path: edited}, message="edit\n", author=("t", "t@x"), signing=None)
+    tip = repo.write_commit(
+        parent=tip, files={path: edited}, message="edit\n", author=("t", "t@x"), signing=None
+    )
     blobs_read: list[int] = []
     reads = repo.blobs
 
-    def counted(shas: list[str]) -> Iterator[bytes]:  # the files handed over so far (git reads one ahead)
+    def counted(
+        shas: list[str],
+    ) -> Iterator[bytes]:  # the files handed over so far (git reads one ahead)
         for data in reads(shas):
             blobs_read.append(len(data))
             yield data
@@ -143,7 +197,9 @@ def test_the_whole_log_is_streamed_one_file_at_a_time(tmp_path: Path, monkeypatc
         audit.read_all(repo, tip)
 
 
-def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scanned(tmp_path: Path) -> None:
+def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scanned(
+    tmp_path: Path,
+) -> None:
     """In a fresh clone: few commits, whatever the history's length (audit verify checks them all)."""
     from mergegate.facts.audit_commits import unchecked
 
@@ -152,12 +208,25 @@ def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scann
     old = []
     for n in range(5):  # five complete passes: a claim, then its result and `scanned`
         tip = _append(repo, tip, [audit.draft("started", runner="r", path=f"jobs/{n}.yaml")])
-        tip = _append(repo, tip, [audit.draft("finished", runner="r", path=f"jobs/{n}.yaml"), audit.draft("scanned", runner="r")])
+        tip = _append(
+            repo,
+            tip,
+            [
+                audit.draft("finished", runner="r", path=f"jobs/{n}.yaml"),
+                audit.draft("scanned", runner="r"),
+            ],
+        )
         old.append(tip)
-    claim = _append(repo, tip, [audit.draft("started", runner="r", path="jobs/x.yaml")])  # a pass that stopped midway
+    claim = _append(
+        repo, tip, [audit.draft("started", runner="r", path="jobs/x.yaml")]
+    )  # a pass that stopped midway
     assert unchecked(repo, claim, seen=None, tail=audit.read_tail(repo, claim)) == [old[-1], claim]
     assert unchecked(repo, old[-1], seen=None, tail=audit.read_tail(repo, old[-1])) == [old[-1]]
-    assert unchecked(repo, claim, seen=old[-2], tail=audit.read_tail(repo, claim)) == [repo.commit(old[-1]).parents[0], old[-1], claim]
+    assert unchecked(repo, claim, seen=old[-2], tail=audit.read_tail(repo, claim)) == [
+        repo.commit(old[-1]).parents[0],
+        old[-1],
+        claim,
+    ]
     assert unchecked(repo, claim, seen=claim, tail=audit.read_tail(repo, claim)) == []
 
 
@@ -173,12 +242,41 @@ def _slow(data: bytes, prev_seq: int, prev_hash: str) -> list[audit.Record] | st
 
 def _canonical_file() -> bytes:
     drafts: list[dict[str, object]] = [
-        audit.draft("started", runner="r", job="j", path="jobs/j.yaml", blob="b" * 40, commit="c" * 40, run_id="1",
-                    approvers=["bob", "carol"], attempt=1),
-        audit.draft("finished", runner="r", job="j", path="jobs/j.yaml", blob="b" * 40, commit="c" * 40, run_id="1",
-                    status="succeeded", stdout_tail='a "quoted" tab\t, nul \x00, é, \u2028 and \\', exit_code=0,
-                    duration_ms=3, signal=None, nested={"k": [1, None, True]}, ratio=0.25),
-        audit.draft("scanned", runner="r", commit="c" * 40, start=None, unapproved_count=0, unapproved_file=None),
+        audit.draft(
+            "started",
+            runner="r",
+            job="j",
+            path="jobs/j.yaml",
+            blob="b" * 40,
+            commit="c" * 40,
+            run_id="1",
+            approvers=["bob", "carol"],
+            attempt=1,
+        ),
+        audit.draft(
+            "finished",
+            runner="r",
+            job="j",
+            path="jobs/j.yaml",
+            blob="b" * 40,
+            commit="c" * 40,
+            run_id="1",
+            status="succeeded",
+            stdout_tail='a "quoted" tab\t, nul \x00, é, \u2028 and \\',
+            exit_code=0,
+            duration_ms=3,
+            signal=None,
+            nested={"k": [1, None, True]},
+            ratio=0.25,
+        ),
+        audit.draft(
+            "scanned",
+            runner="r",
+            commit="c" * 40,
+            start=None,
+            unapproved_count=0,
+            unapproved_file=None,
+        ),
     ]
     return b"".join(r.line() for r in audit.seal(drafts, after_seq=4, after_hash="e" * 64))
 
@@ -201,35 +299,71 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
     good = _canonical_file()
     lines = good.splitlines()
     corpus = [good]
-    for i in range(len(good)):  # every byte flipped to a few neighbours: edits, broken JSON, bad UTF-8
+    for i in range(
+        len(good)
+    ):  # every byte flipped to a few neighbours: edits, broken JSON, bad UTF-8
         for b in {good[i] ^ 1, good[i] ^ 0x20, 0x22, 0x5C, 0x0A, 0xFF}:
-            corpus.append(good[:i] + bytes([b]) + good[i + 1:])
+            corpus.append(good[:i] + bytes([b]) + good[i + 1 :])
     spellings = [
         lambda v: json.dumps(v, sort_keys=True).encode(),  # spaces after separators
         lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode(),  # ASCII escapes
-        lambda v: json.dumps(dict(reversed(list(v.items()))), separators=(",", ":"), ensure_ascii=False).encode(),  # order
-        lambda v: b" " + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b" ",
-        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b'"seq":', b'"seq":0,"seq":'),
-        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b"0.25", b"2.5e-1"),
-        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode().replace(b"\\t", b"\\u0009"),
-        lambda v: b"\xef\xbb\xbf" + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
+        lambda v: json.dumps(
+            dict(reversed(list(v.items()))), separators=(",", ":"), ensure_ascii=False
+        ).encode(),  # order
+        lambda v: (
+            b" "
+            + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            + b" "
+        ),
+        lambda v: (
+            json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            .encode()
+            .replace(b'"seq":', b'"seq":0,"seq":')
+        ),
+        lambda v: (
+            json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            .encode()
+            .replace(b"0.25", b"2.5e-1")
+        ),
+        lambda v: (
+            json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            .encode()
+            .replace(b"\\t", b"\\u0009")
+        ),
+        lambda v: (
+            b"\xef\xbb\xbf"
+            + json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ),
     ]
     others = [_resealed(lines, spelling) for spelling in spellings]
-    corpus += [*others, good.replace(b"\n", b"\r\n"), good[:-1], b"", good + b"\n", good.replace(b'"seq":5', b'"seq":true')]
+    corpus += [
+        *others,
+        good.replace(b"\n", b"\r\n"),
+        good[:-1],
+        b"",
+        good + b"\n",
+        good.replace(b'"seq":5', b'"seq":true'),
+    ]
     for data in corpus:
         reference = _slow(data, 4, "e" * 64)
         fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
         if fast is not None:
-            assert data == good, data  # no edit of the canonical file gets through, whatever the reference says
+            assert data == good, (
+                data
+            )  # no edit of the canonical file gets through, whatever the reference says
             assert not isinstance(reference, str)
             assert [r.fields for r in fast] == [r.fields for r in reference]
     assert audit._checked_fast(good, prev_seq=4, prev_hash="e" * 64) is not None
-    assert audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None  # the link to the file before
+    assert (
+        audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None
+    )  # the link to the file before
     assert audit._checked_fast(good, prev_seq=4, prev_hash="f" * 64) is None
     # Other spellings with right hashes (the BOM and duplicate-key ones aside) the reference accepts:
     # the fast path hands them over, and iter_all reads them the reference way.
     accepted = [data for data in others if not isinstance(_slow(data, 4, "e" * 64), str)]
-    assert len(accepted) >= 5 and all(audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted)
+    assert len(accepted) >= 5 and all(
+        audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted
+    )
 
 
 def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
@@ -252,22 +386,46 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
     hashed over their own bytes so that only the canonical test stands between them and acceptance."""
     orjson = pytest.importorskip("orjson")
     good = _canonical_file()
-    assert audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None  # the stage is reached
+    assert (
+        audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+    )  # the stage is reached
 
-    def sorted_orjson(value: object) -> bytes:  # json's spelling for what orjson cannot write (integers past 64 bits)
+    def sorted_orjson(
+        value: object,
+    ) -> bytes:  # json's spelling for what orjson cannot write (integers past 64 bits)
         try:
             return bytes(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
         except TypeError:
-            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode()
 
     base = [json.loads(line) for line in good.splitlines()]
-    traps = [1.5e-05, 1e-07, 0.0001, 1e16, 1.5e300, 5.0, -0.0, 0.25, 10**30, -(2**63), 2**64 - 1, "\u2028\x7f\x1f"]
+    traps = [
+        1.5e-05,
+        1e-07,
+        0.0001,
+        1e16,
+        1.5e300,
+        5.0,
+        -0.0,
+        0.25,
+        10**30,
+        -(2**63),
+        2**64 - 1,
+        "\u2028\x7f\x1f",
+    ]
     corpus = []
     for trap in traps:
         values = [{**v, "trap": trap} for v in base]
-        corpus += [_own_hashed(values, sorted_orjson), _resealed(good.splitlines(), lambda v, t=trap: sorted_orjson({**v, "trap": t}))]
-    for i in range(0, len(good), 7):  # single-byte edits, as above (a sample: the test above has them all)
-        corpus.append(good[:i] + bytes([good[i] ^ 0x20]) + good[i + 1:])
+        corpus += [
+            _own_hashed(values, sorted_orjson),
+            _resealed(good.splitlines(), lambda v, t=trap: sorted_orjson({**v, "trap": t})),
+        ]
+    for i in range(
+        0, len(good), 7
+    ):  # single-byte edits, as above (a sample: the test above has them all)
+        corpus.append(good[:i] + bytes([good[i] ^ 0x20]) + good[i + 1 :])
     reached = 0
     for data in corpus:
         lines = data.split(b"\n")[:-1]
@@ -277,13 +435,20 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
                 continue
             reached += stage is audit._canonical_values_orjson
             expected = [json.loads(line) for line in lines]
-            assert values == expected and [type(v) for v in _leaves(values)] == [type(v) for v in _leaves(expected)]
-            assert all(json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == line
-                       for v, line in zip(expected, lines, strict=True)), data
+            assert values == expected and [type(v) for v in _leaves(values)] == [
+                type(v) for v in _leaves(expected)
+            ]
+            assert all(
+                json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+                == line
+                for v, line in zip(expected, lines, strict=True)
+            ), data
         fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
         reference = _slow(data, 4, "e" * 64)
         if fast is not None:
-            assert not isinstance(reference, str) and [r.fields for r in fast] == [r.fields for r in reference]
+            assert not isinstance(reference, str) and [r.fields for r in fast] == [
+                r.fields for r in reference
+            ]
     assert reached >= 8  # the canonical traps (5.0, 0.25, integers, the string) go through orjson
     # The forged small float in orjson's spelling: orjson alone would take it; the screen hands it to json, which refuses.
     forged = _own_hashed([{**v, "trap": 1.5e-05} for v in base], sorted_orjson)
@@ -310,13 +475,20 @@ def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it()
     every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
     assert orjson.dumps(every) == json.dumps(every, ensure_ascii=False).encode()
     assert orjson.loads(json.dumps(every, ensure_ascii=False).encode()) == every
-    keys = {chr(c): 0 for c in (0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x10FFFF, 0x61, 0x41, 0x20, 0xE9)}
-    assert orjson.dumps(keys, option=orjson.OPT_SORT_KEYS) == json.dumps(keys, sort_keys=True, separators=(",", ":"),
-                                                                          ensure_ascii=False).encode()
+    keys = {
+        chr(c): 0
+        for c in (0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x10FFFF, 0x61, 0x41, 0x20, 0xE9)
+    }
+    assert (
+        orjson.dumps(keys, option=orjson.OPT_SORT_KEYS)
+        == json.dumps(keys, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    )
     rng = random.Random(12)
     floats = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20000)]
     floats += [m * 10.0**e for e in range(-20, 22) for m in (1.0, 1.5, 9.999999, 123456.789, -2.5)]
-    floats += [rng.uniform(-1e6, 1e6) for _ in range(5000)] + [round(rng.uniform(-1e4, 1e4), rng.randint(0, 9)) for _ in range(5000)]
+    floats += [rng.uniform(-1e6, 1e6) for _ in range(5000)] + [
+        round(rng.uniform(-1e4, 1e4), rng.randint(0, 9)) for _ in range(5000)
+    ]
     checked = 0
     for x in floats:
         if x != x or x in (float("inf"), float("-inf")):
@@ -333,16 +505,30 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
     """`_holds_float_forms` sends a file to json's reading for any float orjson may spell unlike repr()
     (the test above holds orjson to that), but not for text that merely holds `e-` (`one-time`)."""
     for spelled in (b"1e-7", b"-1.5e-07", b"1e+16", b"2.5E+300".lower(), b"0.000015", b"-0.00001"):
-        assert audit._holds_float_forms(b'{"x":' + spelled + b'}') and audit._holds_float_forms(spelled), spelled
-    for text in (b'{"rule":"one-time","a":"make-release e+ c++","t":0.001,"n":1e3}', b"e-", b"", b"0.000"):
+        assert audit._holds_float_forms(b'{"x":' + spelled + b"}") and audit._holds_float_forms(
+            spelled
+        ), spelled
+    for text in (
+        b'{"rule":"one-time","a":"make-release e+ c++","t":0.001,"n":1e3}',
+        b"e-",
+        b"",
+        b"0.000",
+    ):
         assert not audit._holds_float_forms(text), text
     # A canonical file whose text holds `e-` goes through orjson; a forged 1e-07 next to that text does not.
     good = _canonical_file().replace(b"jobs/j.yaml", b"jobs/one-time.yaml")
-    good = _resealed(good.splitlines(), lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
-    assert b"e-" in good and audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+    good = _resealed(
+        good.splitlines(),
+        lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
+    )
+    assert (
+        b"e-" in good and audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+    )
     orjson = pytest.importorskip("orjson")
-    forged = _own_hashed([{**json.loads(line), "trap": 1e-07} for line in good.splitlines()],
-                         lambda v: bytes(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)))
+    forged = _own_hashed(
+        [{**json.loads(line), "trap": 1e-07} for line in good.splitlines()],
+        lambda v: bytes(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)),
+    )
     assert b'"trap":1e-7' in forged and isinstance(_slow(forged, 4, "e" * 64), str)
     assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
 
@@ -350,7 +536,9 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
 # -- audit verify on every core (audit_chain) ----------------------------------------
 
 
-def _many_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int = 11) -> tuple[Repo, str]:
+def _many_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int = 11
+) -> tuple[Repo, str]:
     """A log of `files` files of 2 records (a `finished` with a run id in each), in one commit."""
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
     repo = _repo(tmp_path)
@@ -358,25 +546,43 @@ def _many_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int = 11
     assert tip is not None
     drafts: list[dict[str, object]] = []
     for i in range(files):
-        drafts += [audit.draft("started", runner="r", path=f"jobs/{i}.yaml", run_id=f"run-{i}"),
-                   audit.draft("finished", runner="r", path=f"jobs/{i}.yaml", run_id=f"run-{i}", exit_code=0, ratio=0.5)]
+        drafts += [
+            audit.draft("started", runner="r", path=f"jobs/{i}.yaml", run_id=f"run-{i}"),
+            audit.draft(
+                "finished",
+                runner="r",
+                path=f"jobs/{i}.yaml",
+                run_id=f"run-{i}",
+                exit_code=0,
+                ratio=0.5,
+            ),
+        ]
     return repo, _append(repo, tip, drafts)
 
 
 def _replaced(repo: Repo, tip: str, number: int, data: bytes) -> str:
     path = f"audit/log-{number:06d}.jsonl"
-    return repo.write_commit(parent=tip, files={path: data}, message="tamper\n", author=("t", "t@x"), signing=None)
+    return repo.write_commit(
+        parent=tip, files={path: data}, message="tamper\n", author=("t", "t@x"), signing=None
+    )
 
 
 def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_hash: str) -> bytes:
     """Log file `number`'s records sealed again after (after_seq, after_hash): right in itself, wrong as a link."""
     data = repo.read_file(tip, f"audit/log-{number:06d}.jsonl")
     assert data is not None
-    drafts = [{k: v for k, v in json.loads(line).items() if k not in ("seq", "prev", "hash")} for line in data.splitlines()]
-    return b"".join(r.line() for r in audit.seal(drafts, after_seq=after_seq, after_hash=after_hash))
+    drafts = [
+        {k: v for k, v in json.loads(line).items() if k not in ("seq", "prev", "hash")}
+        for line in data.splitlines()
+    ]
+    return b"".join(
+        r.line() for r in audit.seal(drafts, after_seq=after_seq, after_hash=after_hash)
+    )
 
 
-def _outcome(repo: Repo, tip: str, workers: int) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
+def _outcome(
+    repo: Repo, tip: str, workers: int
+) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
     """What each file yields (and what audit verify keeps of the chain), or the error, with `workers` workers."""
     from mergegate.audit import chain as audit_chain
     from mergegate.operations import audit_verify as audit_check
@@ -384,20 +590,29 @@ def _outcome(repo: Repo, tip: str, workers: int) -> list[tuple[str, str, int, in
     try:
         with audit_chain.ChainCheck(repo, tip, audit_check._facts, workers=workers) as reading:
             kept = audit_check.read_chain(reading)
-        return [(c.path, c.blob, c.records, c.first_seq, c.summary)
-                for c in audit_chain.check_chain(repo, tip, audit_check._facts, workers=workers)] + [
-            ("kept", str(kept.verified), kept.records, kept.files, [r.fields for r in kept.naming])]
+        return [
+            (c.path, c.blob, c.records, c.first_seq, c.summary)
+            for c in audit_chain.check_chain(repo, tip, audit_check._facts, workers=workers)
+        ] + [
+            ("kept", str(kept.verified), kept.records, kept.files, [r.fields for r in kept.naming])
+        ]
     except Exception as exc:  # (compared across worker counts, whatever it is)
         return type(exc).__name__, str(exc), getattr(exc, "file", None), getattr(exc, "line", None)
 
 
-def test_the_chain_checked_in_workers_is_the_chain_checked_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_chain_checked_in_workers_is_the_chain_checked_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """check_chain in 2 or 3 forked workers yields what the serial reading yields (files, counts, first seqs,
     the facts audit verify keeps), and proves canonical files in the workers (the reference reading, here,
     is never needed for them)."""
     repo, tip = _many_files(tmp_path, monkeypatch)
     serial = _outcome(repo, tip, 1)
-    assert isinstance(serial, list) and len(serial) == 12 and [c[3] for c in serial[:-1]] == list(range(1, 23, 2))
+    assert (
+        isinstance(serial, list)
+        and len(serial) == 12
+        and [c[3] for c in serial[:-1]] == list(range(1, 23, 2))
+    )
     assert serial[4][4].finished == [("run-4", 10)]  # type: ignore[attr-defined]
 
     def no_reference(data: bytes, path: str) -> list[audit.Record]:
@@ -407,10 +622,13 @@ def test_the_chain_checked_in_workers_is_the_chain_checked_here(tmp_path: Path, 
     assert _outcome(repo, tip, 2) == serial and _outcome(repo, tip, 3) == serial
 
 
-@pytest.mark.parametrize("number", [5, 6])  # a file of either worker's share (2 workers), linked to the other's
+@pytest.mark.parametrize(
+    "number", [5, 6]
+)  # a file of either worker's share (2 workers), linked to the other's
 @pytest.mark.parametrize("tamper", ["prev", "seq", "edit", "two finished"])
 def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_names_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, tamper: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, tamper: str
+) -> None:
     """Files checked by different workers: a file right in itself but not linked to the one before (its prev
     or its seq), an edited record, and a run finished twice across files are the same error, file and line,
     with 1, 2 or 3 workers."""
@@ -421,29 +639,64 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
     if tamper == "prev":
         data = _resealed_file(repo, tip, number, after_seq=before.seq, after_hash="f" * 64)
     elif tamper == "seq":
-        data = _resealed_file(repo, tip, number, after_seq=before.seq + 1, after_hash=before["hash"])
+        data = _resealed_file(
+            repo, tip, number, after_seq=before.seq + 1, after_hash=before["hash"]
+        )
     elif tamper == "edit":
         data = data.replace(b'"exit_code":0', b'"exit_code":1')
     if tamper != "two finished":
         bad = _replaced(repo, tip, number, data)
     else:  # the file's `finished` record takes the run id of the file before's, in a log sealed again
-        drafts = [{k: v for k, v in r.fields.items() if k not in ("seq", "prev", "hash")} for r in audit.read_all(repo, tip)]
+        drafts = [
+            {k: v for k, v in r.fields.items() if k not in ("seq", "prev", "hash")}
+            for r in audit.read_all(repo, tip)
+        ]
         drafts[2 * number - 1]["run_id"] = f"run-{number - 2}"
         sealed = audit.seal(drafts, after_seq=0, after_hash=audit.GENESIS)
         files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
-        bad = repo.write_commit(parent=tip, files=files, message="tamper\n", author=("t", "t@x"), signing=None)
+        bad = repo.write_commit(
+            parent=tip, files=files, message="tamper\n", author=("t", "t@x"), signing=None
+        )
     serial = _outcome(repo, bad, 1)
     assert isinstance(serial, tuple), serial
-    expected = {"prev": ("IntegrityError", f"seq {2 * number - 1}: prev does not match", f"audit/log-{number:06d}.jsonl", 1),
-                "seq": ("IntegrityError", f"seq {2 * number}: expected seq {2 * number - 1}", f"audit/log-{number:06d}.jsonl", 1),
-                "edit": ("IntegrityError", f"seq {2 * number}: hash does not match", f"audit/log-{number:06d}.jsonl", 2),
-                "two finished": ("IntegrityError", f"seq {2 * number}: run run-{number - 2} has 2 finished records", None, None)}[tamper]
-    assert (serial[0], serial[2], serial[3]) == (expected[0], expected[2], expected[3]) and expected[1] in serial[1], serial
+    expected = {
+        "prev": (
+            "IntegrityError",
+            f"seq {2 * number - 1}: prev does not match",
+            f"audit/log-{number:06d}.jsonl",
+            1,
+        ),
+        "seq": (
+            "IntegrityError",
+            f"seq {2 * number}: expected seq {2 * number - 1}",
+            f"audit/log-{number:06d}.jsonl",
+            1,
+        ),
+        "edit": (
+            "IntegrityError",
+            f"seq {2 * number}: hash does not match",
+            f"audit/log-{number:06d}.jsonl",
+            2,
+        ),
+        "two finished": (
+            "IntegrityError",
+            f"seq {2 * number}: run run-{number - 2} has 2 finished records",
+            None,
+            None,
+        ),
+    }[tamper]
+    assert (serial[0], serial[2], serial[3]) == (
+        expected[0],
+        expected[2],
+        expected[3],
+    ) and expected[1] in serial[1], serial
     assert _outcome(repo, bad, 2) == serial and _outcome(repo, bad, 3) == serial
 
 
 @pytest.mark.parametrize("how", ["killed", "raises", "exits"])
-def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_a_worker_that_dies_or_fails_fails_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     """A worker killed by a signal, raising, or exiting without answering for its files: never a pass, but an
     IntegrityError naming the first file not verified; no worker is left running."""
     import os
@@ -468,7 +721,9 @@ def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch
     forked: list[int] = []
     fork = os.fork
 
-    def counted() -> int:  # the workers' process ids, to see that none is left running (nor unreaped)
+    def counted() -> (
+        int
+    ):  # the workers' process ids, to see that none is left running (nor unreaped)
         pid = fork()
         if pid:
             forked.append(pid)
@@ -481,15 +736,24 @@ def test_a_worker_that_dies_or_fails_fails_the_check(tmp_path: Path, monkeypatch
             checked.append(log.path)
     assert checked == [f"audit/log-{n:06d}.jsonl" for n in range(1, 7)]
     assert caught.value.file == "audit/log-000007.jsonl" and caught.value.exit_code == 3
-    words = {"killed": "was killed by signal 9", "raises": "failed (RuntimeError: boom)", "exits": "stopped answering"}[how]
-    assert f"audit/log-000007.jsonl and the files after it were not verified: the process checking them {words}" in str(caught.value)
+    words = {
+        "killed": "was killed by signal 9",
+        "raises": "failed (RuntimeError: boom)",
+        "exits": "stopped answering",
+    }[how]
+    assert (
+        f"audit/log-000007.jsonl and the files after it were not verified: the process checking them {words}"
+        in str(caught.value)
+    )
     assert len(forked) == 2
     for pid in forked:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
 
-def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     from mergegate.errors import GitError
@@ -500,12 +764,15 @@ def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(tmp_path: Path, mo
     assert loose.exists()
     shutil.move(loose, tmp_path / "moved")
     serial = _outcome(repo, tip, 1)
-    assert isinstance(serial, tuple) and serial[0] == GitError.__name__ and blob[:12] in serial[1], serial
+    assert (
+        isinstance(serial, tuple) and serial[0] == GitError.__name__ and blob[:12] in serial[1]
+    ), serial
     assert _outcome(repo, tip, 2) == serial
 
 
 def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only_when_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """audit verify starts the workers before its other checks (a rewritten branch, the trust root): when one
     of those fails, closing the check ends its workers; an audit tree with a stray says so only when read."""
     import os
@@ -529,14 +796,22 @@ def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only
     for pid in forked:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-    stray = repo.write_commit(parent=tip, files={"audit/notes.txt": b"x\n"}, message="stray\n", author=("t", "t@x"), signing=None)
+    stray = repo.write_commit(
+        parent=tip,
+        files={"audit/notes.txt": b"x\n"},
+        message="stray\n",
+        author=("t", "t@x"),
+        signing=None,
+    )
     reading = audit_chain.ChainCheck(repo, stray, audit_check._facts, workers=2)
     assert len(forked) == 2  # nothing to check: no worker
     with pytest.raises(IntegrityError, match=r"unexpected audit file audit/notes\.txt"):
         list(reading)
 
 
-def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One `git cat-file --batch` serves every worker (in a pack a log file is a delta of the one before: one git
     per worker would rebuild the others' files too), and the files go to whichever worker is free: while one
     is held up on its first file, the other checks every other file."""
@@ -563,8 +838,10 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(tmp_pat
         return popen(args, *rest, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(sp, "Popen", counted)
-    checked = [(log.path, log.records, log.summary) for log in
-               audit_chain.check_chain(repo, tip, lambda data, fields: os.getpid(), workers=2)]
+    checked = [
+        (log.path, log.records, log.summary)
+        for log in audit_chain.check_chain(repo, tip, lambda data, fields: os.getpid(), workers=2)
+    ]
     assert [path for path, _, _ in checked] == [f"audit/log-{n:06d}.jsonl" for n in range(1, 12)]
     assert [records for _, records, _ in checked] == [2] * 11
     pids = [pid for _, _, pid in checked]
@@ -619,13 +896,21 @@ def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(b"0" * 40 + b"\n")
             proc.stdin.flush()
-            assert proc.stdout.readline().endswith(b" missing\n")  # git answers: it is git's command line now
+            assert proc.stdout.readline().endswith(
+                b" missing\n"
+            )  # git answers: it is git's command line now
             argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         finally:
             proc.kill()
             proc.wait()
         limit = argv.index(b"core.deltaBaseCacheLimit=16m")  # (ValueError without it)
-        assert argv[limit - 1] == b"-c" and argv[limit + 1:] == [b"--git-dir", str(repo.git_dir).encode(), b"cat-file", b"--batch", b""]
+        assert argv[limit - 1] == b"-c" and argv[limit + 1 :] == [
+            b"--git-dir",
+            str(repo.git_dir).encode(),
+            b"cat-file",
+            b"--batch",
+            b"",
+        ]
 
 
 def test_finished_runs_added_a_file_at_a_time_meet_the_first_problem_add_run_meets() -> None:

@@ -18,8 +18,14 @@ from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 def on_terminal(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run mergegate with stdout and stderr on a pseudo-terminal; return what it printed."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "mergegate", *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=follower, stderr=follower, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mergegate", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, **(env or {})},
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -56,12 +62,19 @@ def test_json_errors_are_json_on_stdout_with_the_same_exit_code(world: World) ->
     assert result.code == 2
     assert result.err.startswith("error: field 'commands.0.args': unknown key 'args'")
     data = result.json()
-    assert data == {"error": "field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program",
-                    "file": "policy/policy.yaml", "line": 5, "hint": "every policy key is in docs/policy.md", "ok": False}
+    assert data == {
+        "error": "field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program",
+        "file": "policy/policy.yaml",
+        "line": 5,
+        "hint": "every policy key is in docs/policy.md",
+        "ok": False,
+    }
     missing = world.mg("check", "no-such-branch", "--json")
     assert missing.code == 2
     error = missing.json()
-    assert error["error"] == "no-such-branch is not a branch or commit here" and error["file"] is None
+    assert (
+        error["error"] == "no-such-branch is not a branch or commit here" and error["file"] is None
+    )
     assert error["hint"].startswith("fetch the proposal first")
     # Without --json, stdout stays empty: a script reading it never sees half a line.
     assert world.mg("check", "no-such-branch").out == ""
@@ -69,8 +82,14 @@ def test_json_errors_are_json_on_stdout_with_the_same_exit_code(world: World) ->
 
 def test_status_colours_only_on_a_terminal_and_respects_no_color(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "false"}]))
-    world.propose("a", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"]), "jobs/bad.yaml": job_yaml("bad", ["false"])},
-                  who=world.alice)
+    world.propose(
+        "a",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "x"]),
+            "jobs/bad.yaml": job_yaml("bad", ["false"]),
+        },
+        who=world.alice,
+    )
     world.signed_merge("a", world.bob)
     world.run_once()
     world.propose("b", {"jobs/later.yaml": job_yaml("later", ["echo", "y"])}, who=world.alice)
@@ -90,11 +109,15 @@ def test_init_prints_the_trust_root_and_how_to_pin_it(world: World) -> None:
     admin = world.clone("admin")
     world.git(admin, "config", "user.name", "bob")
     world.git(admin, "config", "user.email", "bob@example.com")
-    result = world.mg("init", "--approver", "bob", "--key", str(world.bob.key.private) + ".pub", where="admin")
+    result = world.mg(
+        "init", "--approver", "bob", "--key", str(world.bob.key.private) + ".pub", where="admin"
+    )
     assert result.code == 0, result.err
     root = world.git(admin, "rev-parse", "approved")
     assert f"trust root: {root}" in result.out
-    assert f"--trust-root {root}" in result.out and f"export MERGEGATE_TRUST_ROOT={root}" in result.out
+    assert (
+        f"--trust-root {root}" in result.out and f"export MERGEGATE_TRUST_ROOT={root}" in result.out
+    )
     assert "docs/" not in result.out  # not installed: point to what the user has
     world.git(admin, "push", "-q", "origin", "main", "approved")
     # The pin it printed silences the warning, by flag and by environment variable.
@@ -129,7 +152,12 @@ def test_verify_prints_a_summary_and_every_commit_with_verbose(world: World) -> 
 def test_every_spelling_of_the_base_is_accepted(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])}, who=world.alice)
-    for base in ("approved", "origin/approved", "refs/remotes/origin/approved", "refs/heads/approved"):
+    for base in (
+        "approved",
+        "origin/approved",
+        "refs/remotes/origin/approved",
+        "refs/heads/approved",
+    ):
         result = world.mg("check", "origin/p", "--base", base, "--json")
         assert result.code == 0, (base, result.err)
         assert result.json()["files"][0]["state"] == "allowed"
@@ -139,7 +167,9 @@ def test_every_spelling_of_the_base_is_accepted(world: World) -> None:
     world.git("approver", "config", "user.signingkey", str(world.bob.key.private))
     world.git("approver", "config", "user.name", "bob")
     world.git("approver", "config", "user.email", "bob@example.com")
-    approved = world.mg("approve", "origin/p", "--merge", "--base", "origin/approved", where="approver")
+    approved = world.mg(
+        "approve", "origin/p", "--merge", "--base", "origin/approved", where="approver"
+    )
     assert approved.code == 0, approved.err
     assert "pushed to origin/approved" in approved.out
     # No junk ref named origin/approved was created on the remote.
@@ -179,11 +209,17 @@ def test_a_gate_without_a_policy_gets_hints_that_lead_somewhere(world: World) ->
     world.git(admin, "push", "-q", "origin", "main", "approved")
     run = world.mg("run", "--once")
     assert run.code == 2
-    assert "hint: if approved has no policy yet: git switch approved && mergegate init, then git push origin approved" in run.err
+    assert (
+        "hint: if approved has no policy yet: git switch approved && mergegate init, then git push origin approved"
+        in run.err
+    )
     # init, where approved is not checked out, says exactly how; it no longer sends the person to status.
     elsewhere = world.mg("init", "--key", world.bob.key.public_line, where="admin")
     assert elsewhere.code == 2 and "has no policy/policy.yaml yet" in elsewhere.err
-    assert "hint: git switch approved && mergegate init" in elsewhere.err and "status" not in elsewhere.err
+    assert (
+        "hint: git switch approved && mergegate init" in elsewhere.err
+        and "status" not in elsewhere.err
+    )
     # Following the hints makes a working gate.
     world.git(admin, "switch", "-q", "approved")
     done = world.mg("init", "--key", world.bob.key.public_line, where="admin")

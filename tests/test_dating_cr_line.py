@@ -25,8 +25,19 @@ def test_a_cr_joined_line_is_refused_or_read_alike(world: World) -> None:
     records = world.records()
     lines, prev = [], records[-1]["hash"]
     for seq in (len(records) + 1, len(records) + 2):
-        record = {"event": "policy", "job": None, "path": None, "blob": None, "commit": None, "runner": "x", "status": "rejected",
-                  "reason": "note", "time": records[-1]["time"], "seq": seq, "prev": prev}
+        record = {
+            "event": "policy",
+            "job": None,
+            "path": None,
+            "blob": None,
+            "commit": None,
+            "runner": "x",
+            "status": "rejected",
+            "reason": "note",
+            "time": records[-1]["time"],
+            "seq": seq,
+            "prev": prev,
+        }
         record["hash"] = prev = audit.record_hash(record)
         lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
     log = world.checkout_audit("mallory") / "audit/log-000001.jsonl"
@@ -48,5 +59,7 @@ def test_a_cr_joined_line_is_refused_or_read_alike(world: World) -> None:
     assert poisoned in line
     finder = audit.Appenders(repo, tip)
     # Probe the poisoned commit, as a binary search over a longer line would.
-    assert finder._last_seq(poisoned) is not None, "Appenders cannot read the newest log file at the CR commit"
+    assert finder._last_seq(poisoned) is not None, (
+        "Appenders cannot read the newest log file at the CR commit"
+    )
     assert finder.of(last[0]) == tip

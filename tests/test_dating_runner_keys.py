@@ -30,15 +30,31 @@ def test_a_runner_keys_end_does_not_undo_a_policy_change_it_dated(world: World) 
     ci2 = shared_ssh_key(world.tmp / "keys", "runner2")
     until = (datetime.now(UTC) + timedelta(seconds=12)).replace(microsecond=0)
     stamp = until.strftime("%Y-%m-%dT%H:%M:%SZ")
-    bob = {"name": "bob", "email": world.bob.email, "keys": [{"key": world.bob.key.public_line, "valid_before": stamp}]}
+    bob = {
+        "name": "bob",
+        "email": world.bob.email,
+        "keys": [{"key": world.bob.key.public_line, "valid_before": stamp}],
+    }
     # Runner keys rotated ahead of time, as docs/policy.md says: ci (ending at `until`) and its successor ci2.
-    runners = [{"name": "ci", "keys": [{"key": ci.public_line, "valid_before": stamp}]}, {"name": "ci2", "key": ci2.public_line}]
+    runners = [
+        {"name": "ci", "keys": [{"key": ci.public_line, "valid_before": stamp}]},
+        {"name": "ci2", "key": ci2.public_line},
+    ]
     approvers = [bob, world.carol.approver_entry()]
-    world.setup(policy_yaml(approvers, [ECHO_RULE, SH], runners=runners, policy_approvals_required=1))
+    world.setup(
+        policy_yaml(approvers, [ECHO_RULE, SH], runners=runners, policy_approvals_required=1)
+    )
     assert world.run_once().code == 0  # signed with ci
     # bob (key valid until `until`) merges a change that takes sh away; a pass signed with ci adopts it.
-    world.propose("tighten", {"policy/policy.yaml": policy_yaml(approvers, [ECHO_RULE], runners=runners, policy_approvals_required=1)},
-                  who=world.alice)
+    world.propose(
+        "tighten",
+        {
+            "policy/policy.yaml": policy_yaml(
+                approvers, [ECHO_RULE], runners=runners, policy_approvals_required=1
+            )
+        },
+        who=world.alice,
+    )
     world.signed_merge("tighten", world.bob)
     assert world.run_once().code == 0
     (policy,) = world.events("policy")
@@ -47,12 +63,30 @@ def test_a_runner_keys_end_does_not_undo_a_policy_change_it_dated(world: World) 
     world.propose("e", {"jobs/e.yaml": job_yaml("e", ["echo", "e"])}, who=world.alice)
     world.signed_merge("e", world.carol)
     assert world.mg("run", "--once", "--json", "--signing-key", str(ci2.private)).code == 0
-    if datetime.fromisoformat(policy["judged"].replace("Z", "+00:00")) >= until or datetime.now(UTC) >= until:
+    if (
+        datetime.fromisoformat(policy["judged"].replace("Z", "+00:00")) >= until
+        or datetime.now(UTC) >= until
+    ):
         pytest.skip("the machine is too loaded to judge the change before the keys end")
-    time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1)  # bob's key and ci have ended
+    time.sleep(
+        max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1
+    )  # bob's key and ci have ended
     world.propose("s", {"jobs/s.yaml": job_yaml("s", ["sh", "-c", "echo sh"])}, who=world.alice)
     world.signed_merge("s", world.carol)
-    fresh = world.mg("run", "--once", "--json", "--signing-key", str(ci2.private), "--runner-name", "fresh", where="fresh")
-    started = [r["runner"] for r in world.records() if r["event"] == "started" and r.get("path") == "jobs/s.yaml"]
+    fresh = world.mg(
+        "run",
+        "--once",
+        "--json",
+        "--signing-key",
+        str(ci2.private),
+        "--runner-name",
+        "fresh",
+        where="fresh",
+    )
+    started = [
+        r["runner"]
+        for r in world.records()
+        if r["event"] == "started" and r.get("path") == "jobs/s.yaml"
+    ]
     assert started == [], f"the sh job ran on {started}: {fresh.out[-600:]} {fresh.err[-400:]}"
     assert fresh.code in (0, 1), fresh.out[-600:] + fresh.err[-400:]

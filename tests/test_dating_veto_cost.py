@@ -50,9 +50,15 @@ def _logged_pass(world: World, name: str, env: dict[str, str], log: Path) -> lis
     return _calls(log)
 
 
-def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(world: World, tmp_path: Path) -> None:
+def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(
+    world: World, tmp_path: Path
+) -> None:
     runners = world.signing_runner()
-    world.setup(policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE], runners=runners))
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE], runners=runners
+        )
+    )
     env, log = _shim(tmp_path)
     world.propose("a", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
     world.signed_merge("a", world.bob)
@@ -61,15 +67,31 @@ def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(world: World
     # A writer pushes JUNK unsigned empty commits that look like vetoes of some blob.
     world.checkout_approved("approver")
     for n in range(JUNK):
-        world.git("approver", "commit", "-q", "--allow-empty", "-m", f"veto {n}", "-m", f"Mergegate-Veto: jobs/x.yaml {n:040x}")
+        world.git(
+            "approver",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            f"veto {n}",
+            "-m",
+            f"Mergegate-Veto: jobs/x.yaml {n:040x}",
+        )
     world.git("approver", "push", "-q", "origin", "approved")
     after = _logged_pass(world, "c", env, log)
     # The next pass, once a `scanned` record covers the junk: each one now also costs an Appenders search.
     later = _logged_pass(world, "d", env, log)
-    print(f"git calls per pass: baseline {len(baseline)}, junk walked {len(after)}, junk covered {len(later)}")
+    print(
+        f"git calls per pass: baseline {len(baseline)}, junk walked {len(after)}, junk covered {len(later)}"
+    )
     greps = [c for c in after + later if " grep " in f" {c} "]
     base_greps = [c for c in baseline if " grep " in f" {c} "]
     # Unsigned commits can never be vetoes: they must not each cost a search of the audit branch.
-    assert len(greps) <= 2 * len(base_greps) + 10, (len(base_greps), len(greps), len(baseline), len(after))
+    assert len(greps) <= 2 * len(base_greps) + 10, (
+        len(base_greps),
+        len(greps),
+        len(baseline),
+        len(after),
+    )
     # (2 calls per junk commit, `git show` + diff, are older than ba928b9; 9 since.)
     assert len(later) <= len(baseline) + 3 * JUNK, (len(baseline), len(after), len(later))

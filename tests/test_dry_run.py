@@ -11,14 +11,22 @@ def refs(world: World, where: str) -> str:
 
 def test_dry_run_says_what_would_happen_and_changes_nothing(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
-    world.propose("a", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"]), "jobs/no.yaml": job_yaml("no", ["rm", "x"])},
-                  who=world.alice)
+    world.propose(
+        "a",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "x"]),
+            "jobs/no.yaml": job_yaml("no", ["rm", "x"]),
+        },
+        who=world.alice,
+    )
     world.signed_merge("a", world.bob)
     world.mg("status")  # the runner clone exists and has fetched once
     remote_before = world.git("admin", "ls-remote", str(world.remote))
     local_before = refs(world, "runner")
     git_dir = world.clone("runner") / ".git"
-    files_before = sorted(p.relative_to(git_dir).as_posix() for p in git_dir.rglob("*") if "mergegate" in p.as_posix())
+    files_before = sorted(
+        p.relative_to(git_dir).as_posix() for p in git_dir.rglob("*") if "mergegate" in p.as_posix()
+    )
     result = world.mg("run", "--dry-run", "--json")
     assert result.code == 0, result.err
     data = result.json()
@@ -33,7 +41,14 @@ def test_dry_run_says_what_would_happen_and_changes_nothing(world: World) -> Non
     assert world.git("admin", "ls-remote", str(world.remote)) == remote_before
     after = refs(world, "runner")
     assert after == local_before
-    assert sorted(p.relative_to(git_dir).as_posix() for p in git_dir.rglob("*") if "mergegate" in p.as_posix()) == files_before
+    assert (
+        sorted(
+            p.relative_to(git_dir).as_posix()
+            for p in git_dir.rglob("*")
+            if "mergegate" in p.as_posix()
+        )
+        == files_before
+    )
     assert world.events("started") == []
     # A real pass then does what the dry run said.
     real = world.run_once().json()

@@ -18,10 +18,16 @@ SH = {"program": "sh", "args_prefix": ["-c"]}
 
 
 def _gate(world: World, **extra: object) -> None:
-    world.setup(policy_yaml([world.bob.approver_entry()], [SH, {"program": "./run.sh"}, {"program": "env"}], **extra))
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()], [SH, {"program": "./run.sh"}, {"program": "env"}], **extra
+        )
+    )
 
 
-def _run(world: World, files: dict[str, str], env: dict[str, str] | None = None) -> dict[str, object]:
+def _run(
+    world: World, files: dict[str, str], env: dict[str, str] | None = None
+) -> dict[str, object]:
     world.propose("p", files, who=world.alice)
     world.signed_merge("p", world.bob)
     result = world.run_once(env=env)
@@ -33,8 +39,14 @@ def test_secret_from_secret_env_never_reaches_git(world: World) -> None:
     _gate(world, env_allowlist=["PATH", "DB_PASSWORD"], secret_env=["DB_PASSWORD"])
     secret = "s3cr3t-Value-XYZ"
     # The job prints the secret in two pieces, flushed separately.
-    script = 'printf "%s" "${DB_PASSWORD%???????}"; sleep 0.1; printf "%s\\n" "${DB_PASSWORD#?????????}"'
-    job = _run(world, {"jobs/leak.yaml": job_yaml("leak", ["sh", "-c", script])}, env={"DB_PASSWORD": secret})
+    script = (
+        'printf "%s" "${DB_PASSWORD%???????}"; sleep 0.1; printf "%s\\n" "${DB_PASSWORD#?????????}"'
+    )
+    job = _run(
+        world,
+        {"jobs/leak.yaml": job_yaml("leak", ["sh", "-c", script])},
+        env={"DB_PASSWORD": secret},
+    )
     assert job["status"] == "succeeded"
     world.fetch("admin")
     everything = world.git("admin", "log", "-p", "--all")
@@ -45,20 +57,35 @@ def test_secret_from_secret_env_never_reaches_git(world: World) -> None:
 
 def test_runner_environment_does_not_leak(world: World) -> None:
     _gate(world)
-    canary = {"GITHUB_TOKEN": "canary-gh", "SSH_AUTH_SOCK": "/tmp/canary.sock", "MERGEGATE_CANARY": "canary-1"}
+    canary = {
+        "GITHUB_TOKEN": "canary-gh",
+        "SSH_AUTH_SOCK": "/tmp/canary.sock",
+        "MERGEGATE_CANARY": "canary-1",
+    }
     job = _run(world, {"jobs/env.yaml": job_yaml("env", ["env"])}, env=canary)
     assert job["status"] == "succeeded"
     (finished,) = world.events("finished")
     names = {line.split("=", 1)[0] for line in finished["stdout_tail"].splitlines()}
     assert "canary" not in finished["stdout_tail"]
-    assert names <= {"PATH", "LANG", "HOME", "MERGEGATE_JOB_ID", "MERGEGATE_COMMIT", "MERGEGATE_RUN_ID"}
+    assert names <= {
+        "PATH",
+        "LANG",
+        "HOME",
+        "MERGEGATE_JOB_ID",
+        "MERGEGATE_COMMIT",
+        "MERGEGATE_RUN_ID",
+    }
     assert {"MERGEGATE_JOB_ID", "MERGEGATE_COMMIT", "MERGEGATE_RUN_ID"} <= names
 
 
 def test_job_runs_in_a_clean_export_without_git(world: World) -> None:
     _gate(world)
-    files = {"jobs/ls.yaml": job_yaml("ls", ["sh", "-c", "test ! -e .git && cat data.txt && git push 2>&1; echo rc=$?"]),
-             "data.txt": "exported\n"}
+    files = {
+        "jobs/ls.yaml": job_yaml(
+            "ls", ["sh", "-c", "test ! -e .git && cat data.txt && git push 2>&1; echo rc=$?"]
+        ),
+        "data.txt": "exported\n",
+    }
     job = _run(world, files)
     assert job["status"] == "succeeded"
     (finished,) = world.events("finished")
@@ -117,7 +144,10 @@ def test_credential_in_job_file_is_rejected_at_check_and_run(world: World) -> No
 
 def test_output_is_bounded_in_the_audit(world: World) -> None:
     _gate(world, limits={"max_output_bytes": 1000})
-    job = _run(world, {"jobs/big.yaml": job_yaml("big", ["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' a"])})
+    job = _run(
+        world,
+        {"jobs/big.yaml": job_yaml("big", ["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' a"])},
+    )
     assert job["status"] == "succeeded"
     (finished,) = world.events("finished")
     assert finished["stdout_bytes"] == 5_000_000
@@ -139,24 +169,37 @@ def test_started_record_says_limits_and_run_id(world: World) -> None:
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_sandboxed_job_has_no_network_and_a_read_only_system(world: World) -> None:
     # The policy PATH picks the system python: /root (pyenv) is hidden inside the sandbox.
-    world.setup(policy_yaml([world.bob.approver_entry()], [SH, {"program": "python3"}], sandbox="bwrap", path="/usr/bin:/bin"))
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            [SH, {"program": "python3"}],
+            sandbox="bwrap",
+            path="/usr/bin:/bin",
+        )
+    )
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     port = listener.getsockname()[1]
-    probe = ("import socket, pathlib\n"
-             f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('net-open')\n"
-             "except OSError: print('net-closed')\n"
-             "try:\n    pathlib.Path('/usr/mergegate-probe').write_text('x'); print('system-writable')\n"
-             "except OSError: print('system-read-only')\n"
-             "pathlib.Path('out.txt').write_text('x'); print('workspace-writable')\n")
+    probe = (
+        "import socket, pathlib\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('net-open')\n"
+        "except OSError: print('net-closed')\n"
+        "try:\n    pathlib.Path('/usr/mergegate-probe').write_text('x'); print('system-writable')\n"
+        "except OSError: print('system-read-only')\n"
+        "pathlib.Path('out.txt').write_text('x'); print('workspace-writable')\n"
+    )
     try:
         job = _run(world, {"jobs/sb.yaml": job_yaml("sb", ["python3", "-c", probe])})
     finally:
         listener.close()
     assert job["status"] == "succeeded", job
     (finished,) = world.events("finished")
-    assert finished["stdout_tail"].split() == ["net-closed", "system-read-only", "workspace-writable"]
+    assert finished["stdout_tail"].split() == [
+        "net-closed",
+        "system-read-only",
+        "workspace-writable",
+    ]
 
 
 def test_sandbox_required_but_missing_fails_closed(world: World, tmp_path: Path) -> None:
@@ -166,7 +209,11 @@ def test_sandbox_required_but_missing_fails_closed(world: World, tmp_path: Path)
     bin_dir.mkdir()
     for tool in ("git", "ssh-keygen", "sh", "tar"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
-    job = _run(world, {"jobs/sb.yaml": job_yaml("sb", ["sh", "-c", "echo ran"])}, env={"PATH": str(bin_dir)})
+    job = _run(
+        world,
+        {"jobs/sb.yaml": job_yaml("sb", ["sh", "-c", "echo ran"])},
+        env={"PATH": str(bin_dir)},
+    )
     assert job["status"] == "rejected"
     assert "bwrap is not installed" in str(job["reason"])
     assert world.events("started") == []
@@ -174,7 +221,11 @@ def test_sandbox_required_but_missing_fails_closed(world: World, tmp_path: Path)
 
 def test_env_name_the_executor_refuses_is_refused_at_check_too(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [SH], env_allowlist=["PATH", "BASH_ENV"]))
-    world.propose("p", {"jobs/e.yaml": job_yaml("e", ["sh", "-c", "echo"], env={"BASH_ENV": "/tmp/x"})}, who=world.alice)
+    world.propose(
+        "p",
+        {"jobs/e.yaml": job_yaml("e", ["sh", "-c", "echo"], env={"BASH_ENV": "/tmp/x"})},
+        who=world.alice,
+    )
     check = world.mg("check", "origin/p")
     assert check.code == 2
     assert "may not set BASH_ENV" in check.out
@@ -200,10 +251,18 @@ def test_export_keeps_modes_and_symlinks_and_leaves_out_audit_and_other_jobs(wor
     world.write("proposer", {"tool.sh": "#!/bin/sh\necho tool ran\n", "sub/data.txt": "d\n"})
     (root / "tool.sh").chmod(0o755)
     (root / "link").symlink_to("sub/data.txt")
-    script = ("./tool.sh && cat link && test ! -e audit && test ! -x sub/data.txt && test -f jobs/t.yaml"
-              " && test ! -e jobs/other.yaml && test -f jobs/helper.sh && echo ok")
-    world.write("proposer", {"jobs/t.yaml": job_yaml("t", ["sh", "-c", script]), "jobs/helper.sh": "echo\n",
-                             "jobs/other.yaml": job_yaml("other", ["echo"])})
+    script = (
+        "./tool.sh && cat link && test ! -e audit && test ! -x sub/data.txt && test -f jobs/t.yaml"
+        " && test ! -e jobs/other.yaml && test -f jobs/helper.sh && echo ok"
+    )
+    world.write(
+        "proposer",
+        {
+            "jobs/t.yaml": job_yaml("t", ["sh", "-c", script]),
+            "jobs/helper.sh": "echo\n",
+            "jobs/other.yaml": job_yaml("other", ["echo"]),
+        },
+    )
     world.git("proposer", "add", "-A")
     world.git("proposer", "commit", "-qm", "t")
     world.git("proposer", "push", "-q", "-f", "origin", "p")
@@ -225,8 +284,11 @@ def test_policy_keep_output_writes_next_to_the_runner(world: World) -> None:
 
 def test_export_applies_no_export_subst(world: World) -> None:
     _gate(world)
-    files = {".gitattributes": "stamp.txt export-subst\n", "stamp.txt": "built from $Format:%s$\n",
-             "jobs/s.yaml": job_yaml("s", ["sh", "-c", "cat stamp.txt"])}
+    files = {
+        ".gitattributes": "stamp.txt export-subst\n",
+        "stamp.txt": "built from $Format:%s$\n",
+        "jobs/s.yaml": job_yaml("s", ["sh", "-c", "cat stamp.txt"]),
+    }
     _run(world, files)
     (finished,) = world.events("finished")
     assert finished["stdout_tail"] == "built from $Format:%s$\n"
@@ -235,10 +297,17 @@ def test_export_applies_no_export_subst(world: World) -> None:
 def test_multi_line_secret_is_redacted_line_by_line(world: World) -> None:
     _gate(world, env_allowlist=["PATH", "CERT"], secret_env=["CERT"])
     secret = "line-one-SECRET\nline-two-SECRET"
-    job = _run(world, {"jobs/m.yaml": job_yaml("m", ["sh", "-c", "echo $CERT; echo \"$CERT\" | head -n 1"])}, env={"CERT": secret})
+    job = _run(
+        world,
+        {"jobs/m.yaml": job_yaml("m", ["sh", "-c", 'echo $CERT; echo "$CERT" | head -n 1'])},
+        env={"CERT": secret},
+    )
     assert job["status"] == "succeeded"
     (finished,) = world.events("finished")
-    assert "line-one-SECRET" not in finished["stdout_tail"] and "line-two-SECRET" not in finished["stdout_tail"]
+    assert (
+        "line-one-SECRET" not in finished["stdout_tail"]
+        and "line-two-SECRET" not in finished["stdout_tail"]
+    )
 
 
 @pytest.fixture
@@ -248,10 +317,14 @@ def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide anyway."""
     from mergegate.execution.executor import SANDBOX_HIDDEN
 
-    hidden = [os.path.realpath(p) for p in ("/tmp", "/dev/shm", "/run", "/var/run", *SANDBOX_HIDDEN)]
+    hidden = [
+        os.path.realpath(p) for p in ("/tmp", "/dev/shm", "/run", "/var/run", *SANDBOX_HIDDEN)
+    ]
     places = [Path("/var/lib"), Path("/var/cache"), Path("/opt"), Path("/srv"), Path.cwd()]
     for place in map(os.path.realpath, places):
-        if os.access(place, os.W_OK | os.X_OK) and not any(place == h or place.startswith(h + "/") for h in hidden):
+        if os.access(place, os.W_OK | os.X_OK) and not any(
+            place == h or place.startswith(h + "/") for h in hidden
+        ):
             home = Path(tempfile.mkdtemp(prefix="mergegate-test-home-", dir=place))
             monkeypatch.setenv("HOME", str(home))  # GIT_CONFIG_GLOBAL still names the pinned config
             try:
@@ -259,7 +332,9 @@ def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             finally:
                 shutil.rmtree(home, ignore_errors=True)
             return
-    pytest.skip("no writable folder outside what the sandbox hides for every job: the rule would not be reached")
+    pytest.skip(
+        "no writable folder outside what the sandbox hides for every job: the rule would not be reached"
+    )
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -313,7 +388,9 @@ def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_pat
     remove_tree(tmp_path / "never-there")  # nothing to remove is no error
 
 
-def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ordinary_workspace_is_removed_without_starting_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A process per job (`rm -rf`) was a large part of a trivial job's cost: an `rm` on PATH that
     removes nothing shows the workspace went without it."""
     from mergegate.execution.workspaces import remove_tree
@@ -333,7 +410,9 @@ def test_an_ordinary_workspace_is_removed_without_starting_a_process(tmp_path: P
         assert not workspace.exists(), depth
 
 
-def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_after_another(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_after_another(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A thread per job cost its start and its end on every job, under the lock all threads share
     (issue 12's `--parallel 8`): a pass of 9 jobs with `--parallel 3` starts 3 job threads, and every
     job still runs once and succeeds."""
@@ -349,7 +428,11 @@ def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_a
     monkeypatch.setattr(threading.Thread, "start", counting_start)
     _gate(world)
     names = [f"t{i}" for i in range(9)]
-    world.propose("p", {f"jobs/{name}.yaml": job_yaml(name, ["sh", "-c", f"echo {name}"]) for name in names}, who=world.alice)
+    world.propose(
+        "p",
+        {f"jobs/{name}.yaml": job_yaml(name, ["sh", "-c", f"echo {name}"]) for name in names},
+        who=world.alice,
+    )
     world.signed_merge("p", world.bob)
     result = world.run_once("--parallel", "3")
     assert result.code == 0, result.out[-2000:]
@@ -359,7 +442,9 @@ def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_a
     assert len(jobs) == 3, jobs
 
 
-def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_process(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_process(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The line naming the job's process is written without a sync (spool.py says why a crash of the
     machine cannot make it matter): one job is the journal's creation (its file, then its folder) with
     the claim's provisional result, then the synced line of its real result, and nothing else."""
@@ -379,23 +464,31 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
     assert synced == ["runner.jsonl.tmp", "spool", "runner.jsonl"], synced
 
 
-def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_around_it(world: World) -> None:
+def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_around_it(
+    world: World,
+) -> None:
     """One folder fewer per job (issue 12: every inode made costs on some file systems): the job's cwd is
     the `mergegate-job-*` folder made in the runner's TMPDIR, mode 0700, holding only the export."""
     import tempfile
 
     _gate(world)
-    job = _run(world, {"jobs/where.yaml": job_yaml("where", ["sh", "-c", "pwd; stat -c %a .; ls -A"])})
+    job = _run(
+        world, {"jobs/where.yaml": job_yaml("where", ["sh", "-c", "pwd; stat -c %a .; ls -A"])}
+    )
     assert job["status"] == "succeeded", job
     (finished,) = world.events("finished")
     cwd, mode, *names = finished["stdout_tail"].split()
-    assert Path(cwd).parent == Path(tempfile.gettempdir()).resolve() and Path(cwd).name.startswith("mergegate-job-"), cwd
+    assert Path(cwd).parent == Path(tempfile.gettempdir()).resolve() and Path(cwd).name.startswith(
+        "mergegate-job-"
+    ), cwd
     assert mode == "700"
     assert sorted(names) == ["jobs", "policy"], names
     assert not Path(cwd).exists()  # removed after the job
 
 
-def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A job may leave millions of entries in one folder: removal lists LIST_BATCH of them at a time
     (here 3), files, folders and links alike, and still removes them all, never what a link points to."""
     from mergegate.execution import workspaces

@@ -30,7 +30,11 @@ def _gate(world: World) -> None:
 
 
 def _merge(world: World, jobs: dict[str, list[str]]) -> None:
-    world.propose("p", {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()}, who=world.alice)
+    world.propose(
+        "p",
+        {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()},
+        who=world.alice,
+    )
     world.signed_merge("p", world.bob)
 
 
@@ -42,14 +46,19 @@ def _once_each(world: World, names: list[str]) -> None:
     assert {r["status"] for r in world.events("finished")} == {"succeeded"}
 
 
-def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifies(world: World) -> None:
+def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifies(
+    world: World,
+) -> None:
     _gate(world)
     names = [f"j{i:02d}" for i in range(24)]
     _merge(world, {name: ["echo", name] for name in names})
     runners = ["r1", "r2", "r3", "r4"]
     for name in runners:
         world.clone(name)
-    procs = [_start_runner(world, "--once", "--json", "--runner-name", name, where=name) for name in runners]
+    procs = [
+        _start_runner(world, "--once", "--json", "--runner-name", name, where=name)
+        for name in runners
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], results
     _once_each(world, names)
@@ -57,8 +66,11 @@ def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifie
     for (out, _err), name in zip(results, runners, strict=True):
         jobs = json.loads(out)["jobs"]
         assert sorted(j["job"] for j in jobs) == names
-        assert all(j["status"] == "succeeded" or (j["status"] == "claimed" and j["reason"].startswith("claimed by r"))
-                   for j in jobs)
+        assert all(
+            j["status"] == "succeeded"
+            or (j["status"] == "claimed" and j["reason"].startswith("claimed by r"))
+            for j in jobs
+        )
         ran = {j["job"] for j in jobs if j["status"] == "succeeded"}
         assert ran == {r["job"] for r in world.events("started") if r["runner"] == name}
     assert world.mg("audit", "verify").code == 0
@@ -66,7 +78,9 @@ def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifie
     assert verified.code == 0, verified.err
 
 
-def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_later_runner_nor_stops_it(world: World, tmp_path: Path) -> None:
+def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_later_runner_nor_stops_it(
+    world: World, tmp_path: Path
+) -> None:
     """r2 plans after r1's claim landed: planning leaves that job out of what to run, and the pass still says
     who has it (the fleet test above met this at random: a runner that planned after r1's claim of j16 landed
     said nothing of j16). r1 then reads r2's records, judged at a merge that landed after r1 planned: they are
@@ -79,11 +93,15 @@ def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_late
     first = _start_runner(world, "--once", "--json", "--runner-name", "r1", where="r1")
     try:
         _until(lambda: world.events("started") != [], timeout=120)
-        _merge(world, {"quick": ["echo", "quick"]})  # after r1 planned: r2 has both merges to walk, r1 one
+        _merge(
+            world, {"quick": ["echo", "quick"]}
+        )  # after r1 planned: r2 has both merges to walk, r1 one
         second = world.mg("run", "--once", "--json", "--runner-name", "r2", where="r2")
         assert second.code == 0, second.err
         assert sorted((j["job"], j["status"], j["reason"]) for j in second.json()["jobs"]) == [
-            ("quick", "succeeded", None), ("slow", "claimed", "claimed by r1")]
+            ("quick", "succeeded", None),
+            ("slow", "claimed", "claimed by r1"),
+        ]
     finally:
         go.touch()
         out, err = first.communicate(timeout=120)
@@ -116,9 +134,24 @@ def test_a_side_commit_trailer_pushed_mid_pass_stops_the_pass(world: World, tmp_
     runner = _start_runner(world, "--once", "--json", "--runner-name", "r1", where="runner")
     try:
         _until(lambda: world.events("started") != [], timeout=120)
-        side = _side_merge(world, "k")  # approved moves during the pass; `side` is on it through a second parent
-        _forge(world, {"event": "started", "job": "k", "path": "jobs/k.yaml", "blob": world.blob("approved", "jobs/k.yaml"),
-                       "commit": world.git("proposer", "ls-remote", "origin", "refs/heads/approved").split()[0], "run_id": "e" * 32, "runner": "r9"}, trailer=side)
+        side = _side_merge(
+            world, "k"
+        )  # approved moves during the pass; `side` is on it through a second parent
+        _forge(
+            world,
+            {
+                "event": "started",
+                "job": "k",
+                "path": "jobs/k.yaml",
+                "blob": world.blob("approved", "jobs/k.yaml"),
+                "commit": world.git(
+                    "proposer", "ls-remote", "origin", "refs/heads/approved"
+                ).split()[0],
+                "run_id": "e" * 32,
+                "runner": "r9",
+            },
+            trailer=side,
+        )
     finally:
         go.touch()
         out, err = runner.communicate(timeout=180)
@@ -126,28 +159,50 @@ def test_a_side_commit_trailer_pushed_mid_pass_stops_the_pass(world: World, tmp_
     assert "first-parent line" in err, err
 
 
-def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(world: World, tmp_path: Path) -> None:
+def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
+    world: World, tmp_path: Path
+) -> None:
     """A job claimed ahead of a free slot waits; a veto merged meanwhile stops it before its process starts."""
     _gate(world)
     go, marker = tmp_path / "go", tmp_path / "victim.ran"
     jobs = {f"a{i:02d}": ["echo", str(i)] for i in range(12)}
     running = tmp_path / "b12.running"
-    jobs["b12"] = ["sh", "-c", f"touch {running}; while [ ! -e {go} ]; do sleep 0.02; done"]  # the claims behind it wait
+    jobs["b12"] = [
+        "sh",
+        "-c",
+        f"touch {running}; while [ ! -e {go} ]; do sleep 0.02; done",
+    ]  # the claims behind it wait
     jobs["c13"] = ["sh", "-c", f"touch {marker}"]
     jobs["d14"], jobs["d15"] = ["echo", "14"], ["echo", "15"]
-    name = next(f"solo{i}" for i in range(1000) if offset(f"solo{i}", len(jobs)) == 0)  # walks the list in order
+    name = next(
+        f"solo{i}" for i in range(1000) if offset(f"solo{i}", len(jobs)) == 0
+    )  # walks the list in order
     world.propose("p", {f"jobs/{n}.yaml": job_yaml(n, c) for n, c in jobs.items()}, who=world.alice)
     world.signed_merge("p", world.bob)
     blob = world.blob("approved", "jobs/c13.yaml")
     runner = _start_runner(world, "--once", "--json", "--runner-name", name, where="runner")
     try:
         # c13 is claimed (its `started` is on the remote) and b12 runs; c13's process has not started.
-        _until(lambda: running.exists() and any(r["job"] == "c13" for r in world.events("started")), timeout=180)
+        _until(
+            lambda: running.exists() and any(r["job"] == "c13" for r in world.events("started")),
+            timeout=180,
+        )
         since = time.monotonic()
         assert not marker.exists()
         world.checkout_approved("approver")
-        world.git("approver", "commit", "-q", "--allow-empty", "-S", "-m", "veto", "-m", f"Mergegate-Veto: jobs/c13.yaml {blob}",
-                  who=world.bob, sign=world.bob.key)
+        world.git(
+            "approver",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-S",
+            "-m",
+            "veto",
+            "-m",
+            f"Mergegate-Veto: jobs/c13.yaml {blob}",
+            who=world.bob,
+            sign=world.bob.key,
+        )
         world.git("approver", "push", "-q", "origin", "approved")
         veto = world.git("approver", "rev-parse", "HEAD")
         assert not marker.exists()
@@ -161,8 +216,10 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(world: Wor
     assert runner.returncode == 1, said  # a job that did not run as approved is not a success
     # Before: c13 succeeded, its process started after the veto landed on approved.
     assert not marker.exists()
-    assert said["c13"] == ("interrupted", f"vetoed by bob in commit {veto[:7]} "
-                                           "after it was claimed; it was not started"), said
+    assert said["c13"] == (
+        "interrupted",
+        f"vetoed by bob in commit {veto[:7]} after it was claimed; it was not started",
+    ), said
     assert [r["status"] for r in world.events("finished") if r["job"] == "c13"] == ["interrupted"]
     assert world.mg("verify", where="admin").code == 0
 
@@ -173,28 +230,39 @@ def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
     items = list(range(100))
     starts = {spread(items, name)[0] for name in ("r1", "r2", "r3", "r4")}
     assert len(starts) == 4
-    assert all(spread(items, name) == items[offset(name, 100):] + items[:offset(name, 100)] for name in ("r1", "ci-7"))
+    assert all(
+        spread(items, name) == items[offset(name, 100) :] + items[: offset(name, 100)]
+        for name in ("r1", "ci-7")
+    )
 
 
-def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> None:
+def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> (
+    None
+):
     """Following the other runner it met, a runner would lose every later claim to it (a push each for nothing)."""
     from mergegate.runner.claims import jump
 
     items = list(range(12))
-    taken = [k in (0, 1, 6, 11) for k in items]  # free: 2-5 (4 jobs) and 7-10 (4 jobs): the first longest
+    taken = [
+        k in (0, 1, 6, 11) for k in items
+    ]  # free: 2-5 (4 jobs) and 7-10 (4 jobs): the first longest
     assert jump(items, taken) == [4, 5, 7, 8, 9, 10, 2, 3]
     assert jump(items, [k in (0, 3) for k in items]) == [8, 9, 10, 11, 1, 2, 4, 5, 6, 7]
     assert jump([1, 2, 3], [True, True, True]) == []
 
 
-def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobody_claimed() -> None:
+def test_while_jobs_are_short_a_runner_claims_at_least_a_fair_share_of_what_nobody_claimed() -> (
+    None
+):
     from mergegate.runner.claims import MAX_BATCH, BatchSize
 
     size = BatchSize(1)
     assert size.target(untaken=99, runners=1) == 1  # nothing ended yet: one claim at a time
     size.ended(0.01)
     assert size.short and size.size == 2
-    assert size.target(untaken=99, runners=1) == 50  # alone so far: half, for a runner that may come
+    assert (
+        size.target(untaken=99, runners=1) == 50
+    )  # alone so far: half, for a runner that may come
     assert size.target(untaken=99, runners=3) == 25
     assert size.target(untaken=1000, runners=1) == MAX_BATCH
     assert size.target(untaken=1, runners=3) == 2  # never below the doubling batch
@@ -226,29 +294,45 @@ def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
     from mergegate.runner.claims import Book
 
     def started(runner: str, path: str, attempt: int = 1) -> audit.Record:
-        return audit.Record({"event": "started", "runner": runner, "path": path, "blob": "b" * 40, "attempt": attempt})
+        return audit.Record(
+            {
+                "event": "started",
+                "runner": runner,
+                "path": path,
+                "blob": "b" * 40,
+                "attempt": attempt,
+            }
+        )
 
-    book = Book.of([started("r1", "jobs/a.yaml"), started("r2", "jobs/b.yaml"), started("r3", "jobs/old.yaml")])
+    book = Book.of(
+        [started("r1", "jobs/a.yaml"), started("r2", "jobs/b.yaml"), started("r3", "jobs/old.yaml")]
+    )
     book.add([started("r4", "jobs/a.yaml", attempt=2)])
     ours = {("jobs/a.yaml", "b" * 40), ("jobs/b.yaml", "b" * 40)}
     assert book.runners(ours) == {"r1", "r2", "r4"}
     assert book.runners({("jobs/none.yaml", "b" * 40)}) == set()
 
 
-def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(world: World, tmp_path: Path) -> None:
+def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(
+    world: World, tmp_path: Path
+) -> None:
     """Four jobs that each wait until all four have started: only concurrent runs can all succeed."""
     _gate(world)
     meeting = tmp_path / "meeting"
     meeting.mkdir()
-    wait_for_all = (f"touch {meeting}/$MERGEGATE_JOB_ID; i=0; while [ $(ls {meeting} | wc -l) -lt 4 ]; do "
-                    "sleep 0.05; i=$((i+1)); [ $i -gt 600 ] && exit 1; done; exit 0")
+    wait_for_all = (
+        f"touch {meeting}/$MERGEGATE_JOB_ID; i=0; while [ $(ls {meeting} | wc -l) -lt 4 ]; do "
+        "sleep 0.05; i=$((i+1)); [ $i -gt 600 ] && exit 1; done; exit 0"
+    )
     names = ["a", "b", "c", "d"]
     _merge(world, {name: ["sh", "-c", wait_for_all] for name in names})
     result = world.run_once("--parallel", "4")
     assert result.code == 0, result.err
     _once_each(world, names)
     # One push claimed all four (before any started); one more brought the four results.
-    log = world.git("admin", "log", "--reverse", "--format=%s", "origin/mergegate/audit").splitlines()
+    log = world.git(
+        "admin", "log", "--reverse", "--format=%s", "origin/mergegate/audit"
+    ).splitlines()
     assert log[0].endswith("(4 started)"), log
     assert len(log) == 2, log
     runs = {r["run_id"] for r in world.events("started")}
@@ -270,14 +354,21 @@ def test_sigterm_to_a_parallel_runner_interrupts_every_job_in_flight(world: Worl
     assert runner.returncode == 1, err
     assert "stopped by SIGTERM" in err
     finished = {r["job"]: r["status"] for r in world.events("finished")}
-    assert finished == {"a": "interrupted", "b": "interrupted"} or finished == {"a": "interrupted", "b": "interrupted", "c": "succeeded"}
+    assert finished == {"a": "interrupted", "b": "interrupted"} or finished == {
+        "a": "interrupted",
+        "b": "interrupted",
+        "c": "succeeded",
+    }
     assert len(world.events("started")) == len(finished)
 
 
 def test_kill_9_of_a_parallel_runner_kills_every_job_tree_within_a_second(world: World) -> None:
     _gate(world)
     marker = _marker()
-    _merge(world, {"a": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], "b": ["sleep", marker]})
+    _merge(
+        world,
+        {"a": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], "b": ["sleep", marker]},
+    )
     runner = _start_runner(world, "--once", "--parallel", "2")
     try:
         _until(lambda: len(_with(marker)) == 4)  # a's sh and its two sleeps, b's sleep
@@ -329,10 +420,14 @@ def test_a_claim_waiting_for_a_slot_has_a_lease_covering_the_jobs_ahead(world: W
         until = datetime.fromisoformat(record["lease"]["until"].replace("Z", "+00:00"))
         own = record["limits"]["timeout_seconds"] + record["limits"]["kill_grace_seconds"]
         assert (until - claimed).total_seconds() >= own
-    assert any((datetime.fromisoformat(r["lease"]["until"].replace("Z", "+00:00"))
-                - datetime.fromisoformat(r["time"].replace("Z", "+00:00"))).total_seconds()
-               >= 2 * (r["limits"]["timeout_seconds"] + r["limits"]["kill_grace_seconds"]) for r in started), \
-        "no claim waited behind another: the test did not reach the rule"
+    assert any(
+        (
+            datetime.fromisoformat(r["lease"]["until"].replace("Z", "+00:00"))
+            - datetime.fromisoformat(r["time"].replace("Z", "+00:00"))
+        ).total_seconds()
+        >= 2 * (r["limits"]["timeout_seconds"] + r["limits"]["kill_grace_seconds"])
+        for r in started
+    ), "no claim waited behind another: the test did not reach the rule"
 
 
 def test_many_short_jobs_in_parallel_all_succeed(world: World) -> None:

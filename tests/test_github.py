@@ -24,8 +24,16 @@ def outcome(gate: GithubGate, sha: str, **kw: object) -> github.Outcome:
     parent = repo.commit(sha).parents[0]
     policy = load_policy(lambda p: repo.read_file(parent, p), commit=parent)
     settings = github.Settings(gate.fake.url, "acme/gate", "ghs_token_xyz")
-    return github.review(repo, policy, sha, now=datetime.now(UTC), settings=settings, remote="origin",
-                         client=settings.client(max_wait=5, sleep=lambda s: None), **kw)  # type: ignore[arg-type]
+    return github.review(
+        repo,
+        policy,
+        sha,
+        now=datetime.now(UTC),
+        settings=settings,
+        remote="origin",
+        client=settings.client(max_wait=5, sleep=lambda s: None),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_approver_review_on_the_merged_head_counts(gate: GithubGate) -> None:
@@ -58,7 +66,9 @@ def test_review_repointed_after_a_force_push_does_not_count(gate: GithubGate) ->
     verdict = outcome(gate, gate.merge(pr)).verdict
     assert verdict.counted == ()
     assert "submitted before the pull request last changed" in verdict.votes[0].why
-    assert verdict.votes[0].why.endswith(f"at {pr.force_pushes[0]})")  # the force-push, not the commit date
+    assert verdict.votes[0].why.endswith(
+        f"at {pr.force_pushes[0]})"
+    )  # the force-push, not the commit date
 
 
 def test_dismissed_latest_review_counts_as_nothing(gate: GithubGate) -> None:
@@ -118,14 +128,19 @@ def test_unmapped_commit_author_fails_closed(gate: GithubGate) -> None:
 
 def test_two_reviewers_and_one_person_with_two_accounts(gate: GithubGate) -> None:
     w = gate.world
-    gate.setup(required=2, approvers=[w.alice.approver_entry(github=[ALICE, 555]), w.bob.approver_entry(github=BOB)])
+    gate.setup(
+        required=2,
+        approvers=[w.alice.approver_entry(github=[ALICE, 555]), w.bob.approver_entry(github=BOB)],
+    )
     pr = gate.open_pr("backup")
     gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
     gate.fake.review(pr.number, 555, "APPROVED", pr.head_sha)
     gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
     verdict = outcome(gate, gate.merge(pr)).verdict
     assert verdict.counted == ("alice", "bob")
-    assert sum(1 for v in verdict.votes if v.person == "alice" and v.counted) == 2  # two accounts, one person
+    assert (
+        sum(1 for v in verdict.votes if v.person == "alice" and v.counted) == 2
+    )  # two accounts, one person
 
 
 def _three_pages_of_reviews(gate: GithubGate) -> tuple[PullRequest, github.Outcome]:
@@ -165,12 +180,17 @@ def test_a_next_link_to_another_host_is_refused(gate: GithubGate) -> None:
         outcome(gate, sha)
 
 
-@pytest.mark.parametrize(("kind", "options", "match"), [
-    ("status", {"status": 500, "times": 2}, "HTTP 500"),
-    ("rate", {"status": 403, "reset_in": 3600}, "rate limited"),
-    ("malformed", {}, "not JSON"),
-])
-def test_faults_are_not_yet(gate: GithubGate, kind: str, options: dict[str, object], match: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "options", "match"),
+    [
+        ("status", {"status": 500, "times": 2}, "HTTP 500"),
+        ("rate", {"status": 403, "reset_in": 3600}, "rate limited"),
+        ("malformed", {}, "not JSON"),
+    ],
+)
+def test_faults_are_not_yet(
+    gate: GithubGate, kind: str, options: dict[str, object], match: str
+) -> None:
     gate.setup()
     pr = gate.open_pr("backup")
     gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
@@ -239,6 +259,7 @@ def test_stored_evidence_rejudges_offline_and_tampering_is_detected(gate: Github
     forged = data.replace(b"APPROVED", b"COMMENTED")
     assert forged != data
     import hashlib
+
     with pytest.raises(IntegrityError, match="does not match its SHA-256"):
         Evidence.from_bytes(forged, name=hashlib.sha256(forged).hexdigest())
 
@@ -264,33 +285,46 @@ _ = DAVE
 
 
 def _policy(text: str) -> object:
-    return load_policy(lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40)
+    return load_policy(
+        lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40
+    )
 
 
 def test_policy_github_ids_and_merge_keys(tmp_path: Path) -> None:
     key = make_ssh_key(tmp_path, "gh")
-    policy = _policy(f"version: 1\napprovers:\n  - name: alice\n    github: 101\n  - name: bob\n    github: [102, 103]\n"
-                     f"github:\n  merge_keys: ['{key.public_line}']\n  allow_unmapped_authors: true\n"
-                     f"runners:\n  - name: gha\n    key: '{key.public_line}'\n")
+    policy = _policy(
+        f"version: 1\napprovers:\n  - name: alice\n    github: 101\n  - name: bob\n    github: [102, 103]\n"
+        f"github:\n  merge_keys: ['{key.public_line}']\n  allow_unmapped_authors: true\n"
+        f"runners:\n  - name: gha\n    key: '{key.public_line}'\n"
+    )
     assert policy.github_person(103).name == "bob" and policy.github_person(101).name == "alice"  # type: ignore[attr-defined]
     assert policy.github_person(999) is None  # type: ignore[attr-defined]
     assert policy.github.allow_unmapped_authors and len(policy.github.merge_keys) == 1  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("version: 1\ngithub:\n  merge_key: []\n", "merge_key"),
-    ("version: 1\napprovers:\n  - name: alice\n    github: alice\n", "github"),
-    ("version: 1\napprovers:\n  - name: a\n    github: 7\n  - name: b\n    github: 7\n", "GitHub id 7 belongs to both 'a' and 'b'"),
-    ("version: 1\napprovers:\n  - name: a\n", "name"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version: 1\ngithub:\n  merge_key: []\n", "merge_key"),
+        ("version: 1\napprovers:\n  - name: alice\n    github: alice\n", "github"),
+        (
+            "version: 1\napprovers:\n  - name: a\n    github: 7\n  - name: b\n    github: 7\n",
+            "GitHub id 7 belongs to both 'a' and 'b'",
+        ),
+        ("version: 1\napprovers:\n  - name: a\n", "name"),
+    ],
+)
 def test_policy_github_bad_input_is_a_config_error(text: str, message: str) -> None:
     from mergegate.errors import ConfigError
+
     with pytest.raises(ConfigError, match=message) as info:
         _policy(text)
     assert info.value.file == "policy/policy.yaml" and info.value.line is not None
 
 
-def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(gate: GithubGate) -> None:
+def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(
+    gate: GithubGate,
+) -> None:
     """verify re-reads listings from the evidence: a page its predecessor's Link names must be there."""
     from dataclasses import replace
 
@@ -303,8 +337,15 @@ def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(
     assert len(pages) == 3 and 'rel="next"' in pages[0].link and 'rel="next"' not in pages[2].link
     again = Evidence.from_bytes(evidence.to_bytes(), name=evidence.sha256)
     assert again == evidence and len(again.pages(suffix)) == 231
-    without_middle = replace(evidence, exchanges=tuple(e for e in evidence.exchanges if e is not pages[1]))
+    without_middle = replace(
+        evidence, exchanges=tuple(e for e in evidence.exchanges if e is not pages[1])
+    )
     with pytest.raises(Malformed, match="stops before"):
         without_middle.pages(suffix)
     # An answer without a Link header is stored as before (its evidence file keeps its name).
-    assert '"link"' not in replace(evidence, exchanges=tuple(replace(e, link="") for e in evidence.exchanges)).to_bytes().decode()
+    assert (
+        '"link"'
+        not in replace(evidence, exchanges=tuple(replace(e, link="") for e in evidence.exchanges))
+        .to_bytes()
+        .decode()
+    )

@@ -30,10 +30,16 @@ Op = tuple[str, ...]  # ("M", mode, path, data) or ("D", path)
 
 def _quote(path: str | bytes) -> bytes:
     raw = path if isinstance(path, bytes) else path.encode()
-    return b'"' + b"".join(bytes([c]) if 32 < c < 127 and c not in b'"\\' else b"\\%03o" % c for c in raw) + b'"'
+    return (
+        b'"'
+        + b"".join(bytes([c]) if 32 < c < 127 and c not in b'"\\' else b"\\%03o" % c for c in raw)
+        + b'"'
+    )
 
 
-def _build(repo: Path, commits: list[tuple[str, list[str], int, list[tuple[object, ...]]]], branch: str) -> dict[str, str]:
+def _build(
+    repo: Path, commits: list[tuple[str, list[str], int, list[tuple[object, ...]]]], branch: str
+) -> dict[str, str]:
     """Commits (name, parent names, committer date, ops) in one fast-import; `branch` points at the last.
 
     A commit starts from its first parent's files; a merge from its last parent's (what merging a side
@@ -45,16 +51,24 @@ def _build(repo: Path, commits: list[tuple[str, list[str], int, list[tuple[objec
     out = []
     for name, parents, date, ops in commits:
         who = f"bob <bob@example.com> {date} +0000\n".encode()
-        out += [f"commit refs/heads/c-{name}\nmark :{marks[name]}\n".encode(), b"author " + who, b"committer " + who]
+        out += [
+            f"commit refs/heads/c-{name}\nmark :{marks[name]}\n".encode(),
+            b"author " + who,
+            b"committer " + who,
+        ]
         message = f"{name}\n".encode()
         out += [b"data %d\n" % len(message), message]
         out += [f"from :{marks[parents[0]]}\n".encode()] if parents else []
         out += [f"merge :{marks[p]}\n".encode() for p in parents[1:]]
-        start = next((str(op[1]) for op in ops if op[0] == "TREE"), parents[-1] if parents else None)
+        start = next(
+            (str(op[1]) for op in ops if op[0] == "TREE"), parents[-1] if parents else None
+        )
         state = dict(files[start]) if start else {}
         if start and start != (parents[0] if parents else None):
             out.append(b"deleteall\n")
-            ops = [("M", mode, path, data) for path, (mode, data) in state.items()] + [op for op in ops if op[0] != "TREE"]
+            ops = [("M", mode, path, data) for path, (mode, data) in state.items()] + [
+                op for op in ops if op[0] != "TREE"
+            ]
         for op in ops:
             if op[0] == "D":
                 state.pop(op[1], None)  # type: ignore[arg-type]
@@ -62,21 +76,35 @@ def _build(repo: Path, commits: list[tuple[str, list[str], int, list[tuple[objec
             elif op[0] == "M":
                 state[op[2]] = (str(op[1]), str(op[3]))  # type: ignore[index]
                 data = str(op[3]).encode()
-                out += [f"M {op[1]} inline ".encode() + _quote(op[2]) + b"\n", b"data %d\n" % len(data), data, b"\n"]  # type: ignore[arg-type]
+                out += [
+                    f"M {op[1]} inline ".encode() + _quote(op[2]) + b"\n",
+                    b"data %d\n" % len(data),
+                    data,
+                    b"\n",
+                ]  # type: ignore[arg-type]
         files[name] = state
         out.append(b"\n")
     marks_file = repo / "marks"
-    subprocess.run(["git", "fast-import", "--quiet", f"--export-marks={marks_file}"], cwd=repo, input=b"".join(out), check=True)
+    subprocess.run(
+        ["git", "fast-import", "--quiet", f"--export-marks={marks_file}"],
+        cwd=repo,
+        input=b"".join(out),
+        check=True,
+    )
     by_mark = dict(line.split() for line in marks_file.read_text().splitlines())
     shas = {name: by_mark[f":{i}"] for name, i in marks.items()}
-    subprocess.run(["git", "update-ref", f"refs/heads/{branch}", shas[commits[-1][0]]], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "update-ref", f"refs/heads/{branch}", shas[commits[-1][0]]], cwd=repo, check=True
+    )
     return shas
 
 
 def _policy(tmp_path: Path) -> str:
     key = shared_ssh_key(tmp_path / "keys", "alice")
-    return (f"version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: \"{key.public_line}\"\n"
-            "approvals_required: 1\ncommands:\n  - program: echo\n")
+    return (
+        f'version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: "{key.public_line}"\n'
+        "approvals_required: 1\ncommands:\n  - program: echo\n"
+    )
 
 
 JOB = "id: {0}\ncommand: [echo, '{0}']\n"
@@ -86,20 +114,55 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
     """A chain R M1 D1 M2 ... M10 (first parents) and its sides; dates never decrease."""
     M = "100644"
     return [
-        ("R", [], 1000, [("M", M, "policy/policy.yaml", policy), ("M", M, "a.txt", "a"), ("M", M, "jobs/j1.yaml", JOB.format("j1")),
-                         ("M", "120000", "link", "a.txt")]),
+        (
+            "R",
+            [],
+            1000,
+            [
+                ("M", M, "policy/policy.yaml", policy),
+                ("M", M, "a.txt", "a"),
+                ("M", M, "jobs/j1.yaml", JOB.format("j1")),
+                ("M", "120000", "link", "a.txt"),
+            ],
+        ),
         # M1: a side of two commits on the chain's tip (jobs, content, a policy file, a .yml deeper down).
         ("s1a", ["R"], 1010, [("M", M, "jobs/j2.yaml", JOB.format("j2")), ("M", M, "a.txt", "a1")]),
-        ("s1b", ["s1a"], 1020, [("M", M, "jobs/sub/x.yml", JOB.format("x")), ("M", M, "policyx.txt", "p"), ("M", M, "policy/k.txt", "k")]),
+        (
+            "s1b",
+            ["s1a"],
+            1020,
+            [
+                ("M", M, "jobs/sub/x.yml", JOB.format("x")),
+                ("M", M, "policyx.txt", "p"),
+                ("M", M, "policy/k.txt", "k"),
+            ],
+        ),
         ("M1", ["R", "s1b"], 1030, []),
         # D1: a direct push.
         ("D1", ["M1"], 1040, [("M", M, "a.txt", "pushed")]),
         # M2: a side based on an older chain commit; a job file becomes a folder; the merge writes a file itself.
-        ("s2a", ["R"], 1050, [("D", "jobs/j1.yaml"), ("M", M, "jobs/j1.yaml/inner", "in"), ("M", M, "jobs/j3.yaml", JOB.format("j3"))]),
+        (
+            "s2a",
+            ["R"],
+            1050,
+            [
+                ("D", "jobs/j1.yaml"),
+                ("M", M, "jobs/j1.yaml/inner", "in"),
+                ("M", M, "jobs/j3.yaml", JOB.format("j3")),
+            ],
+        ),
         ("M2", ["D1", "s2a"], 1060, [("M", M, "jobs/m2.yaml", JOB.format("m2"))]),
         # M3: stacked on another side's commit (s1b, off the first-parent line); an escaping symlink.
-        ("s3a", ["s1b"], 1070, [("M", "120000", "jobs/evil.yaml", "../.."), ("M", M, "jobs/j2.yaml", JOB.format("j2") + "# 2\n"),
-                                ("M", "100755", "a.txt", "a1")]),
+        (
+            "s3a",
+            ["s1b"],
+            1070,
+            [
+                ("M", "120000", "jobs/evil.yaml", "../.."),
+                ("M", M, "jobs/j2.yaml", JOB.format("j2") + "# 2\n"),
+                ("M", "100755", "a.txt", "a1"),
+            ],
+        ),
         ("M3", ["M2", "s3a"], 1080, []),
         # M4: a merge of an ancestor (nothing on its side) that writes a job itself.
         ("M4", ["M3", "s1a"], 1090, [("TREE", "M3"), ("M", M, "jobs/m4.yaml", JOB.format("m4"))]),
@@ -125,7 +188,16 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
         # M10: the content pathspec's edges: a .yaml deep in jobs/ (not content), other files in jobs/ and a
         # folder named like a job file (content), policy/ (not content), a name that is not UTF-8.
         ("s10a", ["M9"], 1210, [("M", M, "jobs/deep/a/b.yaml", JOB.format("b"))]),
-        ("s10b", ["s10a"], 1220, [("M", M, "jobs/readme.txt", "r"), ("M", M, "policy/x", "x"), ("M", M, b"caf\xe9.txt", "c")]),
+        (
+            "s10b",
+            ["s10a"],
+            1220,
+            [
+                ("M", M, "jobs/readme.txt", "r"),
+                ("M", M, "policy/x", "x"),
+                ("M", M, b"caf\xe9.txt", "c"),
+            ],
+        ),
         ("s10c", ["s10b"], 1230, [("M", M, "jobs/x.yaml/inner", "i"), ("D", "link")]),
         ("s10d", ["s10c"], 1230, [("M", M, "policy/y", "y")]),
         ("M10", ["M9", "s10d"], 1240, [("M", M, "jobs/j10.yml", JOB.format("j10"))]),
@@ -190,14 +262,23 @@ def _agree(repo: Repo, shas: dict[str, str], chain_names: list[str], root: str =
             fast, slow = side.producers(files), repo.producers(sha, files)
             if fast is None:  # some path's writers share a date: each path alone, to see which
                 singles = {path: side.producers({path: blob}) for path, blob in files.items()}
-                fast = {path: answer[path] for path, answer in singles.items() if answer is not None}
+                fast = {
+                    path: answer[path] for path, answer in singles.items() if answer is not None
+                }
                 ties = {path for path, answer in singles.items() if answer is None}
                 # s9a and s9c wrote one job's bytes at one date (merged at M9): git's walk decides their order.
-                assert ties == {"jobs/j9.yaml"} and CHAIN.index(name) >= CHAIN.index("M9"), (name, ties)
+                assert ties == {"jobs/j9.yaml"} and CHAIN.index(name) >= CHAIN.index("M9"), (
+                    name,
+                    ties,
+                )
                 slow = {p: v for p, v in slow.items() if p not in ties}
             assert fast == slow, name
-            if name == "M6" and files.get("jobs/j2.yaml") == repo.file_blob(shas["s1a"], "jobs/j2.yaml"):
-                assert len(slow["jobs/j2.yaml"]) == (3 if "P0" in shas else 2)  # s6a, s1a (and P0), newest first
+            if name == "M6" and files.get("jobs/j2.yaml") == repo.file_blob(
+                shas["s1a"], "jobs/j2.yaml"
+            ):
+                assert len(slow["jobs/j2.yaml"]) == (
+                    3 if "P0" in shas else 2
+                )  # s6a, s1a (and P0), newest first
     return answered
 
 
@@ -206,33 +287,52 @@ def test_every_answer_about_every_merge_is_gits(shapes: tuple[Repo, dict[str, st
     assert _agree(repo, shas, CHAIN) == ANSWERED
 
 
-def test_history_before_the_trust_root_counts_for_earlier_writers_and_a_base_there_is_gits(tmp_path: Path) -> None:
+def test_history_before_the_trust_root_counts_for_earlier_writers_and_a_base_there_is_gits(
+    tmp_path: Path,
+) -> None:
     """The trust root has a past: bytes written there count as written before (producers), and a side based
     before the root (its base off the chain, reached from the root only) is left to git."""
     M = "100644"
-    before = [("P0", [], 900, [("M", M, "jobs/j2.yaml", JOB.format("j2")), ("M", M, "old.txt", "o")]),
-              ("Q1", ["P0"], 960, [("M", M, "q.txt", "q")]),
-              ("P1", ["P0"], 950, [("D", "jobs/j2.yaml")])]
+    before = [
+        ("P0", [], 900, [("M", M, "jobs/j2.yaml", JOB.format("j2")), ("M", M, "old.txt", "o")]),
+        ("Q1", ["P0"], 960, [("M", M, "q.txt", "q")]),
+        ("P1", ["P0"], 950, [("D", "jobs/j2.yaml")]),
+    ]
     shapes = _shapes(_policy(tmp_path))
-    shapes = [*before, *((n, ["P1"] if n == "R" else p, d, ops) for n, p, d, ops in shapes), ("M11", ["M10", "Q1"], 1250, [])]
+    shapes = [
+        *before,
+        *((n, ["P1"] if n == "R" else p, d, ops) for n, p, d, ops in shapes),
+        ("M11", ["M10", "Q1"], 1250, []),
+    ]
     shas = _build(tmp_path / "past.git", shapes, "approved")
     assert _agree(Repo(tmp_path / "past.git"), shas, [*CHAIN, "M11"]) == ANSWERED
 
 
-def test_an_assessor_reading_the_history_gathers_the_facts_git_gives_it(shapes: tuple[Repo, dict[str, str]]) -> None:
+def test_an_assessor_reading_the_history_gathers_the_facts_git_gives_it(
+    shapes: tuple[Repo, dict[str, str]],
+) -> None:
     repo, shas = shapes
     root = shas["R"]
     chain = repo.first_parent_chain(root, shas["M10"])
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    fast = Assessor(repo, at=at, history=History.read(repo, root, chain), known=lambda path, blob: True)
+    fast = Assessor(
+        repo, at=at, history=History.read(repo, root, chain), known=lambda path, blob: True
+    )
     slow = Assessor(repo, at=at, known=lambda path, blob: True)
     unapproved = {"a.txt": shas["D1"]}
     for sha in chain:
         assert fast.facts(sha, policy, unapproved) == slow.facts(sha, policy, unapproved)
     # And the whole walk (its own `known`, what stays unapproved, every verdict and reason) is the same.
-    walks = [Walk(Assessor(repo, at=at, history=h), policy, records=None, mentioned=lambda path, blob: True)
-             for h in (History.read(repo, root, chain), None)]
+    walks = [
+        Walk(
+            Assessor(repo, at=at, history=h),
+            policy,
+            records=None,
+            mentioned=lambda path, blob: True,
+        )
+        for h in (History.read(repo, root, chain), None)
+    ]
     for sha in chain:
         one, other = (w.step(sha) for w in walks)
         assert one == other
@@ -247,7 +347,9 @@ def test_clock_skew_anywhere_leaves_every_merge_to_git(tmp_path: Path) -> None:
     assert History.read(repo, shas["R"], repo.first_parent_chain(shas["R"], shas["M10"])) is None
 
 
-def test_verify_reads_the_history_in_a_few_processes_and_reports_what_git_would(tmp_path: Path) -> None:
+def test_verify_reads_the_history_in_a_few_processes_and_reports_what_git_would(
+    tmp_path: Path,
+) -> None:
     from mergegate.operations.verify import verify_history
 
     shas = _build(tmp_path / "gate.git", _shapes(_policy(tmp_path)), "approved")
@@ -256,24 +358,76 @@ def test_verify_reads_the_history_in_a_few_processes_and_reports_what_git_would(
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        report = verify_history(repo_path=tmp_path / "gate.git", remote="origin", branch="approved", fetch=False, trust=shas["R"])
+        report = verify_history(
+            repo_path=tmp_path / "gate.git",
+            remote="origin",
+            branch="approved",
+            fetch=False,
+            trust=shas["R"],
+        )
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    verbs = [line.split(" git ")[-1] for line in trace.read_text().splitlines() if "trace: built-in: git" in line]
+    verbs = [
+        line.split(" git ")[-1]
+        for line in trace.read_text().splitlines()
+        if "trace: built-in: git" in line
+    ]
     # Only the two merges the history cannot answer (a merge inside the side, an orphan) ask git, as before.
-    bases = [v.split()[1:] for v in verbs if v.startswith("merge-base ") and "--is-ancestor" not in v]
+    bases = [
+        v.split()[1:] for v in verbs if v.startswith("merge-base ") and "--is-ancestor" not in v
+    ]
     assert bases == [[shas["M4"], shas["s5b"]], [shas["M6"], shas["o1"]]]
-    ranges = {v.split()[2] for v in verbs if v.startswith(("rev-list --full-history", "rev-list --reverse"))}
+    ranges = {
+        v.split()[2]
+        for v in verbs
+        if v.startswith(("rev-list --full-history", "rev-list --reverse"))
+    }
     assert ranges == {f"{shas['M4']}..{shas['s5b']}", f"{shas['M6']}..{shas['o1']}"}
-    assert len(report.commits) == 1 + len(CHAIN) and not report.violations and report.incomplete is None
+    assert (
+        len(report.commits) == 1 + len(CHAIN)
+        and not report.violations
+        and report.incomplete is None
+    )
 
 
-NAMES = ["policy", "policy/x", "policy/a/b", "policyx", "policy.yaml", "xpolicy/a", "a/policy", "a/policy/b", "Policy/x",
-         "jobs/a.yaml", "jobs/a.yml", "jobs/a.yaml.txt", "jobs/a/b.yaml", "jobs/a/b/c.yml", "jobs/.yaml", "jobs/.yml",
-         "jobs/x.yaml/inner", "jobs/x.yaml/y.yaml", "jobs/a.YAML", "Jobs/a.yaml", "jobs.yaml", "a/jobs/b.yaml", "jobs/a",
-         "jobs/a b.yaml", "jobs/-.yml", "jobs/a.yamlx", "jobs/yaml", "jobs/ayaml", "jobs/a/.yml", "x.yaml", "README",
-         b"jobs/\xff.yaml", b"jobs/\xff/x.txt", b"policy\xff", b"\xffpolicy/x"]
+NAMES = [
+    "policy",
+    "policy/x",
+    "policy/a/b",
+    "policyx",
+    "policy.yaml",
+    "xpolicy/a",
+    "a/policy",
+    "a/policy/b",
+    "Policy/x",
+    "jobs/a.yaml",
+    "jobs/a.yml",
+    "jobs/a.yaml.txt",
+    "jobs/a/b.yaml",
+    "jobs/a/b/c.yml",
+    "jobs/.yaml",
+    "jobs/.yml",
+    "jobs/x.yaml/inner",
+    "jobs/x.yaml/y.yaml",
+    "jobs/a.YAML",
+    "Jobs/a.yaml",
+    "jobs.yaml",
+    "a/jobs/b.yaml",
+    "jobs/a",
+    "jobs/a b.yaml",
+    "jobs/-.yml",
+    "jobs/a.yamlx",
+    "jobs/yaml",
+    "jobs/ayaml",
+    "jobs/a/.yml",
+    "x.yaml",
+    "README",
+    b"jobs/\xff.yaml",
+    b"jobs/\xff/x.txt",
+    b"policy\xff",
+    b"\xffpolicy/x",
+]
 
 
 def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Path) -> None:
@@ -282,7 +436,11 @@ def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Pa
     from mergegate.facts.history import CONTENT_PATHSPEC, _content
 
     # One root commit per name (a file and a folder of one name cannot share a tree).
-    shas = _build(tmp_path / "names.git", [(f"n{i}", [], 1000, [("M", "100644", name, "x")]) for i, name in enumerate(NAMES)], "approved")
+    shas = _build(
+        tmp_path / "names.git",
+        [(f"n{i}", [], 1000, [("M", "100644", name, "x")]) for i, name in enumerate(NAMES)],
+        "approved",
+    )
     repo = Repo(tmp_path / "names.git")
     listed = repo.diffs([(None, shas[f"n{i}"]) for i in range(len(NAMES))], *CONTENT_PATHSPEC)
     assert listed is not None
@@ -294,9 +452,13 @@ def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Pa
 
 def test_a_side_with_a_glob_character_in_a_name_is_left_to_git(tmp_path: Path) -> None:
     M = "100644"
-    commits = [("R", [], 1000, [("M", M, "policy/policy.yaml", _policy(tmp_path))]),
-               ("s", ["R"], 1010, [("M", M, "jobs/[ab].yaml", JOB.format("[ab]"))]), ("M1", ["R", "s"], 1020, []),
-               ("t", ["M1"], 1030, [("M", M, "jobs/t.yaml", JOB.format("t"))]), ("M2", ["M1", "t"], 1040, [])]
+    commits = [
+        ("R", [], 1000, [("M", M, "policy/policy.yaml", _policy(tmp_path))]),
+        ("s", ["R"], 1010, [("M", M, "jobs/[ab].yaml", JOB.format("[ab]"))]),
+        ("M1", ["R", "s"], 1020, []),
+        ("t", ["M1"], 1030, [("M", M, "jobs/t.yaml", JOB.format("t"))]),
+        ("M2", ["M1", "t"], 1040, []),
+    ]
     shas = _build(tmp_path / "glob.git", commits, "approved")
     repo = Repo(tmp_path / "glob.git")
     history = History.read(repo, shas["R"], [shas["M1"], shas["M2"]])
@@ -305,9 +467,13 @@ def test_a_side_with_a_glob_character_in_a_name_is_left_to_git(tmp_path: Path) -
     assert history.side(shas["M2"], shas["M1"], shas["t"]) is not None
 
 
-@pytest.mark.parametrize("name", ["GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS"])
-def test_a_pathspec_variable_in_the_environment_leaves_every_merge_to_git(shapes: tuple[Repo, dict[str, str]],
-                                                                          monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    ["GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS"],
+)
+def test_a_pathspec_variable_in_the_environment_leaves_every_merge_to_git(
+    shapes: tuple[Repo, dict[str, str]], monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     """git reads them for every pathspec it matches (the content pathspec, each literal path): its answers then
     are the environment's, and only git knows them."""
     repo, shas = shapes

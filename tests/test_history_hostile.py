@@ -22,8 +22,15 @@ from tests.helpers.keys import shared_ssh_key
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None, date: int = 1000) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bob", "GIT_AUTHOR_EMAIL": "bob@example.com", "GIT_COMMITTER_NAME": "bob",
-           "GIT_COMMITTER_EMAIL": "bob@example.com", "GIT_AUTHOR_DATE": f"@{date} +0000", "GIT_COMMITTER_DATE": f"@{date} +0000"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "bob",
+        "GIT_AUTHOR_EMAIL": "bob@example.com",
+        "GIT_COMMITTER_NAME": "bob",
+        "GIT_COMMITTER_EMAIL": "bob@example.com",
+        "GIT_AUTHOR_DATE": f"@{date} +0000",
+        "GIT_COMMITTER_DATE": f"@{date} +0000",
+    }
     proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.decode().strip()
@@ -35,18 +42,31 @@ def _blob(repo: Path, data: bytes) -> str:
 
 def _tree(repo: Path, entries: list[tuple[str, str, str]]) -> str:
     """A tree object with exactly these entries in this order (no sorting, no fsck: what a hostile push can hold)."""
-    raw = b"".join(mode.encode() + b" " + name.encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries)
+    raw = b"".join(
+        mode.encode() + b" " + name.encode() + b"\0" + bytes.fromhex(sha)
+        for mode, name, sha in entries
+    )
     return _git(repo, "hash-object", "-w", "-t", "tree", "--literally", "--stdin", input=raw)
 
 
 def _commit(repo: Path, tree: str, parents: list[str], date: int, message: str) -> str:
-    return _git(repo, "commit-tree", tree, *(a for p in parents for a in ("-p", p)), "-m", message, date=date)
+    return _git(
+        repo,
+        "commit-tree",
+        tree,
+        *(a for p in parents for a in ("-p", p)),
+        "-m",
+        message,
+        date=date,
+    )
 
 
 def _policy(tmp_path: Path) -> bytes:
     key = shared_ssh_key(tmp_path / "keys", "alice")
-    return (f"version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: \"{key.public_line}\"\n"
-            "approvals_required: 1\ncommands:\n  - program: echo\n").encode()
+    return (
+        f'version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: "{key.public_line}"\n'
+        "approvals_required: 1\ncommands:\n  - program: echo\n"
+    ).encode()
 
 
 def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path: Path) -> None:
@@ -60,26 +80,58 @@ def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path:
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])
-    old, new, z = (_blob(repo, b"id: j\ncommand: [echo, j]\n"), _blob(repo, b"id: j\ncommand: [echo, k]\n"), _blob(repo, b"z"))
-    jobs_old, jobs_new = _tree(repo, [("100644", "j.yaml", old)]), _tree(repo, [("100644", "j.yaml", new)])
-    root = _commit(repo, _tree(repo, [("40000", "jobs", jobs_old), ("40000", "policy", policy_tree), ("100644", "z.txt", z)]), [], 1000, "R")
+    old, new, z = (
+        _blob(repo, b"id: j\ncommand: [echo, j]\n"),
+        _blob(repo, b"id: j\ncommand: [echo, k]\n"),
+        _blob(repo, b"z"),
+    )
+    jobs_old, jobs_new = (
+        _tree(repo, [("100644", "j.yaml", old)]),
+        _tree(repo, [("100644", "j.yaml", new)]),
+    )
+    root = _commit(
+        repo,
+        _tree(
+            repo,
+            [("40000", "jobs", jobs_old), ("40000", "policy", policy_tree), ("100644", "z.txt", z)],
+        ),
+        [],
+        1000,
+        "R",
+    )
     # The side's tree: the same entries, `jobs` (with the new job) listed last.
-    side = _commit(repo, _tree(repo, [("40000", "policy", policy_tree), ("100644", "z.txt", z), ("40000", "jobs", jobs_new)]), [root], 1010, "s")
-    merged = _tree(repo, [("40000", "jobs", jobs_new), ("40000", "policy", policy_tree), ("100644", "z.txt", z)])
+    side = _commit(
+        repo,
+        _tree(
+            repo,
+            [("40000", "policy", policy_tree), ("100644", "z.txt", z), ("40000", "jobs", jobs_new)],
+        ),
+        [root],
+        1010,
+        "s",
+    )
+    merged = _tree(
+        repo,
+        [("40000", "jobs", jobs_new), ("40000", "policy", policy_tree), ("100644", "z.txt", z)],
+    )
     merge = _commit(repo, merged, [root, side], 1020, "M")
     _git(repo, "update-ref", "refs/heads/approved", merge)
 
     git_repo = Repo(repo)
     history = History.read(git_repo, root, [merge])
     slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), root, side)
-    fast = (history.side(merge, root, side) if history is not None else None) or slow  # declined: git answers
+    fast = (
+        history.side(merge, root, side) if history is not None else None
+    ) or slow  # declined: git answers
     assert slow.entry(side, "jobs/j.yaml") == Entry("100644", new)
     assert fast.entry(side, "jobs/j.yaml") == slow.entry(side, "jobs/j.yaml"), "History says ABSENT"
 
     # And so the facts the judge is handed differ (FileFacts.side of jobs/j.yaml).
     policy = load_policy(lambda p: git_repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(merge, policy, {})
+    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(
+        merge, policy, {}
+    )
     without = Assessor(Repo(repo), at=at, known=lambda path, blob: True).facts(merge, policy, {})
     assert [f.side for f in with_history.files] == [f.side for f in without.files]
     # The judge's "the merge itself wrote this content" (its signer then a writer, its approvals refused).
@@ -87,7 +139,9 @@ def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path:
     assert with_history == without
 
 
-def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(tmp_path: Path) -> None:
+def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(
+    tmp_path: Path,
+) -> None:
     """Finding 1, on the first-parent line: D1 (a direct push) lists `jobs` after `z.txt`; the merge M after it
     is canonical. diff-tree D1 M then reports jobs/evil.yaml added and then deleted, and History's entry on the
     line (the LAST change of the path, history.py `entry`/`__init__`'s `_changes`) says it is absent at M;
@@ -96,13 +150,29 @@ def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(tm
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])
-    z, link, job = _blob(repo, b"z"), _blob(repo, b"../.."), _blob(repo, b"id: new\ncommand: [echo, new]\n")
-    root = _commit(repo, _tree(repo, [("40000", "policy", policy_tree), ("100644", "z.txt", z)]), [], 1000, "R")
+    z, link, job = (
+        _blob(repo, b"z"),
+        _blob(repo, b"../.."),
+        _blob(repo, b"id: new\ncommand: [echo, new]\n"),
+    )
+    root = _commit(
+        repo, _tree(repo, [("40000", "policy", policy_tree), ("100644", "z.txt", z)]), [], 1000, "R"
+    )
     jobs1 = _tree(repo, [("120000", "evil.yaml", link)])
-    pushed = _commit(repo, _tree(repo, [("40000", "policy", policy_tree), ("100644", "z.txt", z), ("40000", "jobs", jobs1)]),
-                     [root], 1010, "D1")
+    pushed = _commit(
+        repo,
+        _tree(
+            repo,
+            [("40000", "policy", policy_tree), ("100644", "z.txt", z), ("40000", "jobs", jobs1)],
+        ),
+        [root],
+        1010,
+        "D1",
+    )
     jobs2 = _tree(repo, [("120000", "evil.yaml", link), ("100644", "new.yaml", job)])
-    canonical = _tree(repo, [("40000", "jobs", jobs2), ("40000", "policy", policy_tree), ("100644", "z.txt", z)])
+    canonical = _tree(
+        repo, [("40000", "jobs", jobs2), ("40000", "policy", policy_tree), ("100644", "z.txt", z)]
+    )
     side = _commit(repo, canonical, [pushed], 1020, "s")
     merge = _commit(repo, canonical, [pushed, side], 1030, "M")
     _git(repo, "update-ref", "refs/heads/approved", merge)
@@ -110,22 +180,34 @@ def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(tm
     git_repo = Repo(repo)
     history = History.read(git_repo, root, [pushed, merge])
     slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), pushed, side)
-    fast = (history.side(merge, pushed, side) if history is not None else None) or slow  # declined: git answers
+    fast = (
+        history.side(merge, pushed, side) if history is not None else None
+    ) or slow  # declined: git answers
     assert slow.symlinks(merge) == (("jobs/evil.yaml", link),)
     assert fast.symlinks(merge) == slow.symlinks(merge), "History sees no symlink"
     policy = load_policy(lambda p: git_repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(merge, policy, {})
+    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(
+        merge, policy, {}
+    )
     without = Assessor(Repo(repo), at=at, known=lambda path, blob: True).facts(merge, policy, {})
     assert with_history.symlinks == without.symlinks
 
 
-def _repo_with_side_tree(tmp_path: Path, build: Callable[[Path, str], list[tuple[str, str, str]]]) -> tuple[Repo, str, str, str]:
+def _repo_with_side_tree(
+    tmp_path: Path, build: Callable[[Path, str], list[tuple[str, str, str]]]
+) -> tuple[Repo, str, str, str]:
     """R (canonical), a side commit s whose tree `build` writes, and the merge M of s (the same tree)."""
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])
-    root = _commit(repo, _tree(repo, [("100644", "a", _blob(repo, b"a")), ("40000", "policy", policy_tree)]), [], 1000, "R")
+    root = _commit(
+        repo,
+        _tree(repo, [("100644", "a", _blob(repo, b"a")), ("40000", "policy", policy_tree)]),
+        [],
+        1000,
+        "R",
+    )
     entries = build(repo, policy_tree)
     side = _commit(repo, _tree(repo, entries), [root], 1010, "s")
     merge = _commit(repo, _tree(repo, entries), [root, side], 1020, "M")
@@ -137,13 +219,27 @@ def test_a_tree_with_a_name_twice_has_the_entry_git_lists(tmp_path: Path) -> Non
     """Finding 1 (duplicate entries): the side's jobs/ lists j.yaml twice, a regular file and then a symlink.
     ls-tree lists both (the Assessor's dict keeps the last, the symlink); diff-tree reports both as added and
     History.entry off the line keeps the first (the regular file): FileFacts.side of jobs/j.yaml differs."""
+
     def build(repo: Path, policy_tree: str) -> list[tuple[str, str, str]]:
-        jobs = _tree(repo, [("100644", "j.yaml", _blob(repo, b"id: j\ncommand: [echo]\n")), ("120000", "j.yaml", _blob(repo, b"../.."))])
-        return [("100644", "a", _blob(repo, b"a")), ("40000", "jobs", jobs), ("40000", "policy", policy_tree)]
+        jobs = _tree(
+            repo,
+            [
+                ("100644", "j.yaml", _blob(repo, b"id: j\ncommand: [echo]\n")),
+                ("120000", "j.yaml", _blob(repo, b"../..")),
+            ],
+        )
+        return [
+            ("100644", "a", _blob(repo, b"a")),
+            ("40000", "jobs", jobs),
+            ("40000", "policy", policy_tree),
+        ]
+
     git_repo, root, side, merge = _repo_with_side_tree(tmp_path, build)
     history = History.read(git_repo, root, [merge])
     slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), root, side)
-    fast = (history.side(merge, root, side) if history is not None else None) or slow  # declined: git answers
+    fast = (
+        history.side(merge, root, side) if history is not None else None
+    ) or slow  # declined: git answers
     assert slow.entry(side, "jobs/j.yaml").mode == "120000"
     assert fast.entry(side, "jobs/j.yaml") == slow.entry(side, "jobs/j.yaml")
 
@@ -161,10 +257,23 @@ def test_earlier_writers_are_gits_whatever_log_follow_says(tmp_path: Path) -> No
     job = _blob(repo, b"id: j\ncommand: [echo, j]\n")
 
     def tree(**jobs: str) -> str:
-        entries = [("40000", "jobs", _tree(repo, [("100644", name, blob) for name, blob in sorted(jobs.items())]))] if jobs else []
+        entries = (
+            [
+                (
+                    "40000",
+                    "jobs",
+                    _tree(repo, [("100644", name, blob) for name, blob in sorted(jobs.items())]),
+                )
+            ]
+            if jobs
+            else []
+        )
         return _tree(repo, [*entries, ("40000", "policy", policy_tree)])
+
     root = _commit(repo, tree(**{"old.yaml": job}), [], 1000, "R")
-    s1 = _commit(repo, tree(**{"j.yaml": job}), [root], 1010, "s1: rename old.yaml to j.yaml")  # bob
+    s1 = _commit(
+        repo, tree(**{"j.yaml": job}), [root], 1010, "s1: rename old.yaml to j.yaml"
+    )  # bob
     m1 = _commit(repo, tree(**{"j.yaml": job}), [root, s1], 1020, "M1")
     d2 = _commit(repo, tree(), [m1], 1030, "D2: delete j.yaml")
     s3 = _commit(repo, tree(**{"j.yaml": job}), [d2], 1040, "s3: j.yaml again, the same bytes")
@@ -180,4 +289,6 @@ def test_earlier_writers_are_gits_whatever_log_follow_says(tmp_path: Path) -> No
     assert fast is not None
     files = {"jobs/j.yaml": job}
     assert fast.producers(files) == {"jobs/j.yaml": [s3, s1]}
-    assert git_repo.producers(m3, files) == fast.producers(files), "git log --follow lost s1 (R100 jobs/old.yaml jobs/j.yaml)"
+    assert git_repo.producers(m3, files) == fast.producers(files), (
+        "git log --follow lost s1 (R100 jobs/old.yaml jobs/j.yaml)"
+    )

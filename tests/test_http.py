@@ -16,7 +16,9 @@ TOKEN = "ghs_secret_token_must_not_leak_42"
 @pytest.fixture
 def fake() -> Iterator[FakeGitHub]:
     with FakeGitHub() as server:
-        server.add_pull(PullRequest(number=1, author=10, head_sha="a" * 40, merge_commit_sha="b" * 40))
+        server.add_pull(
+            PullRequest(number=1, author=10, head_sha="a" * 40, merge_commit_sha="b" * 40)
+        )
         yield server
 
 
@@ -104,7 +106,10 @@ def test_timeout_is_unreachable(fake: FakeGitHub) -> None:
 
 
 def test_connection_refused_is_unreachable() -> None:
-    with Client("http://127.0.0.1:9", token=TOKEN, timeout=2) as c, pytest.raises(Unreachable) as info:
+    with (
+        Client("http://127.0.0.1:9", token=TOKEN, timeout=2) as c,
+        pytest.raises(Unreachable) as info,
+    ):
         c.get("/repos/x/y/pulls/1")
     assert TOKEN not in str(info.value)
 
@@ -130,8 +135,15 @@ def test_requests_to_another_origin_are_refused_so_the_token_stays_home(fake: Fa
 
 def test_link_next_parsing() -> None:
     from mergegate.github.http import Response
-    r = Response(url="u", status=200, request_id="", at="", body=b"[]",
-                 link='<https://api.github.com/x?page=3>; rel="last", <https://api.github.com/x?page=2>; rel="next"')
+
+    r = Response(
+        url="u",
+        status=200,
+        request_id="",
+        at="",
+        body=b"[]",
+        link='<https://api.github.com/x?page=3>; rel="last", <https://api.github.com/x?page=2>; rel="next"',
+    )
     assert r.next_url() == "https://api.github.com/x?page=2"
     assert Response(url="u", status=200, request_id="", at="", body=b"[]").next_url() is None
 

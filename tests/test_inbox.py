@@ -7,8 +7,16 @@ from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 
 def gate(world: World) -> None:
-    world.setup(policy_yaml([world.alice.approver_entry(), world.bob.approver_entry(), world.carol.approver_entry()],
-                            [ECHO_RULE]))
+    world.setup(
+        policy_yaml(
+            [
+                world.alice.approver_entry(),
+                world.bob.approver_entry(),
+                world.carol.approver_entry(),
+            ],
+            [ECHO_RULE],
+        )
+    )
     world.propose("add-ok", {"jobs/ok.yaml": job_yaml("ok", ["echo", "x"])}, who=world.alice)
     world.propose("add-denied", {"jobs/no.yaml": job_yaml("no", ["rm", "x"])}, who=world.alice)
     world.propose("readme", {"README.md": "docs only\n"}, who=world.alice)
@@ -37,8 +45,21 @@ def test_inbox_lists_pending_proposals_with_verdict_and_who_may_approve(world: W
 def test_inbox_with_a_token_names_open_pull_requests(world: World) -> None:
     gate(world)
     with FakeGitHub() as github:
-        github.add_pull(PullRequest(number=7, author=2, head_sha="", merge_commit_sha="", merged=False, head_ref="add-ok"))
-        github.add_pull(PullRequest(number=8, author=2, head_sha="", merge_commit_sha="", merged=True, head_ref="merged"))
+        github.add_pull(
+            PullRequest(
+                number=7,
+                author=2,
+                head_sha="",
+                merge_commit_sha="",
+                merged=False,
+                head_ref="add-ok",
+            )
+        )
+        github.add_pull(
+            PullRequest(
+                number=8, author=2, head_sha="", merge_commit_sha="", merged=True, head_ref="merged"
+            )
+        )
         result = world.mg("inbox", "--json", where="approver", env=github.env())
         assert result.code == 0, result.err
         items = {i["ref"]: i for i in result.json()["proposals"]}
@@ -60,4 +81,8 @@ def test_inbox_with_github_down_still_lists_branches_and_warns(world: World) -> 
 def test_empty_inbox(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     result = world.mg("inbox", where="approver")
-    assert result.code == 0 and result.out.strip() == "inbox empty: no branch changes a job or policy file relative to approved"
+    assert (
+        result.code == 0
+        and result.out.strip()
+        == "inbox empty: no branch changes a job or policy file relative to approved"
+    )

@@ -22,7 +22,11 @@ def _error(text: str, path: str = "jobs/x.yaml") -> ConfigError:
 
 
 def test_valid_job_is_a_frozen_value() -> None:
-    job = parse_job(b"id: x\ncommand: [echo, hi]\ncwd: sub/dir\nenv: {LANG: C}\nlabels: [prod]\n", path="jobs/x.yaml", blob=BLOB)
+    job = parse_job(
+        b"id: x\ncommand: [echo, hi]\ncwd: sub/dir\nenv: {LANG: C}\nlabels: [prod]\n",
+        path="jobs/x.yaml",
+        blob=BLOB,
+    )
     assert job.command == ("echo", "hi")
     assert job.cwd == "sub/dir"
     assert job.env == (("LANG", "C"),)
@@ -83,7 +87,18 @@ def test_cwd_outside_repository() -> None:
     assert "inside the repository" in _error("id: x\ncommand: [echo]\ncwd: /etc\n").message
 
 
-@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "GIT_DIR", "SSH_AUTH_SOCK", "MERGEGATE_JOB_ID"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PATH",
+        "LD_PRELOAD",
+        "DYLD_INSERT_LIBRARIES",
+        "PYTHONPATH",
+        "GIT_DIR",
+        "SSH_AUTH_SOCK",
+        "MERGEGATE_JOB_ID",
+    ],
+)
 def test_forbidden_env_names(name: str) -> None:
     err = _error(f"id: x\ncommand: [echo]\nenv:\n  {name}: /tmp/evil\n")
     assert err.line == 4
@@ -134,17 +149,38 @@ _DEEP = "a: " + "[" * 65 + "]" * 65 + "\n"
 _DEEP_BLOCK = "".join("  " * i + "- \n" for i in range(64)) + "  " * 64 + "- [x]\n"
 # Each has more than one problem, or one near another: the one-pass reading must report what the two-pass one does.
 _READINGS = [
-    "id: x\ncommand: [echo, '1']\n", "a: &x 1\nb: *x\n", "a: *nope\n" + _DEEP, "a: &x 1\nb: &x 2\n" + _DEEP, _DEEP,
-    _DEEP_BLOCK, _DEEP + "b: [\n", "b: [\n" + _DEEP, "a: 1\n---\nb: 2\n", "a: 1\n---\nb: [\n", "a: 1\n---\n" + _DEEP,
-    "a:\n\t- 1\n", "a: 1\n b: 2\n", "", "# only a comment\n", "[" * 64 + "]" * 64, "a: *nope\nb: [\n", "- *a\n- &a 1\n",
-    "{a: 1, a: 2}", "a: !!python/object:os.system x\n", "\ufeffa: 1\n", "a: 'unterminated\n", "? [a]\n: 1\n",
+    "id: x\ncommand: [echo, '1']\n",
+    "a: &x 1\nb: *x\n",
+    "a: *nope\n" + _DEEP,
+    "a: &x 1\nb: &x 2\n" + _DEEP,
+    _DEEP,
+    _DEEP_BLOCK,
+    _DEEP + "b: [\n",
+    "b: [\n" + _DEEP,
+    "a: 1\n---\nb: 2\n",
+    "a: 1\n---\nb: [\n",
+    "a: 1\n---\n" + _DEEP,
+    "a:\n\t- 1\n",
+    "a: 1\n b: 2\n",
+    "",
+    "# only a comment\n",
+    "[" * 64 + "]" * 64,
+    "a: *nope\nb: [\n",
+    "- *a\n- &a 1\n",
+    "{a: 1, a: 2}",
+    "a: !!python/object:os.system x\n",
+    "\ufeffa: 1\n",
+    "a: 'unterminated\n",
+    "? [a]\n: 1\n",
     # The scanner's look-ahead decides which comes first, a bad character or the depth (see test_yaml_reading.py):
     *(f"a: {'[' * 70}{' ' * n}b, @\n" for n in (990, 1100)),
 ]
 
 
 @pytest.mark.parametrize("text", _READINGS)
-def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_does(text: str) -> None:
+def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_does(
+    text: str,
+) -> None:
     """config._compose_checked (one pass) against config._compose_two_pass (the reference): the same
     node, or the same error at the same line."""
     import yaml
@@ -161,15 +197,105 @@ def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_do
             return (type(exc).__name__, str(exc))
 
     # The reference as it was: PyYAML's own SafeLoader (config._Loader is held to it in test_yaml_reading.py).
-    assert outcome(config._compose_checked) == outcome(lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader))
+    assert outcome(config._compose_checked) == outcome(
+        lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader)
+    )
 
 
-_KEYS = ["id", "command", "cwd", "env", "on", "yes", "null", "true", "a-b", "_x", "k" * 128, "k" * 129, "1a", "-a", "<<", "a b"]
-_WORDS = ["echo", "-c", "-", "--x", "a-", "5", "0x1F", "0o7", "017", "1_000", "1.5", ".5", "1e5", ".inf", "-.inf", ".NaN", "~",
-          "null", "Null", "yes", "no", "on", "Off", "y", "n", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-13-45", "=",
-          "<<", "a=b", "50%", "user@host", "/bin/sh", "./x", "a~b", "a#b", "a:b", "a b", "@x", "%x", "`x", "!x", "&a", "*a",
-          "?x", ":x", "-5", "+5", "0b101", "0b_", "1:20", "190:20:30", "TRUE", "tRue", "...", "---", "a.b-c", "0", "-0",
-          "'x'", "''", "'it''s'", "'a b'", "'it's'", '"x"', '""', '"a b"', '"a\\"', '"a\\nb"', "'#'", '"#"', "' lead'", "'é'"]
+_KEYS = [
+    "id",
+    "command",
+    "cwd",
+    "env",
+    "on",
+    "yes",
+    "null",
+    "true",
+    "a-b",
+    "_x",
+    "k" * 128,
+    "k" * 129,
+    "1a",
+    "-a",
+    "<<",
+    "a b",
+]
+_WORDS = [
+    "echo",
+    "-c",
+    "-",
+    "--x",
+    "a-",
+    "5",
+    "0x1F",
+    "0o7",
+    "017",
+    "1_000",
+    "1.5",
+    ".5",
+    "1e5",
+    ".inf",
+    "-.inf",
+    ".NaN",
+    "~",
+    "null",
+    "Null",
+    "yes",
+    "no",
+    "on",
+    "Off",
+    "y",
+    "n",
+    "2001-12-14",
+    "2001-12-14t21:59:43.10-05:00",
+    "2001-13-45",
+    "=",
+    "<<",
+    "a=b",
+    "50%",
+    "user@host",
+    "/bin/sh",
+    "./x",
+    "a~b",
+    "a#b",
+    "a:b",
+    "a b",
+    "@x",
+    "%x",
+    "`x",
+    "!x",
+    "&a",
+    "*a",
+    "?x",
+    ":x",
+    "-5",
+    "+5",
+    "0b101",
+    "0b_",
+    "1:20",
+    "190:20:30",
+    "TRUE",
+    "tRue",
+    "...",
+    "---",
+    "a.b-c",
+    "0",
+    "-0",
+    "'x'",
+    "''",
+    "'it''s'",
+    "'a b'",
+    "'it's'",
+    '"x"',
+    '""',
+    '"a b"',
+    '"a\\"',
+    '"a\\nb"',
+    "'#'",
+    '"#"',
+    "' lead'",
+    "'é'",
+]
 _SEPARATORS = [",", ", ", " , ", " ,", ",  "]
 
 
@@ -183,7 +309,10 @@ def _value(rng: random.Random) -> str:
         return _word(rng)
     if roll < 0.9:
         items = [_word(rng) for _ in range(rng.randrange(0, 4))]
-        inner = "".join(item + (rng.choice(_SEPARATORS) if i < len(items) - 1 else "") for i, item in enumerate(items))
+        inner = "".join(
+            item + (rng.choice(_SEPARATORS) if i < len(items) - 1 else "")
+            for i, item in enumerate(items)
+        )
         return rng.choice(["[", "[ "]) + inner + rng.choice(["]", "]", " ]", ",]"])
     return rng.choice(["[[x]]", "{a: 1}", "", "|", ">", "x # c", "x ", "'x' "])
 
@@ -193,7 +322,21 @@ def _line(rng: random.Random) -> str:
     if roll < 0.9:
         key = rng.choice(_KEYS[:6] if rng.random() < 0.8 else _KEYS)
         return key + rng.choice([": ", ": ", ": ", ":  ", ":", " : "]) + _value(rng)
-    return rng.choice(["# a comment", "#", "", "   ", "\tid: x", "---", "...", "- x", " indented: 1", "key:", "%YAML 1.1"])
+    return rng.choice(
+        [
+            "# a comment",
+            "#",
+            "",
+            "   ",
+            "\tid: x",
+            "---",
+            "...",
+            "- x",
+            " indented: 1",
+            "key:",
+            "%YAML 1.1",
+        ]
+    )
 
 
 def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> None:
@@ -211,11 +354,24 @@ def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> N
         if isinstance(node, yaml.SequenceNode):
             return ("seq", node.tag, node.flow_style, where, [dump(n) for n in node.value])
         assert isinstance(node, yaml.MappingNode)
-        return ("map", node.tag, node.flow_style, where, [(dump(k), dump(v)) for k, v in node.value])
+        return (
+            "map",
+            node.tag,
+            node.flow_style,
+            where,
+            [(dump(k), dump(v)) for k, v in node.value],
+        )
 
     rng = random.Random(12)
-    texts = ["id: x\ncommand: [echo, '1']\n", "# job\nid: x\n\ncommand: [sh, -c, 'echo hi']\ntimeout_seconds: 5\n", "id: x"]
-    texts += ["\n".join(_line(rng) for _ in range(rng.randrange(1, 4))) + rng.choice(["", "\n"]) for _ in range(3000)]
+    texts = [
+        "id: x\ncommand: [echo, '1']\n",
+        "# job\nid: x\n\ncommand: [sh, -c, 'echo hi']\ntimeout_seconds: 5\n",
+        "id: x",
+    ]
+    texts += [
+        "\n".join(_line(rng) for _ in range(rng.randrange(1, 4))) + rng.choice(["", "\n"])
+        for _ in range(3000)
+    ]
     read = 0
     for text in texts:
         node = config._compose_simple(text)
@@ -249,12 +405,27 @@ def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
         except Exception as exc:
             return (type(exc).__name__, str(exc))
 
-    for word in [*_WORDS, "=", "!!binary aGk=", "!!int x", "!!python/name:os.system ''", "2001-02-30", "0b_", "12:61"]:
+    for word in [
+        *_WORDS,
+        "=",
+        "!!binary aGk=",
+        "!!int x",
+        "!!python/name:os.system ''",
+        "2001-02-30",
+        "0b_",
+        "12:61",
+    ]:
         try:
-            node = yaml.compose(f"[{word}]" if not word.startswith("!!") else word, Loader=yaml.SafeLoader)
+            node = yaml.compose(
+                f"[{word}]" if not word.startswith("!!") else word, Loader=yaml.SafeLoader
+            )
         except yaml.YAMLError:
             continue
-        for scalar in (node.value if isinstance(node, yaml.SequenceNode) else [node]) if node is not None else []:
+        for scalar in (
+            (node.value if isinstance(node, yaml.SequenceNode) else [node])
+            if node is not None
+            else []
+        ):
             assert ours(scalar) == whole(scalar), word
     assert config._scalar(yaml.compose("1", Loader=yaml.SafeLoader), "f") == 1
 
@@ -269,14 +440,37 @@ def _job_data(rng: random.Random) -> dict[str, object]:
         "description": ["d", "", "x" * 4097, 1],
         "timeout_seconds": [1, 300, 0, -1, True, 1.0, 1.5, "5"],
         "cwd": [".", "a/b", "", "x" * 4097, 1],
-        "env": [{"A": "1"}, {}, {"a_1": "x"}, {"1A": "x"}, {"A": 1}, {"A-B": "x"}, {"A": "x" * 65537}, [], {"A\n": "x"}],
-        "labels": [["a", "b"], ["a"], [], ["a", "a"], ["-a"], ["a/b"], ["x" * 65], [1], [1, True], "a"],
+        "env": [
+            {"A": "1"},
+            {},
+            {"a_1": "x"},
+            {"1A": "x"},
+            {"A": 1},
+            {"A-B": "x"},
+            {"A": "x" * 65537},
+            [],
+            {"A\n": "x"},
+        ],
+        "labels": [
+            ["a", "b"],
+            ["a"],
+            [],
+            ["a", "a"],
+            ["-a"],
+            ["a/b"],
+            ["x" * 65],
+            [1],
+            [1, True],
+            "a",
+        ],
         "runs_on": [["a"], ["a.b", "c"], [], ["a/b"], ["a", "a"], ["a." + "x" * 62]],
         "retries": [0, 100, 3, 101, -1, True],
         "idempotent": [True, False, 0, "yes"],
         "extra": ["x"],
     }
-    keys = [k for k in values if (k in ("id", "command") and rng.random() < 0.9) or rng.random() < 0.3]
+    keys = [
+        k for k in values if (k in ("id", "command") and rng.random() < 0.9) or rng.random() < 0.3
+    ]
     return {k: pick(values[k]) for k in keys}
 
 
@@ -297,19 +491,34 @@ def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
         if config._surely_valid(schema, data):
             accepted += 1
             assert valid, data
-        assert config._verdict(schema, data, schema) in (valid, None), data  # its "invalid" is exact too
+        assert config._verdict(schema, data, schema) in (valid, None), (
+            data
+        )  # its "invalid" is exact too
     assert accepted > 400
 
 
 def _policy_data(rng: random.Random) -> dict[str, object]:
     """A policy of every key's edge values: mostly valid values (the first two of each), else any."""
+
     def pick(options: list[object]) -> object:
         return rng.choice(options[:2] if rng.random() < 0.8 else options)
 
     ssh = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice"
-    key = [ssh, {"key": ssh, "valid_after": "2024-01-01T00:00:00Z"}, {"file": "keys/a.pub"}, {"key": ssh, "file": "keys/a"},
-           {}, {"key": ssh, "valid_before": "2024-01-01"}, {"file": "../x"}, "", 5, {"key": ssh, "extra": 1}, {"key": ""},
-           {"key": ssh, "valid_after": "2024-01-01T00:00:00.5+02:00"}, None]
+    key = [
+        ssh,
+        {"key": ssh, "valid_after": "2024-01-01T00:00:00Z"},
+        {"file": "keys/a.pub"},
+        {"key": ssh, "file": "keys/a"},
+        {},
+        {"key": ssh, "valid_before": "2024-01-01"},
+        {"file": "../x"},
+        "",
+        5,
+        {"key": ssh, "extra": 1},
+        {"key": ""},
+        {"key": ssh, "valid_after": "2024-01-01T00:00:00.5+02:00"},
+        None,
+    ]
 
     def person() -> dict[str, object]:
         fields: dict[str, list[object]] = {
@@ -321,33 +530,70 @@ def _policy_data(rng: random.Random) -> dict[str, object]:
             "github": [1, [1, 2], [1, 1], [], 0, -1, "alice", [True], True, [0], 2**40],
             "login": ["x"],
         }
-        names = [k for k in fields if (k == "name" and rng.random() < 0.9) or (k in ("key", "keys", "github") and rng.random() < 0.5)
-                 or rng.random() < 0.15]
+        names = [
+            k
+            for k in fields
+            if (k == "name" and rng.random() < 0.9)
+            or (k in ("key", "keys", "github") and rng.random() < 0.5)
+            or rng.random() < 0.15
+        ]
         return {k: pick(fields[k]) for k in names}
 
     people = [[person() for _ in range(rng.randint(1, 3))], [], "alice", [None]]
     values: dict[str, list[object]] = {
         "version": [1, 1, 2, True, "1", 1.0, None],
-        "approvers": people, "proposers": people, "runners": people,
+        "approvers": people,
+        "proposers": people,
+        "runners": people,
         "groups": [{"ops": ["alice"]}, {}, {"-x": ["a"]}, {"ops": "alice"}, {"ops": [5]}, []],
         "approvals_required": [1, 2, 0, True, "1", 1.5],
         "policy_approvals_required": [2, 1, -1, None],
         "allow_self_approval": [False, True, 0, "no"],
-        "approval_rules": [[{"paths": ["a/**"], "approvals_required": 2}], [{"name": "r", "require": [{"group": "ops", "count": 1}]}],
-                           [{"paths": []}], [{"require": []}], [{"require": [{"group": "ops"}]}], [{"other": 1}], {}],
-        "commands": [[{"program": "echo"}], [{"program": "sh", "args_prefix": ["-c"], "network": True}], [{}],
-                     [{"program": ""}], [{"program": "x", "args_prefix": "-c"}], [{"program": "x", "extra": 1}], "echo"],
-        "limits": [{"max_timeout_seconds": 60}, {}, {"max_timeout_seconds": 0}, {"nope": 1}, {"max_output_bytes": True}],
+        "approval_rules": [
+            [{"paths": ["a/**"], "approvals_required": 2}],
+            [{"name": "r", "require": [{"group": "ops", "count": 1}]}],
+            [{"paths": []}],
+            [{"require": []}],
+            [{"require": [{"group": "ops"}]}],
+            [{"other": 1}],
+            {},
+        ],
+        "commands": [
+            [{"program": "echo"}],
+            [{"program": "sh", "args_prefix": ["-c"], "network": True}],
+            [{}],
+            [{"program": ""}],
+            [{"program": "x", "args_prefix": "-c"}],
+            [{"program": "x", "extra": 1}],
+            "echo",
+        ],
+        "limits": [
+            {"max_timeout_seconds": 60},
+            {},
+            {"max_timeout_seconds": 0},
+            {"nope": 1},
+            {"max_output_bytes": True},
+        ],
         "env_allowlist": [["HOME", "A_1"], [], ["1X"], ["A-B"], "HOME"],
         "reserved_env": [["AWS_*"], [], ["*X"], [""]],
         "path": ["/usr/bin", "/bin", "", 3],
         "sandbox": ["none", "bwrap", "docker", None, True],
         "max_retries": [0, 3, 100, 101, -1, 2.0],
         "retry_backoff_seconds": [30, 0, 0.5, -1, 86401, "30"],
-        "github": [{"merge_keys": [ssh]}, {}, {"merge_keys": []}, {"allow_unmapped_authors": "yes"}, {"other": 1}],
+        "github": [
+            {"merge_keys": [ssh]},
+            {},
+            {"merge_keys": []},
+            {"allow_unmapped_authors": "yes"},
+            {"other": 1},
+        ],
         "unknown_key": [1],
     }
-    keys = [k for k in values if (k in ("version", "approvers") and rng.random() < 0.9) or rng.random() < 0.25]
+    keys = [
+        k
+        for k in values
+        if (k in ("version", "approvers") and rng.random() < 0.9) or rng.random() < 0.25
+    ]
     return {k: pick(values[k]) for k in keys}
 
 
@@ -377,16 +623,38 @@ def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path
     """The reason for the quick check: jsonschema costs about 0.2 s of CPU to import, in every runner."""
     from tests.helpers.repos import ECHO_RULE, policy_yaml
 
-    policy = policy_yaml([{"name": "alice", "email": "a@example.com", "key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA a",
-                           "github": [5]}], [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"], "network": False}],
-                         approvals_required=1, max_retries=2, retry_backoff_seconds=10, limits={"max_timeout_seconds": 60},
-                         groups={"ops": ["alice"]}, env_allowlist=["HOME"], sandbox="none")
+    policy = policy_yaml(
+        [
+            {
+                "name": "alice",
+                "email": "a@example.com",
+                "key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA a",
+                "github": [5],
+            }
+        ],
+        [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"], "network": False}],
+        approvals_required=1,
+        max_retries=2,
+        retry_backoff_seconds=10,
+        limits={"max_timeout_seconds": 60},
+        groups={"ops": ["alice"]},
+        env_allowlist=["HOME"],
+        sandbox="none",
+    )
     (tmp_path / "policy.yaml").write_text(policy)
-    (tmp_path / "job.yaml").write_text("id: hello\ncommand: [echo, hi]\nretries: 1\nruns_on: [linux]\n")
-    code = ("import sys; from pathlib import Path; from mergegate.rules import config\n"
-            "for name in ('policy', 'job'):\n"
-            "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), file=name, schema=name), schema=name)\n"
-            "assert 'jsonschema' not in sys.modules, 'imported'\n"
-            "config.validate(config.load(b'id: x\\ncommand: [1]\\n', file='bad', schema='job'), schema='job')\n")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False)
-    assert done.returncode == 1 and "ConfigError" in done.stderr and "command" in done.stderr, done.stderr
+    (tmp_path / "job.yaml").write_text(
+        "id: hello\ncommand: [echo, hi]\nretries: 1\nruns_on: [linux]\n"
+    )
+    code = (
+        "import sys; from pathlib import Path; from mergegate.rules import config\n"
+        "for name in ('policy', 'job'):\n"
+        "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), file=name, schema=name), schema=name)\n"
+        "assert 'jsonschema' not in sys.modules, 'imported'\n"
+        "config.validate(config.load(b'id: x\\ncommand: [1]\\n', file='bad', schema='job'), schema='job')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1 and "ConfigError" in done.stderr and "command" in done.stderr, (
+        done.stderr
+    )

@@ -19,17 +19,40 @@ from tests.test_audit import _append, _repo
 
 def _whole_log(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, object]]]:
     """The reference: one grep of every log file (as before the memory): run ids started, finished, evidence-naming records."""
-    out = repo.run("grep", "-a", "-h", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"', tip, "--",
-                   "audit/log-*.jsonl", check=False).stdout
+    out = repo.run(
+        "grep",
+        "-a",
+        "-h",
+        "-o",
+        "-E",
+        "-e",
+        '"event":"(started|finished)"|"run_id":"[0-9a-f]+"',
+        tip,
+        "--",
+        "audit/log-*.jsonl",
+        check=False,
+    ).stdout
     runs = leases._pairs(leases._Runs(), out.splitlines())
     named = audit.grep_any(repo, tip, ['"evidence"', '"reviewed"'])
     return runs.started, runs.finished, [dict(r.fields) for r in named]
 
 
 def _ours(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, object]]]:
-    runs = loggrep.folded(repo, tip, "runs", ["-a", "--no-color", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"'],
-                          leases._pairs, leases._Runs(), dump=leases._Runs.dump, load=leases._Runs.load)
-    return runs.started, runs.finished, [dict(r.fields) for r in github._naming(repo, tip, remember=True)]
+    runs = loggrep.folded(
+        repo,
+        tip,
+        "runs",
+        ["-a", "--no-color", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"'],
+        leases._pairs,
+        leases._Runs(),
+        dump=leases._Runs.dump,
+        load=leases._Runs.load,
+    )
+    return (
+        runs.started,
+        runs.finished,
+        [dict(r.fields) for r in github._naming(repo, tip, remember=True)],
+    )
 
 
 def _greps(trace: Path) -> list[list[str]]:
@@ -42,7 +65,9 @@ def _greps(trace: Path) -> list[list[str]]:
     return found
 
 
-def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 4)
     trace = tmp_path / "trace"
     monkeypatch.setenv("GIT_TRACE", str(trace))
@@ -54,12 +79,26 @@ def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives
         return audit.draft("started", runner="r", path="jobs/a.yaml", run_id=run_id, **extra)
 
     def finished(run_id: str) -> dict[str, object]:
-        return audit.draft("finished", runner="r", path="jobs/a.yaml", run_id=run_id, status="succeeded")
+        return audit.draft(
+            "finished", runner="r", path="jobs/a.yaml", run_id=run_id, status="succeeded"
+        )
 
     batches: list[list[dict[str, object]]] = [
-        [started("a1"), finished("a1"), started("b2", evidence=["e" * 64])],  # b2 stays open; it names evidence
-        [audit.draft("started", runner="r", path="jobs/x.yaml"), audit.draft("rejected", runner="r", run_id="c3")],  # no run id, then one
-        [started("f" * 65), started("XYZ"), finished("b2"), started("d4")],  # too long, not hex: not runs
+        [
+            started("a1"),
+            finished("a1"),
+            started("b2", evidence=["e" * 64]),
+        ],  # b2 stays open; it names evidence
+        [
+            audit.draft("started", runner="r", path="jobs/x.yaml"),
+            audit.draft("rejected", runner="r", run_id="c3"),
+        ],  # no run id, then one
+        [
+            started("f" * 65),
+            started("XYZ"),
+            finished("b2"),
+            started("d4"),
+        ],  # too long, not hex: not runs
         [audit.draft("scanned", runner="r", commit="0" * 40, reviewed={"1" * 40: "2" * 64})],
         [finished("d4"), started("d4")],  # a run id started again after it finished: still closed
         [started("e5"), finished("a1"), started("ef6")],
@@ -74,27 +113,38 @@ def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives
         assert all(g for g in greps) and greps, greps
         # After the first pass over a log of several files, only the files after the remembered ones are grepped.
         if number >= 2:
-            assert all(g == [f"audit/{n}" for n in files[-len(g):]] and len(g) <= 2 for g in greps), (greps, files)
+            assert all(
+                g == [f"audit/{n}" for n in files[-len(g) :]] and len(g) <= 2 for g in greps
+            ), (greps, files)
     assert len(files) == 4
     # The quirks of the grep's pairing are kept (a `started` with no run id pairs with the next run id, c3).
     assert ours[0] - ours[1] == {"c3", "e5", "ef6"}
-    assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == ["e5", "ef6"]  # (c3 has no started record to read)
+    assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == [
+        "e5",
+        "ef6",
+    ]  # (c3 has no started record to read)
     assert [r.get("seq") for r in github._naming(repo, tip, remember=True)] == [3, 10]
     # A closed file that is not the one remembered (a rewrite; here the memory is of another branch): all files again.
     other = _repo(tmp_path / "other")
     other_tip = other.rev("HEAD")
     assert other_tip is not None
     for batch in batches[:3]:
-        other_tip = _append(other, other_tip, [*batch, audit.draft("rejected", runner="r", reason="other")])
+        other_tip = _append(
+            other, other_tip, [*batch, audit.draft("rejected", runner="r", reason="other")]
+        )
     (other.git_dir / "mergegate").mkdir(exist_ok=True)
-    (other.git_dir / "mergegate" / "grep.json").write_bytes((repo.git_dir / "mergegate" / "grep.json").read_bytes())
+    (other.git_dir / "mergegate" / "grep.json").write_bytes(
+        (repo.git_dir / "mergegate" / "grep.json").read_bytes()
+    )
     _greps(trace)
     ours = _ours(other, other_tip)
     assert [len(g) for g in _greps(trace)] == [len(loggrep.log_files(other, other_tip))] * 2
     assert ours == _whole_log(other, other_tip)
     # A memory this version cannot read: the whole log, the same answers.
     closed = [list(f) for f in loggrep.log_files(repo, tip)[:-1]]
-    (repo.git_dir / "mergegate" / "grep.json").write_text(json.dumps({"runs": {"files": closed, "state": {"event": 7}}}))
+    (repo.git_dir / "mergegate" / "grep.json").write_text(
+        json.dumps({"runs": {"files": closed, "state": {"event": 7}}})
+    )
     assert _ours(repo, tip) == _whole_log(repo, tip)
 
 
@@ -103,7 +153,11 @@ def test_evidence_files_are_not_records_to_the_open_runs_grep(tmp_path: Path) ->
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None
-    tip = _append(repo, tip, [audit.draft("started", runner="r", path="jobs/a.yaml", run_id="ab12")])
+    tip = _append(
+        repo, tip, [audit.draft("started", runner="r", path="jobs/a.yaml", run_id="ab12")]
+    )
     files = {"audit/evidence/" + "9" * 64 + ".json": b'{"event":"finished","run_id":"ab12"}\n'}
-    tip = repo.write_commit(parent=tip, files=files, message="evidence\n", author=("t", "t@x"), signing=None)
+    tip = repo.write_commit(
+        parent=tip, files=files, message="evidence\n", author=("t", "t@x"), signing=None
+    )
     assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == ["ab12"]

@@ -13,8 +13,13 @@ from typing import Any
 from tests.helpers.repos import ECHO_RULE, World, policy_yaml
 
 
-def call(world: World, steps: list[tuple[str, dict[str, Any]]], *, where: str = "proposer",
-         extra: tuple[str, ...] = ()) -> tuple[list[str], list[tuple[bool, Any]]]:
+def call(
+    world: World,
+    steps: list[tuple[str, dict[str, Any]]],
+    *,
+    where: str = "proposer",
+    extra: tuple[str, ...] = (),
+) -> tuple[list[str], list[tuple[bool, Any]]]:
     """Start `mergegate mcp` in clone `where`, list its tools, call each step; (tool names, [(is_error, JSON)])."""
     # Imported here, not at the top: every xdist worker collects this module, and the SDK's
     # imports (anyio, pydantic, httpx) cost about 1 s of CPU in each; only the worker that runs
@@ -23,8 +28,12 @@ def call(world: World, steps: list[tuple[str, dict[str, Any]]], *, where: str = 
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mergegate", "mcp", *extra],
-                                   cwd=str(world.clone(where)), env=dict(os.environ))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mergegate", "mcp", *extra],
+        cwd=str(world.clone(where)),
+        env=dict(os.environ),
+    )
 
     async def session() -> tuple[list[str], list[tuple[bool, Any]]]:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
@@ -48,21 +57,46 @@ def test_mcp_tools_propose_check_list_and_show(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.git("proposer", "config", "user.name", "alice")
     world.git("proposer", "config", "user.email", "alice@example.com")
-    names, results = call(world, [
-        ("propose_job", {"job_id": "hello", "command": ["echo", "hi"], "description": "greet", "push": True}),
-        ("propose_job", {"job_id": "hello", "command": ["echo", "hi"], "description": "greet", "push": True}),
-        ("check_proposal", {"ref": "origin/propose/hello"}),
-        ("propose_job", {"job_id": "wipe", "command": ["rm", "-rf", "/"]}),
-        ("propose_job", {"job_id": "Bad Id", "command": ["echo"]}),
-        ("list_jobs", {}),
-    ])
+    names, results = call(
+        world,
+        [
+            (
+                "propose_job",
+                {
+                    "job_id": "hello",
+                    "command": ["echo", "hi"],
+                    "description": "greet",
+                    "push": True,
+                },
+            ),
+            (
+                "propose_job",
+                {
+                    "job_id": "hello",
+                    "command": ["echo", "hi"],
+                    "description": "greet",
+                    "push": True,
+                },
+            ),
+            ("check_proposal", {"ref": "origin/propose/hello"}),
+            ("propose_job", {"job_id": "wipe", "command": ["rm", "-rf", "/"]}),
+            ("propose_job", {"job_id": "Bad Id", "command": ["echo"]}),
+            ("list_jobs", {}),
+        ],
+    )
     assert names == ["check_proposal", "job_status", "list_jobs", "propose_job", "show_job"]
     (e1, first), (e2, again), (e3, check), (e4, denied), (e5, invalid), (e6, jobs) = results
     assert not e1 and first["created"] is True and first["branch"] == "propose/hello"
     assert first["pushed_to"] == "origin/propose/hello" and first["files"][0]["state"] == "allowed"
     assert not e2 and again["created"] is False and again["commit"] == first["commit"]
-    assert not e3 and [(f["path"], f["state"]) for f in check["files"]] == [("jobs/hello.yaml", "allowed")]
-    assert e4 and denied["error"].startswith("the policy in force would deny jobs/wipe.yaml") and denied["ok"] is False
+    assert not e3 and [(f["path"], f["state"]) for f in check["files"]] == [
+        ("jobs/hello.yaml", "allowed")
+    ]
+    assert (
+        e4
+        and denied["error"].startswith("the policy in force would deny jobs/wipe.yaml")
+        and denied["ok"] is False
+    )
     assert e5 and "field 'id'" in invalid["error"]
     assert not e6 and jobs == {"jobs": []}
     # Nothing the agent did approved anything: approved is where it was.
@@ -71,10 +105,20 @@ def test_mcp_tools_propose_check_list_and_show(world: World) -> None:
     # A person approves; the agent sees the job's state and details.
     world.signed_merge("propose/hello", world.bob)
     assert world.run_once().code == 0
-    _, [(s_err, state), (d_err, dossier), (m_err, missing)] = call(world, [
-        ("job_status", {"job_id": "hello"}), ("show_job", {"job_id": "hello"}), ("job_status", {"job_id": "nope"})])
+    _, [(s_err, state), (d_err, dossier), (m_err, missing)] = call(
+        world,
+        [
+            ("job_status", {"job_id": "hello"}),
+            ("show_job", {"job_id": "hello"}),
+            ("job_status", {"job_id": "nope"}),
+        ],
+    )
     assert not s_err and state["state"] == "succeeded" and state["job"] == "hello"
-    assert not d_err and dossier["state"] == "succeeded" and dossier["attempts"][0]["stdout_tail"] == "hi"
+    assert (
+        not d_err
+        and dossier["state"] == "succeeded"
+        and dossier["attempts"][0]["stdout_tail"] == "hi"
+    )
     assert dossier["revisions"][0]["approved"] is True
     assert m_err and missing["error"] == "no job nope on approved"
 
@@ -83,26 +127,43 @@ def test_mcp_no_push_server_refuses_push(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     world.git("proposer", "config", "user.name", "alice")
     world.git("proposer", "config", "user.email", "alice@example.com")
-    _, [(err, data)] = call(world, [("propose_job", {"job_id": "hello", "command": ["echo"], "push": True})],
-                            extra=("--no-push",))
+    _, [(err, data)] = call(
+        world,
+        [("propose_job", {"job_id": "hello", "command": ["echo"], "push": True})],
+        extra=("--no-push",),
+    )
     assert err and data["error"] == "this server was started with --no-push"
     assert "propose/" not in world.git("admin", "ls-remote", "origin")
 
 
-def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(world: World, tmp_path: Path) -> None:
+def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(
+    world: World, tmp_path: Path
+) -> None:
     """The hint installs the SDK into mergegate's own environment; never `mergegate[mcp]` from an index,
     where that name is not mergegate's (it is installed from a checkout)."""
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     blocked = tmp_path / "no-sdk" / "mcp"
     blocked.mkdir(parents=True)
     (blocked / "__init__.py").write_text("raise ImportError('the MCP SDK is not installed here')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "mergegate", "mcp"], cwd=world.clone("proposer"), env=env,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "mergegate", "mcp"],
+        cwd=world.clone("proposer"),
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
     assert proc.returncode == 2
     error, hint = proc.stderr.splitlines()
     assert error == "error: mergegate mcp needs the MCP SDK"
-    assert hint == f"hint: {shlex.quote(sys.executable)} -m pip install 'mcp<3,>=2.3' " \
-                   "(or, in the mergegate checkout you installed from: pip install '.[mcp]')"
+    assert (
+        hint == f"hint: {shlex.quote(sys.executable)} -m pip install 'mcp<3,>=2.3' "
+        "(or, in the mergegate checkout you installed from: pip install '.[mcp]')"
+    )
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'mcp = ["mcp>=2.3,<3"]' in pyproject  # the range the hint names

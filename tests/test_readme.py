@@ -17,7 +17,9 @@ def quick_start_commands() -> list[str]:
 def test_quick_start_is_two_commands_install_and_demo_then_tests() -> None:
     install, tests = quick_start_commands()
     assert "\n" not in install and "\n" not in tests
-    assert install.startswith("python3 -m venv .venv && ") and install.endswith("&& .venv/bin/mergegate demo")
+    assert install.startswith("python3 -m venv .venv && ") and install.endswith(
+        "&& .venv/bin/mergegate demo"
+    )
     assert tests == ".venv/bin/python -m pytest -n auto"
 
 
@@ -40,5 +42,10 @@ def test_the_one_command_that_reruns_every_figure_runs_what_docs_performance_lis
     intro = page.split("\n## ", 1)[0]  # (the page's head, before its first section)
     (block,) = re.findall(r"```sh\n(.*?)```", intro, re.S)
     listed = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
-    dry = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "all.py"), "--dry-run"], capture_output=True, text=True, check=True)
+    dry = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "all.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert dry.stdout.splitlines() == listed

@@ -7,8 +7,15 @@ from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 def gate_with_history(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE, {"program": "false"}]))
-    world.propose("a", {"jobs/ok.yaml": job_yaml("ok", ["echo", "hello"]), "jobs/bad.yaml": job_yaml("bad", ["false"]),
-                        "jobs/no.yaml": job_yaml("no", ["rm", "x"])}, who=world.alice)
+    world.propose(
+        "a",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "hello"]),
+            "jobs/bad.yaml": job_yaml("bad", ["false"]),
+            "jobs/no.yaml": job_yaml("no", ["rm", "x"]),
+        },
+        who=world.alice,
+    )
     world.signed_merge("a", world.bob)
     assert world.run_once().code == 1
     world.propose("b", {"jobs/later.yaml": job_yaml("later", ["echo", "y"])}, who=world.alice)
@@ -35,7 +42,11 @@ def test_audit_log_prints_and_filters_the_records(world: World) -> None:
     past = world.mg("audit", "log", "--since", "2000-01-01T00:00Z", "--json").json()
     assert len(past["records"]) == data["total"]
     bad = world.mg("audit", "log", "--since", "yesterday")
-    assert bad.code == 2 and bad.err.startswith("error: --since 'yesterday' is not a date") and "hint: use YYYY-MM-DD" in bad.err
+    assert (
+        bad.code == 2
+        and bad.err.startswith("error: --since 'yesterday' is not a date")
+        and "hint: use YYYY-MM-DD" in bad.err
+    )
 
 
 def test_audit_log_on_a_tampered_log_is_an_integrity_error(world: World) -> None:
@@ -70,16 +81,28 @@ def test_show_one_job_on_one_screen(world: World) -> None:
     assert revision["approved"] is True
     assert [(v["person"], v["counted"]) for v in revision["votes"]] == [("bob", True)]
     (attempt,) = data["attempts"]
-    assert attempt["status"] == "succeeded" and attempt["stdout_tail"] == "hello" and attempt["duration_ms"] >= 0
+    assert (
+        attempt["status"] == "succeeded"
+        and attempt["stdout_tail"] == "hello"
+        and attempt["duration_ms"] >= 0
+    )
     assert data["next"].startswith("nothing: it ran")
     human = world.mg("show", "ok").out
-    assert "vote bob via merge signature" in human and "out| hello" in human and "next: nothing: it ran" in human
+    assert (
+        "vote bob via merge signature" in human
+        and "out| hello" in human
+        and "next: nothing: it ran" in human
+    )
     # A job the policy denies: the verdict says why; a queued one says what happens next.
     denied = world.mg("show", "no", "--json").json()
     assert denied["state"] == "rejected" and "deny by default" in denied["revisions"][0]["reason"]
     assert denied["attempts"][0]["status"] == "rejected"
     later = world.mg("show", "later", "--json").json()
-    assert later["state"] == "queued" and later["attempts"] == [] and later["next"].startswith("the next runner pass runs it")
+    assert (
+        later["state"] == "queued"
+        and later["attempts"] == []
+        and later["next"].startswith("the next runner pass runs it")
+    )
     missing = world.mg("show", "nope")
     assert missing.code == 2 and missing.err.startswith("error: no job nope on approved")
     assert "hint: mergegate status lists the jobs" in missing.err

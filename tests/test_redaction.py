@@ -19,9 +19,21 @@ PEM_BODY = "MIIEpAIBAAKCAQEAbodyXYZ\nk3Y0m0reBodyLines+/==\n"
 
 # (name find_credential reports, text containing it, the part that must vanish)
 SAMPLES = [
-    ("private key", f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}-----END RSA PRIVATE KEY-----", PEM_BODY),
-    ("private key", f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}-----END OPENSSH PRIVATE KEY-----", PEM_BODY),
-    ("Authorization header", "Authorization: Bearer eyJhbGciOi.payload.sig", "eyJhbGciOi.payload.sig"),
+    (
+        "private key",
+        f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}-----END RSA PRIVATE KEY-----",
+        PEM_BODY,
+    ),
+    (
+        "private key",
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}-----END OPENSSH PRIVATE KEY-----",
+        PEM_BODY,
+    ),
+    (
+        "Authorization header",
+        "Authorization: Bearer eyJhbGciOi.payload.sig",
+        "eyJhbGciOi.payload.sig",
+    ),
     ("Authorization header", "authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
     ("password assignment", "password=hunter2!", "hunter2!"),
     ("password assignment", "DB_PASSWD: 'c0rrect-h0rse'", "c0rrect-h0rse"),
@@ -34,13 +46,25 @@ SAMPLES = [
     ("API key assignment", "api_key=ak_live_123456789", "ak_live_123456789"),
     ("GitHub token", f"cloning with {GITHUB} now", GITHUB),
     ("GitHub token", "ghs_" + "x" * 36, "ghs_" + "x" * 36),
-    ("GitHub token", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"),
+    (
+        "GitHub token",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    ),
     ("AWS access key id", "key AKIAIOSFODNN7EXAMPLE in use", "AKIAIOSFODNN7EXAMPLE"),
     ("AWS access key id", "ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A"),
-    ("AWS secret access key", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    (
+        "AWS secret access key",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
     ("Slack token", "xoxb-123456789012-abcdefABCDEF", "xoxb-123456789012-abcdefABCDEF"),
     ("OpenAI API key", "sk-abcdefghijklmnopqrstuvwx12", "sk-abcdefghijklmnopqrstuvwx12"),
-    ("OpenAI API key", "sk-proj-abcdefghijklmnopqrstuvwx12_-Z", "sk-proj-abcdefghijklmnopqrstuvwx12_-Z"),
+    (
+        "OpenAI API key",
+        "sk-proj-abcdefghijklmnopqrstuvwx12_-Z",
+        "sk-proj-abcdefghijklmnopqrstuvwx12_-Z",
+    ),
     ("URL with a password", "https://deploy:pa55w0rd@git.example.com/repo", "pa55w0rd"),
 ]
 
@@ -96,7 +120,7 @@ def test_unterminated_private_key_body_is_never_emitted() -> None:
 
 def test_value_longer_than_the_window_is_dropped_to_its_end() -> None:
     data = b"token=" + b"Q" * (5 * PATTERN_WINDOW) + b" visible"
-    chunks = [data[i:i + 100] for i in range(0, len(data), 100)]
+    chunks = [data[i : i + 100] for i in range(0, len(data), 100)]
     assert _stream(Redactor(), chunks) == b"token=*** visible"
 
 
@@ -108,8 +132,15 @@ def test_carry_over_stays_bounded() -> None:
 
 
 def test_benign_text_is_left_alone() -> None:
-    for text in ("hello world", "max_tokens: 100", "PWD=/work", "task-runner-configuration-x",
-                 "see https://example.com:8080/path", "AKIA too short", "password reset page"):
+    for text in (
+        "hello world",
+        "max_tokens: 100",
+        "PWD=/work",
+        "task-runner-configuration-x",
+        "see https://example.com:8080/path",
+        "AKIA too short",
+        "password reset page",
+    ):
         assert find_credential(text) is None, text
         assert redact_text(text) == text
 
@@ -118,7 +149,7 @@ def test_redacted_stream_bounds_hashes_and_decodes() -> None:
     stream = RedactedStream(("s3cr3t-v4lue",), tail_bytes=64)
     raw = b"abc s3cr3t-v4lue " * 1000 + b"\xff\xfe end"
     for i in range(0, len(raw), 777):
-        stream.write(raw[i:i + 777])
+        stream.write(raw[i : i + 777])
     tail = stream.close()
     assert stream.count == len(raw)
     assert stream.raw.hexdigest() == hashlib.sha256(raw).hexdigest()

@@ -21,7 +21,9 @@ def _spool(world: World, name: str = "ci") -> Path:
     return folder / f"{name}.jsonl"
 
 
-def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(world: World) -> None:
+def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
+    world: World,
+) -> None:
     """A spool line that parses (a dead runner's run, `folders` a path holding U+0000) must not fail
     every later pass: os.lstat raises ValueError there, not OSError, and `_spool_load` runs first thing
     in each pass. The spool sets unreadable lines aside; a readable one must not be a standing stop."""
@@ -31,8 +33,13 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
     assert first.code == 0, first.err
     spool = _spool(world)
     dead = {"pid": 1, "start": 1, "boot": "not-this-boot"}  # never alive: another boot
-    entry = {"record": {"event": "finished", "run_id": "rt8a-run", "status": "lost"}, "job": None, "runner": dead,
-             "done": False, "folders": [["/tmp/rt8a\u0000x", 12345]]}
+    entry = {
+        "record": {"event": "finished", "run_id": "rt8a-run", "status": "lost"},
+        "job": None,
+        "runner": dead,
+        "done": False,
+        "folders": [["/tmp/rt8a\u0000x", 12345]],
+    }
     spool.write_text(json.dumps(entry) + "\n")
     later = world.run_once("--runner-name", "ci")
     assert later.code == 0, later.err
@@ -40,7 +47,9 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
     assert again.code == 0, again.err
 
 
-def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_never_made(world: World) -> None:
+def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_never_made(
+    world: World,
+) -> None:
     """Whoever can write the spool (the runner's user, a job without a sandbox) names any folder of the
     runner's user with its inode (`stat` gives it): the next pass removed it, whatever it was. The runner
     only ever names its own `mergegate-job-*` and `mergegate-index-*` folders: nothing else is removed."""
@@ -51,8 +60,13 @@ def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_nev
     (precious / ".ssh").mkdir(parents=True)
     (precious / ".ssh" / "id_ed25519").write_text("key")
     dead = {"pid": 1, "start": 1, "boot": "not-this-boot"}
-    entry = {"record": {"event": "finished", "run_id": "rt8a-run", "status": "lost"}, "job": None, "runner": dead,
-             "done": False, "folders": [[str(precious), os.lstat(precious).st_ino]]}
+    entry = {
+        "record": {"event": "finished", "run_id": "rt8a-run", "status": "lost"},
+        "job": None,
+        "runner": dead,
+        "done": False,
+        "folders": [[str(precious), os.lstat(precious).st_ino]],
+    }
     _spool(world).write_text(json.dumps(entry) + "\n")
     assert world.run_once("--runner-name", "ci").code == 0
     assert (precious / ".ssh" / "id_ed25519").read_text() == "key"
@@ -70,8 +84,21 @@ def _remove_as_a_user(folder: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(folder):
         for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
             os.lchown(name, 65534, 65534)
-    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c", code],
-                   check=True, timeout=60, cwd="/")
+    subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-I",
+            "-c",
+            code,
+        ],
+        check=True,
+        timeout=60,
+        cwd="/",
+    )
 
 
 def _closed_workspaces(cases: dict[str, tuple[str, int, int | None]]) -> list[str]:
@@ -104,29 +131,42 @@ def test_a_job_cannot_keep_its_workspace_by_taking_its_own_permissions_away() ->
     fallback) then failed with EACCES and the workspace, with what the job wrote and the export of the
     approving commit, stayed for good. The runner owns every folder in it: it gives itself the rights
     back, on the folder it holds open, never through a path a job could swap."""
-    cases = {"closed": ("d", 0o000, None), "read-only": ("a/b/d", 0o500, None), "itself": ("d", 0o755, 0o500),
-             "unlistable": ("d", 0o300, None)}
+    cases = {
+        "closed": ("d", 0o000, None),
+        "read-only": ("a/b/d", 0o500, None),
+        "itself": ("d", 0o755, 0o500),
+        "unlistable": ("d", 0o300, None),
+    }
     assert _closed_workspaces(cases) == []
 
 
-def test_a_job_cannot_keep_its_workspace_with_a_closed_folder_deeper_than_the_descriptor_walk() -> None:
+def test_a_job_cannot_keep_its_workspace_with_a_closed_folder_deeper_than_the_descriptor_walk() -> (
+    None
+):
     assert _closed_workspaces({"deep": ("/".join(["d"] * 40), 0o000, None)}) == []
 
 
-def _racing_remote(world: World, armed: Path, count: Path, losses: int, seconds: float, landed: Path | None = None) -> None:
+def _racing_remote(
+    world: World, armed: Path, count: Path, losses: int, seconds: float, landed: Path | None = None
+) -> None:
     """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first `losses`
     races: receive-pack says what it says when another runner's push took the ref first. (`landed`: when
     the push after them was let through.)"""
     hook = world.remote / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/mergegate/audit ] && [ -e {armed} ]; then\n"
-                    f"    sleep {seconds}\n    n=$(cat {count} 2>/dev/null || echo 0)\n"
-                    f"    if [ \"$n\" -lt {losses} ]; then echo $((n+1)) > {count}; "
-                    f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n"
-                    + (f"    date +%s.%N > {landed}\n" if landed else "") + "  fi\ndone\n")
+    hook.write_text(
+        f'#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ -e {armed} ]; then\n'
+        f"    sleep {seconds}\n    n=$(cat {count} 2>/dev/null || echo 0)\n"
+        f'    if [ "$n" -lt {losses} ]; then echo $((n+1)) > {count}; '
+        f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n"
+        + (f"    date +%s.%N > {landed}\n" if landed else "")
+        + "  fi\ndone\n"
+    )
     hook.chmod(0o755)
 
 
-def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_start(world: World) -> None:
+def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_start(
+    world: World,
+) -> None:
     """The `started` draft's lease is stamped once, before the first try (until = then + timeout + kill
     grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential backoff, a sleep
     of up to 16 times what a try took, so six lost races on a remote where a try takes half a second
@@ -145,7 +185,10 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
     until = datetime.fromisoformat(started["lease"]["until"].replace("Z", "+00:00")).timestamp()
     limits = started["limits"]
     began = float(stamp.read_text())
-    assert until >= began + limits["timeout_seconds"] + limits["kill_grace_seconds"], (until - began, limits)
+    assert until >= began + limits["timeout_seconds"] + limits["kill_grace_seconds"], (
+        until - began,
+        limits,
+    )
 
 
 def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World) -> None:
@@ -157,8 +200,15 @@ def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World
     assert world.run_once("--runner-name", "ci").code == 0
     armed, count, landed = world.tmp / "armed", world.tmp / "count", world.tmp / "landed"
     _racing_remote(world, armed, count, losses=5, seconds=0.3, landed=landed)
-    world.propose("p", {"jobs/long.yaml": job_yaml("long", ["sh", "-c", f"trap '' TERM; touch {armed}; sleep 30"],
-                                                   timeout_seconds=1)}, who=world.alice)
+    world.propose(
+        "p",
+        {
+            "jobs/long.yaml": job_yaml(
+                "long", ["sh", "-c", f"trap '' TERM; touch {armed}; sleep 30"], timeout_seconds=1
+            )
+        },
+        who=world.alice,
+    )
     world.signed_merge("p", world.bob)
     ran = world.run_once("--runner-name", "ci", "--shutdown-grace", "0", process=True)
     assert ran.code == 1 and [j["status"] for j in ran.json()["jobs"]] == ["timed_out"], ran.out

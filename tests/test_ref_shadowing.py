@@ -18,14 +18,34 @@ from tests.test_bypasses import JOB, _signing_clone
 
 def _forge(world: World, fields: dict[str, object], trailer: str) -> str:
     records = world.records()
-    record = {"job": None, "path": None, "blob": None, "commit": None, "runner": "forger", "time": "2026-01-01T00:00:00.000000Z",
-              **fields, "seq": len(records) + 1, "prev": records[-1]["hash"]}
+    record = {
+        "job": None,
+        "path": None,
+        "blob": None,
+        "commit": None,
+        "runner": "forger",
+        "time": "2026-01-01T00:00:00.000000Z",
+        **fields,
+        "seq": len(records) + 1,
+        "prev": records[-1]["hash"],
+    }
     record["hash"] = record_hash(record)
     clone = world.checkout_audit("mallory")
     log = clone / "audit/log-000001.jsonl"
-    log.write_text(log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    log.write_text(
+        log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    )
     world.git(clone, "add", "-A")
-    world.git(clone, "commit", "-q", "-m", "forged", "-m", f"Mergegate-Approved: {trailer}", who=world.mallory)
+    world.git(
+        clone,
+        "commit",
+        "-q",
+        "-m",
+        "forged",
+        "-m",
+        f"Mergegate-Approved: {trailer}",
+        who=world.mallory,
+    )
     world.git(clone, "push", "-q", "origin", "HEAD:refs/heads/mergegate/audit")
     return world.git(clone, "rev-parse", "HEAD")
 
@@ -37,8 +57,18 @@ def test_a_trailer_naming_a_merged_side_commit_is_tampering(world: World) -> Non
     world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
     world.signed_merge("j")
     assert world.run_once().code == 0
-    world.propose("pol", {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1,
-                                                          runners=[{"name": "ci", "key": key.public_line}])}, who=world.alice)
+    world.propose(
+        "pol",
+        {
+            "policy/policy.yaml": policy_yaml(
+                [world.bob.approver_entry()],
+                [ECHO_RULE],
+                policy_approvals_required=1,
+                runners=[{"name": "ci", "key": key.public_line}],
+            )
+        },
+        who=world.alice,
+    )
     world.signed_merge("pol")
     signing = ("--signing-key", str(key.private), "--runner-name", "ci")
     assert world.run_once(*signing).code == 0
@@ -46,7 +76,9 @@ def test_a_trailer_naming_a_merged_side_commit_is_tampering(world: World) -> Non
     #    with `git merge origin/approved` (what GitHub's "Update branch" button does).
     p = world.clone("proposer")
     world.git(p, "fetch", "-q", "origin")
-    world.git(p, "checkout", "-q", "-B", "k", "origin/approved~1")  # the base before the runners change
+    world.git(
+        p, "checkout", "-q", "-B", "k", "origin/approved~1"
+    )  # the base before the runners change
     world.write("proposer", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])})
     world.git(p, "add", "-A")
     world.git(p, "commit", "-q", "-m", "add k", who=world.alice)
@@ -57,20 +89,43 @@ def test_a_trailer_naming_a_merged_side_commit_is_tampering(world: World) -> Non
     # 3. Mallory pushes an UNSIGNED audit commit naming her side commit as the approved tip judged.
     k_blob = world.blob("approved", "jobs/k.yaml")
     approved_tip = world.git("admin", "rev-parse", "origin/approved")
-    _forge(world, {"event": "started", "job": "k", "path": "jobs/k.yaml", "blob": k_blob, "commit": approved_tip,
-                         "run_id": "f" * 32, "runner": "ci"}, trailer=side)
+    _forge(
+        world,
+        {
+            "event": "started",
+            "job": "k",
+            "path": "jobs/k.yaml",
+            "blob": k_blob,
+            "commit": approved_tip,
+            "run_id": "f" * 32,
+            "runner": "ci",
+        },
+        trailer=side,
+    )
     results = {}
-    for args, where in ((["run", "--once", "--json", *signing], "runner"), (["status"], "runner"), (["audit", "verify"], "runner"),
-                        (["verify"], "auditor")):
+    for args, where in (
+        (["run", "--once", "--json", *signing], "runner"),
+        (["status"], "runner"),
+        (["audit", "verify"], "runner"),
+        (["verify"], "auditor"),
+    ):
         r = world.mg(*args, where=where)
         results[args[0]] = (r.code, r.out[-1500:], r.err[-600:])
     assert all(code == 3 for code, _, _ in results.values()), results
-    assert all("first-parent line" in err or "first-parent line" in out for _, out, err in results.values()), results
+    assert all(
+        "first-parent line" in err or "first-parent line" in out for _, out, err in results.values()
+    ), results
 
 
 def test_a_tag_named_like_the_seen_audit_ref_is_not_read_as_it(world: World) -> None:
     key = make_ssh_key(world.tmp / "keys", "runner")
-    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=[{"name": "ci", "key": key.public_line}]))
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            [ECHO_RULE],
+            runners=[{"name": "ci", "key": key.public_line}],
+        )
+    )
     signing = ("--signing-key", str(key.private), "--runner-name", "ci")
     world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
     world.signed_merge("j")
@@ -82,14 +137,28 @@ def test_a_tag_named_like_the_seen_audit_ref_is_not_read_as_it(world: World) -> 
     tip = world.git("admin", "rev-parse", "origin/approved")
     # mallory: an UNSIGNED, well-chained `started` for k (hides it), with a valid trailer...
     records = world.records()
-    record = {"job": "k", "path": "jobs/k.yaml", "blob": k_blob, "commit": tip, "runner": "ci", "time": "2026-01-01T00:00:00.000000Z",
-              "event": "started", "run_id": "f" * 32, "seq": len(records) + 1, "prev": records[-1]["hash"]}
+    record = {
+        "job": "k",
+        "path": "jobs/k.yaml",
+        "blob": k_blob,
+        "commit": tip,
+        "runner": "ci",
+        "time": "2026-01-01T00:00:00.000000Z",
+        "event": "started",
+        "run_id": "f" * 32,
+        "seq": len(records) + 1,
+        "prev": records[-1]["hash"],
+    }
     record["hash"] = record_hash(record)
     clone = world.checkout_audit("mallory")
     log = clone / "audit/log-000001.jsonl"
-    log.write_text(log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    log.write_text(
+        log.read_text() + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    )
     world.git(clone, "add", "-A")
-    world.git(clone, "commit", "-q", "-m", "forged", "-m", f"Mergegate-Approved: {tip}", who=world.mallory)
+    world.git(
+        clone, "commit", "-q", "-m", "forged", "-m", f"Mergegate-Approved: {tip}", who=world.mallory
+    )
     world.git(clone, "push", "-q", "origin", "HEAD:refs/heads/mergegate/audit")
     forged = world.git(clone, "rev-parse", "HEAD")
     # ...and a tag whose name is the seen ref a fresh clone does not have yet.
@@ -102,7 +171,11 @@ def test_a_tag_named_like_the_seen_audit_ref_is_not_read_as_it(world: World) -> 
     assert control.code == 3
     assert fresh.code == 3, "a fresh clone accepted an unsigned audit commit"
     assert "is not signed by a runner" in fresh.err
-    for args, where in ((["status"], "fresh2"), (["audit", "verify"], "fresh3"), (["verify"], "fresh4")):
+    for args, where in (
+        (["status"], "fresh2"),
+        (["audit", "verify"], "fresh3"),
+        (["verify"], "fresh4"),
+    ):
         r = world.mg(*args, where=where)
         assert r.code == 3, (args, r.out, r.err)
 
@@ -110,7 +183,9 @@ def test_a_tag_named_like_the_seen_audit_ref_is_not_read_as_it(world: World) -> 
 def test_a_tag_named_refs_heads_feature_does_not_shadow_the_reviewed_branch(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     reviewed = world.propose("feature", JOB, who=world.alice)
-    evil = world.propose("other", {"jobs/j.yaml": job_yaml("j", ["echo", "EVIL"])}, who=world.mallory)
+    evil = world.propose(
+        "other", {"jobs/j.yaml": job_yaml("j", ["echo", "EVIL"])}, who=world.mallory
+    )
     # mallory pushes a TAG whose name is `refs/heads/feature` (stored as refs/tags/refs/heads/feature).
     world.git("proposer", "tag", "refs/heads/feature", evil)
     world.git("proposer", "push", "-q", "origin", "refs/tags/refs/heads/feature")

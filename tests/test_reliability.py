@@ -27,7 +27,11 @@ def _gate(world: World, **extra: object) -> None:
 
 
 def _merge_jobs(world: World, branch: str, jobs: dict[str, list[str]]) -> str:
-    world.propose(branch, {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()}, who=world.alice)
+    world.propose(
+        branch,
+        {f"jobs/{name}.yaml": job_yaml(name, command) for name, command in jobs.items()},
+        who=world.alice,
+    )
     return world.signed_merge(branch, world.bob)
 
 
@@ -48,7 +52,9 @@ def _with(marker: str) -> list[int]:
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if marker in Path(f"/proc/{entry}/cmdline").read_bytes().decode("utf-8", "replace") and _alive(int(entry)):
+            if marker in Path(f"/proc/{entry}/cmdline").read_bytes().decode(
+                "utf-8", "replace"
+            ) and _alive(int(entry)):
                 found.append(int(entry))
         except OSError:
             continue
@@ -58,7 +64,11 @@ def _with(marker: str) -> list[int]:
 def _spooled_process(world: World) -> bool:
     """Whether the runner's spool names a job's process (spool.py: `"job"` not null)."""
     folder = world.clone("runner") / ".git" / "mergegate" / "spool"
-    lines = [line for path in folder.glob("*.jsonl") for line in path.read_text().splitlines()] if folder.is_dir() else []
+    lines = (
+        [line for path in folder.glob("*.jsonl") for line in path.read_text().splitlines()]
+        if folder.is_dir()
+        else []
+    )
     return any(json.loads(line).get("job") for line in lines if line.startswith("{"))
 
 
@@ -81,10 +91,18 @@ def _until(what: Callable[[], object], timeout: float = 30.0, step: float = 0.05
         time.sleep(step)
 
 
-def _start_runner(world: World, *args: str, where: str = "runner", env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "mergegate", "run", *args], cwd=world.clone(where), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})})
+def _start_runner(
+    world: World, *args: str, where: str = "runner", env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mergegate", "run", *args],
+        cwd=world.clone(where),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _git_calls(trace: Path, verb: str) -> int:
@@ -115,11 +133,16 @@ def _kill_all(pids: list[int]) -> None:
 
 # -- defect 5: a job never outlives its runner -----------------------------------------------
 
+
 def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: World) -> None:
     _gate(world)
     marker = _marker()
     # The job leaves a background child in its group and one in a session of its own.
-    _merge_jobs(world, "p", {"tree": ["sh", "-c", f"sleep {marker} & setsid sleep {marker} & sleep {marker}"]})
+    _merge_jobs(
+        world,
+        "p",
+        {"tree": ["sh", "-c", f"sleep {marker} & setsid sleep {marker} & sleep {marker}"]},
+    )
     runner = _start_runner(world, "--once")
     try:
         _until(lambda: len(_with(marker)) == 4)  # sh and its three sleeps
@@ -145,11 +168,17 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
         _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
         _until(lambda: _spooled_process(world))  # (killed before, no pass could know the job runs)
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
-        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline]
-        spawners = [p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline]
+        watchdogs = [
+            p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline
+        ]
+        spawners = [
+            p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline
+        ]
         assert len(watchdogs) == 1 and len(spawners) == 1
         os.kill(watchdogs[0], signal.SIGKILL)
-        os.kill(spawners[0], signal.SIGKILL)  # else it kills the job's process group when the runner is gone
+        os.kill(
+            spawners[0], signal.SIGKILL
+        )  # else it kills the job's process group when the runner is gone
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
         _until(lambda: not _alive(watchdogs[0]) and not _alive(spawners[0]))
@@ -183,8 +212,14 @@ def test_spool_entry_is_gone_only_when_its_processes_are(tmp_path: Path) -> None
         assert job is not None
         entry = Entry({"event": "finished", "run_id": "r1"}, job, None)
         assert not entry.gone()
-        assert not Entry({"event": "finished", "run_id": "r1"}, None, ProcessId.of(os.getppid())).gone()  # its runner lives
-        assert Entry({"event": "finished", "run_id": "r1"}, ProcessId(job.pid, job.start, "another-boot"), None).gone()
+        assert not Entry(
+            {"event": "finished", "run_id": "r1"}, None, ProcessId.of(os.getppid())
+        ).gone()  # its runner lives
+        assert Entry(
+            {"event": "finished", "run_id": "r1"},
+            ProcessId(job.pid, job.start, "another-boot"),
+            None,
+        ).gone()
     finally:
         child.kill()
         child.wait()
@@ -193,11 +228,21 @@ def test_spool_entry_is_gone_only_when_its_processes_are(tmp_path: Path) -> None
 
 # -- defect 4: signals ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_interrupted(world: World, sig: int) -> None:
+def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_interrupted(
+    world: World, sig: int
+) -> None:
     _gate(world)
     marker = _marker()
-    _merge_jobs(world, "p", {"a-long": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], "b-next": ["echo", "b"]})
+    _merge_jobs(
+        world,
+        "p",
+        {
+            "a-long": ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"],
+            "b-next": ["echo", "b"],
+        },
+    )
     runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "1")
     try:
         _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
@@ -212,7 +257,9 @@ def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_inter
     assert runner.returncode == 1, err
     assert [(j["job"], j["status"]) for j in json.loads(out)["jobs"]] == [("a-long", "interrupted")]
     lines = [line for line in err.splitlines() if line.startswith("stopped by")]
-    assert lines == [f"stopped by {signal.Signals(sig).name}: no more jobs claimed, 1 interrupted, records pushed"]
+    assert lines == [
+        f"stopped by {signal.Signals(sig).name}: no more jobs claimed, 1 interrupted, records pushed"
+    ]
     (finished,) = world.events("finished")
     assert finished["status"] == "interrupted" and "--shutdown-grace=1s" in finished["reason"]
     assert [r["job"] for r in world.events("started")] == ["a-long"]  # b-next was not claimed
@@ -223,8 +270,20 @@ def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_inter
 
 def test_a_job_that_ends_within_the_grace_keeps_its_real_result(world: World) -> None:
     _gate(world)
-    go = world.tmp / "go"  # the job ends only after the signal, however loaded the machine (at most 30 s)
-    _merge_jobs(world, "p", {"short": ["sh", "-c", f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo done"]})
+    go = (
+        world.tmp / "go"
+    )  # the job ends only after the signal, however loaded the machine (at most 30 s)
+    _merge_jobs(
+        world,
+        "p",
+        {
+            "short": [
+                "sh",
+                "-c",
+                f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo done",
+            ]
+        },
+    )
     runner = _start_runner(world, "--once", "--json", "--shutdown-grace", "5")
     world.until_records(lambda: world.events("started"))
     time.sleep(0.3)
@@ -252,16 +311,21 @@ def test_sigterm_stops_the_poll_loop_the_same_way(world: World) -> None:
     assert runner.returncode == 0, err
     objects = [json.loads(line) for line in out.splitlines()]  # one JSON object per line
     assert [o["event"] for o in objects] == ["pass"]
-    assert objects[0]["stopped_by"] == "SIGTERM" and objects[0]["jobs"][0]["status"] == "interrupted"
+    assert (
+        objects[0]["stopped_by"] == "SIGTERM" and objects[0]["jobs"][0]["status"] == "interrupted"
+    )
     assert [r["status"] for r in world.events("finished")] == ["interrupted"]
 
 
 # -- defect 3: one pass at a time per clone ---------------------------------------------------
 
+
 def test_a_second_pass_in_the_same_clone_is_refused_naming_the_lock(world: World) -> None:
     _gate(world)
     go = world.tmp / "go"  # the job runs until the test says so
-    _merge_jobs(world, "p", {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"]})
+    _merge_jobs(
+        world, "p", {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"]}
+    )
     first = _start_runner(world, "--once", "--json")
     world.until_records(lambda: world.events("started"))
     second = world.mg("run", "--once", "--json", "--lock-wait", "0.2")
@@ -295,11 +359,26 @@ def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
     assert approved is not None
     (finished,) = world.events("finished")
     tail = audit.read_tail(repo, tip)
-    draft = audit.draft("finished", runner="runner", job="j", path=finished["path"], blob=finished["blob"],
-                        commit=finished["commit"], run_id=finished["run_id"], status="failed", exit_code=None, reason="again")
+    draft = audit.draft(
+        "finished",
+        runner="runner",
+        job="j",
+        path=finished["path"],
+        blob=finished["blob"],
+        commit=finished["commit"],
+        run_id=finished["run_id"],
+        status="failed",
+        exit_code=None,
+        reason="again",
+    )
     records = audit.seal([draft], after_seq=tail.last_seq, after_hash=tail.last_hash)
-    sha = repo.write_commit(parent=tip, files=audit.append(repo, tip, tail, records), message=audit_branch.message("again", approved),
-                            author=("runner", "runner@mergegate.invalid"), signing=None)
+    sha = repo.write_commit(
+        parent=tip,
+        files=audit.append(repo, tip, tail, records),
+        message=audit_branch.message("again", approved),
+        author=("runner", "runner@mergegate.invalid"),
+        signing=None,
+    )
     world.git("runner", "push", "-q", "origin", f"{sha}:refs/heads/mergegate/audit")
     verified = world.mg("verify")
     assert verified.code == 3
@@ -310,7 +389,10 @@ def test_verify_reports_two_finished_records_for_one_run(world: World) -> None:
 
 # -- defect 1: safety writes fail loudly ------------------------------------------------------
 
-def test_a_seen_ref_that_cannot_be_written_stops_the_pass_before_anything_runs(world: World) -> None:
+
+def test_a_seen_ref_that_cannot_be_written_stops_the_pass_before_anything_runs(
+    world: World,
+) -> None:
     _gate(world)
     assert world.run_once().code == 0
     _merge_jobs(world, "p", {"j": ["echo", "j"]})
@@ -320,7 +402,10 @@ def test_a_seen_ref_that_cannot_be_written_stops_the_pass_before_anything_runs(w
     result = world.run_once()
     assert result.code == 2
     assert f"({lock})" in result.err and "refs/mergegate/seen/origin/approved" in result.err
-    assert f"hint: another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'" in result.err
+    assert (
+        f"hint: another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'"
+        in result.err
+    )
     assert world.events("started") == []
     lock.unlink()
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["succeeded"]
@@ -339,6 +424,7 @@ def test_a_spool_that_cannot_be_written_claims_nothing(world: World) -> None:
 
 # -- defect 10: a torn spool line -------------------------------------------------------------
 
+
 def test_a_torn_spool_line_is_set_aside_with_a_warning_and_the_pass_goes_on(world: World) -> None:
     _gate(world)
     _merge_jobs(world, "p", {"j": ["echo", "j"]})
@@ -348,13 +434,18 @@ def test_a_torn_spool_line_is_set_aside_with_a_warning_and_the_pass_goes_on(worl
     result = world.run_once()
     assert result.code == 0, result.err
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
-    assert f"warning: spool {path}: line(s) 1 could not be read (a torn write?); moved to {path}.corrupt" in result.err
+    assert (
+        f"warning: spool {path}: line(s) 1 could not be read (a torn write?); moved to {path}.corrupt"
+        in result.err
+    )
     assert b'"status": "fai' in Path(f"{path}.corrupt").read_bytes()
     assert not path.exists()
     assert world.run_once().code == 0
 
 
-def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each_runs_last_state(tmp_path: Path) -> None:
+def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each_runs_last_state(
+    tmp_path: Path,
+) -> None:
     """A change costs one appended line (and one fsync), not a rewrite of every entry (issue 12: the
     rewrite under a lock bounded --parallel); a fresh reader sees exactly what the writer holds."""
     import threading
@@ -383,19 +474,31 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
     for n in range(3 * COMPACT_SLACK):
         fresh.put(entry("c", n=n))
     assert len(fresh.path.read_bytes().splitlines()) <= 2 * 2 + COMPACT_SLACK + 1
-    assert [(e.run_id, e.record["n"]) for e in Spool(fresh.path).read()] == [("a", 0), ("c", 3 * COMPACT_SLACK - 1)]
+    assert [(e.run_id, e.record["n"]) for e in Spool(fresh.path).read()] == [
+        ("a", 0),
+        ("c", 3 * COMPACT_SLACK - 1),
+    ]
     # Jobs in parallel report from their own threads: every state lands.
-    threads = [threading.Thread(target=lambda k=k: [fresh.put(entry(f"t{k}", n=n)) for n in range(20)]) for k in range(8)]
+    threads = [
+        threading.Thread(target=lambda k=k: [fresh.put(entry(f"t{k}", n=n)) for n in range(20)])
+        for k in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert {e.run_id: e.record["n"] for e in Spool(fresh.path).read()} == {"a": 0, "c": 3 * COMPACT_SLACK - 1, **{f"t{k}": 19 for k in range(8)}}
+    assert {e.run_id: e.record["n"] for e in Spool(fresh.path).read()} == {
+        "a": 0,
+        "c": 3 * COMPACT_SLACK - 1,
+        **{f"t{k}": 19 for k in range(8)},
+    }
     fresh.drop({"a", "c", *(f"t{k}" for k in range(8))})
     assert not fresh.path.exists() and Spool(fresh.path).read() == []
 
 
-def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state(tmp_path: Path) -> None:
+def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state(
+    tmp_path: Path,
+) -> None:
     """A full disk (here a file size limit) writes part of a line: that is an error naming the spool, not a
     line torn in silence that the next append is glued to (and both set aside: the real result lost)."""
     script = f"""
@@ -416,12 +519,19 @@ except StateError as exc:
 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 spool.put(Entry({{**record, "status": "succeeded"}}, None, None, done=True))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert proc.stdout.strip() == f"error: cannot write the spool: File too large {tmp_path / 's.jsonl'}"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert (
+        proc.stdout.strip()
+        == f"error: cannot write the spool: File too large {tmp_path / 's.jsonl'}"
+    )
     from mergegate.runner.spool import Spool
 
     fresh = Spool(tmp_path / "s.jsonl")
-    assert [(e.run_id, e.record["status"], e.done) for e in fresh.read()] == [("run-1", "succeeded", True)]
+    assert [(e.run_id, e.record["status"], e.done) for e in fresh.read()] == [
+        ("run-1", "succeeded", True)
+    ]
 
 
 def test_spool_survives_any_bytes(tmp_path: Path) -> None:
@@ -439,6 +549,7 @@ def test_spool_survives_any_bytes(tmp_path: Path) -> None:
 
 # -- defect 7: locks the runner does not need, and locks named --------------------------------
 
+
 def test_a_stale_commit_graph_lock_does_not_stop_the_runner(world: World) -> None:
     _gate(world)
     assert world.run_once().code == 0
@@ -450,7 +561,9 @@ def test_a_stale_commit_graph_lock_does_not_stop_the_runner(world: World) -> Non
     result = world.run_once()
     assert result.code == 0, result.err
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
-    assert not (world.clone("runner") / ".git/FETCH_HEAD").exists()  # the runner's fetches write none
+    assert not (
+        world.clone("runner") / ".git/FETCH_HEAD"
+    ).exists()  # the runner's fetches write none
     assert not list(graphs.glob("*.graph"))
 
 
@@ -469,6 +582,7 @@ def test_a_stale_ref_lock_is_named_with_a_hint(world: World) -> None:
 
 
 # -- defect 9 (part): outages in the poll loop ------------------------------------------------
+
 
 def test_backoff_grows_with_jitter_is_capped_and_resets() -> None:
     import random
@@ -492,7 +606,9 @@ def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(wo
     moved = world.tmp / "remote-away.git"
     world.remote.rename(moved)
     trace = world.tmp / "git-trace"
-    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.1", env={"GIT_TRACE": str(trace)})
+    runner = _start_runner(
+        world, "--interval", "0.1", "--max-backoff", "0.1", env={"GIT_TRACE": str(trace)}
+    )
     try:
         # Counted, not slept: however slow the machine, the runner has failed a dozen polls
         # (each asks ls-remote first) before the remote comes back. The backoff is capped at the
@@ -512,12 +628,20 @@ def test_an_unreachable_remote_is_one_line_with_its_cause_and_one_on_recovery(wo
     assert [r["status"] for r in world.events("finished")] == ["succeeded"]
 
 
-def _read_until(proc: subprocess.Popen[str], done: Callable[[list[str]], bool], timeout: float = 30.0) -> str:
+def _read_until(
+    proc: subprocess.Popen[str], done: Callable[[list[str]], bool], timeout: float = 30.0
+) -> str:
     """What `proc` printed on stdout, read unbuffered (communicate() gets the rest) until `done`
     holds for its whole lines."""
     assert proc.stdout is not None
     fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
-    while not done([line for line in data.decode(errors="replace").splitlines(keepends=True) if line.endswith("\n")]):
+    while not done(
+        [
+            line
+            for line in data.decode(errors="replace").splitlines(keepends=True)
+            if line.endswith("\n")
+        ]
+    ):
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError(f"timed out waiting for {done}: {data!r}")
@@ -535,11 +659,17 @@ def test_loop_json_is_one_object_per_line(world: World) -> None:
     away = world.tmp / "away.git"
     world.remote.rename(away)
     trace = world.tmp / "git-trace"
-    runner = _start_runner(world, "--interval", "0.1", "--max-backoff", "0.2", "--json", env={"GIT_TRACE": str(trace)})
+    runner = _start_runner(
+        world, "--interval", "0.1", "--max-backoff", "0.2", "--json", env={"GIT_TRACE": str(trace)}
+    )
     seen = _read_until(runner, lambda lines: len(lines) >= 1)  # the outage, once
-    _until(lambda: _git_calls(trace, "ls-remote") >= 6, timeout=60)  # and five more failed polls, said nothing
+    _until(
+        lambda: _git_calls(trace, "ls-remote") >= 6, timeout=60
+    )  # and five more failed polls, said nothing
     away.rename(world.remote)
-    seen += _read_until(runner, lambda lines: any(json.loads(line)["event"] == "pass" for line in lines[1:]))
+    seen += _read_until(
+        runner, lambda lines: any(json.loads(line)["event"] == "pass" for line in lines[1:])
+    )
     runner.send_signal(signal.SIGINT)
     out, _err = runner.communicate(timeout=15)
     objects = [json.loads(line) for line in (seen + out).splitlines()]
@@ -553,7 +683,10 @@ def test_loop_json_is_one_object_per_line(world: World) -> None:
 
 # -- defect 2: a claim the remote accepted is a claim --------------------------------------
 
-def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(world: World) -> None:
+
+def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(
+    world: World,
+) -> None:
     _gate(world)
     assert world.run_once().code == 0
     clone = world.clone("runner")
@@ -561,7 +694,9 @@ def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(
     ran = world.tmp / "b-ran"
     # Job a leaves a stale lock on the tracking ref after the pass fetched (as a git process
     # killed at that moment would); job b's claim is then accepted by the remote.
-    _merge_jobs(world, "p", {"a": ["sh", "-c", f"touch {lock}"], "b": ["sh", "-c", f"touch {ran}; echo b"]})
+    _merge_jobs(
+        world, "p", {"a": ["sh", "-c", f"touch {lock}"], "b": ["sh", "-c", f"touch {ran}; echo b"]}
+    )
     first = world.run_once()
     assert ran.exists(), first.err  # the accepted claim was run
     assert str(lock) in first.err
@@ -575,8 +710,11 @@ def test_a_claim_the_remote_accepted_runs_though_the_tracking_ref_cannot_follow(
 
 # -- the poll loop asks ls-remote first; an idle poll writes nothing -------------------------
 
+
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in root.rglob("*") if p.is_file()}
+    return {
+        str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in root.rglob("*") if p.is_file()
+    }
 
 
 def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World) -> None:
@@ -589,7 +727,12 @@ def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World)
     runner = _start_runner(world, "--interval", "0.1", env={"GIT_TRACE": str(trace)})
     try:
         # The loop's first pass ran: it took the pass lock (or, before issue 9, wrote FETCH_HEAD).
-        _until(lambda: (lock.exists() and lock.stat().st_mtime_ns != taken) or (git_dir / "FETCH_HEAD").exists())
+        _until(
+            lambda: (
+                (lock.exists() and lock.stat().st_mtime_ns != taken)
+                or (git_dir / "FETCH_HEAD").exists()
+            )
+        )
         # Counted, not slept: at three ls-remote calls, two polls at least began after the first pass.
         _until(lambda: _git_calls(trace, "ls-remote") >= 3)
         before = _snapshot(git_dir)
@@ -606,10 +749,21 @@ def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World)
 
 # -- defect 6: leases ------------------------------------------------------------------------
 
-def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(world: World) -> None:
-    world.setup(policy_yaml([world.bob.approver_entry()], RULES, limits={"max_timeout_seconds": 60, "kill_grace_seconds": 0.5}))
+
+def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(
+    world: World,
+) -> None:
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            RULES,
+            limits={"max_timeout_seconds": 60, "kill_grace_seconds": 0.5},
+        )
+    )
     marker = _marker()
-    world.propose("p", {"jobs/s.yaml": job_yaml("s", ["sleep", marker], timeout_seconds=2)}, who=world.alice)
+    world.propose(
+        "p", {"jobs/s.yaml": job_yaml("s", ["sleep", marker], timeout_seconds=2)}, who=world.alice
+    )
     world.signed_merge("p", world.bob)
     # Lease: 2 + 0.5 + 2 + 5 s. The test waits it out, so it is short; what runs before it ends
     # (the kill, an early pass, two status calls) took 1.5 s at load 5, well inside it.
@@ -625,9 +779,13 @@ def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(
     assert started["lease"]["holder"] == "a"
     # Another runner, in a fresh clone, with another name: before the lease ends, it waits.
     early = world.mg("run", "--once", "--json", "--runner-name", "b", where="elsewhere")
-    assert early.code == 0 and [(j["job"], j["status"], j["reason"]) for j in early.json()["jobs"]] == [("s", "claimed", "claimed by a")]
+    assert early.code == 0 and [
+        (j["job"], j["status"], j["reason"]) for j in early.json()["jobs"]
+    ] == [("s", "claimed", "claimed by a")]
     shown = world.mg("status", "--json", where="elsewhere").json()["jobs"]
-    assert [(j["state"], j["runner"], j["lease_until"]) for j in shown] == [("running", "a", started["lease"]["until"])]
+    assert [(j["state"], j["runner"], j["lease_until"]) for j in shown] == [
+        ("running", "a", started["lease"]["until"])
+    ]
     assert shown[0]["age_seconds"] >= 0
     human = world.mg("status", where="elsewhere").out
     assert "  runner a, " in human and f"s, lease until {started['lease']['until']}" in human
@@ -645,13 +803,17 @@ def test_a_dead_runners_job_is_closed_as_lost_by_another_runner_after_its_lease(
 
 # -- defect 8: a lost claim race is not a failure -------------------------------------------
 
+
 def test_runners_that_lose_claim_races_exit_0_and_say_claimed_by(world: World) -> None:
     _gate(world)
     _merge_jobs(world, "p", {f"j{i}": ["echo", str(i)] for i in range(8)})
     names = ["r1", "r2", "r3", "r4"]
     for name in names:
         world.clone(name)
-    procs = [_start_runner(world, "--once", "--json", "--runner-name", name, where=name) for name in names]
+    procs = [
+        _start_runner(world, "--once", "--json", "--runner-name", name, where=name)
+        for name in names
+    ]
     results = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], results
     outcomes = [j for out, _ in results for j in json.loads(out)["jobs"]]
@@ -667,19 +829,25 @@ def test_runners_that_lose_claim_races_exit_0_and_say_claimed_by(world: World) -
 
 # -- PR_SET_CHILD_SUBREAPER: an unprivileged runner without the sandbox leaves nothing behind -----
 
+
 def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     """How to run Python as an unprivileged user (uid 65534, no cgroup it could write) with this
     checkout's code: setpriv when the tests run as root, else the current user if it has no
     writable cgroup either. Skips where neither is possible (the case would not reach the gap)."""
     root = Path(__file__).resolve().parents[1]
-    path = os.pathsep.join([str(root), str(root / "src"), *(p for p in sys.path if p.endswith("site-packages"))])
+    path = os.pathsep.join(
+        [str(root), str(root / "src"), *(p for p in sys.path if p.endswith("site-packages"))]
+    )
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": path, "LC_ALL": "C"}
     if os.geteuid() != 0:
         from mergegate.execution.processes import make_cgroup
+
         probe = make_cgroup("probe", None)
         if probe is not None:
             probe.rmdir()
-            pytest.skip("this user can write a cgroup: the job would be caught by it, not reach the gap")
+            pytest.skip(
+                "this user can write a cgroup: the job would be caught by it, not reach the gap"
+            )
         return [sys.executable], env
     if shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv: no unprivileged user to run the runner as")
@@ -710,16 +878,28 @@ def helper_workspace() -> Iterator[Path]:
 
 def _sleeping(marker: str) -> list[int]:
     """The escaped `sleep MARKER` itself (not the shell whose command line names it too)."""
-    return [pid for pid in _with(marker) if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"]
+    return [
+        pid
+        for pid in _with(marker)
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
+    ]
 
 
 @pytest.mark.parametrize("mode", ["ends", "times-out"])
-def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str, helper_workspace: Path) -> None:
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(
+    mode: str, helper_workspace: Path
+) -> None:
     prefix, env = _unprivileged_python()
     marker = _marker()
     try:
-        proc = subprocess.run([*prefix, "-m", "tests.helpers.escape_job", mode, marker, str(helper_workspace)], env=env, cwd="/tmp",
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*prefix, "-m", "tests.helpers.escape_job", mode, marker, str(helper_workspace)],
+            env=env,
+            cwd="/tmp",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["status"] == ("succeeded" if mode == "ends" else "timed_out")
         assert _with(marker) == []  # gone when the job's result is known, not later
@@ -727,16 +907,29 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_the_job(mode: str,
         _kill_all(_with(marker))
 
 
-def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(helper_workspace: Path) -> None:
+def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
+    helper_workspace: Path,
+) -> None:
     prefix, env = _unprivileged_python()
     marker = _marker()
-    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.escape_job", "runs", marker, str(helper_workspace)], env=env, cwd="/tmp",
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner = subprocess.Popen(
+        [*prefix, "-m", "tests.helpers.escape_job", "runs", marker, str(helper_workspace)],
+        env=env,
+        cwd="/tmp",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _until(lambda: _sleeping(marker))
         (escaped,) = _sleeping(marker)
         # Reparented to the job's main process (a subreaper), not to init: still the job's descendant.
-        _until(lambda: int(Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[1]) != 1, timeout=1.0)
+        _until(
+            lambda: (
+                int(Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[1]) != 1
+            ),
+            timeout=1.0,
+        )
         time.sleep(0.3)  # a few of the tracker's scans: the watchdog has been told of it
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
@@ -747,16 +940,26 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
         _kill_all(_with(marker))
 
 
-def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive(helper_workspace: Path) -> None:
+def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive(
+    helper_workspace: Path,
+) -> None:
     """No cgroup, and the runner busy (another thread holds the GIL): the job starts a child and
     kill -9s its runner at once, before the runner could tell its watchdog anything after the fork.
     The spawner told the watchdog of the job's process group before the job could exec."""
     prefix, env = _unprivileged_python()
     marker = _marker()
-    runner = subprocess.Popen([*prefix, "-m", "tests.helpers.spawn_job", "kill-runner", marker, str(helper_workspace)], env=env, cwd="/tmp",
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner = subprocess.Popen(
+        [*prefix, "-m", "tests.helpers.spawn_job", "kill-runner", marker, str(helper_workspace)],
+        env=env,
+        cwd="/tmp",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert runner.wait(timeout=60) == -signal.SIGKILL, runner.stderr.read() if runner.stderr else ""
+        assert runner.wait(timeout=60) == -signal.SIGKILL, (
+            runner.stderr.read() if runner.stderr else ""
+        )
         killed = time.monotonic()
         _until(lambda: not _with(marker), timeout=1.0, step=0.02)
         assert time.monotonic() - killed < 1.0
@@ -766,13 +969,21 @@ def test_a_runner_killed_right_after_the_fork_leaves_no_process_of_the_job_alive
         _kill_all(_with(marker))
 
 
-def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment(helper_workspace: Path) -> None:
+def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment(
+    helper_workspace: Path,
+) -> None:
     """A same-user job may read /proc/<pid>/environ of every dumpable process of its user: its
     parent (the spawner) and the watchdog carry none of the runner's environment."""
     prefix, env = _unprivileged_python()
     secret = f"canary-{uuid.uuid4().hex}"
-    proc = subprocess.run([*prefix, "-m", "tests.helpers.spawn_job", "environ", _marker(), str(helper_workspace)],
-                          env={**env, "RUNNER_CANARY": secret}, cwd="/tmp", capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*prefix, "-m", "tests.helpers.spawn_job", "environ", _marker(), str(helper_workspace)],
+        env={**env, "RUNNER_CANARY": secret},
+        cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "succeeded"
@@ -782,11 +993,14 @@ def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment
 
 # -- defect 9 (rest): a refused push reuses the pending commit; disk stays bounded --------------
 
+
 def _refusing_remote(world: World, block: Path, tally: Path) -> None:
     """A pre-receive hook that refuses every push to the audit branch while `block` exists, counting each refusal."""
     hook = world.remote / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/mergegate/audit ] && [ -e {block} ]; then\n"
-                    f"    echo refused >> {tally}; echo 'remote is read-only' >&2; exit 1\n  fi\ndone\n")
+    hook.write_text(
+        f'#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ -e {block} ]; then\n'
+        f"    echo refused >> {tally}; echo 'remote is read-only' >&2; exit 1\n  fi\ndone\n"
+    )
     hook.chmod(0o755)
 
 
@@ -795,16 +1009,24 @@ def _refusals(tally: Path) -> int:
 
 
 def _loose_objects(clone: Path) -> int:
-    out = subprocess.run(["git", "count-objects", "-v"], cwd=clone, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "count-objects", "-v"], cwd=clone, capture_output=True, text=True, check=True
+    ).stdout
     return int(next(line.split()[1] for line in out.splitlines() if line.startswith("count:")))
 
 
 def _pending(clone: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/mergegate/pending/runner"], cwd=clone,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", "refs/mergegate/pending/runner"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
-def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(world: World) -> None:
+def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(
+    world: World,
+) -> None:
     _gate(world)
     block, tally = world.tmp / "block", world.tmp / "tally"
     _refusing_remote(world, block, tally)
@@ -846,7 +1068,9 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
     try:
         _until(lambda: _refusals(tally) >= 2, timeout=60)
         early = _loose_objects(clone)
-        _until(lambda: _refusals(tally) >= 8, timeout=60)  # each attempt a new claim: +4 objects each without the fix
+        _until(
+            lambda: _refusals(tally) >= 8, timeout=60
+        )  # each attempt a new claim: +4 objects each without the fix
         # At most one attempt's commit more than before (the one being pushed when counted): bounded,
         # where six more attempts would have left 24 more objects.
         assert _loose_objects(clone) <= early + 5

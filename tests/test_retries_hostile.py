@@ -41,29 +41,51 @@ def _verify(world: World) -> dict[str, Any]:
 
 # -- a deleted or replaced revision is not started late --------------------------------------------
 
+
 def test_deleting_a_failing_job_stops_its_retries(world: World) -> None:
     _gate(world, max_retries=2, retry_backoff_seconds=0)
-    _merge(world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "echo attempt; exit 1"], retries=2)})
+    _merge(
+        world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "echo attempt; exit 1"], retries=2)}
+    )
     (failed,) = world.run_once().json()["jobs"]
     # The run says that this failure is retried, and when.
     assert (failed["status"], failed["attempt"]) == ("failed", 1) and failed["retry_at"] is not None
     assert failed["reason"].endswith(f"attempt 1 of 3: attempt 2 is due at {failed['retry_at']}")
     removed = _merge_removal(world, "rm-f", ["jobs/f.yaml"])
     (job,) = world.run_once().json()["jobs"]
-    assert job["status"] == "rejected" and f"jobs/f.yaml was removed on approved (at {removed[:7]})" in job["reason"]
-    assert world.run_once().json()["jobs"] == []  # final: recorded, and the commit is no longer open
+    assert (
+        job["status"] == "rejected"
+        and f"jobs/f.yaml was removed on approved (at {removed[:7]})" in job["reason"]
+    )
+    assert (
+        world.run_once().json()["jobs"] == []
+    )  # final: recorded, and the commit is no longer open
     assert [s["attempt"] for s in _starts(world, "jobs/f.yaml")] == [1]
     assert world.events("scanned")[-1]["open"] == []
     assert _verify(world)["ok"] is True
 
 
-def test_a_replaced_revision_is_not_retried_after_its_replacement(world: World, tmp_path: Path) -> None:
+def test_a_replaced_revision_is_not_retried_after_its_replacement(
+    world: World, tmp_path: Path
+) -> None:
     """deploy v1 fails, v2 is approved: v1's retry must never run (it would roll production back)."""
     _gate(world, max_retries=1, retry_backoff_seconds=0)
     log = tmp_path / "deployed"
-    _merge(world, "v1", {"jobs/deploy.yaml": job_yaml("deploy", ["sh", "-c", f"echo v1 >> {log}; exit 1"], retries=1)})
+    _merge(
+        world,
+        "v1",
+        {
+            "jobs/deploy.yaml": job_yaml(
+                "deploy", ["sh", "-c", f"echo v1 >> {log}; exit 1"], retries=1
+            )
+        },
+    )
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
-    _merge(world, "v2", {"jobs/deploy.yaml": job_yaml("deploy", ["sh", "-c", f"echo v2 >> {log}"], retries=1)})
+    _merge(
+        world,
+        "v2",
+        {"jobs/deploy.yaml": job_yaml("deploy", ["sh", "-c", f"echo v2 >> {log}"], retries=1)},
+    )
     ran = world.run_once().json()["jobs"]
     assert sorted(j["status"] for j in ran) == ["rejected", "succeeded"]
     world.run_once()
@@ -77,26 +99,36 @@ def test_verify_flags_a_retry_started_after_its_file_changed(world: World) -> No
     world.run_once()
     v2 = _merge(world, "v2", {"jobs/deploy.yaml": job_yaml("deploy", ["echo", "v2"], retries=1)})
     world.run_once()
-    (first,) = [s for s in _starts(world, "jobs/deploy.yaml") if s["attempt"] == 1 and s["commit"] != v2]
+    (first,) = [
+        s for s in _starts(world, "jobs/deploy.yaml") if s["attempt"] == 1 and s["commit"] != v2
+    ]
     from tests.test_retries_labels import _append, _retry_of
+
     _append(world, _retry_of(first, 2, "succeeded"))
     found = _verify(world)
     assert found["ok"] is False
-    assert any("jobs/deploy.yaml was changed" in v and "attempt 2" in v for v in found["violations"]), found["violations"]
+    assert any(
+        "jobs/deploy.yaml was changed" in v and "attempt 2" in v for v in found["violations"]
+    ), found["violations"]
 
 
 def test_a_job_queued_for_labels_does_not_run_after_its_file_was_deleted(world: World) -> None:
     _gate(world)
-    _merge(world, "gpu", {"jobs/train.yaml": job_yaml("train", ["echo", "trained"], runs_on=["gpu"])})
+    _merge(
+        world, "gpu", {"jobs/train.yaml": job_yaml("train", ["echo", "trained"], runs_on=["gpu"])}
+    )
     assert world.run_once().json()["jobs"] == []  # queued: no runner with gpu yet
     _merge_removal(world, "rm-train", ["jobs/train.yaml"])
-    gpu = world.mg("run", "--once", "--json", "--runner-name", "gpu-1", "--label", "gpu", where="gpu")
+    gpu = world.mg(
+        "run", "--once", "--json", "--runner-name", "gpu-1", "--label", "gpu", where="gpu"
+    )
     assert [j["status"] for j in gpu.json()["jobs"]] == ["rejected"], gpu.out
     assert "jobs/train.yaml was removed on approved" in gpu.json()["jobs"][0]["reason"]
     assert _starts(world, "jobs/train.yaml") == []
 
 
 # -- at most once within one push ------------------------------------------------------------------
+
 
 def test_the_same_revision_at_two_commits_in_one_pass_starts_once(world: World) -> None:
     """Add, remove, re-add the same bytes while no runner ran; --parallel 2 would claim both in one push."""
@@ -114,29 +146,61 @@ def test_the_same_revision_at_two_commits_in_one_pass_starts_once(world: World) 
 
 # -- a tightened policy reaches pending retries -----------------------------------------------------
 
+
 def test_lowering_max_retries_stops_a_pending_retry(world: World) -> None:
     runners = world.signing_runner()
-    world.setup(policy_yaml([world.bob.approver_entry()], RULES, max_retries=2, retry_backoff_seconds=0, runners=runners))
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            RULES,
+            max_retries=2,
+            retry_backoff_seconds=0,
+            runners=runners,
+        )
+    )
     _merge(world, "f", {"jobs/f.yaml": job_yaml("f", ["sh", "-c", "exit 1"], retries=2)})
     assert [j["status"] for j in world.run_once().json()["jobs"]] == ["failed"]
-    _merge(world, "policy", {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], RULES, max_retries=0,
-                                                                retry_backoff_seconds=0, runners=runners)})
+    _merge(
+        world,
+        "policy",
+        {
+            "policy/policy.yaml": policy_yaml(
+                [world.bob.approver_entry()],
+                RULES,
+                max_retries=0,
+                retry_backoff_seconds=0,
+                runners=runners,
+            )
+        },
+    )
     after = world.run_once().json()
     assert [c["status"] for c in after["policy_changes"]] == ["adopted"]
     (job,) = after["jobs"]
-    assert job["status"] == "rejected" and "the policy in force now denies it (retries 2 exceeds max_retries 0" in job["reason"]
+    assert (
+        job["status"] == "rejected"
+        and "the policy in force now denies it (retries 2 exceeds max_retries 0" in job["reason"]
+    )
     world.run_once()
     assert [s["attempt"] for s in _starts(world, "jobs/f.yaml")] == [1]
 
 
 # -- forged records cannot make a job run again ------------------------------------------------------
 
+
 def test_retries_without_runners_are_a_configuration_error_naming_the_field(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], RULES))
-    _merge(world, "p", {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], RULES, max_retries=1)})
+    _merge(
+        world,
+        "p",
+        {"policy/policy.yaml": policy_yaml([world.bob.approver_entry()], RULES, max_retries=1)},
+    )
     checked = world.mg("lint", "policy/policy.yaml", where="proposer")
     assert checked.code == 2, checked.out + checked.err
-    assert "max_retries" in checked.err and "lists no runners" in checked.err and "policy/policy.yaml:" in checked.err
+    assert (
+        "max_retries" in checked.err
+        and "lists no runners" in checked.err
+        and "policy/policy.yaml:" in checked.err
+    )
 
 
 def _forge(world: World, drafts: list[dict[str, Any]]) -> None:
@@ -149,23 +213,42 @@ def test_a_record_time_without_a_zone_does_not_stop_every_later_pass(world: Worl
     _merge(world, "a", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])})
     assert world.run_once().code == 0
     _merge(world, "b", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])})
-    ids = {"job": "b", "path": "jobs/b.yaml", "blob": world.blob("approved", "jobs/b.yaml"),
-           "commit": world.git("admin", "rev-parse", "origin/approved")}
-    naive = {**audit.draft("started", runner="a", run_id="e" * 32, attempt=1, command=["echo", "b"],
-                           lease={"holder": "a", "until": "2026-01-01T00:00:00"}, **ids), "time": "2026-01-01T00:00:00"}
+    ids = {
+        "job": "b",
+        "path": "jobs/b.yaml",
+        "blob": world.blob("approved", "jobs/b.yaml"),
+        "commit": world.git("admin", "rev-parse", "origin/approved"),
+    }
+    naive = {
+        **audit.draft(
+            "started",
+            runner="a",
+            run_id="e" * 32,
+            attempt=1,
+            command=["echo", "b"],
+            lease={"holder": "a", "until": "2026-01-01T00:00:00"},
+            **ids,
+        ),
+        "time": "2026-01-01T00:00:00",
+    }
     _forge(world, [naive])
     first = world.run_once()
     status = world.mg("status", "--json")
-    assert "unexpected" not in first.out + first.err + status.err, first.out + first.err + status.err
+    assert "unexpected" not in first.out + first.err + status.err, (
+        first.out + first.err + status.err
+    )
     assert first.code == 0 and status.code == 0
     assert {j["path"]: j["state"] for j in status.json()["jobs"]}["jobs/b.yaml"] == "running"
 
 
 # -- awkward histories never stop the gate -------------------------------------------------------
 
+
 def test_a_new_trust_root_past_an_open_commit_does_not_stop_every_pass(world: World) -> None:
     _gate(world)
-    _merge(world, "gpu", {"jobs/train.yaml": job_yaml("train", ["echo", "trained"], runs_on=["gpu"])})
+    _merge(
+        world, "gpu", {"jobs/train.yaml": job_yaml("train", ["echo", "trained"], runs_on=["gpu"])}
+    )
     assert world.run_once().code == 0  # train waits for a gpu runner: its commit is `open`
     later = _merge(world, "b", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])})
     assert world.run_once().code == 0
@@ -177,40 +260,87 @@ def test_a_new_trust_root_past_an_open_commit_does_not_stop_every_pass(world: Wo
 
 def test_every_fan_out_matrix_entry_is_one_its_leg_can_run(world: World, tmp_path: Path) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
-    _merge(world, "m", {"jobs/a.yaml": job_yaml("a", ["echo", "a"]), "jobs/gpu.yaml": job_yaml("gpu", ["echo", "g"], runs_on=["gpu"])})
-    flow = yaml.safe_load(workflows.files(action="o/mergegate@" + "0" * 40, fan_out=True)[workflows.FAN_OUT_PATH])
-    plan_with, leg_with = flow["jobs"]["plan"]["steps"][1]["with"], flow["jobs"]["run"]["steps"][1]["with"]
+    _merge(
+        world,
+        "m",
+        {
+            "jobs/a.yaml": job_yaml("a", ["echo", "a"]),
+            "jobs/gpu.yaml": job_yaml("gpu", ["echo", "g"], runs_on=["gpu"]),
+        },
+    )
+    flow = yaml.safe_load(
+        workflows.files(action="o/mergegate@" + "0" * 40, fan_out=True)[workflows.FAN_OUT_PATH]
+    )
+    plan_with, leg_with = (
+        flow["jobs"]["plan"]["steps"][1]["with"],
+        flow["jobs"]["run"]["steps"][1]["with"],
+    )
     labels = lambda w: [a for label in str(w.get("labels", "")).split() for a in ("--label", label)]  # noqa: E731
     outputs = tmp_path / "out"
     world.mg("plan", "--github", *labels(plan_with), env={"GITHUB_OUTPUT": str(outputs)})
-    matrix = json.loads(dict(line.split("=", 1) for line in outputs.read_text().splitlines())["matrix"])
+    matrix = json.loads(
+        dict(line.split("=", 1) for line in outputs.read_text().splitlines())["matrix"]
+    )
     assert [e["path"] for e in matrix["include"]] == ["jobs/a.yaml"]
     for index, entry in enumerate(matrix["include"]):
-        leg = world.mg("run", "--once", "--runner-name", f"gha-1-{index}", *labels(leg_with), "--job", entry["path"], where=f"leg{index}")
+        leg = world.mg(
+            "run",
+            "--once",
+            "--runner-name",
+            f"gha-1-{index}",
+            *labels(leg_with),
+            "--job",
+            entry["path"],
+            where=f"leg{index}",
+        )
         assert leg.code == 0, leg.out + leg.err
     assert "jobs/gpu.yaml" in world.mg("plan", "--json").out  # any runner (no --github): listed
 
 
-def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succeeded(world: World) -> None:
+def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succeeded(
+    world: World,
+) -> None:
     runners = world.signing_runner()
     # The merge must be judged while bob's key is valid; the test then waits for it to expire. At load
     # 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the policy's
     # time has no fraction, and a truncated one would take up to a second off it).
     until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
-    bob = {"name": "bob", "email": world.bob.email,
-           "keys": [{"key": world.bob.key.public_line, "valid_before": until.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
+    bob = {
+        "name": "bob",
+        "email": world.bob.email,
+        "keys": [
+            {"key": world.bob.key.public_line, "valid_before": until.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        ],
+    }
     world.setup(policy_yaml([bob], [ECHO_RULE], runners=runners))
-    _merge(world, "m", {"jobs/a.yaml": job_yaml("a", ["echo", "a"]), "jobs/gpu.yaml": job_yaml("gpu", ["echo", "g"], runs_on=["gpu"])})
+    _merge(
+        world,
+        "m",
+        {
+            "jobs/a.yaml": job_yaml("a", ["echo", "a"]),
+            "jobs/gpu.yaml": job_yaml("gpu", ["echo", "g"], runs_on=["gpu"]),
+        },
+    )
     first = world.run_once()
-    assert [(j["job"], j["status"]) for j in first.json()["jobs"]] == [("a", "succeeded")], first.out + first.err
-    time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1)  # bob's key is past valid_before now
+    assert [(j["job"], j["status"]) for j in first.json()["jobs"]] == [("a", "succeeded")], (
+        first.out + first.err
+    )
+    time.sleep(
+        max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1
+    )  # bob's key is past valid_before now
     world.run_once()  # reopens the merge (gpu is still open) and judges all of it again, now
-    assert [r["event"] for r in world.records() if r.get("path") == "jobs/a.yaml"] == ["started", "finished"]
+    assert [r["event"] for r in world.records() if r.get("path") == "jobs/a.yaml"] == [
+        "started",
+        "finished",
+    ]
 
 
 # -- found by a new user's walk-through (notes/newuser9.md) ------------------------------------------
 
-def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_removed(world: World) -> None:
+
+def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_removed(
+    world: World,
+) -> None:
     """`run --once --job` writes no scanned record: its `started` must not hide the next attempt's refusal."""
     _gate(world, max_retries=2, retry_backoff_seconds=0)
     _merge(world, "x", {"jobs/x.yaml": job_yaml("x", ["sh", "-c", "exit 1"], retries=2)})
@@ -219,11 +349,18 @@ def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_remov
     _merge_removal(world, "rm-x", ["jobs/x.yaml"])
     (job,) = world.run_once("--runner-name", "sweep").json()["jobs"]
     assert job["status"] == "rejected" and "jobs/x.yaml was removed on approved" in job["reason"]
-    assert [r["event"] for r in world.records() if r.get("path") == "jobs/x.yaml"] == ["started", "finished", "rejected"]
+    assert [r["event"] for r in world.records() if r.get("path") == "jobs/x.yaml"] == [
+        "started",
+        "finished",
+        "rejected",
+    ]
 
 
-def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_later(world: World, tmp_path: Path) -> None:
+def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_later(
+    world: World, tmp_path: Path
+) -> None:
     from tests.test_reliability import _start_runner
+
     _gate(world, max_retries=1, retry_backoff_seconds=2)
     marker = tmp_path / "flaky.ran"
     flaky = ["sh", "-c", f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 3; fi"]
@@ -251,7 +388,9 @@ def test_removing_a_job_is_checked_approved_and_verified_as_its_removal(world: W
     world.git("proposer", "push", "-q", "-f", "origin", "rm-f")
     checked = world.mg("check", "origin/rm-f", "--json", where="proposer")
     assert checked.code == 0, checked.err
-    assert [(f["path"], f["state"]) for f in checked.json()["files"]] == [("jobs/f.yaml", "removed")]
+    assert [(f["path"], f["state"]) for f in checked.json()["files"]] == [
+        ("jobs/f.yaml", "removed")
+    ]
     world.signing_clone("bob-clone", world.bob)
     approved = world.mg("approve", "origin/rm-f", "--merge", where="bob-clone")
     assert approved.code == 0, approved.err

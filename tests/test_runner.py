@@ -9,7 +9,13 @@ from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 def _gate(world: World, **extra: object) -> str:
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
-    return world.setup(policy_yaml(approvers, [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}], **extra))
+    return world.setup(
+        policy_yaml(
+            approvers,
+            [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}],
+            **extra,
+        )
+    )
 
 
 def test_happy_path_runs_once_pushes_records_and_verifies(world: World) -> None:
@@ -41,7 +47,9 @@ def test_happy_path_runs_once_pushes_records_and_verifies(world: World) -> None:
 
 def test_unsigned_merge_is_rejected_and_never_runs(world: World) -> None:
     _gate(world)
-    world.propose("touch", {"jobs/touch.yaml": job_yaml("touch", ["sh", "-c", "echo ran > /tmp/never"])})
+    world.propose(
+        "touch", {"jobs/touch.yaml": job_yaml("touch", ["sh", "-c", "echo ran > /tmp/never"])}
+    )
     world.merge("touch", who=world.bob, sign=None)
     result = world.run_once()
     assert result.code == 1
@@ -101,7 +109,13 @@ def test_job_denied_by_policy_is_rejected_naming_why(world: World) -> None:
 def test_args_prefix_must_match(world: World) -> None:
     approvers = [world.bob.approver_entry()]
     world.setup(policy_yaml(approvers, [{"program": "echo", "args_prefix": ["safe"]}]))
-    world.propose("j", {"jobs/ok.yaml": job_yaml("ok", ["echo", "safe", "x"]), "jobs/no.yaml": job_yaml("no", ["echo", "unsafe"])})
+    world.propose(
+        "j",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "safe", "x"]),
+            "jobs/no.yaml": job_yaml("no", ["echo", "unsafe"]),
+        },
+    )
     world.signed_merge("j")
     jobs = {j["job"]: j for j in world.run_once().json()["jobs"]}
     assert jobs["ok"]["status"] == "succeeded"
@@ -146,9 +160,15 @@ def test_timeout_above_policy_max_is_rejected(world: World) -> None:
 def test_policy_change_is_judged_by_the_old_policy(world: World) -> None:
     """One merge widens the policy and adds a job only the new policy allows: it must not run."""
     _gate(world, policy_approvals_required=1)
-    new_policy = policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()],
-                             [ECHO_RULE, {"program": "touch"}], policy_approvals_required=1)
-    world.propose("widen", {"policy/policy.yaml": new_policy, "jobs/t.yaml": job_yaml("t", ["touch", "marker"])})
+    new_policy = policy_yaml(
+        [world.bob.approver_entry(), world.carol.approver_entry()],
+        [ECHO_RULE, {"program": "touch"}],
+        policy_approvals_required=1,
+    )
+    world.propose(
+        "widen",
+        {"policy/policy.yaml": new_policy, "jobs/t.yaml": job_yaml("t", ["touch", "marker"])},
+    )
     world.signed_merge("widen")
     result = world.run_once()
     (job,) = result.json()["jobs"]
@@ -221,7 +241,9 @@ def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
     world.write("proposer", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])})
     world.git("proposer", "add", "-A")
     world.git("proposer", "commit", "-qm", "k")
-    world.git("proposer", "merge", "-q", "--no-ff", "-m", "merge approved into fox", "origin/approved")
+    world.git(
+        "proposer", "merge", "-q", "--no-ff", "-m", "merge approved into fox", "origin/approved"
+    )
     world.git("proposer", "push", "-q", "origin", "fox:approved")
     result = world.run_once()
     assert result.code == 3
@@ -234,7 +256,9 @@ def test_result_that_could_not_be_pushed_is_kept_and_pushed_next_time(world: Wor
     world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "touch"}]))
     block = world.tmp / "block"
     hook = world.remote / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\nif [ -e {block} ]; then echo 'remote is read-only' >&2; exit 1; fi\n")
+    hook.write_text(
+        f"#!/bin/sh\nif [ -e {block} ]; then echo 'remote is read-only' >&2; exit 1; fi\n"
+    )
     hook.chmod(0o755)
     # The job itself closes the remote, between its `started` push and its `finished` push.
     world.propose("p", {"jobs/t.yaml": job_yaml("t", ["touch", str(block)])})

@@ -629,9 +629,24 @@ def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_pa
     from mergegate.crypto.signatures import ssh_key_file_blob
 
     made = []
-    for name, args in {"ed25519": ["-t", "ed25519"], "ecdsa": ["-t", "ecdsa"], "rsa": ["-t", "rsa", "-b", "2048"],
-                       "locked": ["-t", "ed25519", "-N", "secret"], "pem": ["-t", "rsa", "-b", "2048", "-m", "PEM"]}.items():
-        subprocess.run(["ssh-keygen", "-q", *args, *([] if "-N" in args else ["-N", ""]), "-f", str(tmp_path / name)], check=True)
+    for name, args in {
+        "ed25519": ["-t", "ed25519"],
+        "ecdsa": ["-t", "ecdsa"],
+        "rsa": ["-t", "rsa", "-b", "2048"],
+        "locked": ["-t", "ed25519", "-N", "secret"],
+        "pem": ["-t", "rsa", "-b", "2048", "-m", "PEM"],
+    }.items():
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                *args,
+                *([] if "-N" in args else ["-N", ""]),
+                "-f",
+                str(tmp_path / name),
+            ],
+            check=True,
+        )
         made.append(name)
     for name in made:
         public = base64.b64decode((tmp_path / f"{name}.pub").read_text().split()[1])
@@ -640,13 +655,28 @@ def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_pa
     text = (tmp_path / "ed25519").read_text()
     body = "".join(text.splitlines()[1:-1])
     data = base64.b64decode(body)
+
     def armoured(raw: bytes) -> str:
         return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{base64.b64encode(raw).decode()}\n-----END OPENSSH PRIVATE KEY-----\n"
 
     (tmp_path / "again").write_text(armoured(data))
-    assert ssh_key_file_blob(str(tmp_path / "again")) == ssh_key_file_blob(str(tmp_path / "ed25519"))  # (the armour the cases use)
-    for n, bad in enumerate([text[: len(text) // 2], text.replace(body[:8], "!!!!!!!!"), "not a key", "",
-                             armoured(data[:60]), armoured(data[:15] + b"\xff" * 12 + data[27:]), armoured(b"x" + data[1:])]):
+    assert ssh_key_file_blob(str(tmp_path / "again")) == ssh_key_file_blob(
+        str(tmp_path / "ed25519")
+    )  # (the armour the cases use)
+    for n, bad in enumerate(
+        [
+            text[: len(text) // 2],
+            text.replace(body[:8], "!!!!!!!!"),
+            "not a key",
+            "",
+            armoured(data[:60]),
+            armoured(data[:15] + b"\xff" * 12 + data[27:]),
+            armoured(b"x" + data[1:]),
+        ]
+    ):
         (tmp_path / f"bad{n}").write_text(bad)
         assert ssh_key_file_blob(str(tmp_path / f"bad{n}")) is None, n
-    assert ssh_key_file_blob(str(tmp_path / "missing")) is None and ssh_key_file_blob(str(tmp_path)) is None
+    assert (
+        ssh_key_file_blob(str(tmp_path / "missing")) is None
+        and ssh_key_file_blob(str(tmp_path)) is None
+    )

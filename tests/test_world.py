@@ -12,40 +12,69 @@ def _state(world: World) -> dict[str, object]:
     admin = world.clone("admin")
     commit = world.git("admin", "cat-file", "commit", "HEAD").splitlines()
     return {
-        "commit": [line.rsplit(" ", 2)[0] if line.startswith(("author ", "committer ")) else line for line in commit],
-        "admin refs": world.git("admin", "for-each-ref", "--format=%(refname) %(objectname) %(upstream)").splitlines(),
-        "remote refs": world.git(world.remote, "for-each-ref", "--format=%(refname) %(objectname)").splitlines(),
+        "commit": [
+            line.rsplit(" ", 2)[0] if line.startswith(("author ", "committer ")) else line
+            for line in commit
+        ],
+        "admin refs": world.git(
+            "admin", "for-each-ref", "--format=%(refname) %(objectname) %(upstream)"
+        ).splitlines(),
+        "remote refs": world.git(
+            world.remote, "for-each-ref", "--format=%(refname) %(objectname)"
+        ).splitlines(),
         "admin head": world.git("admin", "symbolic-ref", "HEAD"),
         "remote head": world.git(world.remote, "symbolic-ref", "HEAD"),
-        "status": world.git("admin", "status", "--porcelain=v1", "--untracked-files=all", "--ignored"),
+        "status": world.git(
+            "admin", "status", "--porcelain=v1", "--untracked-files=all", "--ignored"
+        ),
         "index": world.git("admin", "ls-files", "--stage"),
-        "config": world.git("admin", "config", "--local", "--list").replace(str(world.tmp), "<tmp>"),
-        "files": sorted(str(p.relative_to(admin)) for p in admin.rglob("*") if ".git" not in p.relative_to(admin).parts),
+        "config": world.git("admin", "config", "--local", "--list").replace(
+            str(world.tmp), "<tmp>"
+        ),
+        "files": sorted(
+            str(p.relative_to(admin))
+            for p in admin.rglob("*")
+            if ".git" not in p.relative_to(admin).parts
+        ),
     }
 
 
 def test_setup_by_import_leaves_what_setup_by_push_leaves(tmp_path: Path) -> None:
     fast, slow = World(tmp_path / "fast"), World(tmp_path / "slow")
     policy = policy_yaml([fast.bob.approver_entry()], [ECHO_RULE])
-    files = {"README": "readme\n", "jobs/x/stray.yaml": job_yaml("stray", ["echo"]), "empty": "", "bin/run.sh": "#!/bin/sh\n"}
+    files = {
+        "README": "readme\n",
+        "jobs/x/stray.yaml": job_yaml("stray", ["echo"]),
+        "empty": "",
+        "bin/run.sh": "#!/bin/sh\n",
+    }
     everything = {"policy/policy.yaml": policy, **files}
     fast_root = fast.setup(policy, files=files)
     slow_root = slow._setup_by_push(everything)
     assert len(fast_root) == 40 and fast.git("admin", "rev-parse", "HEAD") == fast_root
     fast_state, slow_state = _state(fast), _state(slow)
     # The trees are the same objects: the same files, modes and bytes.
-    assert fast.git("admin", "rev-parse", "HEAD^{tree}") == slow.git("admin", "rev-parse", "HEAD^{tree}")
+    assert fast.git("admin", "rev-parse", "HEAD^{tree}") == slow.git(
+        "admin", "rev-parse", "HEAD^{tree}"
+    )
     shas = {fast_root: "ROOT", slow_root: "ROOT"}
     for state in (fast_state, slow_state):
         for key in ("admin refs", "remote refs"):
-            state[key] = [" ".join(shas.get(part, part) for part in line.split(" ")) for line in state[key]]  # type: ignore[attr-defined]
+            state[key] = [
+                " ".join(shas.get(part, part) for part in line.split(" ")) for line in state[key]
+            ]  # type: ignore[attr-defined]
     assert fast_state == slow_state
 
 
 def test_setup_goes_the_way_of_the_push_when_the_import_could_differ(tmp_path: Path) -> None:
     """An ignore file, a hook on the remote, or an admin clone already used: the reference path."""
-    for n, (files, hook, used) in enumerate([({".gitignore": "x\n", "x": "ignored\n"}, False, False),
-                                             ({}, True, False), ({}, False, True)]):
+    for n, (files, hook, used) in enumerate(
+        [
+            ({".gitignore": "x\n", "x": "ignored\n"}, False, False),
+            ({}, True, False),
+            ({}, False, True),
+        ]
+    ):
         world = World(tmp_path / str(n))
         if hook:
             pre = world.remote / "hooks" / "pre-receive"
@@ -69,15 +98,21 @@ def test_records_are_read_again_exactly_when_a_fetch_could_change_them(world: Wo
     first = world.records()
     fetched = world.clone("admin") / ".git" / "FETCH_HEAD"
     stamp = fetched.stat().st_mtime_ns
-    assert world.records() == first and fetched.stat().st_mtime_ns == stamp  # nothing moved: no fetch
+    assert (
+        world.records() == first and fetched.stat().st_mtime_ns == stamp
+    )  # nothing moved: no fetch
     # The remote moved (a branch that is not the audit's): fetched, and admin sees the branch.
     world.git("proposer", "push", "-q", "origin", "HEAD:refs/heads/elsewhere")
     assert world.records() == first and fetched.stat().st_mtime_ns != stamp
-    assert world.git("admin", "rev-parse", "origin/elsewhere") == world.git("proposer", "rev-parse", "HEAD")
+    assert world.git("admin", "rev-parse", "origin/elsewhere") == world.git(
+        "proposer", "rev-parse", "HEAD"
+    )
     # Only admin's refs moved: fetched again, which puts its tracking ref back.
     world.git("admin", "update-ref", "-d", "refs/remotes/origin/mergegate/audit")
     assert world.records() == first
-    assert world.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False)
+    assert world.git(
+        "admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False
+    )
     # New records: read.
     world.propose("q", {"jobs/b.yaml": job_yaml("b", ["echo", "b"])}, who=world.alice)
     world.signed_merge("q")
@@ -90,7 +125,9 @@ def test_head_is_what_rev_parse_says(world: World) -> None:
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     head = world.propose("p", {"jobs/a.yaml": job_yaml("a", ["echo", "a"])}, who=world.alice)
     merge = world.signed_merge("p")
-    assert head == world.git("proposer", "rev-parse", "HEAD") and merge == world.git("approver", "rev-parse", "HEAD")
+    assert head == world.git("proposer", "rev-parse", "HEAD") and merge == world.git(
+        "approver", "rev-parse", "HEAD"
+    )
     world.git("approver", "checkout", "-q", "--detach", "HEAD~1")  # no branch: git is asked
     assert world.head("approver") == world.git("approver", "rev-parse", "HEAD") != merge
     world.git("proposer", "pack-refs", "--all")  # a packed ref only: git is asked

@@ -8,6 +8,7 @@ PyYAML tags but cannot construct (from a differential review; notes/yamlrt.md).
 * test_the_linear_scanner_*, test_a_deep_flow_collection_*: config._Loader, the scanner the depth guard
   reads with, against PyYAML's own (quadratic in the depth of a flow collection).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,14 +20,14 @@ from mergegate.rules import config
 # S1: the resolver tags these int/timestamp (or an explicit tag asks for one), SafeConstructor then raises
 # ValueError (not yaml.YAMLError), which config._scalar does not catch.
 _UNCONSTRUCTIBLE = [
-    b"k: 0b_\n",             # fast path: int regex [-+]?0b[0-1_]+, int('', 2)
-    b"k: 0x_\n",             # fast path: int('', 16)
-    b"k: -0b_\n",            # fast path
-    b"k: [echo, 0x_]\n",     # fast path, flow list
-    b"k: 2001-02-30\n",      # fast path: timestamp regex, date(2001, 2, 30)
-    b"k: 0000-01-01\n",      # fast path: year 0
-    b"k:\n  - 0b_\n",        # PyYAML path (block list)
-    b"k: !!int x\n",         # PyYAML path (explicit tag)
+    b"k: 0b_\n",  # fast path: int regex [-+]?0b[0-1_]+, int('', 2)
+    b"k: 0x_\n",  # fast path: int('', 16)
+    b"k: -0b_\n",  # fast path
+    b"k: [echo, 0x_]\n",  # fast path, flow list
+    b"k: 2001-02-30\n",  # fast path: timestamp regex, date(2001, 2, 30)
+    b"k: 0000-01-01\n",  # fast path: year 0
+    b"k:\n  - 0b_\n",  # PyYAML path (block list)
+    b"k: !!int x\n",  # PyYAML path (explicit tag)
 ]
 
 
@@ -34,7 +35,9 @@ _UNCONSTRUCTIBLE = [
 def test_a_value_pyyaml_cannot_construct_is_a_config_error_naming_the_line(text: bytes) -> None:
     with pytest.raises(ConfigError) as info:
         config.parse_yaml(b"id: x\n" + text, file="jobs/x.yaml")
-    assert info.value.line == 2 + text.count(b"\n") - 1  # the line of the value (line 3 for the block list)
+    assert (
+        info.value.line == 2 + text.count(b"\n") - 1
+    )  # the line of the value (line 3 for the block list)
     assert info.value.file == "jobs/x.yaml"
 
 
@@ -42,19 +45,60 @@ def test_a_value_pyyaml_cannot_construct_is_a_config_error_for_a_job_file() -> N
     from mergegate.rules.job import parse_job  # the path lint, inbox and the runner take
 
     with pytest.raises(ConfigError):
-        parse_job(b"id: x\ncommand: [echo, hi]\ntimeout_seconds: 0b_\n", path="jobs/x.yaml", blob="0" * 40)
+        parse_job(
+            b"id: x\ncommand: [echo, hi]\ntimeout_seconds: 0b_\n", path="jobs/x.yaml", blob="0" * 40
+        )
 
 
 # Guard: inputs at the edge of the fast grammar (quotes, escapes, YAML 1.1 words, comments, markers).
 _EDGE = [
-    b"id: hello\ncommand: [echo, \"hello from mergegate\"]\ntimeout_seconds: 10\n",
-    b"k: 'a''b'\n", b"k: ''''\n", b"k: ''\n", b"k: \"\"\n", b"k: 'a\\nb'\n", b"k: '#x'\n", b"k: \"#x\"\n",
-    b"k: ['a, b', \"c, d\", e]\n", b"k: ['a'', b']\n", b"k: [ a ,b,  'c' ]\n", b"k: []\n", b"k: [ ]\n",
-    b"k: yes\n", b"k: on\n", b"k: ~x\n", b"k: -~\n", b"k: 0x1F\n", b"k: 0o17\n", b"k: 017\n", b"k: 1_000\n",
-    b"k: .inf\n", b"k: -.inf\n", b"k: .nan\n", b"k: null\n", b"k: 2001-12-14\n", b"k: ...\n", b"k: ---\n",
-    b"k: --\n", b"k: -x\n", b"k: a=b\n", b"k: 50%\n", b"k: user@host\n", b"k: ._\n", b"k: 0_\n",
-    b"on: 1\nyes: 2\nnull: 3\n", b"a: 1\na: 2\n", b"#c\n\nk: v\n#: x\n", b"k: v", b"k" * 128 + b": v\n",
-    b"k: v\r\n", b"\xef\xbb\xbfk: v\n", b"k: v \n", b"k: v # c\n", b"k:\tv\n", b"k: [a,]\n", b"k: 'x\n  y'\n",
+    b'id: hello\ncommand: [echo, "hello from mergegate"]\ntimeout_seconds: 10\n',
+    b"k: 'a''b'\n",
+    b"k: ''''\n",
+    b"k: ''\n",
+    b'k: ""\n',
+    b"k: 'a\\nb'\n",
+    b"k: '#x'\n",
+    b'k: "#x"\n',
+    b"k: ['a, b', \"c, d\", e]\n",
+    b"k: ['a'', b']\n",
+    b"k: [ a ,b,  'c' ]\n",
+    b"k: []\n",
+    b"k: [ ]\n",
+    b"k: yes\n",
+    b"k: on\n",
+    b"k: ~x\n",
+    b"k: -~\n",
+    b"k: 0x1F\n",
+    b"k: 0o17\n",
+    b"k: 017\n",
+    b"k: 1_000\n",
+    b"k: .inf\n",
+    b"k: -.inf\n",
+    b"k: .nan\n",
+    b"k: null\n",
+    b"k: 2001-12-14\n",
+    b"k: ...\n",
+    b"k: ---\n",
+    b"k: --\n",
+    b"k: -x\n",
+    b"k: a=b\n",
+    b"k: 50%\n",
+    b"k: user@host\n",
+    b"k: ._\n",
+    b"k: 0_\n",
+    b"on: 1\nyes: 2\nnull: 3\n",
+    b"a: 1\na: 2\n",
+    b"#c\n\nk: v\n#: x\n",
+    b"k: v",
+    b"k" * 128 + b": v\n",
+    b"k: v\r\n",
+    b"\xef\xbb\xbfk: v\n",
+    b"k: v \n",
+    b"k: v # c\n",
+    b"k:\tv\n",
+    b"k: [a,]\n",
+    b"k: 'x\n  y'\n",
 ]
 
 
@@ -87,16 +131,34 @@ def test_fast_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
 # same tokens read ahead (what decides whether a later error or the depth is reported first), or the
 # same error at the same mark.
 _LOOKAHEAD = [
-    *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)), *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
+    *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)),
+    *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
     # 70 keys pending (at indexes 3 to 72), and `b` then a bad character: none, some or all of the keys
     # stale when `b` is read, so the guard refuses the depth before the scanner reaches `@`, or not.
     # (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between tokens.)
-    *(f"a: {'[' * 70}{' ' * n}b, @\n" for n in (900, 954, 955, 956, 990, 1022, 1023, 1024, 1025, 1100)),
-    "a: " + "[" * 70 + "\nb, @", "a: " + "[" * 70 + " " * 1100 + "@",
-    "k" * 1020 + ": 1\n", "k" * 1030 + ": 1\n", "[" + "k" * 1030 + ": 1]\n", "{" + "k" * 1020 + ": 1}\n",
-    "a: 1\nb\nc: 2\n", "a:\n  b\n  c: d\n", "- a\n- b\nc: d\n", "[a\n: 1]\n", "{a: [b: c, d]}\n", "? a\n: b\n",
-    "a: [\n" + "[\n" * 70 + "]\n" * 71, "a: " + "[b: " * 80 + "c" + "]" * 80 + "\n", "a: " + "{b: " * 70 + "1" + "}" * 70,
-    "&a [*a, " * 20 + "]" * 20, "a: !!str [" * 10 + "]" * 10, "'a': 1\n\"b\"\n: 2\n", "a: 'x\n" + "[" * 100,
+    *(
+        f"a: {'[' * 70}{' ' * n}b, @\n"
+        for n in (900, 954, 955, 956, 990, 1022, 1023, 1024, 1025, 1100)
+    ),
+    "a: " + "[" * 70 + "\nb, @",
+    "a: " + "[" * 70 + " " * 1100 + "@",
+    "k" * 1020 + ": 1\n",
+    "k" * 1030 + ": 1\n",
+    "[" + "k" * 1030 + ": 1]\n",
+    "{" + "k" * 1020 + ": 1}\n",
+    "a: 1\nb\nc: 2\n",
+    "a:\n  b\n  c: d\n",
+    "- a\n- b\nc: d\n",
+    "[a\n: 1]\n",
+    "{a: [b: c, d]}\n",
+    "? a\n: b\n",
+    "a: [\n" + "[\n" * 70 + "]\n" * 71,
+    "a: " + "[b: " * 80 + "c" + "]" * 80 + "\n",
+    "a: " + "{b: " * 70 + "1" + "}" * 70,
+    "&a [*a, " * 20 + "]" * 20,
+    "a: !!str [" * 10 + "]" * 10,
+    "'a': 1\n\"b\"\n: 2\n",
+    "a: 'x\n" + "[" * 100,
 ]
 _ALPHABET = "[]{},:?-#&*!|>'\"% \n\tab1"
 
@@ -107,9 +169,18 @@ def _steps(loader: type[yaml.SafeLoader], text: str) -> list[object]:
     try:
         while reader.check_event():
             event = reader.get_event()
-            steps.append((type(event).__name__, getattr(event, "value", None), getattr(event, "anchor", None),
-                          event.start_mark.index, event.end_mark.index, reader.index, len(reader.tokens),
-                          reader.tokens_taken))
+            steps.append(
+                (
+                    type(event).__name__,
+                    getattr(event, "value", None),
+                    getattr(event, "anchor", None),
+                    event.start_mark.index,
+                    event.end_mark.index,
+                    reader.index,
+                    len(reader.tokens),
+                    reader.tokens_taken,
+                )
+            )
     except yaml.YAMLError as exc:
         steps.append(("error", str(exc)))
     finally:
@@ -132,7 +203,9 @@ def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
 
     rng = random.Random(7)
     texts = [*_LOOKAHEAD, *(t.decode() for t in _EDGE)]
-    texts += ["".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 40))) for _ in range(1500)]
+    texts += [
+        "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 40))) for _ in range(1500)
+    ]
     errors, verdicts = [], set()
     for text in texts:
         ours = _steps(config._Loader, text)

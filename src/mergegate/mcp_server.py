@@ -22,8 +22,10 @@ from mergegate.errors import MergegateError, UsageError
 if TYPE_CHECKING:
     from mergegate.operations.status import StatusReport
 
-NO_APPROVAL = ("This server has no tool that approves, vetoes or runs a job, by design: "
-               "a job runs only after a person's signed merge into approved.")
+NO_APPROVAL = (
+    "This server has no tool that approves, vetoes or runs a job, by design: "
+    "a job runs only after a person's signed merge into approved."
+)
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,21 @@ def _guard(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return call()
     except MergegateError as exc:
-        text = json.dumps({"error": redact_text(exc.message), "file": exc.file, "line": exc.line,
-                           "hint": redact_text(exc.hint) if exc.hint else None, "ok": False})
+        text = json.dumps(
+            {
+                "error": redact_text(exc.message),
+                "file": exc.file,
+                "line": exc.line,
+                "hint": redact_text(exc.hint) if exc.hint else None,
+                "ok": False,
+            }
+        )
         # The SDK passes a CallToolResult through as it is, so the agent sees pure JSON
         # (a raised ToolError would be prefixed with prose).
-        return cast("dict[str, Any]", CallToolResult(content=[TextContent(type="text", text=text)], is_error=True))
+        return cast(
+            "dict[str, Any]",
+            CallToolResult(content=[TextContent(type="text", text=text)], is_error=True),
+        )
 
 
 def build(gate: Gate) -> Any:
@@ -59,72 +71,143 @@ def build(gate: Gate) -> Any:
 
     from mergegate import __version__
 
-    server = MCPServer("mergegate", version=__version__, instructions=(
-        "Propose automation as mergegate jobs; a person approves it with a signed merge before it runs. "
-        + NO_APPROVAL))
+    server = MCPServer(
+        "mergegate",
+        version=__version__,
+        instructions=(
+            "Propose automation as mergegate jobs; a person approves it with a signed merge before it runs. "
+            + NO_APPROVAL
+        ),
+    )
 
-    @server.tool(description=(
-        "Propose a job: writes jobs/<job_id>.yaml running `command` (an argument vector, no shell) on a branch "
-        "from approved, after validating it against the job schema and judging it exactly as `mergegate check` "
-        "would (refused if invalid or denied by the policy in force; nothing is written then). Credentials in "
-        "arguments are refused. Proposing the same content again returns the existing branch. With push, the "
-        "branch is pushed (never forced). Returns the branch, commit and check verdict. " + NO_APPROVAL))
-    def propose_job(job_id: str, command: list[str], description: str | None = None,
-                    timeout_seconds: int | None = None, cwd: str | None = None,
-                    env: dict[str, str] | None = None, branch: str | None = None, push: bool = False,
-                    retries: int | None = None, idempotent: bool = False, runs_on: list[str] | None = None) -> dict[str, Any]:
+    @server.tool(
+        description=(
+            "Propose a job: writes jobs/<job_id>.yaml running `command` (an argument vector, no shell) on a branch "
+            "from approved, after validating it against the job schema and judging it exactly as `mergegate check` "
+            "would (refused if invalid or denied by the policy in force; nothing is written then). Credentials in "
+            "arguments are refused. Proposing the same content again returns the existing branch. With push, the "
+            "branch is pushed (never forced). Returns the branch, commit and check verdict. "
+            + NO_APPROVAL
+        )
+    )
+    def propose_job(
+        job_id: str,
+        command: list[str],
+        description: str | None = None,
+        timeout_seconds: int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        branch: str | None = None,
+        push: bool = False,
+        retries: int | None = None,
+        idempotent: bool = False,
+        runs_on: list[str] | None = None,
+    ) -> dict[str, Any]:
         from mergegate.operations.propose import Draft, propose
 
         def call() -> dict[str, Any]:
             if push and not gate.allow_push:
-                raise UsageError("this server was started with --no-push", hint="propose without push; a person pushes the branch")
-            draft = Draft(job=job_id, command=tuple(command), description=description, timeout_seconds=timeout_seconds,
-                          cwd=cwd, env=tuple((env or {}).items()), retries=retries, idempotent=idempotent,
-                          runs_on=tuple(runs_on or ()))
-            result = propose(draft, repo_path=gate.repo, base=gate.base, remote=gate.remote, branch=branch, push=push,
-                             fetch=True, trust=gate.trust_root)
+                raise UsageError(
+                    "this server was started with --no-push",
+                    hint="propose without push; a person pushes the branch",
+                )
+            draft = Draft(
+                job=job_id,
+                command=tuple(command),
+                description=description,
+                timeout_seconds=timeout_seconds,
+                cwd=cwd,
+                env=tuple((env or {}).items()),
+                retries=retries,
+                idempotent=idempotent,
+                runs_on=tuple(runs_on or ()),
+            )
+            result = propose(
+                draft,
+                repo_path=gate.repo,
+                base=gate.base,
+                remote=gate.remote,
+                branch=branch,
+                push=push,
+                fetch=True,
+                trust=gate.trust_root,
+            )
             return result.as_json()
 
         return _guard(call)
 
-    @server.tool(description=(
-        "Check a proposal branch or commit (ref) as a pull request check does: every job and policy file it adds "
-        "or changes, judged by the policy in force on approved, with the approvals it still needs. Read-only. "
-        + NO_APPROVAL))
+    @server.tool(
+        description=(
+            "Check a proposal branch or commit (ref) as a pull request check does: every job and policy file it adds "
+            "or changes, judged by the policy in force on approved, with the approvals it still needs. Read-only. "
+            + NO_APPROVAL
+        )
+    )
     def check_proposal(ref: str) -> dict[str, Any]:
         from mergegate.operations.proposals import check
 
         def call() -> dict[str, Any]:
-            report = check(repo_path=gate.repo, ref=ref, base=gate.base, remote=gate.remote, fetch=True, trust=gate.trust_root)
-            return {"ref": report.ref, "head": report.head, "base": report.base, "policy_commit": report.policy,
-                    "files": [f.as_json() for f in report.files], "exit_code": report.exit_code}
+            report = check(
+                repo_path=gate.repo,
+                ref=ref,
+                base=gate.base,
+                remote=gate.remote,
+                fetch=True,
+                trust=gate.trust_root,
+            )
+            return {
+                "ref": report.ref,
+                "head": report.head,
+                "base": report.base,
+                "policy_commit": report.policy,
+                "files": [f.as_json() for f in report.files],
+                "exit_code": report.exit_code,
+            }
 
         return _guard(call)
 
-    @server.tool(description="List every job on approved with its state (queued, running, succeeded, failed, "
-                             "timed_out, rejected, vetoed, not run). Read-only. " + NO_APPROVAL)
+    @server.tool(
+        description="List every job on approved with its state (queued, running, succeeded, failed, "
+        "timed_out, rejected, vetoed, not run). Read-only. " + NO_APPROVAL
+    )
     def list_jobs() -> dict[str, Any]:
         return _guard(lambda: {"jobs": [j.as_json() for j in _status(gate).jobs]})
 
-    @server.tool(description="The state of one job on approved (by id), with the reason and the commit that "
-                             "approved it. Read-only. " + NO_APPROVAL)
+    @server.tool(
+        description="The state of one job on approved (by id), with the reason and the commit that "
+        "approved it. Read-only. " + NO_APPROVAL
+    )
     def job_status(job_id: str) -> dict[str, Any]:
         def call() -> dict[str, Any]:
-            found: list[dict[str, Any]] = [j.as_json() for j in _status(gate).jobs if j.job == job_id]
+            found: list[dict[str, Any]] = [
+                j.as_json() for j in _status(gate).jobs if j.job == job_id
+            ]
             if not found:
-                raise UsageError(f"no job {job_id} on {gate.base}", hint="list_jobs lists the jobs there")
+                raise UsageError(
+                    f"no job {job_id} on {gate.base}", hint="list_jobs lists the jobs there"
+                )
             return found[0]
 
         return _guard(call)
 
-    @server.tool(description="Everything about one job: its file, its revisions on approved with the votes that "
-                             "counted and why others did not, its records, and what happens next. Read-only. "
-                             + NO_APPROVAL)
+    @server.tool(
+        description="Everything about one job: its file, its revisions on approved with the votes that "
+        "counted and why others did not, its records, and what happens next. Read-only. "
+        + NO_APPROVAL
+    )
     def show_job(job_id: str) -> dict[str, Any]:
         from mergegate.operations.show import show
 
-        return _guard(lambda: show(repo_path=gate.repo, job=job_id, remote=gate.remote, branch=gate.base, fetch=True,
-                                   trust=gate.trust_root).as_json())
+        return _guard(
+            lambda: show(
+                repo_path=gate.repo,
+                job=job_id,
+                remote=gate.remote,
+                branch=gate.base,
+                fetch=True,
+                trust=gate.trust_root,
+            ).as_json()
+        )
 
     return server
 
@@ -132,7 +215,9 @@ def build(gate: Gate) -> Any:
 def _status(gate: Gate) -> StatusReport:
     from mergegate.operations.status import status
 
-    return status(repo_path=gate.repo, remote=gate.remote, branch=gate.base, fetch=True, trust=gate.trust_root)
+    return status(
+        repo_path=gate.repo, remote=gate.remote, branch=gate.base, fetch=True, trust=gate.trust_root
+    )
 
 
 def serve(gate: Gate) -> None:
@@ -156,6 +241,11 @@ def install_hint() -> str:
         wanted = importlib.metadata.requires("mergegate") or []
     except importlib.metadata.PackageNotFoundError:
         wanted = []
-    spec = next((r.split(";")[0].strip() for r in wanted if r.startswith("mcp") and 'extra == "mcp"' in r), "mcp")
-    return (f"{shlex.quote(sys.executable)} -m pip install {shlex.quote(spec)} "
-            "(or, in the mergegate checkout you installed from: pip install '.[mcp]')")
+    spec = next(
+        (r.split(";")[0].strip() for r in wanted if r.startswith("mcp") and 'extra == "mcp"' in r),
+        "mcp",
+    )
+    return (
+        f"{shlex.quote(sys.executable)} -m pip install {shlex.quote(spec)} "
+        "(or, in the mergegate checkout you installed from: pip install '.[mcp]')"
+    )

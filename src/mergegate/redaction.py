@@ -49,30 +49,78 @@ def _assignment(name: str, key: bytes) -> _Pattern:
 
 _TOKEN_MORE = re.compile(rb"[A-Za-z0-9_-]*")
 _PATTERNS: tuple[_Pattern, ...] = (
-    _Pattern("Authorization header", b"authorization", re.compile(
-        rb"authorization" + _SEP + rb"(?:(?:bearer|basic|token|digest)[ \t]{1,8})?(?P<v>[^\s'\"]{1,255})"
-    ), re.compile(rb"[^\s'\"]*")),
-    _Pattern("AWS secret access key", b"aws_secret_access_key", re.compile(
-        rb"aws_secret_access_key" + _SEP + rb"(?P<v>[a-z0-9/+=]{20,255})"
-    ), re.compile(rb"[A-Za-z0-9/+=]*")),
+    _Pattern(
+        "Authorization header",
+        b"authorization",
+        re.compile(
+            rb"authorization"
+            + _SEP
+            + rb"(?:(?:bearer|basic|token|digest)[ \t]{1,8})?(?P<v>[^\s'\"]{1,255})"
+        ),
+        re.compile(rb"[^\s'\"]*"),
+    ),
+    _Pattern(
+        "AWS secret access key",
+        b"aws_secret_access_key",
+        re.compile(rb"aws_secret_access_key" + _SEP + rb"(?P<v>[a-z0-9/+=]{20,255})"),
+        re.compile(rb"[A-Za-z0-9/+=]*"),
+    ),
     *(_assignment("password assignment", k) for k in (b"password", b"passwd", b"passphrase")),
     _assignment("token assignment", b"token"),
     _assignment("secret assignment", b"secret"),
     *(_assignment("API key assignment", k) for k in (b"api_key", b"apikey", b"api-key")),
-    _Pattern("URL with a password", b"://", re.compile(
-        rb"://[^\s:/@]{1,128}:(?P<v>[^\s@/]{1,255})@"
-    ), None),
-    *(_Pattern("GitHub token", p, re.compile(re.escape(p) + rb"[A-Za-z0-9]{36,255}"),
-               re.compile(rb"[A-Za-z0-9]*"), on_lower=False, word_start=True)
-      for p in (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_")),
-    _Pattern("GitHub token", b"github_pat_", re.compile(rb"github_pat_[A-Za-z0-9_]{22,255}"),
-             re.compile(rb"[A-Za-z0-9_]*"), on_lower=False, word_start=True),
-    *(_Pattern("AWS access key id", p.lower(), re.compile(p + rb"[0-9A-Z]{16}(?![0-9A-Za-z])"),
-               None, on_lower=False, word_start=True) for p in (b"AKIA", b"ASIA")),
-    _Pattern("Slack token", b"xox", re.compile(rb"xox[abprs]-[A-Za-z0-9-]{10,255}"), _TOKEN_MORE,
-             on_lower=False, word_start=True),
-    _Pattern("OpenAI API key", b"sk-", re.compile(rb"sk-(?:proj-)?[A-Za-z0-9_-]{20,255}"), _TOKEN_MORE,
-             on_lower=False, word_start=True),
+    _Pattern(
+        "URL with a password",
+        b"://",
+        re.compile(rb"://[^\s:/@]{1,128}:(?P<v>[^\s@/]{1,255})@"),
+        None,
+    ),
+    *(
+        _Pattern(
+            "GitHub token",
+            p,
+            re.compile(re.escape(p) + rb"[A-Za-z0-9]{36,255}"),
+            re.compile(rb"[A-Za-z0-9]*"),
+            on_lower=False,
+            word_start=True,
+        )
+        for p in (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_")
+    ),
+    _Pattern(
+        "GitHub token",
+        b"github_pat_",
+        re.compile(rb"github_pat_[A-Za-z0-9_]{22,255}"),
+        re.compile(rb"[A-Za-z0-9_]*"),
+        on_lower=False,
+        word_start=True,
+    ),
+    *(
+        _Pattern(
+            "AWS access key id",
+            p.lower(),
+            re.compile(p + rb"[0-9A-Z]{16}(?![0-9A-Za-z])"),
+            None,
+            on_lower=False,
+            word_start=True,
+        )
+        for p in (b"AKIA", b"ASIA")
+    ),
+    _Pattern(
+        "Slack token",
+        b"xox",
+        re.compile(rb"xox[abprs]-[A-Za-z0-9-]{10,255}"),
+        _TOKEN_MORE,
+        on_lower=False,
+        word_start=True,
+    ),
+    _Pattern(
+        "OpenAI API key",
+        b"sk-",
+        re.compile(rb"sk-(?:proj-)?[A-Za-z0-9_-]{20,255}"),
+        _TOKEN_MORE,
+        on_lower=False,
+        word_start=True,
+    ),
 )
 _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
@@ -127,7 +175,7 @@ class Redactor:
                 self._carry = b"" if final else buf[-_PEM_END_MAX:]
                 return b""
             self._in_pem, self._carry = False, b""
-            return self._process(buf[end_m.end():], final=final)
+            return self._process(buf[end_m.end() :], final=final)
         buf = self._carry + data
         spans, open_pem = self._spans(buf)
         if open_pem is not None:
@@ -216,7 +264,7 @@ class RedactedStream:
             self._file.write(out)
             self.kept.update(out)
         if len(out) >= self.limit:
-            self._tail = bytearray(out[len(out) - self.limit:])
+            self._tail = bytearray(out[len(out) - self.limit :])
         else:
             self._tail += out
             if len(self._tail) > 2 * self.limit:
@@ -227,12 +275,12 @@ class RedactedStream:
         self._keep(self.redactor.flush())
         if self._file is not None:
             self._file.close()
-        data = bytes(self._tail[max(0, len(self._tail) - self.limit):])
-        text = data[_skip_continuation(data):].decode("utf-8", "replace")
+        data = bytes(self._tail[max(0, len(self._tail) - self.limit) :])
+        text = data[_skip_continuation(data) :].decode("utf-8", "replace")
         encoded = text.encode()
         if len(encoded) > self.limit:  # a replacement character is 3 bytes for 1 invalid byte
-            encoded = encoded[len(encoded) - self.limit:]
-            text = encoded[_skip_continuation(encoded):].decode()
+            encoded = encoded[len(encoded) - self.limit :]
+            text = encoded[_skip_continuation(encoded) :].decode()
         return text
 
 

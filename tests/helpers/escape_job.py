@@ -24,9 +24,16 @@ def main() -> None:
     after = {"ends": "echo done", "times-out": "sleep 30", "runs": "sleep 60"}[mode]
     script = f"(setsid sleep {marker} </dev/null >/dev/null 2>&1 &) ; {after}"
     request = executor.ExecRequest(
-        argv=("/bin/sh", "-c", script), workspace=workspace, cwd="", env={"PATH": "/usr/bin:/bin"}, secrets=(),
-        limits=executor.Limits(timeout_seconds=1 if mode == "times-out" else 60, kill_grace_seconds=0.5),
-        search_path="/usr/bin:/bin", run_id=f"escape-{os.getpid()}",
+        argv=("/bin/sh", "-c", script),
+        workspace=workspace,
+        cwd="",
+        env={"PATH": "/usr/bin:/bin"},
+        secrets=(),
+        limits=executor.Limits(
+            timeout_seconds=1 if mode == "times-out" else 60, kill_grace_seconds=0.5
+        ),
+        search_path="/usr/bin:/bin",
+        run_id=f"escape-{os.getpid()}",
     )
     result = executor.run(request)
     print(json.dumps({"status": result.status, "exit_code": result.exit_code}), flush=True)

@@ -35,8 +35,15 @@ def ago(minutes: float) -> str:
 def user(uid: int, login: str | None = None, *, kind: str = "User") -> dict[str, Any]:
     """A `simple-user`, as GitHub returns it inside other objects."""
     login = login or f"user{uid}"
-    return {"login": login, "id": uid, "node_id": f"U_{uid}", "type": kind, "site_admin": False,
-            "url": f"https://api.github.com/users/{login}", "html_url": f"https://github.com/{login}"}
+    return {
+        "login": login,
+        "id": uid,
+        "node_id": f"U_{uid}",
+        "type": kind,
+        "site_admin": False,
+        "url": f"https://api.github.com/users/{login}",
+        "html_url": f"https://github.com/{login}",
+    }
 
 
 @dataclass
@@ -49,12 +56,19 @@ class Review:
     id: int = 0
 
     def body(self, number: int) -> dict[str, Any]:
-        return {"id": self.id, "node_id": f"PRR_{self.id}", "user": user(self.uid, kind=self.kind),
-                "body": "", "state": self.state, "commit_id": self.commit_id, "submitted_at": self.submitted_at,
-                "html_url": f"https://github.com/{REPOSITORY}/pull/{number}#pullrequestreview-{self.id}",
-                "pull_request_url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{number}",
-                "author_association": "MEMBER",
-                "_links": {"html": {"href": ""}, "pull_request": {"href": ""}}}
+        return {
+            "id": self.id,
+            "node_id": f"PRR_{self.id}",
+            "user": user(self.uid, kind=self.kind),
+            "body": "",
+            "state": self.state,
+            "commit_id": self.commit_id,
+            "submitted_at": self.submitted_at,
+            "html_url": f"https://github.com/{REPOSITORY}/pull/{number}#pullrequestreview-{self.id}",
+            "pull_request_url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{number}",
+            "author_association": "MEMBER",
+            "_links": {"html": {"href": ""}, "pull_request": {"href": ""}},
+        }
 
 
 @dataclass
@@ -67,13 +81,27 @@ class PrCommit:
     tree: str = ""
 
     def body(self) -> dict[str, Any]:
-        person = {"name": "someone", "email": "someone@example.com", "date": self.author_date or ago(60)}
-        return {"sha": self.sha, "node_id": f"C_{self.sha[:8]}",
-                "commit": {"author": person, "committer": person, "message": self.message,
-                           "tree": {"sha": self.tree or "0" * 40, "url": ""}, "comment_count": 0},
-                "author": user(self.author_id) if self.author_id is not None else None,
-                "committer": user(self.committer_id) if self.committer_id is not None else None,
-                "parents": [], "url": "", "html_url": ""}
+        person = {
+            "name": "someone",
+            "email": "someone@example.com",
+            "date": self.author_date or ago(60),
+        }
+        return {
+            "sha": self.sha,
+            "node_id": f"C_{self.sha[:8]}",
+            "commit": {
+                "author": person,
+                "committer": person,
+                "message": self.message,
+                "tree": {"sha": self.tree or "0" * 40, "url": ""},
+                "comment_count": 0,
+            },
+            "author": user(self.author_id) if self.author_id is not None else None,
+            "committer": user(self.committer_id) if self.committer_id is not None else None,
+            "parents": [],
+            "url": "",
+            "html_url": "",
+        }
 
 
 @dataclass
@@ -88,42 +116,110 @@ class PullRequest:
     merged: bool = True
     reviews: list[Review] = field(default_factory=list)
     commits: list[PrCommit] = field(default_factory=list)
-    force_pushes: list[str] = field(default_factory=list)  # created_at of head_ref_force_pushed events
+    force_pushes: list[str] = field(
+        default_factory=list
+    )  # created_at of head_ref_force_pushed events
     merged_at: str = ""
     title: str = "Add a job"
     body_text: str = ""
 
     def simple(self) -> dict[str, Any]:
-        return {"url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{self.number}", "id": 1000 + self.number,
-                "number": self.number, "state": "closed" if self.merged else "open", "locked": False, "title": self.title,
-                "user": user(self.author), "body": self.body_text, "created_at": ago(120), "updated_at": ago(1),
-                "closed_at": self.merged_at or ago(1) if self.merged else None,
-                "merged_at": (self.merged_at or ago(1)) if self.merged else None,
-                "merge_commit_sha": self.merge_commit_sha, "draft": False,
-                "head": {"label": f"acme:{self.head_ref}", "ref": self.head_ref, "sha": self.head_sha,
-                         "user": user(self.author), "repo": {"id": 7, "full_name": REPOSITORY, "name": "gate"}},
-                "base": {"label": f"acme:{self.base_ref}", "ref": self.base_ref, "sha": "0" * 40,
-                         "user": user(1), "repo": {"id": 7, "full_name": self.base_repo, "name": self.base_repo.split("/")[-1]}},
-                "author_association": "MEMBER"}
+        return {
+            "url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{self.number}",
+            "id": 1000 + self.number,
+            "number": self.number,
+            "state": "closed" if self.merged else "open",
+            "locked": False,
+            "title": self.title,
+            "user": user(self.author),
+            "body": self.body_text,
+            "created_at": ago(120),
+            "updated_at": ago(1),
+            "closed_at": self.merged_at or ago(1) if self.merged else None,
+            "merged_at": (self.merged_at or ago(1)) if self.merged else None,
+            "merge_commit_sha": self.merge_commit_sha,
+            "draft": False,
+            "head": {
+                "label": f"acme:{self.head_ref}",
+                "ref": self.head_ref,
+                "sha": self.head_sha,
+                "user": user(self.author),
+                "repo": {"id": 7, "full_name": REPOSITORY, "name": "gate"},
+            },
+            "base": {
+                "label": f"acme:{self.base_ref}",
+                "ref": self.base_ref,
+                "sha": "0" * 40,
+                "user": user(1),
+                "repo": {
+                    "id": 7,
+                    "full_name": self.base_repo,
+                    "name": self.base_repo.split("/")[-1],
+                },
+            },
+            "author_association": "MEMBER",
+        }
 
     def full(self) -> dict[str, Any]:
-        return {**self.simple(), "merged": self.merged, "mergeable": None, "merged_by": user(1) if self.merged else None,
-                "comments": 0, "review_comments": 0, "commits": len(self.commits), "additions": 1, "deletions": 0,
-                "changed_files": 1}
+        return {
+            **self.simple(),
+            "merged": self.merged,
+            "mergeable": None,
+            "merged_by": user(1) if self.merged else None,
+            "comments": 0,
+            "review_comments": 0,
+            "commits": len(self.commits),
+            "additions": 1,
+            "deletions": 0,
+            "changed_files": 1,
+        }
 
     def timeline(self) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for commit in self.commits:
-            events.append({"event": "committed", "sha": commit.sha, "node_id": f"C_{commit.sha[:8]}",
-                           "author": {"name": "someone", "email": "someone@example.com", "date": commit.author_date or ago(60)},
-                           "committer": {"name": "someone", "email": "someone@example.com", "date": commit.author_date or ago(60)},
-                           "message": commit.message, "tree": {"sha": commit.tree or "0" * 40}, "parents": []})
+            events.append(
+                {
+                    "event": "committed",
+                    "sha": commit.sha,
+                    "node_id": f"C_{commit.sha[:8]}",
+                    "author": {
+                        "name": "someone",
+                        "email": "someone@example.com",
+                        "date": commit.author_date or ago(60),
+                    },
+                    "committer": {
+                        "name": "someone",
+                        "email": "someone@example.com",
+                        "date": commit.author_date or ago(60),
+                    },
+                    "message": commit.message,
+                    "tree": {"sha": commit.tree or "0" * 40},
+                    "parents": [],
+                }
+            )
         for index, when in enumerate(self.force_pushes):
-            events.append({"id": 9000 + index, "node_id": f"HRFPE_{index}", "event": "head_ref_force_pushed",
-                           "actor": user(self.author), "commit_id": None, "commit_url": None, "created_at": when})
+            events.append(
+                {
+                    "id": 9000 + index,
+                    "node_id": f"HRFPE_{index}",
+                    "event": "head_ref_force_pushed",
+                    "actor": user(self.author),
+                    "commit_id": None,
+                    "commit_url": None,
+                    "created_at": when,
+                }
+            )
         for review in self.reviews:
-            events.append({"id": review.id, "event": "reviewed", "user": user(review.uid, kind=review.kind),
-                           "state": review.state.lower(), "commit_id": review.commit_id, "submitted_at": review.submitted_at})
+            events.append(
+                {
+                    "id": review.id,
+                    "event": "reviewed",
+                    "user": user(review.uid, kind=review.kind),
+                    "state": review.state.lower(),
+                    "commit_id": review.commit_id,
+                    "submitted_at": review.submitted_at,
+                }
+            )
         return events
 
 
@@ -136,7 +232,9 @@ class Fault:
     status: int = 500
     times: int = 1
     reset_in: float = 0.0  # seconds until x-ratelimit-reset / retry-after
-    header: str = "x-ratelimit-reset"  # or "retry-after" (seconds), or "retry-after-date" (an HTTP date)
+    header: str = (
+        "x-ratelimit-reset"  # or "retry-after" (seconds), or "retry-after-date" (an HTTP date)
+    )
 
 
 class FakeGitHub:
@@ -152,7 +250,9 @@ class FakeGitHub:
         self._next_review = 1
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -180,7 +280,16 @@ class FakeGitHub:
         self.pulls[pr.number] = pr
         return pr
 
-    def review(self, number: int, uid: int, state: str, commit_id: str, *, minutes_ago: float = -0.1, kind: str = "User") -> Review:
+    def review(
+        self,
+        number: int,
+        uid: int,
+        state: str,
+        commit_id: str,
+        *,
+        minutes_ago: float = -0.1,
+        kind: str = "User",
+    ) -> Review:
         # By default a review is submitted just after the head commit the test made this second.
         review = self._number(Review(uid, state, commit_id, ago(minutes_ago), kind))
         self.pulls[number].reviews.append(review)
@@ -212,34 +321,57 @@ class FakeGitHub:
                     return fault
         return None
 
-    def route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any, dict[str, str]]:
+    def route(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes
+    ) -> tuple[int, Any, dict[str, str]]:
         prefix = f"/repos/{REPOSITORY}/"
         if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}
-        rest = path[len(prefix):].strip("/").split("/")
+        rest = path[len(prefix) :].strip("/").split("/")
         if method == "POST" and rest == ["pulls"]:
             data = json.loads(body)
             self.created.append(data)
             number = max(self.pulls, default=0) + 1
-            pr = PullRequest(number=number, author=1, head_sha=data.get("head", ""), merge_commit_sha="", merged=False,
-                             head_ref=data.get("head", ""), base_ref=data.get("base", ""), title=data.get("title", ""),
-                             body_text=data.get("body", ""))
+            pr = PullRequest(
+                number=number,
+                author=1,
+                head_sha=data.get("head", ""),
+                merge_commit_sha="",
+                merged=False,
+                head_ref=data.get("head", ""),
+                base_ref=data.get("base", ""),
+                title=data.get("title", ""),
+                body_text=data.get("body", ""),
+            )
             self.pulls[number] = pr
             return 201, pr.full(), {}
         if method == "GET" and rest == ["pulls"]:
             # GET /repos/{owner}/{repo}/pulls: state (default open), base, head ("owner:branch").
             state = query.get("state", ["open"])[0]
-            listed = [pr for pr in sorted(self.pulls.values(), key=lambda p: -p.number)
-                      if state == "all" or (pr.merged and state == "closed") or (not pr.merged and state == "open")]
+            listed = [
+                pr
+                for pr in sorted(self.pulls.values(), key=lambda p: -p.number)
+                if state == "all"
+                or (pr.merged and state == "closed")
+                or (not pr.merged and state == "open")
+            ]
             if "base" in query:
                 listed = [pr for pr in listed if pr.base_ref == query["base"][0]]
             if "head" in query:
-                listed = [pr for pr in listed if f"{REPOSITORY.split('/')[0]}:{pr.head_ref}" == query["head"][0]]
+                listed = [
+                    pr
+                    for pr in listed
+                    if f"{REPOSITORY.split('/')[0]}:{pr.head_ref}" == query["head"][0]
+                ]
             return self._page(path, query, [pr.simple() for pr in listed])
         if method == "GET" and len(rest) == 3 and rest[0] == "commits" and rest[2] == "pulls":
             sha = rest[1]
-            found = [pr.simple() for pr in self.pulls.values() if sha in (pr.merge_commit_sha, pr.head_sha)
-                     or any(c.sha == sha for c in pr.commits)]
+            found = [
+                pr.simple()
+                for pr in self.pulls.values()
+                if sha in (pr.merge_commit_sha, pr.head_sha)
+                or any(c.sha == sha for c in pr.commits)
+            ]
             return self._page(path, query, found)
         if method == "GET" and rest[0] == "pulls" and len(rest) >= 2 and rest[1].isdigit():
             pr = self.pulls.get(int(rest[1]))
@@ -256,13 +388,19 @@ class FakeGitHub:
             if pr is None:
                 return 404, {"message": "Not Found"}, {}
             return self._page(path, query, pr.timeline())
-        return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
+        return (
+            404,
+            {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"},
+            {},
+        )
 
-    def _page(self, path: str, query: dict[str, list[str]], items: list[Any]) -> tuple[int, Any, dict[str, str]]:
+    def _page(
+        self, path: str, query: dict[str, list[str]], items: list[Any]
+    ) -> tuple[int, Any, dict[str, str]]:
         per_page = min(100, int(query.get("per_page", ["30"])[0]))
         page = int(query.get("page", ["1"])[0])
         last = max(1, -(-len(items) // per_page))
-        chunk = items[(page - 1) * per_page: page * per_page]
+        chunk = items[(page - 1) * per_page : page * per_page]
         links = []
         if page < last:
             links.append(f'<{self.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"')
@@ -289,7 +427,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
-            fake.requests.append((method, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            fake.requests.append(
+                (method, self.path, {k.lower(): v for k, v in self.headers.items()})
+            )
             fault = fake._fault_for(parts.path)
             status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
             raw = json.dumps(data).encode()
@@ -304,10 +444,15 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     if fault.header == "retry-after":
                         headers = {"retry-after": str(int(fault.reset_in))}
                     elif fault.header == "retry-after-date":
-                        headers = {"retry-after": formatdate(time.time() + fault.reset_in, usegmt=True)}
+                        headers = {
+                            "retry-after": formatdate(time.time() + fault.reset_in, usegmt=True)
+                        }
                     else:
-                        headers = {"x-ratelimit-remaining": "0", "x-ratelimit-limit": "5000",
-                                   "x-ratelimit-reset": str(int(time.time() + fault.reset_in))}
+                        headers = {
+                            "x-ratelimit-remaining": "0",
+                            "x-ratelimit-limit": "5000",
+                            "x-ratelimit-reset": str(int(time.time() + fault.reset_in)),
+                        }
                 elif fault.kind == "malformed":
                     raw = b'{"truncated": '
                 elif fault.kind == "empty":

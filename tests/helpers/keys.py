@@ -26,7 +26,9 @@ class SshKey:
     public_line: str  # "ssh-ed25519 AAAA... comment"
 
 
-def make_ssh_key(directory: Path, name: str, *, email: str | None = None, kind: str = "ed25519") -> SshKey:
+def make_ssh_key(
+    directory: Path, name: str, *, email: str | None = None, kind: str = "ed25519"
+) -> SshKey:
     directory.mkdir(parents=True, exist_ok=True)
     private = directory / f"{name}_{kind}"
     args = ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", name, "-f", str(private)]
@@ -34,7 +36,9 @@ def make_ssh_key(directory: Path, name: str, *, email: str | None = None, kind: 
         args[4:4] = ["-b", "2048"]
     subprocess.run(args, check=True, stdin=subprocess.DEVNULL)
     public_line = private.with_name(private.name + ".pub").read_text().strip()
-    return SshKey(name=name, email=email or f"{name}@example.com", private=private, public_line=public_line)
+    return SshKey(
+        name=name, email=email or f"{name}@example.com", private=private, public_line=public_line
+    )
 
 
 _CACHE: dict[tuple[str, str], SshKey] = {}
@@ -56,7 +60,12 @@ def shared_ssh_key(directory: Path, name: str, *, email: str | None = None) -> S
     private = directory / cached.private.name
     shutil.copy2(cached.private, private)
     shutil.copy2(f"{cached.private}.pub", f"{private}.pub")
-    return SshKey(name=name, email=email or f"{name}@example.com", private=private, public_line=cached.public_line)
+    return SshKey(
+        name=name,
+        email=email or f"{name}@example.com",
+        private=private,
+        public_line=cached.public_line,
+    )
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,9 @@ def make_gpg_key(
     made = _gpg(gnupghome, *_UNATTENDED, "--quick-gen-key", uid, "ed25519", usage, expire)
     fingerprint = signing_key = _created(made)
     if signing_subkey:
-        added = _gpg(gnupghome, *_UNATTENDED, "--quick-add-key", fingerprint, "ed25519", "sign", expire)
+        added = _gpg(
+            gnupghome, *_UNATTENDED, "--quick-add-key", fingerprint, "ed25519", "sign", expire
+        )
         signing_key = _created(added)
     armored = _gpg(gnupghome, "--armor", "--export", fingerprint)
     return GpgKey(name, email, fingerprint, signing_key, armored)

@@ -42,8 +42,15 @@ class Result:
         return json.loads(self.out)
 
 
-def policy_yaml(approvers: list[dict[str, Any]], commands: list[dict[str, Any]] | None = None, **extra: Any) -> str:
-    data: dict[str, Any] = {"version": 1, "approvers": approvers, "commands": commands if commands is not None else [], **extra}
+def policy_yaml(
+    approvers: list[dict[str, Any]], commands: list[dict[str, Any]] | None = None, **extra: Any
+) -> str:
+    data: dict[str, Any] = {
+        "version": 1,
+        "approvers": approvers,
+        "commands": commands if commands is not None else [],
+        **extra,
+    }
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -66,15 +73,25 @@ class World:
         self.remote = tmp / "remote.git"
         subprocess.run(["git", "init", "--quiet", "--bare", str(self.remote)], check=True)
         self._clones: dict[str, Path] = {}
-        self._cloned_config: dict[str, bytes] = {}  # each clone's config as `clone` left it: see fetch
-        self._read: tuple[object, object, list[str]] | None = None  # what records() last read: see _ref_files
-        self.runner_args: list[str] = []  # added to every run_once (a gate that lists runners: the signing key)
+        self._cloned_config: dict[
+            str, bytes
+        ] = {}  # each clone's config as `clone` left it: see fetch
+        self._read: tuple[object, object, list[str]] | None = (
+            None  # what records() last read: see _ref_files
+        )
+        self.runner_args: list[
+            str
+        ] = []  # added to every run_once (a gate that lists runners: the signing key)
 
     # -- git --------------------------------------------------------------------
     def clone(self, name: str) -> Path:
         if name not in self._clones:
             path = self.tmp / name
-            subprocess.run(["git", "clone", "--quiet", str(self.remote), str(path)], check=True, capture_output=True)
+            subprocess.run(
+                ["git", "clone", "--quiet", str(self.remote), str(path)],
+                check=True,
+                capture_output=True,
+            )
             self._clones[name] = path
             self._cloned_config[name] = self._fetch_config(path)
         return self._clones[name]
@@ -91,17 +108,28 @@ class World:
         fetches. tests/test_world.py holds it to git's own fetch.
         """
         clone = self.clone(where)
-        if self._cloned_config.get(where) != self._fetch_config(clone) or not self._up_to_date(clone):
+        if self._cloned_config.get(where) != self._fetch_config(clone) or not self._up_to_date(
+            clone
+        ):
             self.git(where, "fetch", "-q", "origin")
 
     def _up_to_date(self, clone: Path) -> bool:
         remote, local = _ref_values(self.remote), _ref_values(clone / ".git")
         if remote is None or local is None:
             return False
-        heads = {name[len("refs/heads/"):]: sha for name, sha in remote.items() if name.startswith("refs/heads/")}
-        tracking = {name[len("refs/remotes/origin/"):]: sha for name, sha in local.items()
-                    if name.startswith("refs/remotes/origin/")}
-        tags = all(local.get(name) == sha for name, sha in remote.items() if name.startswith("refs/tags/"))
+        heads = {
+            name[len("refs/heads/") :]: sha
+            for name, sha in remote.items()
+            if name.startswith("refs/heads/")
+        }
+        tracking = {
+            name[len("refs/remotes/origin/") :]: sha
+            for name, sha in local.items()
+            if name.startswith("refs/remotes/origin/")
+        }
+        tags = all(
+            local.get(name) == sha for name, sha in remote.items() if name.startswith("refs/tags/")
+        )
         return bool(heads) and heads == tracking and tags
 
     @staticmethod
@@ -110,20 +138,38 @@ class World:
         parts = [clone / ".git" / "config", Path(os.environ.get("GIT_CONFIG_GLOBAL", os.devnull))]
         return b"\0".join(p.read_bytes() if p.is_file() else b"-" for p in parts)
 
-    def git(self, where: str | Path, *args: str, who: Person | None = None, sign: SshKey | None = None,
-            check: bool = True, env: dict[str, str] | None = None, config: list[str] | None = None) -> str:
+    def git(
+        self,
+        where: str | Path,
+        *args: str,
+        who: Person | None = None,
+        sign: SshKey | None = None,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        config: list[str] | None = None,
+    ) -> str:
         cwd = self.clone(where) if isinstance(where, str) else where
         person = who or self.alice
-        full_env = {**os.environ, "GIT_AUTHOR_NAME": person.name, "GIT_AUTHOR_EMAIL": person.email,
-                    "GIT_COMMITTER_NAME": person.name, "GIT_COMMITTER_EMAIL": person.email, **(env or {})}
+        full_env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": person.name,
+            "GIT_AUTHOR_EMAIL": person.email,
+            "GIT_COMMITTER_NAME": person.name,
+            "GIT_COMMITTER_EMAIL": person.email,
+            **(env or {}),
+        }
         prefix = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={sign.private}"] if sign else []
         prefix += config or []
-        proc = subprocess.run(["git", *prefix, *args], cwd=cwd, env=full_env, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", *prefix, *args], cwd=cwd, env=full_env, capture_output=True, text=True
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
         return proc.stdout.strip()
 
-    def commit_tree(self, where: str, base: str, files: dict[str, str], *, who: Person, message: str) -> str:
+    def commit_tree(
+        self, where: str, base: str, files: dict[str, str], *, who: Person, message: str
+    ) -> str:
         """A commit on `base` adding or replacing `files`, made with `git fast-import`: no work tree.
 
         Thousands of files cost one process and no file on disk; the commit is
@@ -131,13 +177,21 @@ class World:
         committer `who`, now). No ref is moved: push the returned sha.
         """
         stamp = f"{who.name} <{who.email}> {int(time.time())} +0000"
-        parts = [f"commit refs/mergegate-test/scratch\nauthor {stamp}\ncommitter {stamp}\n",
-                 f"data {len(message.encode())}\n{message}\n", f"from {self.git(where, 'rev-parse', base)}\n"]
+        parts = [
+            f"commit refs/mergegate-test/scratch\nauthor {stamp}\ncommitter {stamp}\n",
+            f"data {len(message.encode())}\n{message}\n",
+            f"from {self.git(where, 'rev-parse', base)}\n",
+        ]
         for path, text in files.items():
             data = text.encode()
             parts.append(f"M 100644 inline {path}\ndata {len(data)}\n{text}\n")
-        subprocess.run(["git", "fast-import", "--quiet", "--force"], cwd=self.clone(where),
-                       input="".join(parts).encode(), check=True, capture_output=True)
+        subprocess.run(
+            ["git", "fast-import", "--quiet", "--force"],
+            cwd=self.clone(where),
+            input="".join(parts).encode(),
+            check=True,
+            capture_output=True,
+        )
         sha = self.git(where, "rev-parse", "refs/mergegate-test/scratch")
         self.git(where, "update-ref", "-d", "refs/mergegate-test/scratch")
         return sha
@@ -152,7 +206,11 @@ class World:
     def setup(self, policy: str, *, files: dict[str, str] | None = None) -> str:
         """Initial commit with the policy on main and approved, pushed: the trust root."""
         everything = {"policy/policy.yaml": policy, **(files or {})}
-        if "admin" in self._clones or self._remote_hooks() or not all(map(_PLAIN_PATH.fullmatch, everything)):
+        if (
+            "admin" in self._clones
+            or self._remote_hooks()
+            or not all(map(_PLAIN_PATH.fullmatch, everything))
+        ):
             return self._setup_by_push(everything)
         self.write("admin", everything)
         return self._setup_by_import(everything)
@@ -178,15 +236,32 @@ class World:
         admin = self.clone("admin")
         now = int(time.time())
         stamp = f"{self.alice.name} <{self.alice.email}> {now} {time.strftime('%z', time.localtime(now))}"
-        body = [f"commit refs/heads/main\nmark :1\nauthor {stamp}\ncommitter {stamp}\ndata 15\ninitial policy\n".encode()]
+        body = [
+            f"commit refs/heads/main\nmark :1\nauthor {stamp}\ncommitter {stamp}\ndata 15\ninitial policy\n".encode()
+        ]
         for path in files:
             data = (admin / path).read_bytes()  # what `add` would read
             body.append(f"M 100644 inline {path}\ndata {len(data)}\n".encode() + data + b"\n")
         shas = []
-        for where, refs in ((admin, ["refs/heads/approved", "refs/remotes/origin/main", "refs/remotes/origin/approved"]),
-                            (self.remote, ["refs/heads/approved"])):
-            stream = b"".join(body) + "".join(f"reset {ref}\nfrom :1\n" for ref in refs).encode() + b"get-mark :1\n"
-            proc = subprocess.run(["git", "fast-import", "--quiet"], cwd=where, input=stream, capture_output=True, check=True)
+        for where, refs in (
+            (
+                admin,
+                ["refs/heads/approved", "refs/remotes/origin/main", "refs/remotes/origin/approved"],
+            ),
+            (self.remote, ["refs/heads/approved"]),
+        ):
+            stream = (
+                b"".join(body)
+                + "".join(f"reset {ref}\nfrom :1\n" for ref in refs).encode()
+                + b"get-mark :1\n"
+            )
+            proc = subprocess.run(
+                ["git", "fast-import", "--quiet"],
+                cwd=where,
+                input=stream,
+                capture_output=True,
+                check=True,
+            )
             shas.append(proc.stdout.decode().strip())
         assert shas[0] == shas[1] and len(shas[0]) == 40, shas
         self.git("admin", "reset", "-q")
@@ -196,8 +271,16 @@ class World:
         hooks = self.remote / "hooks"
         return hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir())
 
-    def propose(self, branch: str, files: dict[str, str], *, who: Person | None = None, sign: SshKey | None = None,
-                base: str = "origin/approved", message: str = "propose") -> str:
+    def propose(
+        self,
+        branch: str,
+        files: dict[str, str],
+        *,
+        who: Person | None = None,
+        sign: SshKey | None = None,
+        base: str = "origin/approved",
+        message: str = "propose",
+    ) -> str:
         where = "proposer"
         self.fetch(where)
         self.git(where, "checkout", "-q", "-B", branch, base)
@@ -208,25 +291,49 @@ class World:
         self.git(where, "push", "-q", "-f", "origin", branch)
         return self.head(where)
 
-    def approval_commit(self, branch: str, trailers: list[tuple[str, str]], *, who: Person, sign: SshKey | None,
-                        config: list[str] | None = None, env: dict[str, str] | None = None) -> str:
+    def approval_commit(
+        self,
+        branch: str,
+        trailers: list[tuple[str, str]],
+        *,
+        who: Person,
+        sign: SshKey | None,
+        config: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> str:
         """An empty commit on the proposal carrying Mergegate-Approve trailers (signed by `sign` or `config`)."""
         where = "reviewer"
         self.fetch(where)
         self.git(where, "checkout", "-q", "-B", branch, f"origin/{branch}")
         body = "\n".join(f"Mergegate-Approve: {p} {b}" for p, b in trailers)
-        args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (["-S"] if sign or config else [])
+        args = ["commit", "-q", "--allow-empty", "-m", "approve", "-m", body] + (
+            ["-S"] if sign or config else []
+        )
         self.git(where, *args, who=who, sign=sign, config=config, env=env)
         self.git(where, "push", "-q", "origin", branch)
         return self.head(where)
 
-    def merge(self, branch: str, *, who: Person | None = None, sign: SshKey | None = None, ff: bool = False) -> str:
+    def merge(
+        self,
+        branch: str,
+        *,
+        who: Person | None = None,
+        sign: SshKey | None = None,
+        ff: bool = False,
+    ) -> str:
         """Merge origin/BRANCH into approved (signed with `sign`) and push."""
         where = "approver"
         person = who or self.bob
         self.fetch(where)
         self.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
-        args = ["merge", "-q", "--ff-only" if ff else "--no-ff", "-m", f"merge {branch}", f"origin/{branch}"]
+        args = [
+            "merge",
+            "-q",
+            "--ff-only" if ff else "--no-ff",
+            "-m",
+            f"merge {branch}",
+            f"origin/{branch}",
+        ]
         if sign is not None:
             args.insert(1, "-S")
         self.git(where, *args, who=person, sign=sign)
@@ -240,7 +347,11 @@ class World:
         git_dir = self.clone(where) / ".git"
         try:
             head = (git_dir / "HEAD").read_text().strip()
-            sha = (git_dir / head[5:]).read_text().strip() if head.startswith("ref: refs/heads/") else ""
+            sha = (
+                (git_dir / head[5:]).read_text().strip()
+                if head.startswith("ref: refs/heads/")
+                else ""
+            )
         except OSError:
             sha = ""
         return sha if _SHA.fullmatch(sha) else self.git(where, "rev-parse", "HEAD")
@@ -257,13 +368,30 @@ class World:
         self.git(where, "checkout", "-q", "-B", "audit", "origin/mergegate/audit")
         return self.clone(where)
 
-    def commit_audit(self, where: str = "mallory", message: str = "audit", *, sign: SshKey | None = None,
-                     push: bool = True, parents: list[str] | None = None) -> str:
+    def commit_audit(
+        self,
+        where: str = "mallory",
+        message: str = "audit",
+        *,
+        sign: SshKey | None = None,
+        push: bool = True,
+        parents: list[str] | None = None,
+    ) -> str:
         """Commit what changed in `where`'s audit checkout, carrying the tip's Mergegate-Approved trailer
         (so that only the rule a test aims at is broken), and push it without force."""
-        approved = self.git(where, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "HEAD").strip()
+        approved = self.git(
+            where, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "HEAD"
+        ).strip()
         self.git(where, "add", "-A")
-        args = ["commit", "-q", "--allow-empty", "-m", message, "-m", f"Mergegate-Approved: {approved}"] + (["-S"] if sign else [])
+        args = [
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+            "-m",
+            f"Mergegate-Approved: {approved}",
+        ] + (["-S"] if sign else [])
         self.git(where, *args, sign=sign)
         if push:
             self.git(where, "push", "-q", "origin", "HEAD:refs/heads/mergegate/audit")
@@ -282,14 +410,26 @@ class World:
         return self.git("admin", "rev-parse", f"origin/{branch}:{path}")
 
     # -- mergegate --------------------------------------------------------------
-    def mg(self, *args: str, where: str = "runner", env: dict[str, str] | None = None, process: bool = False) -> Result:
+    def mg(
+        self,
+        *args: str,
+        where: str = "runner",
+        env: dict[str, str] | None = None,
+        process: bool = False,
+    ) -> Result:
         """`mergegate ARGS` in the clone `where`: in this process (see `mergegate_in_process`), or with
         `process` (or MERGEGATE_TEST_PROCESSES=1) as `python -m mergegate`, for what is about processes."""
         cwd = self.clone(where)
         if not process and not os.environ.get("MERGEGATE_TEST_PROCESSES"):
             return mergegate_in_process(list(args), cwd=cwd, env=env or {})
-        proc = subprocess.run([sys.executable, "-m", "mergegate", *args], cwd=cwd, capture_output=True, text=True,
-                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-m", "mergegate", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def run_once(self, *args: str, **kw: Any) -> Result:
@@ -298,8 +438,12 @@ class World:
     def signing_clone(self, name: str, person: Person) -> Path:
         """A clone whose git signs as `person` with their ssh key (for `mergegate approve`)."""
         clone = self.clone(name)
-        for args in (["user.name", person.name], ["user.email", person.email], ["gpg.format", "ssh"],
-                     ["user.signingkey", str(person.key.private)]):
+        for args in (
+            ["user.name", person.name],
+            ["user.email", person.email],
+            ["gpg.format", "ssh"],
+            ["user.signingkey", str(person.key.private)],
+        ):
             self.git(clone, "config", *args)
         return clone
 
@@ -312,7 +456,11 @@ class World:
     def records(self) -> list[dict[str, Any]]:
         """Every audit record on the remote's audit branch, in order (admin fetches first)."""
         remote = self._ref_files(self.remote)
-        if remote is None or self._read is None or self._read[:2] != (remote, self._admin_ref_files()):
+        if (
+            remote is None
+            or self._read is None
+            or self._read[:2] != (remote, self._admin_ref_files())
+        ):
             lines = self._read_records()
             # The remote's refs as they were before the fetch (a push during it makes the next
             # call read again), admin's as the fetch left them.
@@ -322,14 +470,24 @@ class World:
     def _read_records(self) -> list[str]:
         self.fetch("admin")
         try:
-            names = self.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/").split()
-        except AssertionError:  # no audit branch yet (asked only then: one process less for every read)
-            if not self.git("admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False):
+            names = self.git(
+                "admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit", "audit/"
+            ).split()
+        except (
+            AssertionError
+        ):  # no audit branch yet (asked only then: one process less for every read)
+            if not self.git(
+                "admin", "rev-parse", "--verify", "--quiet", "origin/mergegate/audit", check=False
+            ):
                 return []
             raise
         lines = []
         for name in sorted(n for n in names if n.endswith(".jsonl")):
-            lines.extend(line for line in self.git("admin", "show", f"origin/mergegate/audit:{name}").splitlines() if line)
+            lines.extend(
+                line
+                for line in self.git("admin", "show", f"origin/mergegate/audit:{name}").splitlines()
+                if line
+            )
         return lines
 
     def _admin_ref_files(self) -> tuple[tuple[str, bytes], ...] | None:
@@ -345,9 +503,15 @@ class World:
         process the second time). None, never equal, when a file changed while being read.
         """
         try:
-            parts = [(str(p.relative_to(git_dir)), p.read_bytes()) for p in sorted((git_dir / "refs").rglob("*")) if p.is_file()]
-            parts += [(name, (git_dir / name).read_bytes() if (git_dir / name).exists() else b"")
-                      for name in ("packed-refs", "config")]
+            parts = [
+                (str(p.relative_to(git_dir)), p.read_bytes())
+                for p in sorted((git_dir / "refs").rglob("*"))
+                if p.is_file()
+            ]
+            parts += [
+                (name, (git_dir / name).read_bytes() if (git_dir / name).exists() else b"")
+                for name in ("packed-refs", "config")
+            ]
         except OSError:
             return None
         return tuple(parts)
@@ -357,7 +521,14 @@ class World:
 
     def audit_ref(self) -> str:
         """The remote's audit branch tip ("" before there is one), read in the bare remote: no fetch."""
-        return self.git(self.remote, "rev-parse", "--verify", "--quiet", "refs/heads/mergegate/audit", check=False)
+        return self.git(
+            self.remote,
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "refs/heads/mergegate/audit",
+            check=False,
+        )
 
     def until_records(self, what: Callable[[], T], *, timeout: float = 30.0) -> T:
         """Wait until `what()`, a question about the records (`events`, `records`), is truthy; return it.
@@ -385,7 +556,7 @@ def _ref_values(git_dir: Path) -> dict[str, str] | None:
     refs: dict[str, str] = {}
     try:
         packed = git_dir / "packed-refs"
-        for line in (packed.read_text().splitlines() if packed.exists() else []):
+        for line in packed.read_text().splitlines() if packed.exists() else []:
             if not line.startswith(("#", "^")):
                 sha, name = line.split(" ", 1)
                 refs[name] = sha
@@ -433,7 +604,9 @@ def mergegate_in_process(argv: list[str], *, cwd: Path, env: Mapping[str, str]) 
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-    return Result(code, out.getvalue().decode(encoding, "replace"), err.getvalue().decode(encoding, "replace"))
+    return Result(
+        code, out.getvalue().decode(encoding, "replace"), err.getvalue().decode(encoding, "replace")
+    )
 
 
 def job_yaml(job_id: str, command: list[str], **extra: Any) -> str:

@@ -33,12 +33,18 @@ def main() -> None:
         script = f'sleep {marker} & kill -9 "$RUNNER_PID"; sleep {marker}'
         threading.Thread(target=_hog, daemon=True).start()
     else:
-        script = "for f in /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null | tr '\\0' '\\n'; done; true"
+        script = (
+            "for f in /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null | tr '\\0' '\\n'; done; true"
+        )
     request = executor.ExecRequest(
-        argv=("/bin/sh", "-c", script), workspace=workspace, cwd="",
-        env={"PATH": "/usr/bin:/bin", "RUNNER_PID": str(os.getpid())}, secrets=(),
+        argv=("/bin/sh", "-c", script),
+        workspace=workspace,
+        cwd="",
+        env={"PATH": "/usr/bin:/bin", "RUNNER_PID": str(os.getpid())},
+        secrets=(),
         limits=executor.Limits(timeout_seconds=60, kill_grace_seconds=0.5),
-        search_path="/usr/bin:/bin", run_id=f"spawn-{os.getpid()}",
+        search_path="/usr/bin:/bin",
+        run_id=f"spawn-{os.getpid()}",
     )
     result = executor.run(request)
     print(json.dumps({"status": result.status, "stdout": result.stdout.tail}), flush=True)

@@ -51,12 +51,15 @@ class Checked(Generic[T]):
     path: str
     blob: str
     records: int
-    first_seq: int | None  # the seq of its first record, None for an empty file (or a seq that is no int)
+    first_seq: (
+        int | None
+    )  # the seq of its first record, None for an empty file (or a seq that is no int)
     summary: T
 
 
-def check_chain(repo: Repo, commit: str | None, summarise: Summarise[T], *,
-                workers: int | None = None) -> Iterator[Checked[T]]:
+def check_chain(
+    repo: Repo, commit: str | None, summarise: Summarise[T], *, workers: int | None = None
+) -> Iterator[Checked[T]]:
     """Each log file at `commit` in chain order, checked exactly as `audit.iter_files` checks it, as
     `summarise(data, fields)` (run where the file was read: its result must pickle) and its place:
     a ChainCheck, started when first asked."""
@@ -79,7 +82,9 @@ class ChainCheck(Generic[T]):
     iteration: an audit tree with strays is reported by it, in the caller's order of checks.
     """
 
-    def __init__(self, repo: Repo, commit: str | None, summarise: Summarise[T], *, workers: int | None = None) -> None:
+    def __init__(
+        self, repo: Repo, commit: str | None, summarise: Summarise[T], *, workers: int | None = None
+    ) -> None:
         self.repo, self.commit, self.summarise = repo, commit, summarise
         self.pool: list[_Worker] = []
         self.feed: BlobFeed | None = None
@@ -93,17 +98,31 @@ class ChainCheck(Generic[T]):
         count = _workers(len(self.files)) if workers is None else workers
         # Forking while other threads run could leave a worker waiting on a lock one of them held: then
         # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
-        if count < 2 or not self.files or not hasattr(os, "fork") or (workers is None and threading.active_count() > 1):
+        if (
+            count < 2
+            or not self.files
+            or not hasattr(os, "fork")
+            or (workers is None and threading.active_count() > 1)
+        ):
             return
         try:
             self.feed = repo.blob_feed()
-            for _, blob in self.files[:_AHEAD]:  # the rest are asked for by the worker whose turn it is
+            for _, blob in self.files[
+                :_AHEAD
+            ]:  # the rest are asked for by the worker whose turn it is
                 self.feed.request(blob)
             turn = os.pipe()
             try:
                 for _ in range(count):
-                    self.pool.append(_Worker.start(self.feed, self.files, summarise, turn=turn,
-                                                   others=[w.answers for w in self.pool]))
+                    self.pool.append(
+                        _Worker.start(
+                            self.feed,
+                            self.files,
+                            summarise,
+                            turn=turn,
+                            others=[w.answers for w in self.pool],
+                        )
+                    )
                 os.write(turn[1], _TURN.pack(0))  # file 0 is next
             finally:
                 os.close(turn[0])
@@ -132,8 +151,13 @@ class ChainCheck(Generic[T]):
         summarise = self.summarise
         if not self.pool:
             for log in audit.checked_files(self.repo, self.files):
-                yield Checked(log.path, log.blob, len(log.records), _first_seq(log.records),
-                              summarise(log.data, [r.fields for r in log.records]))
+                yield Checked(
+                    log.path,
+                    log.blob,
+                    len(log.records),
+                    _first_seq(log.records),
+                    summarise(log.data, [r.fields for r in log.records]),
+                )
             return
         answers = self.answers
         assert answers is not None
@@ -141,16 +165,28 @@ class ChainCheck(Generic[T]):
             prev_seq, prev_hash = 0, audit.GENESIS
             for index, (path, blob) in enumerate(self.files):
                 proof = answers.proof(index)
-                if proof is not None and audit.linked(proof.first, prev_seq=prev_seq, prev_hash=prev_hash):
+                if proof is not None and audit.linked(
+                    proof.first, prev_seq=prev_seq, prev_hash=prev_hash
+                ):
                     yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
                     prev_seq, prev_hash = proof.last_seq, proof.last_hash
                     continue
                 # Not proven, or not linked: the reference reading, here, which says what is wrong (or that nothing is).
                 data = self.repo.blob(blob)
                 records = audit.parse_file(data, path)
-                audit.check_links(records, prev_seq=prev_seq, prev_hash=prev_hash,
-                                  where={i: (path, i + 1) for i in range(len(records))})
-                yield Checked(path, blob, len(records), _first_seq(records), summarise(data, [r.fields for r in records]))
+                audit.check_links(
+                    records,
+                    prev_seq=prev_seq,
+                    prev_hash=prev_hash,
+                    where={i: (path, i + 1) for i in range(len(records))},
+                )
+                yield Checked(
+                    path,
+                    blob,
+                    len(records),
+                    _first_seq(records),
+                    summarise(data, [r.fields for r in records]),
+                )
                 if records:
                     prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
             answers.finish()
@@ -188,8 +224,13 @@ def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
     values = audit._proven(data)
     if values is None:
         return None
-    return _Proof(len(values), {"seq": values[0]["seq"], "prev": values[0]["prev"]}, values[-1]["seq"], values[-1]["hash"],
-                  summarise(data, values))
+    return _Proof(
+        len(values),
+        {"seq": values[0]["seq"], "prev": values[0]["prev"]},
+        values[-1]["seq"],
+        values[-1]["hash"],
+        summarise(data, values),
+    )
 
 
 # How many blobs git is asked for ahead of the one being read: it inflates the next while this one is read.
@@ -211,11 +252,21 @@ class _Worker:
         self.closed = False
 
     @classmethod
-    def start(cls, feed: BlobFeed, files: list[tuple[str, str]], summarise: Summarise[T], *,
-              turn: tuple[int, int], others: Sequence[int]) -> _Worker:
+    def start(
+        cls,
+        feed: BlobFeed,
+        files: list[tuple[str, str]],
+        summarise: Summarise[T],
+        *,
+        turn: tuple[int, int],
+        others: Sequence[int],
+    ) -> _Worker:
         read_end, write_end = os.pipe()
-        with suppress(OSError, AttributeError):  # room for answers while this process is busy elsewhere (Linux)
+        with suppress(
+            OSError, AttributeError
+        ):  # room for answers while this process is busy elsewhere (Linux)
             import fcntl
+
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
             with suppress(Exception):
@@ -245,7 +296,7 @@ class _Worker:
             size = _FRAME.unpack_from(self.buffer, at)[0]
             if len(self.buffer) - at - _FRAME.size < size:
                 break
-            body = self.buffer[at + _FRAME.size:at + _FRAME.size + size]
+            body = self.buffer[at + _FRAME.size : at + _FRAME.size + size]
             at += _FRAME.size + size
             try:
                 value = pickle.loads(body)
@@ -285,7 +336,9 @@ class _Answers:
     def __init__(self, pool: list[_Worker], paths: list[str]) -> None:
         self.pool, self.paths = pool, paths
         self.proofs: dict[int, _Proof[Any] | None] = {}
-        self.failures: dict[int, MergegateError] = {}  # the first file a worker could not check, and why
+        self.failures: dict[
+            int, MergegateError
+        ] = {}  # the first file a worker could not check, and why
         self.owner: dict[int, _Worker] = {}  # who took each file not answered yet
         self.taken: set[int] = set()  # every file taken (each is taken once)
 
@@ -297,10 +350,14 @@ class _Answers:
                 raise self.failures[index]
             live = [w for w in self.pool if not w.closed]
             owner = self.owner.get(index)
-            if owner is None and (len(live) < len(self.pool) or not live):  # not taken, and a worker is gone
+            if owner is None and (
+                len(live) < len(self.pool) or not live
+            ):  # not taken, and a worker is gone
                 gone = next((w for w in self.pool if w.closed and not w.done), None)
                 if gone is not None or not live:
-                    raise self._failed(index, gone.how() if gone is not None else "stopped answering")
+                    raise self._failed(
+                        index, gone.how() if gone is not None else "stopped answering"
+                    )
             if owner is not None and owner.closed:  # it died with the file
                 raise self._failed(index, owner.how())
             self._gather(live)
@@ -320,7 +377,9 @@ class _Answers:
             if worker.answers not in ready:
                 continue
             frames = worker.frames()
-            if frames is None:  # it exited or died: what it took and did not answer for is not verified
+            if (
+                frames is None
+            ):  # it exited or died: what it took and did not answer for is not verified
                 worker.reap()
                 continue
             for frame in frames:
@@ -328,17 +387,30 @@ class _Answers:
 
     def _take(self, worker: _Worker, frame: tuple[Any, ...]) -> None:
         kind, *rest = frame
-        index = rest[0] if rest and type(rest[0]) is int and 0 <= rest[0] < len(self.paths) else None
+        index = (
+            rest[0] if rest and type(rest[0]) is int and 0 <= rest[0] < len(self.paths) else None
+        )
         if kind == "took" and index is not None and index not in self.taken and not worker.taken:
             self.owner[index] = worker
             self.taken.add(index)
             worker.taken.add(index)
-        elif (kind == "file" and index is not None and self.owner.get(index) is worker and len(rest) == 3
-              and rest[1] == self.paths[index] and (rest[2] is None or isinstance(rest[2], _Proof))):
+        elif (
+            kind == "file"
+            and index is not None
+            and self.owner.get(index) is worker
+            and len(rest) == 3
+            and rest[1] == self.paths[index]
+            and (rest[2] is None or isinstance(rest[2], _Proof))
+        ):
             del self.owner[index]
             worker.taken.discard(index)
             self.proofs[index] = rest[2]
-        elif kind == "error" and index is not None and self.owner.get(index) is worker and len(rest) == 6:
+        elif (
+            kind == "error"
+            and index is not None
+            and self.owner.get(index) is worker
+            and len(rest) == 6
+        ):
             self.failures.setdefault(index, _forwarded(self.paths[index], *rest[1:]))
             worker.stop()
         elif kind == "done" and not worker.taken:
@@ -351,11 +423,20 @@ class _Answers:
 
     def _failed(self, index: int, how: str) -> IntegrityError:
         path = self.paths[index]
-        return IntegrityError(f"{path} and the files after it were not verified: the process checking them {how}", file=path,
-                              hint="nothing unverified is reported as verified; run `mergegate audit verify` again")
+        return IntegrityError(
+            f"{path} and the files after it were not verified: the process checking them {how}",
+            file=path,
+            hint="nothing unverified is reported as verified; run `mergegate audit verify` again",
+        )
 
 
-def _run(feed: BlobFeed, files: list[tuple[str, str]], summarise: Summarise[T], turn: tuple[int, int], out: IO[bytes]) -> None:
+def _run(
+    feed: BlobFeed,
+    files: list[tuple[str, str]],
+    summarise: Summarise[T],
+    turn: tuple[int, int],
+    out: IO[bytes],
+) -> None:
     def send(*value: Any) -> None:
         body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(_FRAME.pack(len(body)) + body)
@@ -379,25 +460,40 @@ def _run(feed: BlobFeed, files: list[tuple[str, str]], summarise: Summarise[T], 
             if index + _AHEAD < len(files):
                 feed.request(files[index + _AHEAD][1])
             data = feed.read(blob)
-            os.write(turn[1], _TURN.pack(index + 1))  # the next reader may go on while this one checks
+            os.write(
+                turn[1], _TURN.pack(index + 1)
+            )  # the next reader may go on while this one checks
             send("file", index, path, _prove(data, summarise))
-    except MergegateError as exc:  # what iter_files would have raised here (a missing blob: GitError)
+    except (
+        MergegateError
+    ) as exc:  # what iter_files would have raised here (a missing blob: GitError)
         send("error", index, type(exc).__name__, exc.message, exc.file, exc.line, exc.hint)
         return
-    except BaseException as exc:  # a bug or a signal: the parent fails the check, it never passes it
+    except (
+        BaseException
+    ) as exc:  # a bug or a signal: the parent fails the check, it never passes it
         with suppress(Exception):
             send("error", index, "", f"{type(exc).__name__}: {exc}", None, None, None)
         raise
     send("done")
 
 
-def _forwarded(path: str, kind: str, message: str, file: str | None, line: int | None, hint: str | None) -> MergegateError:
+def _forwarded(
+    path: str, kind: str, message: str, file: str | None, line: int | None, hint: str | None
+) -> MergegateError:
     """The error a worker met, as the serial reading would have raised it (same class and words)."""
     cls = getattr(errors, kind, None) if kind else None
-    if isinstance(cls, type) and issubclass(cls, MergegateError) and cls.__init__ is MergegateError.__init__:
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, MergegateError)
+        and cls.__init__ is MergegateError.__init__
+    ):
         return cls(message, file=file, line=line, hint=hint)
-    return IntegrityError(f"{path} and the files after it were not verified: the process checking them failed ({message})",
-                          file=path, hint="nothing unverified is reported as verified; run `mergegate audit verify` again")
+    return IntegrityError(
+        f"{path} and the files after it were not verified: the process checking them failed ({message})",
+        file=path,
+        hint="nothing unverified is reported as verified; run `mergegate audit verify` again",
+    )
 
 
 def _how(status: int) -> str:

@@ -39,12 +39,26 @@ def log_files(repo: Repo, commit: str) -> list[tuple[str, str]]:
     root = repo.tree_entries(repo.commit(commit).tree)
     if "audit" not in root:
         return []
-    return sorted((name, blob) for name, (_, blob) in repo.tree_entries(root["audit"][1]).items() if _LOG.fullmatch(name))
+    return sorted(
+        (name, blob)
+        for name, (_, blob) in repo.tree_entries(root["audit"][1]).items()
+        if _LOG.fullmatch(name)
+    )
 
 
-def folded(repo: Repo, commit: str, kind: str, args: Sequence[str], fold: Callable[[State, list[bytes]], State], start: State,
-           *, dump: Callable[[State], Any], load: Callable[[Any], State], input: bytes | None = None,
-           remember: bool = True) -> State:
+def folded(
+    repo: Repo,
+    commit: str,
+    kind: str,
+    args: Sequence[str],
+    fold: Callable[[State, list[bytes]], State],
+    start: State,
+    *,
+    dump: Callable[[State], Any],
+    load: Callable[[Any], State],
+    input: bytes | None = None,
+    remember: bool = True,
+) -> State:
     """`fold(state, lines)` over the output of `git grep ARGS <commit> -- <log file>`, one log file at a time in
     path order, from `start`; the closed files' part from this clone's memory when it is of exactly those files.
 
@@ -55,20 +69,34 @@ def folded(repo: Repo, commit: str, kind: str, args: Sequence[str], fold: Callab
     closed = [list(f) for f in files[:-1]]
     memory = _recall(repo).get(kind)
     state, done = start, 0
-    if isinstance(memory, dict) and isinstance(memory.get("files"), list) and memory["files"] == closed[:len(memory["files"])]:
+    if (
+        isinstance(memory, dict)
+        and isinstance(memory.get("files"), list)
+        and memory["files"] == closed[: len(memory["files"])]
+    ):
         try:
             state, done = load(memory["state"]), len(memory["files"])
         except (KeyError, TypeError, ValueError):
             state, done = start, 0
-    snapshot: Any = None  # the state after the closed files, as JSON (a fold may change its state in place)
+    snapshot: Any = (
+        None  # the state after the closed files, as JSON (a fold may change its state in place)
+    )
     rest = files[done:]
     if rest:
-        proc = repo.run("grep", *args, commit, "--", *[AUDIT_DIR + name for name, _ in rest], input=input, check=False)
+        proc = repo.run(
+            "grep",
+            *args,
+            commit,
+            "--",
+            *[AUDIT_DIR + name for name, _ in rest],
+            input=input,
+            check=False,
+        )
         found: dict[str, list[bytes]] = {}
         prefix = f"{commit}:{AUDIT_DIR}".encode()
         for line in proc.stdout.splitlines():
             if line.startswith(prefix):
-                file, _, text = line[len(prefix):].partition(b":")
+                file, _, text = line[len(prefix) :].partition(b":")
                 found.setdefault(file.decode(), []).append(text)
         for index, (name, _) in enumerate(rest, start=done):
             state = fold(state, found.get(name, []))

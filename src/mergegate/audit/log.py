@@ -57,7 +57,9 @@ def stamp(when: datetime) -> str:
 
 def record_hash(record: Mapping[str, Any]) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
-    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
     return hashlib.sha256(data).hexdigest()
 
 
@@ -84,15 +86,36 @@ class Record:
         return self.fields.get("path"), self.fields.get("blob")
 
     def line(self) -> bytes:
-        return json.dumps(dict(self.fields), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+        return (
+            json.dumps(
+                dict(self.fields), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
+            + b"\n"
+        )
 
 
-def draft(event: str, *, runner: str, job: str | None = None, path: str | None = None, blob: str | None = None,
-          commit: str | None = None, **extra: Any) -> dict[str, Any]:
+def draft(
+    event: str,
+    *,
+    runner: str,
+    job: str | None = None,
+    path: str | None = None,
+    blob: str | None = None,
+    commit: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A record before it has a place in the chain (no seq, prev or hash yet)."""
     assert event in EVENTS
-    return {"event": event, "job": job, "path": path, "blob": blob, "commit": commit, "runner": runner,
-            "time": now(), **extra}
+    return {
+        "event": event,
+        "job": job,
+        "path": path,
+        "blob": blob,
+        "commit": commit,
+        "runner": runner,
+        "time": now(),
+        **extra,
+    }
 
 
 def seal(drafts: Iterable[Mapping[str, Any]], *, after_seq: int, after_hash: str) -> list[Record]:
@@ -133,52 +156,91 @@ def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
         return []
     for mode, _, path in repo.ls_tree_flat(commit):
         if path != "audit" or mode != "040000":
-            raise IntegrityError(f"unexpected file {path} on the audit branch at {commit[:12]}: its tree holds only audit/", file=path)
+            raise IntegrityError(
+                f"unexpected file {path} on the audit branch at {commit[:12]}: its tree holds only audit/",
+                file=path,
+            )
     entries = []
     for mode, blob, name in repo.ls_tree_flat(commit, AUDIT_DIR):
         path = AUDIT_DIR + name
         if path == EVIDENCE_DIR.rstrip("/") and mode == "040000":
             continue
         if not _FILE.match(path) or mode != "100644":
-            raise IntegrityError(f"unexpected audit file {path} at {commit[:12]}: log files are named audit/log-NNNNNN.jsonl", file=path)
+            raise IntegrityError(
+                f"unexpected audit file {path} at {commit[:12]}: log files are named audit/log-NNNNNN.jsonl",
+                file=path,
+            )
         entries.append((path, blob))
     entries.sort()
     for index, (path, _) in enumerate(entries, start=1):
         if int(_FILE.match(path).group(1)) != index:  # type: ignore[union-attr]
-            raise IntegrityError(f"audit log files are not numbered 1..{len(entries)}: {path} is out of place", file=path)
+            raise IntegrityError(
+                f"audit log files are not numbered 1..{len(entries)}: {path} is out of place",
+                file=path,
+            )
     return entries
 
 
 def parse_file(data: bytes, path: str) -> list[Record]:
     records = []
     if data and not data.endswith(b"\n"):
-        raise IntegrityError("the last record is not a complete line", file=path, line=data.count(b"\n") + 1)
+        raise IntegrityError(
+            "the last record is not a complete line", file=path, line=data.count(b"\n") + 1
+        )
     for number, line in enumerate(data.splitlines(), start=1):
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise IntegrityError(f"record is not valid JSON ({exc.msg})", file=path, line=number) from None
+            raise IntegrityError(
+                f"record is not valid JSON ({exc.msg})", file=path, line=number
+            ) from None
         except UnicodeDecodeError:  # bytes no JSON text has: tampering, not a crash
-            raise IntegrityError("record is not valid JSON (not UTF-8)", file=path, line=number) from None
+            raise IntegrityError(
+                "record is not valid JSON (not UTF-8)", file=path, line=number
+            ) from None
         if not isinstance(value, dict) or not all(k in value for k in _REQUIRED):
-            raise IntegrityError("record lacks one of seq, prev, hash, time, event, job, path, blob, commit, runner", file=path, line=number)
+            raise IntegrityError(
+                "record lacks one of seq, prev, hash, time, event, job, path, blob, commit, runner",
+                file=path,
+                line=number,
+            )
         records.append(Record(MappingProxyType(value)))
     return records
 
 
-def check_links(records: Sequence[Record], *, prev_seq: int | None, prev_hash: str | None, where: Mapping[int, tuple[str, int]]) -> None:
+def check_links(
+    records: Sequence[Record],
+    *,
+    prev_seq: int | None,
+    prev_hash: str | None,
+    where: Mapping[int, tuple[str, int]],
+) -> None:
     """Raise IntegrityError at the first record whose seq, prev or hash is wrong."""
     for index, record in enumerate(records):
         file, line = where.get(index, (None, None))
         expected_seq = (prev_seq + 1) if prev_seq is not None else record.seq
         if record.seq != expected_seq:
-            raise IntegrityError(f"seq {record.seq}: expected seq {expected_seq} (gap or reordering)", file=file, line=line)
+            raise IntegrityError(
+                f"seq {record.seq}: expected seq {expected_seq} (gap or reordering)",
+                file=file,
+                line=line,
+            )
         if prev_hash is not None and record["prev"] != prev_hash:
-            raise IntegrityError(f"seq {record.seq}: prev does not match the hash of seq {record.seq - 1}", file=file, line=line)
+            raise IntegrityError(
+                f"seq {record.seq}: prev does not match the hash of seq {record.seq - 1}",
+                file=file,
+                line=line,
+            )
         if record_hash(record.fields) != record["hash"]:
-            raise IntegrityError(f"seq {record.seq}: hash does not match the record's content (edited record)", file=file, line=line)
+            raise IntegrityError(
+                f"seq {record.seq}: hash does not match the record's content (edited record)",
+                file=file,
+                line=line,
+            )
         if record.event not in EVENTS:
-            raise IntegrityError(f"seq {record.seq}: unknown event {record.event!r}", file=file, line=line)
+            raise IntegrityError(
+                f"seq {record.seq}: unknown event {record.event!r}", file=file, line=line
+            )
         prev_seq, prev_hash = record.seq, record["hash"]
 
 
@@ -225,7 +287,13 @@ def linked(first: Mapping[str, Any], *, prev_seq: int, prev_hash: str) -> bool:
 
 
 # The members every record has, in one lookup per record; the first four are the chain's.
-_MEMBERS = operator.itemgetter("seq", "prev", "hash", "event", *(k for k in _REQUIRED if k not in ("seq", "prev", "hash", "event")))
+_MEMBERS = operator.itemgetter(
+    "seq",
+    "prev",
+    "hash",
+    "event",
+    *(k for k in _REQUIRED if k not in ("seq", "prev", "hash", "event")),
+)
 
 
 def _proven(data: bytes) -> list[dict[str, Any]] | None:
@@ -251,7 +319,9 @@ def _proven(data: bytes) -> list[dict[str, Any]] | None:
     # one Python statement per record: at 1,000 records per file that is most of the cost.
     try:
         # KeyError: a member missing; TypeError: a line that is not an object.
-        seqs, prevs, hashes, events = list(zip(*map(_MEMBERS, values), strict=False))[:4]  # (all of 10)
+        seqs, prevs, hashes, events = list(zip(*map(_MEMBERS, values), strict=False))[
+            :4
+        ]  # (all of 10)
         if set(map(type, seqs)) != {int} or seqs != tuple(range(seqs[0], seqs[0] + len(seqs))):
             return None
         if prevs[1:] != hashes[:-1] or not set(events) <= _EVENT_SET:
@@ -280,7 +350,7 @@ def _digests(lines: list[bytes]) -> list[str] | None:
             return None
         digest = _SHA256.copy()
         digest.update(line[:cut])
-        digest.update(line[cut + _HASH_MEMBER:])
+        digest.update(line[cut + _HASH_MEMBER :])
         digests.append(digest.hexdigest())
     return digests
 
@@ -311,7 +381,11 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
         values = [loads(line) for line in lines]
         written, joined = orjson.dumps(values, option=orjson.OPT_SORT_KEYS), b",".join(lines)
         # written == b"[" + joined + b"]", without two more copies of the file (orjson writes a list in brackets)
-        if len(written) != len(joined) + 2 or not written.startswith(joined, 1) or written[-1] != 0x5D:
+        if (
+            len(written) != len(joined) + 2
+            or not written.startswith(joined, 1)
+            or written[-1] != 0x5D
+        ):
             return None
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return None
@@ -322,7 +396,9 @@ def _canonical_values_json(data: bytes, lines: list[bytes]) -> list[Any] | None:
     """json's own reading: json.loads' scanner per line (from `{` to the newline) and one canonical
     encoding of the whole file, which equals the lines joined exactly when every line is canonical."""
     try:
-        text = data.decode("utf-8")  # strict: json.loads' own decoding of each line is then the same
+        text = data.decode(
+            "utf-8"
+        )  # strict: json.loads' own decoding of each line is then the same
     except UnicodeDecodeError:
         return None
     texts = text.split("\n")
@@ -385,7 +461,7 @@ def read_tail(repo: Repo, commit: str | None) -> Tail:
         last_file_records=len(chunks[-1][1]),
         last_file_bytes=last_bytes,
         scanned=flat[scanned_index] if scanned_index is not None else None,
-        since_scanned=tuple(flat[scanned_index + 1:] if scanned_index is not None else flat),
+        since_scanned=tuple(flat[scanned_index + 1 :] if scanned_index is not None else flat),
         scanned_file=scanned_at[0] if scanned_at else None,
         scanned_end=scanned_at[1] if scanned_at else 0,
     )
@@ -426,10 +502,14 @@ def iter_files(repo: Repo, commit: str | None) -> Iterator[LogFile]:
 def checked_files(repo: Repo, files: Sequence[tuple[str, str]]) -> Iterator[LogFile]:
     """iter_files of the (path, blob) `files` that log_files listed."""
     prev_seq, prev_hash = 0, GENESIS
-    with closing(repo.blobs([blob for _, blob in files])) as contents:  # git reads ahead while we check
+    with closing(
+        repo.blobs([blob for _, blob in files])
+    ) as contents:  # git reads ahead while we check
         for (path, blob), data in zip(files, contents, strict=True):
             records = _checked_fast(data, prev_seq=prev_seq, prev_hash=prev_hash)
-            if records is None:  # not as mergegate writes files: the full reading, which says what is wrong
+            if (
+                records is None
+            ):  # not as mergegate writes files: the full reading, which says what is wrong
                 records = parse_file(data, path)
                 where = {index: (path, index + 1) for index in range(len(records))}
                 check_links(records, prev_seq=prev_seq, prev_hash=prev_hash, where=where)
@@ -453,8 +533,20 @@ def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Rec
     if commit is None or not patterns:
         return []
     # Patterns on stdin: thousands of blob ids would not fit an argument list.
-    proc = repo.run("grep", "-a", "-h", "-F", "--no-color", "-f", "-", commit, "--", f"{AUDIT_DIR}log-*.jsonl",
-                    input="".join(f"{needle}\n" for needle in patterns).encode(), check=False)
+    proc = repo.run(
+        "grep",
+        "-a",
+        "-h",
+        "-F",
+        "--no-color",
+        "-f",
+        "-",
+        commit,
+        "--",
+        f"{AUDIT_DIR}log-*.jsonl",
+        input="".join(f"{needle}\n" for needle in patterns).encode(),
+        check=False,
+    )
     return records_of(proc.stdout.splitlines())
 
 
@@ -477,10 +569,16 @@ def attempt_of(record: Record) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
-def started_before(repo: Repo, commit: str | None, path: str, blob: str, *, attempt: int = 1) -> Record | None:
+def started_before(
+    repo: Repo, commit: str | None, path: str, blob: str, *, attempt: int = 1
+) -> Record | None:
     """The first `started` record for this job revision (of `attempt` or a later one), if there is one."""
     for record in grep(repo, commit, blob):
-        if record.get("event") == "started" and record.revision == (path, blob) and attempt_of(record) >= attempt:
+        if (
+            record.get("event") == "started"
+            and record.revision == (path, blob)
+            and attempt_of(record) >= attempt
+        ):
             return record
     return None
 
@@ -505,10 +603,23 @@ _NAMED: dict[tuple[int, str], frozenset[str]] = {}
 def _named_blobs(repo: Repo, commit: str) -> frozenset[str]:
     key = (id(repo), commit)
     if key not in _NAMED:
-        proc = repo.run("grep", "-a", "-h", "-o", "-E", '"blob":"[0-9a-f]{40}"', commit, "--", f"{AUDIT_DIR}log-*.jsonl", check=False)
+        proc = repo.run(
+            "grep",
+            "-a",
+            "-h",
+            "-o",
+            "-E",
+            '"blob":"[0-9a-f]{40}"',
+            commit,
+            "--",
+            f"{AUDIT_DIR}log-*.jsonl",
+            check=False,
+        )
         if len(_NAMED) > 64:
             _NAMED.clear()
-        _NAMED[key] = frozenset(line[8:48].decode() for line in proc.stdout.splitlines() if len(line) >= 49)
+        _NAMED[key] = frozenset(
+            line[8:48].decode() for line in proc.stdout.splitlines() if len(line) >= 49
+        )
     return _NAMED[key]
 
 
@@ -574,18 +685,25 @@ class Appenders:
         found, digest = line[lo], str(record.get("hash"))
         before = line[lo - 1] if lo else None
         here = any(r.get("hash") == digest for r in grep(self.repo, found, digest))
-        earlier = before is not None and any(r.get("hash") == digest for r in grep(self.repo, before, digest))
+        earlier = before is not None and any(
+            r.get("hash") == digest for r in grep(self.repo, before, digest)
+        )
         return found if here and not earlier else None
 
     def _last_seq(self, commit: str) -> int | None:
         if commit not in self._last:
             self._last[commit] = None
-            names = sorted((path, blob) for mode, blob, path in self.repo.ls_tree_flat(commit, AUDIT_DIR)
-                           if _FILE.match(AUDIT_DIR + path) and mode == "100644")
+            names = sorted(
+                (path, blob)
+                for mode, blob, path in self.repo.ls_tree_flat(commit, AUDIT_DIR)
+                if _FILE.match(AUDIT_DIR + path) and mode == "100644"
+            )
             if not names:
                 self._last[commit] = 0
             else:
-                lines = self.repo.blob(names[-1][1]).splitlines()  # (split as parse_file splits: a bare CR too)
+                lines = self.repo.blob(
+                    names[-1][1]
+                ).splitlines()  # (split as parse_file splits: a bare CR too)
                 try:
                     value = json.loads(lines[-1]) if lines else None
                 except ValueError:
@@ -595,8 +713,13 @@ class Appenders:
         return self._last[commit]
 
 
-def first_covering(scanned: Sequence[Record], sha: str, line: Mapping[str, int], appenders: Appenders,
-                   vouched: Callable[[str, datetime], bool]) -> datetime | None:
+def first_covering(
+    scanned: Sequence[Record],
+    sha: str,
+    line: Mapping[str, int],
+    appenders: Appenders,
+    vouched: Callable[[str, datetime], bool],
+) -> datetime | None:
     """When a runner judged `sha`, an empty commit on approved's first-parent line `line` (commit -> place,
     0 for the tip; a veto: no record but `scanned` ones names such a commit), as verify dates it: the first
     of the `scanned` records (in chain order) whose range holds it, counting only one an audit commit
@@ -617,7 +740,9 @@ def first_covering(scanned: Sequence[Record], sha: str, line: Mapping[str, int],
     return None
 
 
-def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[str, datetime], bool]) -> datetime | None:
+def first_vouched(
+    repo: Repo, commit: str | None, sha: str, vouched: Callable[[str, datetime], bool]
+) -> datetime | None:
     """When the runner judged `sha`, as the first record naming it (in chain order) says, counting only
     records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy in
     force before `sha`, its key judged at the record's time, as approver keys are (a runner key that ended
@@ -627,7 +752,9 @@ def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[s
     if commit is None:
         return None
     appenders = Appenders(repo, commit)
-    for record in sorted((r for r in grep(repo, commit, sha) if r.get("commit") == sha), key=lambda r: r.seq):
+    for record in sorted(
+        (r for r in grep(repo, commit, sha) if r.get("commit") == sha), key=lambda r: r.seq
+    ):
         when = judged_time(record)
         if when is None:
             continue  # (a record with a bad time tells nothing about when)
@@ -637,7 +764,9 @@ def first_vouched(repo: Repo, commit: str | None, sha: str, vouched: Callable[[s
     return None
 
 
-def append(repo: Repo, commit: str | None, tail: Tail, records: Sequence[Record]) -> dict[str, bytes]:
+def append(
+    repo: Repo, commit: str | None, tail: Tail, records: Sequence[Record]
+) -> dict[str, bytes]:
     """New contents of the log files that `records` extend, rotating full files."""
     files: dict[str, bytes] = {}
     path = tail.last_file
@@ -647,7 +776,11 @@ def append(repo: Repo, commit: str | None, tail: Tail, records: Sequence[Record]
         current = repo.read_file(commit, path) or b""
     for record in records:
         line = record.line()
-        if path is None or count >= RECORDS_PER_FILE or (count > 0 and size + len(line) > MAX_FILE_BYTES):
+        if (
+            path is None
+            or count >= RECORDS_PER_FILE
+            or (count > 0 and size + len(line) > MAX_FILE_BYTES)
+        ):
             number = 1 if path is None else int(_FILE.match(path).group(1)) + 1  # type: ignore[union-attr]
             path, count, size, current = f"{AUDIT_DIR}log-{number:06d}.jsonl", 0, 0, b""
         current += line
@@ -670,7 +803,10 @@ class Evidence:
 
 def evidence(value: Any) -> Evidence:
     """A JSON value as an evidence file (canonical bytes, so equal values share one file)."""
-    data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    data = (
+        json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        + b"\n"
+    )
     return Evidence(hashlib.sha256(data).hexdigest(), data)
 
 
@@ -683,9 +819,16 @@ def is_evidence_path(path: str) -> str | None:
 def read_evidence(repo: Repo, commit: str | None, sha256: str) -> bytes:
     """The bytes of evidence file `sha256` at `commit`; IntegrityError if missing or not what its name says."""
     path = f"{EVIDENCE_DIR}{sha256}.json"
-    data = repo.read_file(commit, path) if commit is not None and re.fullmatch(r"[0-9a-f]{64}", sha256) else None
+    data = (
+        repo.read_file(commit, path)
+        if commit is not None and re.fullmatch(r"[0-9a-f]{64}", sha256)
+        else None
+    )
     if data is None:
-        raise IntegrityError(f"a record refers to evidence {sha256[:12]}, which is not on the audit branch", file=path)
+        raise IntegrityError(
+            f"a record refers to evidence {sha256[:12]}, which is not on the audit branch",
+            file=path,
+        )
     if hashlib.sha256(data).hexdigest() != sha256:
         raise IntegrityError(f"evidence file {path} does not hash to its name (edited)", file=path)
     return data
@@ -712,9 +855,16 @@ def read_unapproved(repo: Repo, commit: str | None, record: Record) -> dict[str,
     try:
         value = json.loads(read_evidence(repo, commit, str(digest)))
         files = value["files"]
-        if value.get("kind") != "unapproved" or not isinstance(files, dict) or len(files) != record.get("unapproved_count"):
+        if (
+            value.get("kind") != "unapproved"
+            or not isinstance(files, dict)
+            or len(files) != record.get("unapproved_count")
+        ):
             raise ValueError(digest)
     except (ValueError, KeyError, TypeError):
-        raise IntegrityError(f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map of "
-                             f"{record.get('unapproved_count')} paths", file=f"{EVIDENCE_DIR}{digest}.json") from None
+        raise IntegrityError(
+            f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map of "
+            f"{record.get('unapproved_count')} paths",
+            file=f"{EVIDENCE_DIR}{digest}.json",
+        ) from None
     return {str(k): str(v) for k, v in files.items()}

@@ -32,7 +32,9 @@ class LogEnd:
     data: bytes = b""  # the last file's bytes
     file_records: int = 0
     audit_tree: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # entries of audit/
-    evidence_tree: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # entries of audit/evidence/
+    evidence_tree: Mapping[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # entries of audit/evidence/
 
     @classmethod
     def read(cls, repo: Repo, commit: str | None, tail: audit.Tail) -> LogEnd:
@@ -43,7 +45,16 @@ class LogEnd:
         data = b""
         if tail.last_file is not None:
             data = repo.blob(audit_tree[tail.last_file.removeprefix(audit.AUDIT_DIR)][1])
-        return cls(commit, tail.last_seq, tail.last_hash, tail.last_file, data, tail.last_file_records, audit_tree, evidence_tree)
+        return cls(
+            commit,
+            tail.last_seq,
+            tail.last_hash,
+            tail.last_file,
+            data,
+            tail.last_file_records,
+            audit_tree,
+            evidence_tree,
+        )
 
     def advance(self, repo: Repo, commit: str) -> tuple[LogEnd, list[audit.Record]]:
         """The end at `commit` (a descendant, its commits checked) and the records appended since."""
@@ -61,8 +72,11 @@ class LogEnd:
             blob = repo.blob(audit_tree[name][1])
             if name == mine:
                 if not blob.startswith(self.data):
-                    raise IntegrityError(f"{path} no longer starts with the records this pass read (rewritten?)", file=path)
-                records = audit.parse_file(blob[len(self.data):], path)
+                    raise IntegrityError(
+                        f"{path} no longer starts with the records this pass read (rewritten?)",
+                        file=path,
+                    )
+                records = audit.parse_file(blob[len(self.data) :], path)
                 count += len(records)
             else:
                 records = audit.parse_file(blob, path)
@@ -71,21 +85,40 @@ class LogEnd:
             new += records
         audit.check_links(new, prev_seq=self.last_seq, prev_hash=self.last_hash, where={})
         last = new[-1] if new else None
-        moved = replace(self, commit=commit, last_seq=last.seq if last else self.last_seq,
-                        last_hash=last["hash"] if last else self.last_hash,
-                        last_file=audit.AUDIT_DIR + names[-1] if names else None, data=data, file_records=count,
-                        audit_tree=audit_tree, evidence_tree=evidence_tree)
+        moved = replace(
+            self,
+            commit=commit,
+            last_seq=last.seq if last else self.last_seq,
+            last_hash=last["hash"] if last else self.last_hash,
+            last_file=audit.AUDIT_DIR + names[-1] if names else None,
+            data=data,
+            file_records=count,
+            audit_tree=audit_tree,
+            evidence_tree=evidence_tree,
+        )
         return moved, new
 
-    def build(self, repo: Repo, drafts: Sequence[Mapping[str, object]], evidence: Mapping[str, bytes], *, message: str,
-              author: tuple[str, str], signing: Signing | None) -> tuple[str, list[audit.Record], LogEnd]:
+    def build(
+        self,
+        repo: Repo,
+        drafts: Sequence[Mapping[str, object]],
+        evidence: Mapping[str, bytes],
+        *,
+        message: str,
+        author: tuple[str, str],
+        signing: Signing | None,
+    ) -> tuple[str, list[audit.Record], LogEnd]:
         """Seal `drafts` after the end, write the commit (not pushed) and return it with the end it makes."""
         sealed = audit.seal(drafts, after_seq=self.last_seq, after_hash=self.last_hash)
         path, count, data = self.last_file, self.file_records, self.data
         files: dict[str, bytes] = {}
         for record in sealed:
             line = record.line()
-            if path is None or count >= audit.RECORDS_PER_FILE or (count > 0 and len(data) + len(line) > audit.MAX_FILE_BYTES):
+            if (
+                path is None
+                or count >= audit.RECORDS_PER_FILE
+                or (count > 0 and len(data) + len(line) > audit.MAX_FILE_BYTES)
+            ):
                 number = 1 if path is None else int(path[-12:-6]) + 1
                 path, count, data = f"{audit.AUDIT_DIR}log-{number:06d}.jsonl", 0, b""
             data += line
@@ -93,7 +126,10 @@ class LogEnd:
             files[path] = data
         audit_tree = dict(self.audit_tree)
         for name, content in files.items():
-            audit_tree[name.removeprefix(audit.AUDIT_DIR)] = ("100644", repo.write_object("blob", content))
+            audit_tree[name.removeprefix(audit.AUDIT_DIR)] = (
+                "100644",
+                repo.write_object("blob", content),
+            )
         evidence_tree = dict(self.evidence_tree)
         for name, content in evidence.items():
             short = name.removeprefix(audit.EVIDENCE_DIR)
@@ -102,13 +138,19 @@ class LogEnd:
         if evidence_tree:
             audit_tree["evidence"] = ("040000", repo.write_tree(evidence_tree))
         root = repo.write_tree({"audit": ("040000", repo.write_tree(audit_tree))})
-        sha = repo.write_commit_object(tree=root, parent=self.commit, message=message, author=author, signing=signing)
+        sha = repo.write_commit_object(
+            tree=root, parent=self.commit, message=message, author=author, signing=signing
+        )
         assert path is not None
-        after = LogEnd(sha, sealed[-1].seq, sealed[-1]["hash"], path, data, count, audit_tree, evidence_tree)
+        after = LogEnd(
+            sha, sealed[-1].seq, sealed[-1]["hash"], path, data, count, audit_tree, evidence_tree
+        )
         return sha, sealed, after
 
 
-def _trees(repo: Repo, commit: str) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+def _trees(
+    repo: Repo, commit: str
+) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
     root = repo.tree_entries(repo.commit(commit).tree)
     if "audit" not in root:
         return {}, {}

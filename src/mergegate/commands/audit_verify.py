@@ -15,9 +15,15 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) ->
     # {"ok": false, "error", "file", "line", "hint"}.
     report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=fetch)
     if as_json:
-        output.emit({"ok": True, "records": report.records, "files": report.files, "tip": report.tip})
+        output.emit(
+            {"ok": True, "records": report.records, "files": report.files, "tip": report.tip}
+        )
     elif not report.tip:
-        output.line("ok: no records yet (the first `mergegate run` creates the branch mergegate/audit)")
+        output.line(
+            "ok: no records yet (the first `mergegate run` creates the branch mergegate/audit)"
+        )
     else:
-        output.line(f"ok: {report.records} records in {report.files} file(s) verified at {report.tip[:12]} (mergegate/audit)")
+        output.line(
+            f"ok: {report.records} records in {report.files} file(s) verified at {report.tip[:12]} (mergegate/audit)"
+        )
     return 0

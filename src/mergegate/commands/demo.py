@@ -28,9 +28,13 @@ def main(*, directory: Path | None) -> int:
     root = run_demo(directory, say=say, show=show)
     output.line()
     output.line(f"done: the demo gate is in {root} (remote.git, and clones alice/, bob/, runner/).")
-    output.line(f"look around: cd {shlex.quote(str(root / 'runner'))} && {_this_mergegate()} audit log; "
-                f"remove it with rm -rf {shlex.quote(str(root))}")
-    output.line("your own git config was not read or changed: every command ran with HOME set inside the demo.")
+    output.line(
+        f"look around: cd {shlex.quote(str(root / 'runner'))} && {_this_mergegate()} audit log; "
+        f"remove it with rm -rf {shlex.quote(str(root))}"
+    )
+    output.line(
+        "your own git config was not read or changed: every command ran with HOME set inside the demo."
+    )
     return 0
 
 

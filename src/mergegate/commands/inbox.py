@@ -8,7 +8,9 @@ from mergegate.commands import output
 from mergegate.operations.inbox import inbox
 
 
-def main(*, repo: Path, remote: str, base: str, fetch: bool, trust_root: str | None, as_json: bool) -> int:
+def main(
+    *, repo: Path, remote: str, base: str, fetch: bool, trust_root: str | None, as_json: bool
+) -> int:
     box = inbox(repo_path=repo, remote=remote, base=base, fetch=fetch, trust=trust_root)
     output.warn(box.warnings)
     if as_json:
@@ -30,8 +32,12 @@ def main(*, repo: Path, remote: str, base: str, fetch: bool, trust_root: str | N
             who = ", ".join(item.may_approve) or "nobody: every approver wrote part of it"
             output.line(f"         may approve: {who}")
             if item.pull is not None:
-                output.line(f"         next: review PR #{item.pull} and merge it (merge commit or squash), "
-                            f"or mergegate approve {item.ref} --merge")
+                output.line(
+                    f"         next: review PR #{item.pull} and merge it (merge commit or squash), "
+                    f"or mergegate approve {item.ref} --merge"
+                )
             else:
-                output.line(f"         next: review the diff, then mergegate approve {item.ref} --merge")
+                output.line(
+                    f"         next: review the diff, then mergegate approve {item.ref} --merge"
+                )
     return 0

@@ -12,5 +12,13 @@ def main(*, repo: Path, remote: str, base: str, trust_root: str | None, allow_pu
     from mergegate.git.repo import Repo
 
     path = Repo(repo).path  # a clear error now, not on the agent's first call
-    serve(Gate(repo=path, remote=remote, base=branch_name(base, remote), trust_root=trust_root, allow_push=allow_push))
+    serve(
+        Gate(
+            repo=path,
+            remote=remote,
+            base=branch_name(base, remote),
+            trust_root=trust_root,
+            allow_push=allow_push,
+        )
+    )
     return 0

@@ -41,11 +41,26 @@ def brief(text: str, limit: int = 140) -> str:
 
 
 _COLOURS = {
-    "succeeded": "green", "ok": "green", "allowed": "green", "adopted": "green", "approved": "green",
-    "failed": "red", "timed_out": "red", "rejected": "red", "denied": "red", "invalid": "red", "vetoed": "red",
-    "FAILED": "red", "violation": "red",
-    "queued": "yellow", "running": "yellow", "pending": "yellow", "would run": "yellow",
-    "would reject": "red", "would veto": "red", "would close": "yellow",
+    "succeeded": "green",
+    "ok": "green",
+    "allowed": "green",
+    "adopted": "green",
+    "approved": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "rejected": "red",
+    "denied": "red",
+    "invalid": "red",
+    "vetoed": "red",
+    "FAILED": "red",
+    "violation": "red",
+    "queued": "yellow",
+    "running": "yellow",
+    "pending": "yellow",
+    "would run": "yellow",
+    "would reject": "red",
+    "would veto": "red",
+    "would close": "yellow",
 }
 
 
@@ -63,7 +78,7 @@ def state(text: str, width: int = 0) -> str:
     colour = _COLOURS.get(text)
     if colour is None or not use_colour():
         return padded
-    return click.style(text, fg=colour) + padded[len(text):]
+    return click.style(text, fg=colour) + padded[len(text) :]
 
 
 class Progress:

@@ -22,14 +22,33 @@ from mergegate.runner.one_pass import Options, Planned, Runner
 GITHUB_MATRIX_LIMIT = 256
 
 
-def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
-         labels: tuple[str, ...] = (), github: bool = False, limit: int = GITHUB_MATRIX_LIMIT) -> int:
+def main(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    labels: tuple[str, ...] = (),
+    github: bool = False,
+    limit: int = GITHUB_MATRIX_LIMIT,
+) -> int:
     branch = branch_name(branch, remote)
     github = github or os.environ.get("GITHUB_ACTIONS") == "true"
     # For a matrix, the entries are for legs started with these same labels (none: a plain runner), so
     # every entry is one its leg can claim; without --github and --label, what any runner may claim.
-    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name="plan",
-                            trust_root=trust_root, labels=runner_labels(labels) if labels or github else None))
+    runner = Runner(
+        Options(
+            repo=repo,
+            remote=remote,
+            branch=branch,
+            fetch=fetch,
+            runner_name="plan",
+            trust_root=trust_root,
+            labels=runner_labels(labels) if labels or github else None,
+        )
+    )
     preview = runner.preview()
     # Planning signs nothing: the fan-out's plan step has no key, and needs none.
     output.warn([w for w in preview.warnings if not w.endswith("a real pass needs --signing-key")])
@@ -38,7 +57,10 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
         commit, why = preview.waiting
         output.warn([f"stopped at {commit[:12]}: {why}; jobs from there on are not planned yet"])
         if github:
-            output.line(f"::warning title=mergegate: waiting for evidence::stopped at {commit[:12]}: {why}", err=True)
+            output.line(
+                f"::warning title=mergegate: waiting for evidence::stopped at {commit[:12]}: {why}",
+                err=True,
+            )
     runnable = [j for j in preview.jobs if j.status == "would run"]
     include = [entry(j) for j in runnable[:limit]]
     matrix = {"include": include}
@@ -50,21 +72,33 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     for item in include:
         labels_text = f"  runs_on: {', '.join(item['runs_on'])}" if item["runs_on"] else ""
         retry = f"  attempt {item['attempt']}" if item["attempt"] > 1 else ""
-        output.line(f"{output.state('runnable', 10)} {item['path']}  ({item['commit'][:7]}){retry}{labels_text}")
+        output.line(
+            f"{output.state('runnable', 10)} {item['path']}  ({item['commit'][:7]}){retry}{labels_text}"
+        )
     if len(runnable) > len(include):
-        output.line(f"{len(runnable) - len(include)} more runnable: left for the next plan (at most {limit} at once)")
+        output.line(
+            f"{len(runnable) - len(include)} more runnable: left for the next plan (at most {limit} at once)"
+        )
     if not include:
         output.line("nothing to run now")
     # What is approved but not runnable now, and why (labels, a retry's backoff, a run elsewhere).
     for waiting in runner.plan.queued if runner.plan is not None else ():
-        output.line(f"{output.state(waiting.state, 10)} {waiting.decision.path}  ({waiting.decision.commit[:7]}): {waiting.reason}")
+        output.line(
+            f"{output.state(waiting.state, 10)} {waiting.decision.path}  ({waiting.decision.commit[:7]}): {waiting.reason}"
+        )
     return 0
 
 
 def entry(job: Planned) -> dict[str, Any]:
     """One matrix entry: what `run --once --job` needs, and what a workflow may show or route on."""
-    return {"path": job.path, "job": job.job, "blob": job.blob, "commit": job.commit, "attempt": job.attempt,
-            "runs_on": list(job.runs_on)}
+    return {
+        "path": job.path,
+        "job": job.job,
+        "blob": job.blob,
+        "commit": job.commit,
+        "attempt": job.attempt,
+        "runs_on": list(job.runs_on),
+    }
 
 
 def write_outputs(matrix: dict[str, Any], *, left: int) -> None:

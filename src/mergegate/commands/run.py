@@ -11,45 +11,95 @@ from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo
 from mergegate.runner import idle
 
-if TYPE_CHECKING:  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
+if (
+    TYPE_CHECKING
+):  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
     from mergegate.runner.one_pass import PassResult, Runner
     from mergegate.runner.plan import Plan
 
 
-def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool, once: bool,
-         interval: float, runner_name: str, signing_key: str | None, output_dir: Path | None,
-         shutdown_grace: float = 5.0, lock_wait: float = 5.0, max_backoff: float = 300.0, parallel: int = 1,
-         labels: tuple[str, ...] = (), job: str | None = None) -> int:
+def main(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    once: bool,
+    interval: float,
+    runner_name: str,
+    signing_key: str | None,
+    output_dir: Path | None,
+    shutdown_grace: float = 5.0,
+    lock_wait: float = 5.0,
+    max_backoff: float = 300.0,
+    parallel: int = 1,
+    labels: tuple[str, ...] = (),
+    job: str | None = None,
+) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
     if job is not None and not once:
-        raise UsageError("--job needs --once: it claims and runs one revision, then exits",
-                         hint="mergegate run --once --job jobs/NAME.yaml")
-    clone: Repo | None = None  # the idle check's, which the pass goes on with (one `rev-parse` less)
+        raise UsageError(
+            "--job needs --once: it claims and runs one revision, then exits",
+            hint="mergegate run --once --job jobs/NAME.yaml",
+        )
+    clone: Repo | None = (
+        None  # the idle check's, which the pass goes on with (one `rev-parse` less)
+    )
     if once and job is None and fetch:
         try:
             clone = Repo(repo)
         except GitError:
             pass  # the pass says what is wrong
-        if clone is not None and _quiet(clone, remote=remote, branch=branch, trust_root=trust_root, runner_name=runner_name,
-                                        labels=labels, signing_key=signing_key, as_json=as_json):
+        if clone is not None and _quiet(
+            clone,
+            remote=remote,
+            branch=branch,
+            trust_root=trust_root,
+            runner_name=runner_name,
+            labels=labels,
+            signing_key=signing_key,
+            as_json=as_json,
+        ):
             clone.close()
             return 0
     from mergegate.rules.job import is_job_path, runner_labels
     from mergegate.runner.one_pass import Options, Runner
 
     if job is not None and not is_job_path(job):
-        raise UsageError(f"--job {job!r} is not a job path", hint="a job is a file jobs/NAME.yaml (as `mergegate plan` prints it)")
-    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
-                            trust_root=trust_root, signing_key=signing_key, output_dir=output_dir,
-                            shutdown_grace=shutdown_grace, lock_wait=lock_wait, parallel=parallel,
-                            labels=runner_labels(labels), job=job), repo=clone)
+        raise UsageError(
+            f"--job {job!r} is not a job path",
+            hint="a job is a file jobs/NAME.yaml (as `mergegate plan` prints it)",
+        )
+    runner = Runner(
+        Options(
+            repo=repo,
+            remote=remote,
+            branch=branch,
+            fetch=fetch,
+            runner_name=runner_name,
+            trust_root=trust_root,
+            signing_key=signing_key,
+            output_dir=output_dir,
+            shutdown_grace=shutdown_grace,
+            lock_wait=lock_wait,
+            parallel=parallel,
+            labels=runner_labels(labels),
+            job=job,
+        ),
+        repo=clone,
+    )
 
     def show(result: PassResult) -> None:
         _show(result, as_json=as_json, once=once)
         if result.stopped_by:
             interrupted = sum(o.status == "interrupted" for o in result.outcomes)
-            output.line(f"stopped by {result.stopped_by}: no more jobs claimed, {interrupted} interrupted, "
-                        "records pushed", err=True)
+            output.line(
+                f"stopped by {result.stopped_by}: no more jobs claimed, {interrupted} interrupted, "
+                "records pushed",
+                err=True,
+            )
 
     if once:
         result = runner.run_once()
@@ -68,39 +118,87 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
         outage[:] = [cause]
         detail = exc.detail if isinstance(exc, GitError) else None
         if as_json:
-            output.emit_line({"event": "outage", "error": exc.message, "file": exc.file, "hint": exc.hint,
-                              "detail": detail, "failures": failures, "retry_in": round(delay, 3),
-                              "spool": str(runner.spool.path)})
+            output.emit_line(
+                {
+                    "event": "outage",
+                    "error": exc.message,
+                    "file": exc.file,
+                    "hint": exc.hint,
+                    "detail": detail,
+                    "failures": failures,
+                    "retry_in": round(delay, 3),
+                    "spool": str(runner.spool.path),
+                }
+            )
             return
         output.line(f"error: {cause}", err=True)
         if exc.hint:
             output.line(f"hint: {exc.hint}", err=True)
         if detail and detail.strip() not in cause:
-            output.line("git said: " + " | ".join(line.strip() for line in detail.strip().splitlines() if line.strip()), err=True)
-        output.line(f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s apart); "
-                    f"results not yet pushed are kept in {runner.spool.path}", err=True)
+            output.line(
+                "git said: "
+                + " | ".join(line.strip() for line in detail.strip().splitlines() if line.strip()),
+                err=True,
+            )
+        output.line(
+            f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s apart); "
+            f"results not yet pushed are kept in {runner.spool.path}",
+            err=True,
+        )
 
     def recovered(failures: int, seconds: float) -> None:
         outage.clear()
         if as_json:
-            output.emit_line({"event": "recovered", "failures": failures, "seconds": round(seconds, 3)})
+            output.emit_line(
+                {"event": "recovered", "failures": failures, "seconds": round(seconds, 3)}
+            )
         else:
             output.line(f"recovered after {failures} failed poll(s) over {seconds:.0f}s", err=True)
 
-    runner.run_forever(interval=interval, on_pass=show, on_error=failed, on_recover=recovered, max_backoff=max_backoff)
+    runner.run_forever(
+        interval=interval,
+        on_pass=show,
+        on_error=failed,
+        on_recover=recovered,
+        max_backoff=max_backoff,
+    )
     return 0
 
 
-def _quiet(clone: Repo, *, remote: str, branch: str, trust_root: str | None, runner_name: str, labels: tuple[str, ...],
-           signing_key: str | None, as_json: bool) -> bool:
+def _quiet(
+    clone: Repo,
+    *,
+    remote: str,
+    branch: str,
+    trust_root: str | None,
+    runner_name: str,
+    labels: tuple[str, ...],
+    signing_key: str | None,
+    as_json: bool,
+) -> bool:
     """Say what the last quiet pass said, if a pass now would find the same nothing (idle.py)."""
-    key = idle.key(remote=remote, branch=branch, trust_root=trust_root, runner_name=runner_name, labels=labels,
-                   signing_key=signing_key)
+    key = idle.key(
+        remote=remote,
+        branch=branch,
+        trust_root=trust_root,
+        runner_name=runner_name,
+        labels=labels,
+        signing_key=signing_key,
+    )
     quiet = idle.still_quiet(clone, runner_name=runner_name, remote=remote, key=key)
     if quiet is None:
         return False
     if as_json:
-        output.emit({"tip": quiet.tip, "jobs": [], "policy_changes": [], "exit_code": 0, "stopped_by": None, "waiting": None})
+        output.emit(
+            {
+                "tip": quiet.tip,
+                "jobs": [],
+                "policy_changes": [],
+                "exit_code": 0,
+                "stopped_by": None,
+                "waiting": None,
+            }
+        )
     else:
         output.line("nothing to run")
     return True
@@ -110,38 +208,61 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     output.warn(result.warnings)
     if as_json:
         changes = [{"commit": c, "status": s, "reason": r} for c, s, r in result.policy_changes]
-        data = {"tip": result.tip, "jobs": [o.as_json() for o in result.outcomes], "policy_changes": changes,
-                "exit_code": result.exit_code, "stopped_by": result.stopped_by,
-                "waiting": {"commit": result.waiting[0], "reason": result.waiting[1]} if result.waiting else None}
+        data = {
+            "tip": result.tip,
+            "jobs": [o.as_json() for o in result.outcomes],
+            "policy_changes": changes,
+            "exit_code": result.exit_code,
+            "stopped_by": result.stopped_by,
+            "waiting": {"commit": result.waiting[0], "reason": result.waiting[1]}
+            if result.waiting
+            else None,
+        }
         # The loop prints a stream: one object per line, so a JSON-lines reader can follow it.
         (output.emit if once else output.emit_line)(data if once else {"event": "pass", **data})
         return
     for commit, state, why in result.policy_changes:
         # A rejected policy change says why: the reason is what the approvers must fix.
-        output.line(f"policy    {output.state(state)} ({commit[:7]}){': ' + why if state == 'rejected' and why else ''}")
+        output.line(
+            f"policy    {output.state(state)} ({commit[:7]}){': ' + why if state == 'rejected' and why else ''}"
+        )
     for o in result.outcomes:
         reason = ": " + o.reason if o.reason and o.status != "succeeded" else ""
         output.line(f"{output.state(o.status, 10)} {o.job or o.path}  ({o.commit[:7]}){reason}")
     if result.waiting is not None:
         commit, why = result.waiting
-        output.line(f"{output.state('waiting', 10)} ({commit[:7]}) {why}; judged again on the next pass")
+        output.line(
+            f"{output.state('waiting', 10)} ({commit[:7]}) {why}; judged again on the next pass"
+        )
     elif not result.outcomes and once:
         output.line("nothing to run")
 
 
 def _not_run(runner: Runner, result: PassResult, path: str, *, as_json: bool) -> int:
     """`run --once --job PATH` found nothing of PATH to claim: say why (exit 0 when another runner has it)."""
-    code, state, reason = why_not(runner.plan, runner.repo, result.tip, path, labels=runner.options.labels or ())
+    code, state, reason = why_not(
+        runner.plan, runner.repo, result.tip, path, labels=runner.options.labels or ()
+    )
     output.warn(result.warnings)
     if as_json:
-        output.emit({"tip": result.tip, "jobs": [], "job": {"path": path, "state": state, "reason": reason},
-                     "exit_code": code, "stopped_by": result.stopped_by, "waiting": None})
+        output.emit(
+            {
+                "tip": result.tip,
+                "jobs": [],
+                "job": {"path": path, "state": state, "reason": reason},
+                "exit_code": code,
+                "stopped_by": result.stopped_by,
+                "waiting": None,
+            }
+        )
     else:
         output.line(f"{output.state(state, 10)} {path}: {reason}")
     return code
 
 
-def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple[str, ...]) -> tuple[int, str, str]:
+def why_not(
+    work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple[str, ...]
+) -> tuple[int, str, str]:
     """(exit code, state, reason) for a job path a `--job` pass did not run."""
     if work is not None:
         for queued in work.queued:
@@ -157,35 +278,76 @@ def why_not(work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple
 
         for item in work.runnable:
             if item.path == path:
-                return 0, "queued", f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass"
+                return (
+                    0,
+                    "queued",
+                    f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass",
+                )
         if work.waiting is not None:
-            return 1, "waiting", f"the walk waits for evidence at {work.waiting[0][:7]}: {work.waiting[1]}"
+            return (
+                1,
+                "waiting",
+                f"the walk waits for evidence at {work.waiting[0][:7]}: {work.waiting[1]}",
+            )
     if repo.read_file(tip, path) is None:
         return 2, "unknown", f"no file {path} on approved at {tip[:7]}"
-    return 0, "done", "nothing to run: this revision already ran, is running, or was recorded (see mergegate status)"
+    return (
+        0,
+        "done",
+        "nothing to run: this revision already ran, is running, or was recorded (see mergegate status)",
+    )
 
 
-def dry_run(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
-            runner_name: str, signing_key: str | None, labels: tuple[str, ...] = ()) -> int:
+def dry_run(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    runner_name: str,
+    signing_key: str | None,
+    labels: tuple[str, ...] = (),
+) -> int:
     """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
     from mergegate.rules.job import runner_labels
     from mergegate.runner.one_pass import Options, Runner
 
     branch = branch_name(branch, remote)
-    runner = Runner(Options(repo=repo, remote=remote, branch=branch, fetch=fetch, runner_name=runner_name,
-                            trust_root=trust_root, signing_key=signing_key, labels=runner_labels(labels)))
+    runner = Runner(
+        Options(
+            repo=repo,
+            remote=remote,
+            branch=branch,
+            fetch=fetch,
+            runner_name=runner_name,
+            trust_root=trust_root,
+            signing_key=signing_key,
+            labels=runner_labels(labels),
+        )
+    )
     preview = runner.preview()
     output.warn(preview.warnings)
     if as_json:
         changes = [{"commit": c, "status": s, "reason": r} for c, s, r in preview.policy_changes]
-        output.emit({"dry_run": True, "tip": preview.tip, "jobs": [j.as_json() for j in preview.jobs],
-                     "records": [dict(r) for r in preview.records], "policy_changes": changes})
+        output.emit(
+            {
+                "dry_run": True,
+                "tip": preview.tip,
+                "jobs": [j.as_json() for j in preview.jobs],
+                "records": [dict(r) for r in preview.records],
+                "policy_changes": changes,
+            }
+        )
         return 0
     for commit, state, _ in preview.policy_changes:
         output.line(f"policy      would be {state} ({commit[:7]})")
     for j in preview.jobs:
         what = " ".join(j.command) if j.status == "would run" else (j.reason or "")
-        output.line(f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): {output.brief(what)}")
+        output.line(
+            f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): {output.brief(what)}"
+        )
     events = [str(r.get("event")) for r in preview.records]
     counts = ", ".join(f"{events.count(e)} {e}" for e in dict.fromkeys(events))
     output.line(f"would record: {counts}" if events else "nothing to run or record")

@@ -9,38 +9,72 @@ from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.verify import verify_history
 
-_COUNTABLE = {"approval", "policy change", "veto"}  # kinds that read as nouns ("2 approvals"); the rest are states
+_COUNTABLE = {
+    "approval",
+    "policy change",
+    "veto",
+}  # kinds that read as nouns ("2 approvals"); the rest are states
 
 
-def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str | None, as_json: bool,
-         verbose: bool = False) -> int:
+def main(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    verbose: bool = False,
+) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
     meter = output.Progress("verifying", enabled=not as_json)
     try:
-        report = verify_history(repo_path=repo, remote=remote, branch=branch, fetch=fetch, trust=trust_root,
-                                progress=meter.update)
+        report = verify_history(
+            repo_path=repo,
+            remote=remote,
+            branch=branch,
+            fetch=fetch,
+            trust=trust_root,
+            progress=meter.update,
+        )
     finally:
         meter.done()
     output.warn(report.warnings)
     if as_json:
-        output.emit({"trust_root": report.trust_root, "tip": report.tip, "records": report.records,
-                     "commits": [c.as_json() for c in report.commits], "violations": list(report.violations),
-                     "incomplete": _incomplete_json(report.incomplete),
-                     "ok": not report.violations and report.incomplete is None})
+        output.emit(
+            {
+                "trust_root": report.trust_root,
+                "tip": report.tip,
+                "records": report.records,
+                "commits": [c.as_json() for c in report.commits],
+                "violations": list(report.violations),
+                "incomplete": _incomplete_json(report.incomplete),
+                "ok": not report.violations and report.incomplete is None,
+            }
+        )
         return report.exit_code
     if verbose:
         for c in report.commits:
             output.line(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
             for j in c.jobs:
-                output.line(f"        {output.state('approved' if j['approved'] else 'rejected')} {j['path']}: {j['reason']}")
+                output.line(
+                    f"        {output.state('approved' if j['approved'] else 'rejected')} {j['path']}: {j['reason']}"
+                )
     else:
         # A short summary; every commit's verdict is one --verbose (or --json) away.
         kinds = Counter(c.kind for c in report.commits)
         jobs = [j for c in report.commits for j in c.jobs]
         approved = sum(1 for j in jobs if j["approved"])
-        output.line(f"trust root {report.trust_root[:12]}, tip {report.tip[:12]}: "
-                    + ", ".join(f"{n} {kind}{'s' if n != 1 and kind in _COUNTABLE else ''}" for kind, n in sorted(kinds.items())))
-        output.line(f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected (--verbose lists every commit)")
+        output.line(
+            f"trust root {report.trust_root[:12]}, tip {report.tip[:12]}: "
+            + ", ".join(
+                f"{n} {kind}{'s' if n != 1 and kind in _COUNTABLE else ''}"
+                for kind, n in sorted(kinds.items())
+            )
+        )
+        output.line(
+            f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected (--verbose lists every commit)"
+        )
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
     if report.violations:
@@ -48,9 +82,15 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, trust_root: str |
     elif report.incomplete is not None:
         # An auditor reads "ok" as "everything checked": a walk that stopped early says so.
         sha, why, left = report.incomplete
-        output.line(f"incomplete: stopped at {sha[:12]} ({why}); {left} commit{'s' if left != 1 else ''} of approved not verified", err=True)
-        output.line("hint: the runner records GitHub evidence once it has it; run verify again after its next pass "
-                    "(a squash's PR head comes with a fetch: drop --no-fetch)", err=True)
+        output.line(
+            f"incomplete: stopped at {sha[:12]} ({why}); {left} commit{'s' if left != 1 else ''} of approved not verified",
+            err=True,
+        )
+        output.line(
+            "hint: the runner records GitHub evidence once it has it; run verify again after its next pass "
+            "(a squash's PR head comes with a fetch: drop --no-fetch)",
+            err=True,
+        )
         verdict = "incomplete"
     else:
         verdict = "ok"

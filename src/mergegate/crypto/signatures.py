@@ -233,7 +233,9 @@ def _ssh_blob(line: str) -> bytes | None:
     return b64(parts[1]) if len(parts) >= 2 else None
 
 
-_OPENSSH_KEY = re.compile(r"-----BEGIN OPENSSH PRIVATE KEY-----(.*?)-----END OPENSSH PRIVATE KEY-----", re.S)
+_OPENSSH_KEY = re.compile(
+    r"-----BEGIN OPENSSH PRIVATE KEY-----(.*?)-----END OPENSSH PRIVATE KEY-----", re.S
+)
 _OPENSSH_MAGIC = b"openssh-key-v1\0"
 
 
@@ -255,10 +257,10 @@ def ssh_key_file_blob(path: str) -> bytes | None:
         return None
     pos = len(_OPENSSH_MAGIC)
     for _ in range(3):  # cipher name, kdf name, kdf options
-        pos += 4 + int.from_bytes(data[pos:pos + 4], "big")
-    count = int.from_bytes(data[pos:pos + 4], "big")
-    length = int.from_bytes(data[pos + 4:pos + 8], "big")
-    blob = data[pos + 8:pos + 8 + length]
+        pos += 4 + int.from_bytes(data[pos : pos + 4], "big")
+    count = int.from_bytes(data[pos : pos + 4], "big")
+    length = int.from_bytes(data[pos + 4 : pos + 8], "big")
+    blob = data[pos + 8 : pos + 8 + length]
     return blob if count >= 1 and length and len(blob) == length else None
 
 
@@ -295,7 +297,9 @@ def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[s
             fpr_goes_to.append(fields[9].upper())
         fpr_goes_to = {"pub": primaries, "sub": subkeys}.get(fields[0])
         # Field 7 of a pub/sub record is its expiry (empty when it never expires).
-        expires = expires or (fields[0] in ("pub", "sub") and len(fields) > 6 and fields[6].strip() != "")
+        expires = expires or (
+            fields[0] in ("pub", "sub") and len(fields) > 6 and fields[6].strip() != ""
+        )
     if len(primaries) != 1:
         found = f"{len(primaries)} primary keys" if primaries else "no OpenPGP public key"
         said = [ln for ln in result.stderr.decode(errors="replace").splitlines() if "gpg: " in ln]

@@ -91,9 +91,14 @@ class Spawner(OnePerProcess):
         try:
             # Its own session: Ctrl-C and a CI's signals reach the runner, which decides about its jobs.
             self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-m", "mergegate.execution.spawner", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, env=helper_env(), cwd="/",
+                [sys.executable, "-S", "-m", "mergegate.execution.spawner", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                env=helper_env(),
+                cwd="/",
             )
         finally:
             theirs.close()
@@ -105,7 +110,9 @@ class Spawner(OnePerProcess):
         except OSError:
             ready = b""
         if ready != b"R":
-            raise OSError(f"the job spawner ({sys.executable} -S -m mergegate.execution.spawner) did not start")
+            raise OSError(
+                f"the job spawner ({sys.executable} -S -m mergegate.execution.spawner) did not start"
+            )
         ours.settimeout(None)
         return ours
 
@@ -118,22 +125,41 @@ class Spawner(OnePerProcess):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=2)
 
-    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], rlimits: list[tuple[int, int, int]],
-              cgroup: str | None, run_id: str, watchdog: int | None) -> Child:
+    def spawn(
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        rlimits: list[tuple[int, int, int]],
+        cgroup: str | None,
+        run_id: str,
+        watchdog: int | None,
+    ) -> Child:
         """Start the job; OSError when it could not be started (nothing ran), SpawnerLost when
         the spawner died meanwhile (the job may have started and been killed with it)."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            body = json.dumps({"argv": argv, "cwd": cwd, "env": env, "rlimits": rlimits,
-                               "cgroup": cgroup, "run": run_id}).encode()
+            body = json.dumps(
+                {
+                    "argv": argv,
+                    "cwd": cwd,
+                    "env": env,
+                    "rlimits": rlimits,
+                    "cgroup": cgroup,
+                    "run": run_id,
+                }
+            ).encode()
             message = struct.pack(">I", len(body)) + body
             fds = [out_w, err_w, status_w, *([] if watchdog is None else [watchdog])]
             with self._lock:
                 try:
                     socket.send_fds(self._start(), [message[:4]], fds)
-                except OSError:  # it died since it was last asked: a new one, once (nothing was sent)
+                except (
+                    OSError
+                ):  # it died since it was last asked: a new one, once (nothing was sent)
                     self._proc = None
                     socket.send_fds(self._start(), [message[:4]], fds)
                 assert self._sock is not None
@@ -154,7 +180,9 @@ class Spawner(OnePerProcess):
                 while chunk := os.read(status_r, 4096):
                     rest += chunk
                 code = int(head[1:]) if head[:1] == b"E" else 0
-                raise OSError(code, (rest.decode("utf-8", "replace") or "the spawner stopped")) from None
+                raise OSError(
+                    code, (rest.decode("utf-8", "replace") or "the spawner stopped")
+                ) from None
         except BaseException:
             for fd in (out_r, err_r, status_r):
                 os.close(fd)

@@ -40,8 +40,17 @@ Status = Literal["succeeded", "failed", "timed_out", "interrupted"]
 # What the sandbox replaces with empty directories (or /dev/null): users' files,
 # agent and container-engine sockets, and secrets a root runner could read.
 SANDBOX_HIDDEN: tuple[str, ...] = (
-    "/root", "/home", "/run/user", "/var/tmp", "/run/docker.sock", "/var/run/docker.sock",
-    "/run/containerd", "/run/podman", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
+    "/root",
+    "/home",
+    "/run/user",
+    "/var/tmp",
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd",
+    "/run/podman",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/ssh",
 )
 SANDBOX_SCRATCH_MB = 256  # size of the sandbox's /tmp and /dev/shm without max_file_size_mb
 _CHUNK = 256 * 1024
@@ -81,8 +90,12 @@ class ExecRequest:
     network: bool = False
     output_dir: Path | None = None  # keep the full redacted output here when set
     hide_paths: tuple[Path, ...] = ()  # also emptied in the sandbox, e.g. the runner's repository
-    shutdown: Shutdown | None = None  # the runner's stop request: grace, then kill and `interrupted`
-    on_start: Callable[[int], None] | None = None  # told the job's pid once it exists (for the spool)
+    shutdown: Shutdown | None = (
+        None  # the runner's stop request: grace, then kill and `interrupted`
+    )
+    on_start: Callable[[int], None] | None = (
+        None  # told the job's pid once it exists (for the spool)
+    )
 
 
 @dataclass(frozen=True)
@@ -108,8 +121,13 @@ class ExecResult:
     limits_applied: tuple[tuple[str, int], ...] = ()  # what the OS actually enforced
 
 
-def build_environment(*, runner_env: Mapping[str, str], allowlist: Sequence[str],
-                      job_env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+def build_environment(
+    *,
+    runner_env: Mapping[str, str],
+    allowlist: Sequence[str],
+    job_env: Mapping[str, str],
+    extra: Mapping[str, str],
+) -> dict[str, str]:
     """The child's complete environment: allowlisted runner names, the job's, then `extra`."""
     env = {name: runner_env[name] for name in allowlist if name in runner_env}
     for name, value in job_env.items():
@@ -150,7 +168,9 @@ def _resolve(request: ExecRequest) -> tuple[str, str, str]:
         dirs = os.pathsep.join(d for d in request.search_path.split(os.pathsep) if os.path.isabs(d))
         found = shutil.which(name, path=dirs)
         if found is None:
-            raise Denied(f"program {name!r} was not found on the search path {request.search_path!r}")
+            raise Denied(
+                f"program {name!r} was not found on the search path {request.search_path!r}"
+            )
         return root, cwd, os.path.abspath(found)
     program = name if os.path.isabs(name) else os.path.realpath(os.path.join(cwd, name))
     if not os.path.isabs(name) and not _inside(program, root):
@@ -165,8 +185,18 @@ def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]
     mib = 1024 * 1024
     wanted = [
         ("RLIMIT_AS", resource.RLIMIT_AS, limits.max_memory_mb and limits.max_memory_mb * mib, 0),
-        ("RLIMIT_CPU", resource.RLIMIT_CPU, limits.max_cpu_seconds, 1),  # SIGXCPU, then SIGKILL 1 s on
-        ("RLIMIT_FSIZE", resource.RLIMIT_FSIZE, limits.max_file_size_mb and limits.max_file_size_mb * mib, 0),
+        (
+            "RLIMIT_CPU",
+            resource.RLIMIT_CPU,
+            limits.max_cpu_seconds,
+            1,
+        ),  # SIGXCPU, then SIGKILL 1 s on
+        (
+            "RLIMIT_FSIZE",
+            resource.RLIMIT_FSIZE,
+            limits.max_file_size_mb and limits.max_file_size_mb * mib,
+            0,
+        ),
         # Root is exempt from RLIMIT_NPROC; there the pids cgroup does the work (see _run).
         ("RLIMIT_NPROC", resource.RLIMIT_NPROC, None if root_user else limits.max_processes, 0),
         ("RLIMIT_NOFILE", resource.RLIMIT_NOFILE, limits.max_open_files, 0),
@@ -176,7 +206,9 @@ def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]
     for name, res, value, slack in wanted:
         if value is not None:
             current = resource.getrlimit(res)[1]
-            hard = value + slack if current == resource.RLIM_INFINITY else min(value + slack, current)
+            hard = (
+                value + slack if current == resource.RLIM_INFINITY else min(value + slack, current)
+            )
             out.append((name, res, min(value, hard), hard))
     return out
 
@@ -184,16 +216,39 @@ def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]
 def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequest) -> list[str]:
     # Scratch space is memory: sized, so a job cannot fill the host's RAM through it.
     scratch = str((request.limits.max_file_size_mb or SANDBOX_SCRATCH_MB) * 1024 * 1024)
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", scratch, "--tmpfs", "/tmp", "--size", scratch, "--tmpfs", "/dev/shm"]
+    argv = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--size",
+        scratch,
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        scratch,
+        "--tmpfs",
+        "/dev/shm",
+    ]
     # Without network, also no UNIX sockets: /run holds the host's daemons (dbus, systemd, ...).
     extra = () if request.network else ("/run", "/var/run")
-    hidden = sorted({os.path.realpath(p) for p in (*SANDBOX_HIDDEN, *extra, *map(str, request.hide_paths))} - {"/"})
-    outer = [p for p in hidden if not any(_inside(p, q) and p != q for q in hidden if os.path.isdir(q))]
+    hidden = sorted(
+        {os.path.realpath(p) for p in (*SANDBOX_HIDDEN, *extra, *map(str, request.hide_paths))}
+        - {"/"}
+    )
+    outer = [
+        p for p in hidden if not any(_inside(p, q) and p != q for q in hidden if os.path.isdir(q))
+    ]
     for path in ["/tmp", *outer]:
         if _inside(program, path) and not _inside(program, root):
-            raise Denied(f"program {program} is under {path}, which the sandbox hides; "
-                         "expected a system program or one inside the workspace")
+            raise Denied(
+                f"program {program} is under {path}, which the sandbox hides; "
+                "expected a system program or one inside the workspace"
+            )
         if path == "/tmp" or not os.path.exists(path):
             continue
         if os.path.isdir(path):
@@ -201,15 +256,33 @@ def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequ
             argv += [] if _inside(root, path) else ["--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
-    argv += ["--bind", root, root, "--chdir", cwd, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    argv += [
+        "--bind",
+        root,
+        root,
+        "--chdir",
+        cwd,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
     argv += [] if request.network else ["--unshare-net"]
-    argv += ["--cap-drop", "ALL"] if os.geteuid() == 0 else []  # root inside would keep every capability
+    argv += (
+        ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+    )  # root inside would keep every capability
     return [*argv, "--", program, *request.argv[1:]]
 
 
-def _pump(child: Child, sinks: dict[int, RedactedStream], limits: Limits,
-          tracker: Tracker, shutdown: Shutdown | None = None) -> str | None:
+def _pump(
+    child: Child,
+    sinks: dict[int, RedactedStream],
+    limits: Limits,
+    tracker: Tracker,
+    shutdown: Shutdown | None = None,
+) -> str | None:
     """Read both pipes until the job and everything it left behind are gone.
 
     Returns "timed_out", "interrupted" (the runner was stopped and the grace ran
@@ -231,15 +304,30 @@ def _pump(child: Child, sinks: dict[int, RedactedStream], limits: Limits,
         sel.close()
 
 
-def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracker,
-               shutdown: Shutdown | None, sel: selectors.BaseSelector, pipes: set[int], pidfd: int | None) -> str | None:
+def _pump_loop(
+    sinks: dict[int, RedactedStream],
+    limits: Limits,
+    tracker: Tracker,
+    shutdown: Shutdown | None,
+    sel: selectors.BaseSelector,
+    pipes: set[int],
+    pidfd: int | None,
+) -> str | None:
     now = time.monotonic()
     # With a cgroup, a scan the instant the job starts finds nothing the cgroup and the
     # subreapers would not keep: the first one is due after one interval, like every later one.
     first_scan = now + (_SCAN_INTERVAL if tracker.cgroup is not None else 0.0)
-    deadline, phase, phase_end, next_scan, ended = now + limits.timeout_seconds, "run", 0.0, first_scan, None
+    deadline, phase, phase_end, next_scan, ended = (
+        now + limits.timeout_seconds,
+        "run",
+        0.0,
+        first_scan,
+        None,
+    )
     drain = max(1.0, limits.kill_grace_seconds)  # bounds waiting on a pipe held by an escapee
-    said = pidfd is None  # the status pipe became readable: the main process exited (or the spawner died)
+    said = (
+        pidfd is None
+    )  # the status pipe became readable: the main process exited (or the spawner died)
     while True:
         now = time.monotonic()
         if tracker.main_running and said:
@@ -262,7 +350,9 @@ def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracke
         elif phase == "term" and stopping and shutdown is not None and shutdown.urgent.is_set():
             tracker.signal(signal.SIGKILL)  # a second signal: no more waiting
             phase = "kill"
-        elif phase == "term" and (now >= phase_end or not (tracker.main_running or tracker.alive())):
+        elif phase == "term" and (
+            now >= phase_end or not (tracker.main_running or tracker.alive())
+        ):
             tracker.signal(signal.SIGKILL)
             phase = "kill"
         elif phase == "kill" and not tracker.main_running:
@@ -286,13 +376,19 @@ def _pump_loop(sinks: dict[int, RedactedStream], limits: Limits, tracker: Tracke
 
 def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) -> str:
     sig = -rc if rc < 0 else None
-    text = f"killed by signal {-rc} ({_SIGNALS.get(-rc, '?')})" if rc < 0 else f"exited with code {rc}"
+    text = (
+        f"killed by signal {-rc} ({_SIGNALS.get(-rc, '?')})" if rc < 0 else f"exited with code {rc}"
+    )
     if sandboxed and 128 < rc <= 128 + 64:  # bwrap reports a signal death as 128 + signal
         sig = rc - 128
         text += f" (128 + {sig}: probably killed by {_SIGNALS.get(sig, '?')} inside the sandbox)"
     if sig == signal.SIGXCPU and limits.max_cpu_seconds is not None:
         return f"{text}: exceeded max_cpu_seconds={limits.max_cpu_seconds}"
-    if sig == signal.SIGKILL and limits.max_cpu_seconds is not None and cpu >= limits.max_cpu_seconds:
+    if (
+        sig == signal.SIGKILL
+        and limits.max_cpu_seconds is not None
+        and cpu >= limits.max_cpu_seconds
+    ):
         return f"{text}: exceeded max_cpu_seconds={limits.max_cpu_seconds} (at the hard limit)"
     if sig == signal.SIGXFSZ and limits.max_file_size_mb is not None:
         return f"{text}: exceeded max_file_size_mb={limits.max_file_size_mb}"
@@ -308,9 +404,11 @@ def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) 
 
 
 def _unenforceable(max_processes: int) -> Denied:
-    return Denied(f"max_processes={max_processes} cannot be enforced: the runner is root "
-                  "(exempt from RLIMIT_NPROC) and no pids cgroup is writable",
-                  hint="run the runner as an unprivileged user, or give it a pids cgroup")
+    return Denied(
+        f"max_processes={max_processes} cannot be enforced: the runner is root "
+        "(exempt from RLIMIT_NPROC) and no pids cgroup is writable",
+        hint="run the runner as an unprivileged user, or give it a pids cgroup",
+    )
 
 
 def preflight(request: ExecRequest) -> str:
@@ -337,12 +435,16 @@ def preflight(request: ExecRequest) -> str:
         raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
 
 
-_HARDENED: list[int] = []  # the pid of the process made non-dumpable and a subreaper (both are per process)
+_HARDENED: list[
+    int
+] = []  # the pid of the process made non-dumpable and a subreaper (both are per process)
 
 
 def run(request: ExecRequest) -> ExecResult:
     """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
-    if _HARDENED != [os.getpid()]:  # once per process (a fork is a new one): two system calls per job otherwise
+    if _HARDENED != [
+        os.getpid()
+    ]:  # once per process (a fork is a new one): two system calls per job otherwise
         harden_runner()
         become_subreaper()  # before the job exists: its orphans come back here
         _HARDENED[:] = [os.getpid()]
@@ -373,8 +475,14 @@ def _run(request: ExecRequest) -> ExecResult:
     if request.output_dir is not None:
         request.output_dir.mkdir(parents=True, exist_ok=True)
     out_dir = request.output_dir
-    streams = [RedactedStream(request.secrets, limits.max_output_bytes,
-                              out_dir and out_dir / f"{request.run_id}.{name}.log") for name in ("stdout", "stderr")]
+    streams = [
+        RedactedStream(
+            request.secrets,
+            limits.max_output_bytes,
+            out_dir and out_dir / f"{request.run_id}.{name}.log",
+        )
+        for name in ("stdout", "stderr")
+    ]
     started = time.monotonic()
     try:
         watchdog = Watchdog.get()
@@ -386,9 +494,15 @@ def _run(request: ExecRequest) -> ExecResult:
         with SPAWNING:  # registered (as a Tracker) before another job's scan can see it
             # An argv list, never a shell. The spawner tells the watchdog of the job's process group
             # before the job may exec: a runner killed right after the fork leaves nothing running.
-            child = spawner.spawn(argv, cwd=cwd, env=dict(request.env), rlimits=[(r, s, h) for _, r, s, h in rlimits],
-                                  cgroup=None if cgroup is None else str(cgroup), run_id=request.run_id,
-                                  watchdog=watchdog.fileno())
+            child = spawner.spawn(
+                argv,
+                cwd=cwd,
+                env=dict(request.env),
+                rlimits=[(r, s, h) for _, r, s, h in rlimits],
+                cgroup=None if cgroup is None else str(cgroup),
+                run_id=request.run_id,
+                watchdog=watchdog.fileno(),
+            )
             tracker = Tracker(child, cgroup, sandboxed, run_id=request.run_id, reaper=spawner.pid)
     except OSError as exc:
         if cgroup is not None:
@@ -411,8 +525,16 @@ def _run(request: ExecRequest) -> ExecResult:
         child.close()
     if child.lost:
         raise SpawnerLost("the job's spawner died while the job ran; its result is not known")
-    out, err = (StreamCapture(s.close(), s.count, s.raw.hexdigest(), None if s.path is None else str(s.path),
-                              None if s.path is None else s.kept.hexdigest()) for s in streams)
+    out, err = (
+        StreamCapture(
+            s.close(),
+            s.count,
+            s.raw.hexdigest(),
+            None if s.path is None else str(s.path),
+            None if s.path is None else s.kept.hexdigest(),
+        )
+        for s in streams
+    )
     rc = child.returncode
     assert rc is not None
     reason = None
@@ -425,8 +547,13 @@ def _run(request: ExecRequest) -> ExecResult:
         reason = _failure(rc, limits, tracker.cpu, err.tail + out.tail, sandboxed)
     return ExecResult(
         status=status,
-        exit_code=rc if rc >= 0 else None, signal=-rc if rc < 0 else None,
-        duration_ms=int((time.monotonic() - started) * 1000), stdout=out, stderr=err,
+        exit_code=rc if rc >= 0 else None,
+        signal=-rc if rc < 0 else None,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        stdout=out,
+        stderr=err,
         reason=reason and Redactor(request.secrets).redact_text(reason),
-        resolved_program=program, sandbox=request.sandbox, limits_applied=tuple(applied),
+        resolved_program=program,
+        sandbox=request.sandbox,
+        limits_applied=tuple(applied),
     )

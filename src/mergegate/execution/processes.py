@@ -50,7 +50,9 @@ def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
             _, controllers, path = line.split(":", 2)
             if "pids" in controllers.split(","):
                 bases.append(Path("/sys/fs/cgroup/pids", path.lstrip("/")))
-            elif not controllers and path == "/":  # v2: below the root, processes and children don't mix
+            elif (
+                not controllers and path == "/"
+            ):  # v2: below the root, processes and children don't mix
                 bases.append(Path("/sys/fs/cgroup"))
     for base in bases:
         group = base / f"mergegate-{run_id}-{uuid.uuid4().hex[:8]}"
@@ -84,8 +86,16 @@ def _read(path: str | Path) -> bytes:
 
 # Enough for `python -m mergegate.<helper>` to find mergegate; nothing of the runner's secrets
 # (a same-user job could read a helper's /proc/<pid>/environ).
-_HELPER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX",
-               "LANG", "LC_ALL", "VIRTUAL_ENV")
+_HELPER_ENV = (
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONPYCACHEPREFIX",
+    "LANG",
+    "LC_ALL",
+    "VIRTUAL_ENV",
+)
 
 
 def helper_env() -> dict[str, str]:
@@ -93,7 +103,9 @@ def helper_env() -> dict[str, str]:
     mergegate from where this process did, however it found it (an install, PYTHONPATH, sys.path)."""
     env = {name: os.environ[name] for name in _HELPER_ENV if name in os.environ}
     here = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([here, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [here, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     return env
 
 
@@ -129,7 +141,13 @@ def _proc_table() -> dict[int, tuple[int, int, bytes, int, int]]:
             os.close(fd)
         with contextlib.suppress(IndexError, ValueError):
             fields = data.rpartition(b")")[2].split()
-            table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0], int(fields[19]), int(fields[3]))
+            table[int(entry)] = (
+                int(fields[1]),
+                int(fields[2]),
+                fields[0],
+                int(fields[19]),
+                int(fields[3]),
+            )
     return table
 
 
@@ -149,13 +167,22 @@ class Tracker:
     group with setsid() is reparented to init and no longer looks like ours.
     """
 
-    def __init__(self, child: Child, cgroup: Path | None, sandboxed: bool, *, run_id: str = "job",
-                 reaper: int | None = None) -> None:
+    def __init__(
+        self,
+        child: Child,
+        cgroup: Path | None,
+        sandboxed: bool,
+        *,
+        run_id: str = "job",
+        reaper: int | None = None,
+    ) -> None:
         self.child, self.pid, self.cgroup, self.sandboxed = child, child.pid, cgroup, sandboxed
         self.reaper = reaper  # the spawner: the job's parent, to which its orphans go
         self.known: dict[int, int] = {}  # pid -> start time, so a reused pid is not ours
         self.main_running, self.cpu = True, 0.0
-        self.gone = False  # the last scan, after the main process ended, found nothing of the job alive
+        self.gone = (
+            False  # the last scan, after the main process ended, found nothing of the job alive
+        )
         self.run_id = run_id
         self.started = start_time(self.pid) or 0
         # The watchdog already knows the job's cgroup (told before the fork) and its process group
@@ -176,13 +203,20 @@ class Tracker:
         self.known = {p: t for p, t in self.known.items() if p in table and table[p][3] == t}
         members: list[int] = []
         with contextlib.suppress(OSError, ValueError):
-            members = [int(p) for p in _read(self.cgroup / "cgroup.procs").split()] if self.cgroup else []
+            members = (
+                [int(p) for p in _read(self.cgroup / "cgroup.procs").split()] if self.cgroup else []
+            )
         children: dict[int, list[int]] = {}
         for pid, (ppid, pgrp, _, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
             if pgrp == self.pid:
                 members.append(pid)
-        stack = [*self.known, *members, *self._adopted(table), *([self.pid] if self.main_running else [])]
+        stack = [
+            *self.known,
+            *members,
+            *self._adopted(table),
+            *([self.pid] if self.main_running else []),
+        ]
         while stack:
             pid = stack.pop()
             for child in [pid, *children.get(pid, ())]:
@@ -257,7 +291,9 @@ class Tracker:
         try:
             for _ in range(50 if self.cgroup is not None else 0):
                 with contextlib.suppress(OSError):
-                    os.rmdir(f"{self.cgroup}")  # only an empty cgroup goes: nothing of the job is left in it
+                    os.rmdir(
+                        f"{self.cgroup}"
+                    )  # only an empty cgroup goes: nothing of the job is left in it
                     break
                 self.signal(signal.SIGKILL)
                 time.sleep(0.02)
@@ -326,9 +362,14 @@ class Watchdog(OnePerProcess):
             # without runpy (-c, not -m: runpy imports contextlib and importlib.util), it costs little more
             # than the interpreter's own start.
             self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", WATCHDOG_MAIN], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                env=helper_env(), cwd="/",
+                [sys.executable, "-S", "-c", WATCHDOG_MAIN],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=helper_env(),
+                cwd="/",
             )
             for folder in self._folders:  # (a watchdog that died took them with it)
                 self._write(f"+ d {folder}")
@@ -341,7 +382,9 @@ class Watchdog(OnePerProcess):
         """A folder of the runner's (a job's workspace, the export indexes): the watchdog removes it if the
         runner dies before `forget`. Starts the watchdog (OSError when it cannot be started)."""
         name = str(folder)
-        if "\n" in name:  # (one line per message: a TMPDIR with a line break is not told, and stays)
+        if (
+            "\n" in name
+        ):  # (one line per message: a TMPDIR with a line break is not told, and stays)
             return
         self.start()
         with self._lock:
@@ -426,8 +469,10 @@ class ProcessId:
         """Whether any process younger than this one is still in its process group (pgid = pid)."""
         if self.boot != boot_id():
             return False
-        return any(pgrp == self.pid and start >= self.start and state not in (b"Z", b"X")
-                   for _, pgrp, state, start, _ in _proc_table().values())
+        return any(
+            pgrp == self.pid and start >= self.start and state not in (b"Z", b"X")
+            for _, pgrp, state, start, _ in _proc_table().values()
+        )
 
 
 def become_subreaper() -> bool:
@@ -448,4 +493,3 @@ def harden_runner() -> None:
     with contextlib.suppress(OSError, AttributeError):
         if _LIBC is not None:
             _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-

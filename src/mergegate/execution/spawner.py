@@ -52,7 +52,9 @@ import struct
 import sys
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # (typing is not imported at run time: it alone is a fifth of this process's memory)
+if (
+    TYPE_CHECKING
+):  # (typing is not imported at run time: it alone is a fifth of this process's memory)
     from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -70,6 +72,7 @@ _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 # -- the spawner process -----------------------------------------------------------------------
 
+
 def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     head, fds, _, _ = socket.recv_fds(sock, 4, 4)
     for fd in fds:
@@ -78,7 +81,9 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
         for fd in fds:
             os.close(fd)
         return None
-    size = struct.unpack(">I", head if len(head) == 4 else head + _recv_exactly(sock, 4 - len(head)))[0]
+    size = struct.unpack(
+        ">I", head if len(head) == 4 else head + _recv_exactly(sock, 4 - len(head))
+    )[0]
     return json.loads(_recv_exactly(sock, size)), fds
 
 
@@ -92,12 +97,16 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _child(request: dict[str, Any], out: int, err: int, go: int, report: int, libc: Any, spawner: int) -> None:
+def _child(
+    request: dict[str, Any], out: int, err: int, go: int, report: int, libc: Any, spawner: int
+) -> None:
     """Between fork and exec: plain os calls only; any failure goes to `report` and exits 127."""
     try:
         os.setsid()
         if libc is not None:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the spawner's death kills the job
+            libc.prctl(
+                PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0
+            )  # the spawner's death kills the job
             if os.getppid() != spawner:  # it died before prctl took effect
                 os._exit(127)
             # Orphans of the job's processes stay under its main process while it lives.
@@ -123,8 +132,15 @@ def _child(request: dict[str, Any], out: int, err: int, go: int, report: int, li
     except BaseException as exc:  # nothing may escape into the spawner's loop
         with contextlib.suppress(BaseException):
             program = request["argv"][0]
-            text = f"{exc.strerror}: {program!r}" if isinstance(exc, OSError) and exc.strerror else str(exc)
-            os.write(report, b"E" + str(getattr(exc, "errno", 0) or 0).encode().ljust(HEAD - 1) + text.encode())
+            text = (
+                f"{exc.strerror}: {program!r}"
+                if isinstance(exc, OSError) and exc.strerror
+                else str(exc)
+            )
+            os.write(
+                report,
+                b"E" + str(getattr(exc, "errno", 0) or 0).encode().ljust(HEAD - 1) + text.encode(),
+            )
     finally:
         os._exit(127)
 
@@ -223,7 +239,10 @@ def main() -> int:
                     _start_job(request, fds, jobs, libc)
                 except OSError as exc:  # fork failed (no memory, no pids): the runner is told
                     with contextlib.suppress(OSError):
-                        os.write(fds[2], b"E" + str(exc.errno or 0).encode().ljust(HEAD - 1) + str(exc).encode())
+                        os.write(
+                            fds[2],
+                            b"E" + str(exc.errno or 0).encode().ljust(HEAD - 1) + str(exc).encode(),
+                        )
                     for fd in fds:
                         with contextlib.suppress(OSError):
                             os.close(fd)

@@ -46,7 +46,12 @@ class _suppress:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> bool:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
         return kind is not None and issubclass(kind, self.kinds)
 
 
@@ -68,7 +73,10 @@ class Jobs:
         self.folders: set[str] = set()
 
     def apply(self, line: str) -> None:
-        if line[:4] in ("+ d ", "- d "):  # (a folder's name may hold spaces: the rest of the line is it)
+        if line[:4] in (
+            "+ d ",
+            "- d ",
+        ):  # (a folder's name may hold spaces: the rest of the line is it)
             folder = line[4:].removesuffix("\n")
             if line[0] == "+":
                 self.folders.add(folder)
@@ -90,12 +98,20 @@ class Jobs:
                     self.cgroups.setdefault(run, set()).add(" ".join(parts[3:]))
 
     def victims(self, table: dict[int, tuple[int, int, bytes, int]]) -> set[int]:
-        found = {pid for held in self.pids.values() for pid, start in held.items() if table.get(pid, (0, 0, b"", -1))[3] == start}
+        found = {
+            pid
+            for held in self.pids.values()
+            for pid, start in held.items()
+            if table.get(pid, (0, 0, b"", -1))[3] == start
+        }
         groups = {g for held in self.groups.values() for g in held}
         found |= {pid for pid, (_, pgrp, _, _) in table.items() if pgrp in groups}
         for held in self.cgroups.values():
             for group in held:
-                with _suppress(OSError, ValueError), open(os.path.join(group, "cgroup.procs"), "rb") as f:
+                with (
+                    _suppress(OSError, ValueError),
+                    open(os.path.join(group, "cgroup.procs"), "rb") as f,
+                ):
                     found |= {int(p) for p in f.read().split()}
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _, _) in table.items():

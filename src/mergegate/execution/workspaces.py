@@ -35,7 +35,9 @@ def remove_tree(path: Path) -> None:
         if _clear(path):
             return
     try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True)
+        subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", str(path)], check=False, capture_output=True
+        )
     except OSError:  # no rm on PATH
         with contextlib.suppress(RecursionError):
             shutil.rmtree(path, ignore_errors=True)
@@ -63,7 +65,10 @@ def remove_stale(folders: Iterable[tuple[str, int]]) -> None:
 
 CLEAR_DEPTH = 32  # folders deep; each level holds one descriptor open
 LIST_BATCH = 4096  # entries of one folder in memory at once
-MADE = ("mergegate-job-", "mergegate-index-")  # the names of the folders the runner makes (tempfile prefixes)
+MADE = (
+    "mergegate-job-",
+    "mergegate-index-",
+)  # the names of the folders the runner makes (tempfile prefixes)
 
 
 def _clear(path: Path) -> bool:
@@ -112,10 +117,17 @@ def _clear_in(folder: int, device: int, depth: int, top: int) -> tuple[bool, boo
                 os.unlink(entry.name, dir_fd=folder)
                 continue
             if entry.stat(follow_symlinks=False).st_dev != device:
-                kept.add(entry.name)  # another file system (a mount the job left): for rm, which does not cross it
+                kept.add(
+                    entry.name
+                )  # another file system (a mount the job left): for rm, which does not cross it
                 continue
             if depth >= CLEAR_DEPTH:
-                os.rename(entry.name, f".mergegate-deep-{secrets.token_hex(8)}", src_dir_fd=folder, dst_dir_fd=top)
+                os.rename(
+                    entry.name,
+                    f".mergegate-deep-{secrets.token_hex(8)}",
+                    src_dir_fd=folder,
+                    dst_dir_fd=top,
+                )
                 moved = True
                 continue
             inner = _open_folder(entry.name, folder, device)

@@ -57,15 +57,34 @@ APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
 VETO_TRAILER = "Mergegate-Veto"
 
-__all__ = ["APPROVE_TRAILER", "APPROVE_TREE_TRAILER", "CONTENT_PATHSPEC", "VETO_TRAILER", "Assessment", "Assessor", "Decision", "Kind",
-           "PolicyVerdict", "Veto", "Vote", "describe_votes"]
+__all__ = [
+    "APPROVE_TRAILER",
+    "APPROVE_TREE_TRAILER",
+    "CONTENT_PATHSPEC",
+    "VETO_TRAILER",
+    "Assessment",
+    "Assessor",
+    "Decision",
+    "Kind",
+    "PolicyVerdict",
+    "Veto",
+    "Vote",
+    "describe_votes",
+]
 
 
 class Assessor:
     """Reads the facts of first-parent commits and hands them to the judge; caches signature checks."""
 
-    def __init__(self, repo: Repo, *, at: datetime, known: Callable[[str, str], bool] | None = None,
-                 reviews: ReviewSource | None = None, history: History | None = None) -> None:
+    def __init__(
+        self,
+        repo: Repo,
+        *,
+        at: datetime,
+        known: Callable[[str, str], bool] | None = None,
+        reviews: ReviewSource | None = None,
+        history: History | None = None,
+    ) -> None:
         self.repo = repo
         # The whole history read once (verify): a merge's side answered from memory where it can be.
         self.history = history
@@ -79,7 +98,9 @@ class Assessor:
         self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
         self._trees: dict[str, dict[str, Entry]] = {}
         self._targets: dict[str, bytes] = {}  # symlink blob -> target
-        self._changes: dict[str, tuple[str, ...] | None] = {}  # an unapproved change -> its parents (None: not here)
+        self._changes: dict[
+            str, tuple[str, ...] | None
+        ] = {}  # an unapproved change -> its parents (None: not here)
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
         cache_key = (commit.sha, tuple(keys), self.at)
@@ -91,7 +112,9 @@ class Assessor:
                 self._checks[cache_key] = verify_signature(split[0], split[1], keys, at=self.at)
         return self._checks[cache_key]
 
-    def assess(self, sha: str, policy: Policy, unapproved: Mapping[str, str] | None = None) -> Assessment:
+    def assess(
+        self, sha: str, policy: Policy, unapproved: Mapping[str, str] | None = None
+    ) -> Assessment:
         """The judge's verdict on one first-parent commit, by the policy in force before it."""
         # Records live on the audit branch: on approved, audit/ is a directory like any other.
         return judge_commit(self.facts(sha, policy, unapproved or {}), policy, unapproved)
@@ -103,11 +126,22 @@ class Assessor:
     def facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
         facts = self._facts(sha, policy, unapproved)
         signed = facts.signature is not None and facts.signature.ok
-        if (self.reviews is None or facts.malformed or signed or not facts.files or len(facts.parents) > 2
-                or not self.reviews.enabled(policy)):
+        if (
+            self.reviews is None
+            or facts.malformed
+            or signed
+            or not facts.files
+            or len(facts.parents) > 2
+            or not self.reviews.enabled(policy)
+        ):
             return facts
         verdict = self.reviews.outcome(facts.sha, policy).verdict
-        if len(facts.parents) == 1 and verdict.method == "squash" and not verdict.refused and not verdict.waiting:
+        if (
+            len(facts.parents) == 1
+            and verdict.method == "squash"
+            and not verdict.refused
+            and not verdict.waiting
+        ):
             # A squash of a known head: the same facts as a merge of that head, so every
             # git-level rule (signed proposals, authors, symlinks, ids) applies to it too.
             facts = self._squash_facts(sha, verdict.head, policy, unapproved, facts)
@@ -120,63 +154,158 @@ class Assessor:
         label = f"reviews on PR #{verdict.pull} ({verdict.method})"
         # Stored evidence that does not (yet) derive a verdict approves nothing.
         refused = verdict.refused or verdict.waiting
-        votes = tuple((f.path, v) for f in facts.files for v in verdict.votes) if not refused else ()
-        return replace(facts, review=Review(label, refused, verdict.excluded), extra_votes=(*facts.extra_votes, *votes))
+        votes = (
+            tuple((f.path, v) for f in facts.files for v in verdict.votes) if not refused else ()
+        )
+        return replace(
+            facts,
+            review=Review(label, refused, verdict.excluded),
+            extra_votes=(*facts.extra_votes, *votes),
+        )
 
-    def _squash_facts(self, sha: str, head: str, policy: Policy, unapproved: Mapping[str, str], facts: CommitFacts) -> CommitFacts:
+    def _squash_facts(
+        self, sha: str, head: str, policy: Policy, unapproved: Mapping[str, str], facts: CommitFacts
+    ) -> CommitFacts:
         commit = self.repo.commit(sha)
-        return self._merge_facts(sha=sha, first=commit.parents[0], second=head, changes_of=self.repo.diff(commit.parents[0], sha),
-                                 policy=policy, unapproved=unapproved, signature=facts.signature,
-                                 author=(commit.author_name, commit.author_email), parents=commit.parents,
-                                 veto_trailers=facts.veto_trailers, squash=True)
+        return self._merge_facts(
+            sha=sha,
+            first=commit.parents[0],
+            second=head,
+            changes_of=self.repo.diff(commit.parents[0], sha),
+            policy=policy,
+            unapproved=unapproved,
+            signature=facts.signature,
+            author=(commit.author_name, commit.author_email),
+            parents=commit.parents,
+            veto_trailers=facts.veto_trailers,
+            squash=True,
+        )
 
     def _facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
         commit = self.repo.commit(sha)
         first = commit.parents[0] if commit.parents else None
         changes = self.repo.diff(first, sha)
         # A merge's parents as git reads them: a header a looser reader reads differently is malformed.
-        malformed = commit.malformed or (commit.is_merge and self.repo.git_parents(sha) != commit.parents
-                                         and "git reads other parents than its header lists") or ""
+        malformed = (
+            commit.malformed
+            or (
+                commit.is_merge
+                and self.repo.git_parents(sha) != commit.parents
+                and "git reads other parents than its header lists"
+            )
+            or ""
+        )
         two = len(commit.parents) == 2 and not malformed
         veto = not changes and bool(commit.trailers(VETO_TRAILER))
-        signature = self.signature(commit, policy.approver_keys()) if (two or veto) and not malformed else None
+        signature = (
+            self.signature(commit, policy.approver_keys())
+            if (two or veto) and not malformed
+            else None
+        )
         if not two:
-            files = tuple(FileFacts(c.path, Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob),
-                                    Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob),
-                                    text=self._text(c.path, Entry(c.new_mode, c.new_blob)),
-                                    last_approved=self._last_approved(c.path, unapproved)) for c in changes)
-            return CommitFacts(sha, commit.parents, malformed, commit.author_name, commit.author_email, files, signature,
-                               veto_trailers=commit.trailers(VETO_TRAILER))
+            files = tuple(
+                FileFacts(
+                    c.path,
+                    Entry(c.old_mode, c.old_blob),
+                    Entry(c.new_mode, c.new_blob),
+                    Entry(c.old_mode, c.old_blob),
+                    Entry(c.new_mode, c.new_blob),
+                    text=self._text(c.path, Entry(c.new_mode, c.new_blob)),
+                    last_approved=self._last_approved(c.path, unapproved),
+                )
+                for c in changes
+            )
+            return CommitFacts(
+                sha,
+                commit.parents,
+                malformed,
+                commit.author_name,
+                commit.author_email,
+                files,
+                signature,
+                veto_trailers=commit.trailers(VETO_TRAILER),
+            )
         second = commit.parents[1]
-        return self._merge_facts(sha=sha, first=commit.parents[0], second=second, changes_of=changes, policy=policy,
-                                 unapproved=unapproved, signature=signature, author=(commit.author_name, commit.author_email),
-                                 parents=commit.parents, veto_trailers=commit.trailers(VETO_TRAILER))
+        return self._merge_facts(
+            sha=sha,
+            first=commit.parents[0],
+            second=second,
+            changes_of=changes,
+            policy=policy,
+            unapproved=unapproved,
+            signature=signature,
+            author=(commit.author_name, commit.author_email),
+            parents=commit.parents,
+            veto_trailers=commit.trailers(VETO_TRAILER),
+        )
 
-    def proposal_facts(self, *, base_tip: str, head: str, tree: str, policy: Policy, unapproved: Mapping[str, str],
-                       merger: str | None) -> CommitFacts:
+    def proposal_facts(
+        self,
+        *,
+        base_tip: str,
+        head: str,
+        tree: str,
+        policy: Policy,
+        unapproved: Mapping[str, str],
+        merger: str | None,
+    ) -> CommitFacts:
         """The facts of the merge of `head` into `base_tip` that `approve --merge` would sign (tree `tree`)."""
         person = policy.person(merger) if merger else None
         author = (merger or "", person.emails[0] if person and person.emails else "")
-        return self._merge_facts(sha=head, first=base_tip, second=head, changes_of=self.repo.diff(base_tip, tree), policy=policy,
-                                 unapproved=unapproved, signature=None, author=author, parents=(base_tip, head), veto_trailers=(),
-                                 result=tree, merger=merger)
+        return self._merge_facts(
+            sha=head,
+            first=base_tip,
+            second=head,
+            changes_of=self.repo.diff(base_tip, tree),
+            policy=policy,
+            unapproved=unapproved,
+            signature=None,
+            author=author,
+            parents=(base_tip, head),
+            veto_trailers=(),
+            result=tree,
+            merger=merger,
+        )
 
-    def _merge_facts(self, *, sha: str, first: str, second: str, changes_of: list[Change], policy: Policy,
-                     unapproved: Mapping[str, str], signature: SignatureCheck | None, author: tuple[str, str],
-                     parents: tuple[str, ...], veto_trailers: tuple[str, ...], result: str | None = None,
-                     merger: str | None = None, squash: bool = False) -> CommitFacts:
+    def _merge_facts(
+        self,
+        *,
+        sha: str,
+        first: str,
+        second: str,
+        changes_of: list[Change],
+        policy: Policy,
+        unapproved: Mapping[str, str],
+        signature: SignatureCheck | None,
+        author: tuple[str, str],
+        parents: tuple[str, ...],
+        veto_trailers: tuple[str, ...],
+        result: str | None = None,
+        merger: str | None = None,
+        squash: bool = False,
+    ) -> CommitFacts:
         result = result or sha
-        side: Side | _GitSide | None = self.history.side(sha, first, second) if self.history and result == sha else None
+        side: Side | _GitSide | None = (
+            self.history.side(sha, first, second) if self.history and result == sha else None
+        )
         reads = side or _GitSide(self, first, second)
         base = reads.base
         paths = [c.path for c in changes_of]
         judged = [c for c in changes_of if is_job_path(c.path) or c.path.startswith(POLICY_DIR)]
-        judged_paths = {c.path for c in judged}  # `c in judged` was a list scan per file: quadratic in the merge
+        judged_paths = {
+            c.path for c in judged
+        }  # `c in judged` was a list scan per file: quadratic in the merge
         # Who wrote each job and policy file: the merged commits that change it, and any
         # commit in history that wrote these exact bytes (bytes with an earlier life).
-        known = {c.path: c.new_blob for c in judged if c.status != "D" and self.known(c.path, c.new_blob)}
-        tip = sha if result == sha else second  # a proposal's merge does not exist yet: its side does
-        merge = sha if result == sha else None  # the merge is a writer only of what it wrote (the judge decides)
+        known = {
+            c.path: c.new_blob for c in judged if c.status != "D" and self.known(c.path, c.new_blob)
+        }
+        tip = (
+            sha if result == sha else second
+        )  # a proposal's merge does not exist yet: its side does
+        merge = (
+            sha if result == sha else None
+        )  # the merge is a writer only of what it wrote (the judge decides)
         # A squash's own history lacks the reviewed side: bytes may have lived on either.
         tips = (tip, second) if squash else (tip,)
         producers = self._producers(tips, known, reads)
@@ -187,29 +316,64 @@ class Assessor:
             if c.path in judged_paths:
                 shas = [*reads.touching(c.path), *producers.get(c.path, [])]
                 writers = tuple(self._writer(s, policy) for s in dict.fromkeys(shas) if s != merge)
-            files.append(FileFacts(c.path, before, after, reads.entry(base, c.path) if base else ABSENT, reads.entry(second, c.path),
-                                   writers, self._text(c.path, after), self._last_approved(c.path, unapproved)))
-        content = {c.path: c.new_blob for c in changes_of if c.path not in judged_paths and c.status != "D"}
+            files.append(
+                FileFacts(
+                    c.path,
+                    before,
+                    after,
+                    reads.entry(base, c.path) if base else ABSENT,
+                    reads.entry(second, c.path),
+                    writers,
+                    self._text(c.path, after),
+                    self._last_approved(c.path, unapproved),
+                )
+            )
+        content = {
+            c.path: c.new_blob for c in changes_of if c.path not in judged_paths and c.status != "D"
+        }
         suspects = {p: b for p, b in content.items() if self.known(p, b)}
-        content_shas = [*reads.touching_content(),
-                        *sorted({s for shas in self._producers(tips, suspects, reads).values() for s in shas})]
-        content_writers = tuple(self._writer(s, policy) for s in dict.fromkeys(content_shas) if s != merge)
+        content_shas = [
+            *reads.touching_content(),
+            *sorted({s for shas in self._producers(tips, suspects, reads).values() for s in shas}),
+        ]
+        content_writers = tuple(
+            self._writer(s, policy) for s in dict.fromkeys(content_shas) if s != merge
+        )
         # The judge compares a job's id with the other job paths of the tree that have its name.
         stems = {job_stem(c.path) for c in changes_of if is_job_path(c.path) and c.status != "D"}
         policy_changes = any(c.path.startswith(POLICY_DIR) for c in changes_of)
         return CommitFacts(
-            sha=sha, parents=parents, malformed="", author_name=author[0], author_email=author[1], files=tuple(files),
-            signature=signature, approvals=tuple(self._approvals(reads, base, set(paths), policy)),
-            veto_trailers=veto_trailers, content_writers=content_writers,
+            sha=sha,
+            parents=parents,
+            malformed="",
+            author_name=author[0],
+            author_email=author[1],
+            files=tuple(files),
+            signature=signature,
+            approvals=tuple(self._approvals(reads, base, set(paths), policy)),
+            veto_trailers=veto_trailers,
+            content_writers=content_writers,
             job_ids=reads.job_paths(result, stems) if stems else (),
-            symlinks=tuple((path, self._target(blob)) for path, blob in reads.symlinks(result)) if stems else (),
+            symlinks=tuple((path, self._target(blob)) for path, blob in reads.symlinks(result))
+            if stems
+            else (),
             policy_tree=self._policy_tree(result) if policy_changes else None,
-            policy_drift=tuple(sorted(c.path for c in self.repo.diff(policy.commit, result, POLICY_DIR) if c.path not in paths))
-            if policy_changes else (),
-            proposal=result != sha, merger=merger,
+            policy_drift=tuple(
+                sorted(
+                    c.path
+                    for c in self.repo.diff(policy.commit, result, POLICY_DIR)
+                    if c.path not in paths
+                )
+            )
+            if policy_changes
+            else (),
+            proposal=result != sha,
+            merger=merger,
         )
 
-    def _producers(self, tips: tuple[str, ...], files: Mapping[str, str], reads: Reads) -> dict[str, list[str]]:
+    def _producers(
+        self, tips: tuple[str, ...], files: Mapping[str, str], reads: Reads
+    ) -> dict[str, list[str]]:
         if not files:
             return {}
         if isinstance(reads, Side) and tips == (reads.history.line[reads.k],):
@@ -222,7 +386,9 @@ class Assessor:
                 found[path] = list(dict.fromkeys([*found.get(path, []), *shas]))
         return found
 
-    def _approvals(self, reads: Reads, base: str | None, paths: set[str], policy: Policy) -> list[ApprovalFacts]:
+    def _approvals(
+        self, reads: Reads, base: str | None, paths: set[str], policy: Policy
+    ) -> list[ApprovalFacts]:
         """The signed approval commits between `first` and `second`, and what each approves of `paths`.
 
         `Mergegate-Approve: <path> [<mode>] <blob>` approves one file's mode and bytes;
@@ -246,14 +412,28 @@ class Assessor:
             entries = {p: reads.entry(sha, p) for p in paths}
             tree = entries if commit.tree in trees else None
             changed = frozenset(p for p in paths if entries[p] != base_entries[p])
-            found.append(ApprovalFacts(sha, self.signature(commit, policy.approver_keys()), claims, tree,
-                                       bool(trees) and commit.tree not in trees, changed))
+            found.append(
+                ApprovalFacts(
+                    sha,
+                    self.signature(commit, policy.approver_keys()),
+                    claims,
+                    tree,
+                    bool(trees) and commit.tree not in trees,
+                    changed,
+                )
+            )
         return found
 
     def _writer(self, sha: str, policy: Policy) -> Writer:
         commit = self.repo.commit(sha)
         check = self.signature(commit, policy.proposal_keys())
-        return Writer(sha, commit.author_name, commit.author_email, check.key.owner if check.ok and check.key else None, check.reason)
+        return Writer(
+            sha,
+            commit.author_name,
+            commit.author_email,
+            check.key.owner if check.ok and check.key else None,
+            check.reason,
+        )
 
     def _tree(self, commit: str) -> dict[str, Entry]:
         """Every file of a commit (or tree), by tree: a merge's result, its side and the next merge's
@@ -262,7 +442,9 @@ class Assessor:
         if tree not in self._trees:
             if len(self._trees) > 64:
                 self._trees.clear()
-            self._trees[tree] = {path: Entry(mode, blob) for mode, blob, path in self.repo.ls_tree(tree)}
+            self._trees[tree] = {
+                path: Entry(mode, blob) for mode, blob, path in self.repo.ls_tree(tree)
+            }
         return self._trees[tree]
 
     def _text(self, path: str, entry: Entry) -> bytes | None:
@@ -276,7 +458,9 @@ class Assessor:
         if change is None:
             return None
         if change not in self._changes:  # one change usually holds many paths: asked of git once
-            self._changes[change] = self.repo.commit(change).parents if self.repo.rev(change) is not None else None
+            self._changes[change] = (
+                self.repo.commit(change).parents if self.repo.rev(change) is not None else None
+            )
         parents = self._changes[change]
         if parents is None:
             return None
@@ -289,7 +473,10 @@ class Assessor:
         return self._targets[blob]
 
     def _policy_tree(self, tree: str) -> dict[str, tuple[str, bytes]]:
-        return {path: (mode, self.repo.blob(blob) if mode in REGULAR else b"") for mode, blob, path in self.repo.ls_tree(tree, POLICY_DIR)}
+        return {
+            path: (mode, self.repo.blob(blob) if mode in REGULAR else b"")
+            for mode, blob, path in self.repo.ls_tree(tree, POLICY_DIR)
+        }
 
     def excluded(self, policy: Policy, facts: CommitFacts, path: str) -> dict[str, str]:
         """Who may not count for `path` in the merge `facts` describes (for `approve` to warn)."""
@@ -322,7 +509,12 @@ class _GitSide:
     def _side(self) -> list[list[str]]:
         """`rev-list --parents first..second`: each commit of the side with its parents, newest first."""
         if self._listed is None:
-            self._listed = [line.split() for line in self.repo.out("rev-list", "--parents", f"{self.first}..{self.second}").splitlines()]
+            self._listed = [
+                line.split()
+                for line in self.repo.out(
+                    "rev-list", "--parents", f"{self.first}..{self.second}"
+                ).splitlines()
+            ]
         return self._listed
 
     def side_commits(self) -> list[str]:
@@ -377,7 +569,12 @@ class _GitSide:
         return self.assessor._tree(sha).get(path, ABSENT)
 
     def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]:
-        return tuple(sorted((p for p in self.assessor._tree(tree) if is_job_path(p) and job_stem(p) in stems), key=path_bytes))
+        return tuple(
+            sorted(
+                (p for p in self.assessor._tree(tree) if is_job_path(p) and job_stem(p) in stems),
+                key=path_bytes,
+            )
+        )
 
     def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]:
         links = [(p, e.blob) for p, e in self.assessor._tree(tree).items() if e.mode == SYMLINK]
@@ -403,4 +600,3 @@ def _split_named(trailer: str) -> tuple[str, str]:
     if rest and mode in ("100644", "100755", "120000"):
         return rest, f"{mode} {blob}"
     return path, blob
-

@@ -25,7 +25,9 @@ from mergegate.facts.branches import AUDIT_BRANCH, policy_changes
 from mergegate.git.repo import ZERO, Commit, Repo
 from mergegate.rules.policy import Policy, load_policy
 
-if TYPE_CHECKING:  # (the judge's modules: `audit verify` imports them only if a check needs them, issue 12)
+if (
+    TYPE_CHECKING
+):  # (the judge's modules: `audit verify` imports them only if a check needs them, issue 12)
     from mergegate.crypto.signatures import PublicKey, SignatureCheck
     from mergegate.facts.assessor import Assessor
 
@@ -49,8 +51,14 @@ class Signer(Protocol):
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck: ...
 
 
-def policy_lookup(repo: Repo, assessor: Callable[[], Assessor], *, root: str, records: str | None,
-                  known: dict[str, Policy] | None = None) -> Callable[[str], Policy]:
+def policy_lookup(
+    repo: Repo,
+    assessor: Callable[[], Assessor],
+    *,
+    root: str,
+    records: str | None,
+    known: dict[str, Policy] | None = None,
+) -> Callable[[str], Policy]:
     """`policy_at(sha)`: the policy in force at an approved commit (after judging it), for the
     runner-signature rule (`planning.policy_lookup`).
 
@@ -71,7 +79,9 @@ def policy_lookup(repo: Repo, assessor: Callable[[], Assessor], *, root: str, re
 
                 judge = assessor()
                 at = judge.at
-                cache[sha] = policy_in_force(repo, judge, root=root, upto=sha, records=records, changes=changes)
+                cache[sha] = policy_in_force(
+                    repo, judge, root=root, upto=sha, records=records, changes=changes
+                )
                 judge.at = at
         return cache[sha]
 
@@ -79,9 +89,15 @@ def policy_lookup(repo: Repo, assessor: Callable[[], Assessor], *, root: str, re
 
 
 class Tampering(IntegrityError):
-    def __init__(self, sha: str, what: str, *, file: str | None = None, line: int | None = None) -> None:
-        super().__init__(f"audit commit {sha[:12]} on {AUDIT_BRANCH} {what}: tampering", file=file, line=line,
-                         hint=f"records are only ever appended by runners; inspect it with `git show {sha[:12]}`")
+    def __init__(
+        self, sha: str, what: str, *, file: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(
+            f"audit commit {sha[:12]} on {AUDIT_BRANCH} {what}: tampering",
+            file=file,
+            line=line,
+            hint=f"records are only ever appended by runners; inspect it with `git show {sha[:12]}`",
+        )
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,9 @@ class Checker:
         Without `shapes`, only the signatures (the shapes were checked already, before anything read the records).
         """
         if shapes and len(shas) > 1:
-            self._tips[:] = [Tips(self.repo, shas[-1])]  # the log files as the last of them holds them
+            self._tips[:] = [
+                Tips(self.repo, shas[-1])
+            ]  # the log files as the last of them holds them
             if not self.repo.commit(shas[0]).parents:
                 self._logs[:] = [set()]
         try:
@@ -138,8 +156,18 @@ class Checker:
         # look at the line, which is history-long: read it for the first commit judged elsewhere.
         said = approved_of(self.repo.commit(sha))
         line = self._first_parent_line() if self._line or said != self.approved_tip else None
-        first = self.check_shape(self.repo, sha, verified=self.verified, tips=self._tips[0] if self._tips else None,
-                                 line=line, logs=self._logs[0] if self._logs else None) if shape else None
+        first = (
+            self.check_shape(
+                self.repo,
+                sha,
+                verified=self.verified,
+                tips=self._tips[0] if self._tips else None,
+                line=line,
+                logs=self._logs[0] if self._logs else None,
+            )
+            if shape
+            else None
+        )
         approved = approved_of(self.repo.commit(sha))
         if approved is None:
             raise Tampering(sha, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
@@ -149,14 +177,24 @@ class Checker:
         # The trailer picks the policy that says whether a runner must sign, so it must name a
         # commit on approved's own first-parent line: an ancestor reached through a second parent
         # (a proposal's merge of an old base) has a first-parent history that skips policy changes.
-        if line is not None and approved not in line and self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip):
-            raise Tampering(sha, f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
-                                 f"(runners judge approved's tip, never a merged side commit)")
+        if (
+            line is not None
+            and approved not in line
+            and self.repo.rev(approved) is not None
+            and self.repo.is_ancestor(approved, self.approved_tip)
+        ):
+            raise Tampering(
+                sha,
+                f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
+                f"(runners judge approved's tip, never a merged side commit)",
+            )
         policy = self.policy_at(approved)
         if policy.runners:
             check = self.assessor.signature(self.repo.commit(sha), policy.runner_keys())
             if not check.ok:
-                raise Tampering(sha, f"is not signed by a runner in {policy.where} ({check.reason})")
+                raise Tampering(
+                    sha, f"is not signed by a runner in {policy.where} ({check.reason})"
+                )
 
     def moved_to(self, tip: str) -> Checker:
         """This checker for approved at `tip`, a later tip read during the same pass.
@@ -168,7 +206,9 @@ class Checker:
         """
         moved = replace(self, approved_tip=tip)
         if self._line and tip != self.approved_tip:
-            added = self.repo.out("rev-list", "--first-parent", tip, f"^{self.approved_tip}").split()
+            added = self.repo.out(
+                "rev-list", "--first-parent", tip, f"^{self.approved_tip}"
+            ).split()
             if added and self.repo.commit(added[-1]).parents[:1] == (self.approved_tip,):
                 moved._line.update((sha, place) for place, sha in enumerate(added))
                 moved._line.update((sha, place + len(added)) for sha, place in self._line.items())
@@ -180,12 +220,25 @@ class Checker:
 
     def _first_parent_line(self) -> dict[str, int]:
         if not self._line:
-            self._line.update((sha, place) for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.approved_tip).split()))
+            self._line.update(
+                (sha, place)
+                for place, sha in enumerate(
+                    self.repo.out("rev-list", "--first-parent", self.approved_tip).split()
+                )
+            )
         return self._line
 
     @classmethod
-    def check_shape(cls, repo: Repo, sha: str, *, verified: Mapping[str, int] | None = None, tips: Tips | None = None,
-                    line: Mapping[str, int] | None = None, logs: set[int] | None = None) -> int | None:
+    def check_shape(
+        cls,
+        repo: Repo,
+        sha: str,
+        *,
+        verified: Mapping[str, int] | None = None,
+        tips: Tips | None = None,
+        line: Mapping[str, int] | None = None,
+        logs: set[int] | None = None,
+    ) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports that)."""
         commit = repo.commit(sha)
@@ -205,13 +258,22 @@ class Checker:
             else:
                 descends = before == approved or repo.is_ancestor(before, approved)
             if not descends:
-                raise Tampering(sha, f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
-                                     "judged by the commit before it")
+                raise Tampering(
+                    sha,
+                    f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
+                    "judged by the commit before it",
+                )
         return cls._only_appends(repo, sha, parent, verified or {}, tips, logs)
 
     @staticmethod
-    def _only_appends(repo: Repo, sha: str, parent: str | None, verified: Mapping[str, int], tips: Tips | None = None,
-                      numbers: set[int] | None = None) -> int | None:
+    def _only_appends(
+        repo: Repo,
+        sha: str,
+        parent: str | None,
+        verified: Mapping[str, int],
+        tips: Tips | None = None,
+        numbers: set[int] | None = None,
+    ) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
         first: int | None = None
@@ -220,36 +282,72 @@ class Checker:
             if audit.is_evidence_path(path) is not None:
                 if change.status != "A":
                     verb = "removes" if change.status == "D" else "changes"
-                    raise Tampering(sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path)
-                if change.new_mode != "100644" or hashlib.sha256(repo.blob(change.new_blob)).hexdigest() != audit.is_evidence_path(path):
-                    raise Tampering(sha, f"adds evidence file {path}, whose bytes do not hash to its name", file=path)
+                    raise Tampering(
+                        sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path
+                    )
+                if change.new_mode != "100644" or hashlib.sha256(
+                    repo.blob(change.new_blob)
+                ).hexdigest() != audit.is_evidence_path(path):
+                    raise Tampering(
+                        sha,
+                        f"adds evidence file {path}, whose bytes do not hash to its name",
+                        file=path,
+                    )
                 continue
             if not re.match(r"^audit/log-\d{6}\.jsonl$", path):
-                raise Tampering(sha, f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
-                                     "and add audit/evidence/<sha256>.json", file=path)
+                raise Tampering(
+                    sha,
+                    f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
+                    "and add audit/evidence/<sha256>.json",
+                    file=path,
+                )
             logs += 1
             if change.status == "D":
                 raise Tampering(sha, f"deletes audit file {path}", file=path)
             if change.new_mode != "100644":
-                raise Tampering(sha, f"makes {path} something other than a plain file (mode {change.new_mode})", file=path)
-            if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
-                first = verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
+                raise Tampering(
+                    sha,
+                    f"makes {path} something other than a plain file (mode {change.new_mode})",
+                    file=path,
+                )
+            if (
+                change.status == "A" and change.new_blob in verified
+            ):  # complete lines, first seq known
+                first = (
+                    verified[change.new_blob]
+                    if first is None
+                    else min(first, verified[change.new_blob])
+                )
                 continue
             size = tips.prefix(path, change.new_blob) if tips is not None else None
-            if tips is not None and size is not None:  # this version is the first `size` bytes of the file at the last commit
+            if (
+                tips is not None and size is not None
+            ):  # this version is the first `size` bytes of the file at the last commit
                 data = tips.data
                 if size == 0 or data[size - 1] != 0x0A:
-                    raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=data.count(b"\n", 0, size) + 1)
+                    raise Tampering(
+                        sha,
+                        f"leaves an incomplete last line in {path}",
+                        file=path,
+                        line=data.count(b"\n", 0, size) + 1,
+                    )
                 if change.status == "A":
                     first = _first_seq(data, 0, first)
                     continue
                 old_size = tips.prefix(path, change.old_blob)
-                if old_size is not None and old_size <= size:  # the old version is a prefix too, and shorter: appended
+                if (
+                    old_size is not None and old_size <= size
+                ):  # the old version is a prefix too, and shorter: appended
                     first = _first_seq(data, old_size, first)
                     continue
             new = repo.blob(change.new_blob)
             if not new.endswith(b"\n"):
-                raise Tampering(sha, f"leaves an incomplete last line in {path}", file=path, line=new.count(b"\n") + 1)
+                raise Tampering(
+                    sha,
+                    f"leaves an incomplete last line in {path}",
+                    file=path,
+                    line=new.count(b"\n") + 1,
+                )
             if change.status == "A":
                 first = _first_seq(new, 0, first)
                 continue
@@ -258,12 +356,23 @@ class Checker:
                 continue
             old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
             if not new.startswith(old):
-                raise Tampering(sha, f"rewrites existing audit records in {path}", file=path, line=_first_difference(old, new))
+                raise Tampering(
+                    sha,
+                    f"rewrites existing audit records in {path}",
+                    file=path,
+                    line=_first_difference(old, new),
+                )
             first = _first_seq(new, len(old), first)
         if logs == 0:
             raise Tampering(sha, "appends no record")
-        added = {int(c.path[len("audit/log-"):-len(".jsonl")]) for c in changes if c.status == "A" and c.path.endswith(".jsonl")}
-        if numbers is not None:  # the files before this commit are known (every commit since the root passed these rules)
+        added = {
+            int(c.path[len("audit/log-") : -len(".jsonl")])
+            for c in changes
+            if c.status == "A" and c.path.endswith(".jsonl")
+        }
+        if (
+            numbers is not None
+        ):  # the files before this commit are known (every commit since the root passed these rules)
             numbers |= added
             if numbers == set(range(1, len(numbers) + 1)):
                 return first
@@ -277,7 +386,14 @@ class Checker:
     def _on_approved(self, sha: str) -> None:
         approved = approved_of(self.repo.commit(sha))
         assert approved is not None
-        if approved == self.approved_tip or approved in self._first_parent_line() or (self.repo.rev(approved) is not None and self.repo.is_ancestor(approved, self.approved_tip)):
+        if (
+            approved == self.approved_tip
+            or approved in self._first_parent_line()
+            or (
+                self.repo.rev(approved) is not None
+                and self.repo.is_ancestor(approved, self.approved_tip)
+            )
+        ):
             return  # (the line is approved_tip's first parents, read once: no merge-base process a push)
         # Both branches come from one fetch, so records never judged an approved this clone lacks:
         # approved lost commits a runner judged (a force-push a fresh clone sees too), or the trailer is forged.
@@ -307,7 +423,9 @@ class Tips:
             self.blobs = {}  # the commits' own checks say what is wrong
         self.path: str | None = None
         self.data = b""
-        self.sizes: dict[str, int] = {}  # versions of `path` proven to be prefixes of `data`, by size
+        self.sizes: dict[
+            str, int
+        ] = {}  # versions of `path` proven to be prefixes of `data`, by size
 
     def prefix(self, path: str, blob: str) -> int | None:
         """The size of version `blob` of `path` if it is the first bytes of that file at the tip, else None."""
@@ -355,15 +473,26 @@ def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail
     return found[::-1]
 
 
-def explain(repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 200) -> IntegrityError:
+def explain(
+    repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 200
+) -> IntegrityError:
     """The commit that broke the log, when reading it failed: the newest one (after `seen`) that breaks a rule."""
-    for sha in repo.out("rev-list", f"--max-count={limit}", tip, *([f"^{seen}"] if seen and repo.is_ancestor(seen, tip) else [])).split():
+    for sha in repo.out(
+        "rev-list",
+        f"--max-count={limit}",
+        tip,
+        *([f"^{seen}"] if seen and repo.is_ancestor(seen, tip) else []),
+    ).split():
         try:
             Checker.check_shape(repo, sha)
         except Tampering as found:
             return found
-    return IntegrityError(f"{error.message}; tampering? the audit branch's tip is {tip[:12]}", file=error.file, line=error.line,
-                          hint="`mergegate audit verify` checks every commit of the audit branch")
+    return IntegrityError(
+        f"{error.message}; tampering? the audit branch's tip is {tip[:12]}",
+        file=error.file,
+        line=error.line,
+        hint="`mergegate audit verify` checks every commit of the audit branch",
+    )
 
 
 def every_commit(repo: Repo, tip: str | None) -> list[str]:
@@ -377,7 +506,10 @@ def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:
     size = repo.object_size(old_blob) if len(old_blob) == 40 else None
     if size is None or size > len(new):
         return False
-    return hashlib.sha1(b"blob %d\0" % size + new[:size], usedforsecurity=False).hexdigest() == old_blob
+    return (
+        hashlib.sha1(b"blob %d\0" % size + new[:size], usedforsecurity=False).hexdigest()
+        == old_blob
+    )
 
 
 def _first_seq(data: bytes, offset: int, known: int | None) -> int | None:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from mergegate.errors import GitError, IntegrityError, StateError, UsageError
 from mergegate.git.repo import Repo
 
-AUDIT_BRANCH = "mergegate/audit"  # fixed: every runner, `status` and `verify` agree on it without a flag
+AUDIT_BRANCH = (
+    "mergegate/audit"  # fixed: every runner, `status` and `verify` agree on it without a flag
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class Branch:
 
     @property
     def audit_ref(self) -> str:
-        return f"refs/remotes/{self.remote}/{AUDIT_BRANCH}" if self.remote is not None else f"refs/heads/{AUDIT_BRANCH}"
+        return (
+            f"refs/remotes/{self.remote}/{AUDIT_BRANCH}"
+            if self.remote is not None
+            else f"refs/heads/{AUDIT_BRANCH}"
+        )
 
     @property
     def seen_ref(self) -> str:
@@ -62,7 +68,9 @@ class Branch:
         tip = refs[self.ref]
         return tip if tip is not None else self.tip(), refs[self.audit_ref]
 
-    def check_not_rewritten(self, tip: str, records: str | None, *, seen: Seen | None = None) -> Seen:
+    def check_not_rewritten(
+        self, tip: str, records: str | None, *, seen: Seen | None = None
+    ) -> Seen:
         """IntegrityError when a branch does not descend from the tip this clone last saw of it
         (`seen`, as `look` read it; else read now)."""
         seen = seen or Seen(self.repo.rev(self.seen_ref), self.repo.rev(self.seen_audit_ref))
@@ -71,8 +79,14 @@ class Branch:
                 f"{self.ref} was rewritten: this clone last saw {seen.approved[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
                 hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
             )
-        if seen.records is not None and (records is None or not self.repo.is_ancestor(seen.records, records)):
-            now = "was deleted" if records is None else f"is now at {records[:12]}, which does not descend from it"
+        if seen.records is not None and (
+            records is None or not self.repo.is_ancestor(seen.records, records)
+        ):
+            now = (
+                "was deleted"
+                if records is None
+                else f"is now at {records[:12]}, which does not descend from it"
+            )
             raise IntegrityError(
                 f"the audit branch {AUDIT_BRANCH} was rewritten: this clone last saw {seen.records[:12]}, and {self.audit_ref} {now} (force-push?)",
                 hint=f"records are never rewritten; investigate before trusting it; to accept the new history: git update-ref -d {self.seen_audit_ref}",
@@ -101,23 +115,33 @@ class Branch:
                 if self.repo.update_ref(ref, new, old):
                     return
             except GitError as exc:
-                raise StateError(f"cannot record the tip this clone has seen in {ref}: {exc.message}",
-                                 file=exc.file or str(self.repo.git_dir / ref),
-                                 hint=exc.hint or "the runner detects a rewritten branch with it; fix the cause and run again") from None
+                raise StateError(
+                    f"cannot record the tip this clone has seen in {ref}: {exc.message}",
+                    file=exc.file or str(self.repo.git_dir / ref),
+                    hint=exc.hint
+                    or "the runner detects a rewritten branch with it; fix the cause and run again",
+                ) from None
             # Another process (a `verify`, a `status`) moved it meanwhile: fine if along the same line.
             now = self.repo.rev(ref)
             if now is not None and self.repo.is_ancestor(new, now):
                 return
             if now is not None and not self.repo.is_ancestor(now, new):
-                raise IntegrityError(f"{ref} moved to {now[:12]}, which is not an ancestor of {new[:12]}: a branch was rewritten (force-push?)",
-                                     hint=f"investigate before trusting it; to accept the new history: git update-ref -d {ref}")
+                raise IntegrityError(
+                    f"{ref} moved to {now[:12]}, which is not an ancestor of {new[:12]}: a branch was rewritten (force-push?)",
+                    hint=f"investigate before trusting it; to accept the new history: git update-ref -d {ref}",
+                )
             old = now
-        raise StateError(f"{ref} keeps changing while this pass runs", hint="one pass at a time per clone")
+        raise StateError(
+            f"{ref} keeps changing while this pass runs", hint="one pass at a time per clone"
+        )
 
     def tip(self) -> str:
         sha = self.repo.rev(self.ref)
         if sha is None:
-            raise GitError(f"branch {self.ref} does not exist", hint="run `mergegate init`, or pass --remote/--branch")
+            raise GitError(
+                f"branch {self.ref} does not exist",
+                hint="run `mergegate init`, or pass --remote/--branch",
+            )
         return sha
 
     def audit_tip(self) -> str | None:
@@ -151,11 +175,16 @@ def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
                 result.refresh()
             except GitError as exc:
                 if "does not exist" in exc.message:
-                    exc.hint = f"after `mergegate init`, publish it: git push {remote} HEAD {branch}"
+                    exc.hint = (
+                        f"after `mergegate init`, publish it: git push {remote} HEAD {branch}"
+                    )
                 raise
         return result
     if repo.current_branch() == AUDIT_BRANCH:
-        raise GitError(f"{AUDIT_BRANCH} is checked out here; the runner would move it under your working tree", hint="git switch to another branch first")
+        raise GitError(
+            f"{AUDIT_BRANCH} is checked out here; the runner would move it under your working tree",
+            hint="git switch to another branch first",
+        )
     return Branch(repo, f"refs/heads/{branch}", None, branch)
 
 
@@ -167,13 +196,22 @@ def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
     """
     if records is not None:
         return
-    old = [name for mode, _, name in repo.ls_tree_flat(tip, "audit/") if re.fullmatch(r"log-\d{6}\.jsonl", name)]
+    old = [
+        name
+        for mode, _, name in repo.ls_tree_flat(tip, "audit/")
+        if re.fullmatch(r"log-\d{6}\.jsonl", name)
+    ]
     if old:
-        raise UsageError(f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on approved",
-                         file=f"audit/{old[0]}", hint="a gate made by mergegate 0.1, which kept records on approved (git show approved:audit/log-000001.jsonl reads them); this version cannot run it")
+        raise UsageError(
+            f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on approved",
+            file=f"audit/{old[0]}",
+            hint="a gate made by mergegate 0.1, which kept records on approved (git show approved:audit/log-000001.jsonl reads them); this version cannot run it",
+        )
 
 
-def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = False) -> tuple[str, list[str]]:
+def trust_root(
+    repo: Repo, tip: str, given: str | None, *, remember: bool = False
+) -> tuple[str, list[str]]:
     """The pinned trust root (checked to be an ancestor of tip), or the root commit with a warning.
     (`remember`: a runner's pass; the clone keeps the yes of that walk through all history.)"""
     given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
@@ -187,15 +225,21 @@ def trust_root(repo: Repo, tip: str, given: str | None, *, remember: bool = Fals
         if repo.file_blob(root, POLICY_FILE) is None:
             introduced = repo.first_parent_adding(tip, POLICY_FILE)
             root = introduced or root
-        return root, [f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"]
+        return root, [
+            f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"
+        ]
     sha = repo.rev(given)
     if sha is None:
-        raise UsageError(f"trust root {given!r} does not name a commit in this repository",
-                         hint="pass the full id of the commit whose policy you reviewed (fetch it first)")
+        raise UsageError(
+            f"trust root {given!r} does not name a commit in this repository",
+            hint="pass the full id of the commit whose policy you reviewed (fetch it first)",
+        )
     if not repo.is_ancestor(sha, tip, remember=remember):
-        raise IntegrityError(f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned",
-                             hint="pin the commit `mergegate init` printed as the trust root; if that is the one pinned, "
-                             "approved was rewritten (force-push?): investigate before trusting it")
+        raise IntegrityError(
+            f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned",
+            hint="pin the commit `mergegate init` printed as the trust root; if that is the one pinned, "
+            "approved was rewritten (force-push?): investigate before trusting it",
+        )
     return sha, []
 
 
@@ -214,9 +258,13 @@ def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) 
     remember = remember and bool(_FULL.fullmatch(root) and _FULL.fullmatch(upto))
     memo = _policy_memory(repo) if remember else {}
     known = memo.get(key)
-    if isinstance(known, list) and all(isinstance(sha, str) and _FULL.fullmatch(sha) for sha in known):
+    if isinstance(known, list) and all(
+        isinstance(sha, str) and _FULL.fullmatch(sha) for sha in known
+    ):
         return list(known)
-    found = repo.out("log", "--first-parent", "--reverse", "--format=%H", key, "--", POLICY_DIR).split()
+    found = repo.out(
+        "log", "--first-parent", "--reverse", "--format=%H", key, "--", POLICY_DIR
+    ).split()
     if remember:
         kept = {k: v for k, v in memo.items() if k != key}
         kept = dict(list(kept.items())[-15:])

@@ -47,12 +47,22 @@ from mergegate.rules.judge import ABSENT, Entry
 from mergegate.rules.policy import POLICY_DIR
 
 # Everything a job may read or execute besides job definitions and the policy.
-CONTENT_PATHSPEC = (".", ":(exclude)policy", ":(exclude,glob)jobs/**/*.yaml", ":(exclude,glob)jobs/**/*.yml")
+CONTENT_PATHSPEC = (
+    ".",
+    ":(exclude)policy",
+    ":(exclude,glob)jobs/**/*.yaml",
+    ":(exclude,glob)jobs/**/*.yml",
+)
 SYMLINK = "120000"
 # How many side commits an entry lookup follows before giving up (and asking git).
 _REACH = 512
 # Variables that change how git matches every pathspec.
-_PATHSPEC_ENV = ("GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS")
+_PATHSPEC_ENV = (
+    "GIT_LITERAL_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+    "GIT_ICASE_PATHSPECS",
+)
 # wildmatch's special characters: a name holding one could match a pattern literally (git's own rules then).
 _GLOB = re.compile(rb"[*?\[\\]")
 
@@ -64,8 +74,15 @@ def _after(change: Change) -> Entry:
 class History:
     """Answers about the merges of `chain` (first-parent commits after `root`, oldest first)."""
 
-    def __init__(self, repo: Repo, root: str, chain: Sequence[str], graph: list[tuple[str, int, tuple[str, ...], str]],
-                 diffs: Mapping[str, list[Change]], root_tree: Mapping[str, Entry]) -> None:
+    def __init__(
+        self,
+        repo: Repo,
+        root: str,
+        chain: Sequence[str],
+        graph: list[tuple[str, int, tuple[str, ...], str]],
+        diffs: Mapping[str, list[Change]],
+        root_tree: Mapping[str, Entry],
+    ) -> None:
         self.repo = repo
         self.line = [root, *chain]
         self.position = {sha: k for k, sha in enumerate(self.line)}
@@ -108,10 +125,16 @@ class History:
         if any(parents.get(sha, ())[:1] != (line[k],) for k, sha in enumerate(chain)):
             return None  # not one first-parent line from the root: ask git
         if any(dates[p] > date for _, date, ps, _ in graph for p in ps):
-            return None  # clock skew somewhere: git's date-ordered walks may differ from reachability
+            return (
+                None  # clock skew somewhere: git's date-ordered walks may differ from reachability
+            )
         intro = _introductions(line, parents)
         on_line = set(chain)
-        rest = [(p[0] if p else None, sha) for sha, _, p, _ in graph if intro[sha] > 0 and sha not in on_line]
+        rest = [
+            (p[0] if p else None, sha)
+            for sha, _, p, _ in graph
+            if intro[sha] > 0 and sha not in on_line
+        ]
         # git processes at once (two cores): the chain's diffs in two halves (each compares whole trees
         # of folders that grow with the history: most of git's work), while the commits stream in.
         pairs = [(line[k], sha) for k, sha in enumerate(chain)]
@@ -131,7 +154,10 @@ class History:
         diffs = dict(zip(chain, chain_diffs, strict=True))
         # A diff is its two trees': a side's commit with the trees of a chain commit and its parent (a
         # proposal of one commit on approved's tip, merged as it is) has that diff, read once.
-        by_trees = {(trees[line[k]], trees[sha]): changes for k, (sha, changes) in enumerate(zip(chain, chain_diffs, strict=True))}
+        by_trees = {
+            (trees[line[k]], trees[sha]): changes
+            for k, (sha, changes) in enumerate(zip(chain, chain_diffs, strict=True))
+        }
         for parent, sha in rest:
             if parent is not None and (trees[parent], trees[sha]) in by_trees:
                 diffs[sha] = by_trees[(trees[parent], trees[sha])]
@@ -144,10 +170,20 @@ class History:
             # A path twice in one diff: a tree git never writes (unsorted, or a name twice), where
             # replaying diffs and listing trees disagree. Ask git, as the runner does.
             return None
-        repo.remember({sha: parents[sha] for sha in chain}, {(line[k], sha): diffs[sha] for k, sha in enumerate(chain)})
+        repo.remember(
+            {sha: parents[sha] for sha in chain},
+            {(line[k], sha): diffs[sha] for k, sha in enumerate(chain)},
+        )
         # The job and policy files the walk reads, streamed by one process rather than a round trip each.
-        repo.preload([c.new_blob for sha in chain for c in diffs[sha]
-                      if c.new_mode in ("100644", "100755") and (is_job_path(c.path) or c.path.startswith(POLICY_DIR))])
+        repo.preload(
+            [
+                c.new_blob
+                for sha in chain
+                for c in diffs[sha]
+                if c.new_mode in ("100644", "100755")
+                and (is_job_path(c.path) or c.path.startswith(POLICY_DIR))
+            ]
+        )
         return cls(repo, root, chain, graph, diffs, root_tree)
 
     def side(self, merge: str, first: str, second: str) -> Side | None:
@@ -162,7 +198,11 @@ class History:
                 return None  # a merge or a root inside the side
             commits.append(sha)
             sha = self.parents[sha][0]
-        if sha not in self.intro or not self._reachable(sha) or any(self.content(c) is None for c in commits):
+        if (
+            sha not in self.intro
+            or not self._reachable(sha)
+            or any(self.content(c) is None for c in commits)
+        ):
             return None
         return Side(self, k, sha, commits)
 
@@ -194,7 +234,9 @@ class History:
         touched = self._touched.get(sha)
         if touched is None:
             names = {path_bytes(c.path) for c in self.diffs[sha]}
-            folders = {name[:i] for name in names for i in range(len(name)) if name[i:i + 1] == b"/"}
+            folders = {
+                name[:i] for name in names for i in range(len(name)) if name[i : i + 1] == b"/"
+            }
             touched = self._touched[sha] = frozenset(names | folders)
         return path_bytes(path) in touched
 
@@ -208,7 +250,9 @@ class History:
 
     def job_paths(self, k: int, stems: set[str]) -> tuple[str, ...]:
         sha = self.line[k]
-        found = {p for stem in stems for p in self._stems.get(stem, ()) if self.entry(sha, p) != ABSENT}
+        found = {
+            p for stem in stems for p in self._stems.get(stem, ()) if self.entry(sha, p) != ABSENT
+        }
         return tuple(sorted(found, key=path_bytes))
 
     def symlinks(self, k: int) -> tuple[tuple[str, str], ...]:
@@ -237,11 +281,16 @@ class History:
 
     def _all_writers(self) -> dict[tuple[str, str], list[str]] | None:
         # The commits the root reaches are read only now: verify needs them only for bytes seen before.
-        older = [(p[0] if p else None, sha) for sha, p in self.parents.items() if self.intro[sha] == 0]
+        older = [
+            (p[0] if p else None, sha) for sha, p in self.parents.items() if self.intro[sha] == 0
+        ]
         answers = self.repo.diffs(older)
         if answers is None:
             return None
-        diffs = {**self.diffs, **{sha: changes for (_, sha), changes in zip(older, answers, strict=True)}}
+        diffs = {
+            **self.diffs,
+            **{sha: changes for (_, sha), changes in zip(older, answers, strict=True)},
+        }
         writers: dict[tuple[str, str], list[str]] = {}
         for sha, changes in diffs.items():
             if len(self.parents[sha]) <= 1:  # git log shows no diff of a merge

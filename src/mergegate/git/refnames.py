@@ -11,7 +11,13 @@ from __future__ import annotations
 
 def branch_name(name: str, remote: str) -> str:
     """The bare branch name for every spelling of a local or `remote`-tracking branch."""
-    for prefix in (f"refs/remotes/{remote}/", f"remotes/{remote}/", f"{remote}/", "refs/heads/", "heads/"):
+    for prefix in (
+        f"refs/remotes/{remote}/",
+        f"remotes/{remote}/",
+        f"{remote}/",
+        "refs/heads/",
+        "heads/",
+    ):
         if name.startswith(prefix) and len(name) > len(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name

@@ -40,11 +40,21 @@ _TEMPLATE_FILES = 64  # an export of at most this many files copies one checkout
 _MODES = (b"40000", b"100644", b"100755", b"120000", b"160000")  # the modes git writes
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
-QUIET_WRITES = ("-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                "-c", "fetch.recurseSubmodules=false")
+QUIET_WRITES = (
+    "-c",
+    "fetch.writeCommitGraph=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "fetch.recurseSubmodules=false",
+)
 # How receive-pack says another push updated (or created) the ref first.
 _IN_THE_WAY = re.compile(r"'(refs/[^']+)' exists; cannot create")
-_LOST_RACE = re.compile(r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ but")
+_LOST_RACE = re.compile(
+    r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ but"
+)
 
 
 def path_text(raw: bytes) -> str:
@@ -87,10 +97,15 @@ def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
     locked = _LOCKED.search(text)
     if locked:
         lock = locked[1]
-        error = GitError(f"{what} failed: a lock is in the way", file=lock,
-                         hint=f"another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'")
+        error = GitError(
+            f"{what} failed: a lock is in the way",
+            file=lock,
+            hint=f"another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'",
+        )
     else:
-        said = [line for line in lines if line.startswith(("fatal:", "error:", "remote:", "!", "To "))]
+        said = [
+            line for line in lines if line.startswith(("fatal:", "error:", "remote:", "!", "To "))
+        ]
         said = [line for line in said if not line.startswith("To ")] or said
         summary = "; ".join(dict.fromkeys(said)) or (lines[-1] if lines else str(fallback))
         error = GitError(f"{what} failed: {summary}")
@@ -109,12 +124,30 @@ def _verb(args: tuple[str, ...]) -> str:
 # What git answers the runner and verify must not depend on the user's git config or environment
 # (invariant 1): the settings that change what a log, grep or pathspec says are pinned to git's
 # defaults, and the pathspec variables are dropped.
-_PINNED = ("-c", "log.showRoot=true", "-c", "log.follow=false", "-c", "diff.renames=true", "-c", "grep.patternType=basic",
-           "-c", "grep.extendedRegexp=false", "-c", "core.quotePath=true",
-           # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on stdout
-           # before each signed commit of `git log --format=%H`: words read as commit ids.)
-           "-c", "log.showSignature=false")
-_PATHSPEC_ENV = ("GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS", "GIT_ICASE_PATHSPECS")
+_PINNED = (
+    "-c",
+    "log.showRoot=true",
+    "-c",
+    "log.follow=false",
+    "-c",
+    "diff.renames=true",
+    "-c",
+    "grep.patternType=basic",
+    "-c",
+    "grep.extendedRegexp=false",
+    "-c",
+    "core.quotePath=true",
+    # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on stdout
+    # before each signed commit of `git log --format=%H`: words read as commit ids.)
+    "-c",
+    "log.showSignature=false",
+)
+_PATHSPEC_ENV = (
+    "GIT_LITERAL_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+    "GIT_ICASE_PATHSPECS",
+)
 
 # git verbs that talk to a remote: only they get the push and API credentials of the environment.
 _NETWORK_VERBS = frozenset({"fetch", "push", "ls-remote", "pull", "clone"})
@@ -128,7 +161,11 @@ def _without_credentials(env: dict[str, str]) -> dict[str, str]:
     a job without a sandbox, as the same user, could read a process's environment in /proc.
     So credentials reach only the processes that need them; other GIT_CONFIG_* entries stay.
     """
-    out = {k: v for k, v in env.items() if k not in _TOKENS and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+    out = {
+        k: v
+        for k, v in env.items()
+        if k not in _TOKENS and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
     out.pop("GIT_CONFIG_COUNT", None)
     try:
         count = int(env.get("GIT_CONFIG_COUNT", "0"))
@@ -137,7 +174,11 @@ def _without_credentials(env: dict[str, str]) -> dict[str, str]:
     kept = 0
     for i in range(count):
         key, value = env.get(f"GIT_CONFIG_KEY_{i}"), env.get(f"GIT_CONFIG_VALUE_{i}")
-        if key is None or value is None or re.fullmatch(r"http\..*\.?extraheader", key, flags=re.IGNORECASE):
+        if (
+            key is None
+            or value is None
+            or re.fullmatch(r"http\..*\.?extraheader", key, flags=re.IGNORECASE)
+        ):
             continue
         out[f"GIT_CONFIG_KEY_{kept}"], out[f"GIT_CONFIG_VALUE_{kept}"] = key, value
         kept += 1
@@ -171,7 +212,11 @@ class Commit:
         """Values of `Key: value` lines in the message's last paragraph."""
         last = self.message.replace("\r\n", "\n").strip().split("\n\n")[-1]
         prefix = key.lower() + ":"
-        return tuple(line.split(":", 1)[1].strip() for line in last.splitlines() if line.lower().startswith(prefix))
+        return tuple(
+            line.split(":", 1)[1].strip()
+            for line in last.splitlines()
+            if line.lower().startswith(prefix)
+        )
 
 
 @dataclass(frozen=True)
@@ -180,7 +225,9 @@ class Change:
     path: str
     old_blob: str
     new_blob: str
-    old_mode: str = ""  # "100644", "100755", "120000" (symlink), "160000" (gitlink); "000000" when absent
+    old_mode: str = (
+        ""  # "100644", "100755", "120000" (symlink), "160000" (gitlink); "000000" when absent
+    )
     new_mode: str = ""
 
 
@@ -215,8 +262,13 @@ class _Objects:
         if self._proc is None or self._proc.poll() is not None:
             env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
             env.pop("GIT_WORK_TREE", None)
-            self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch-command"],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            self._proc = subprocess.Popen(
+                ["git", "--git-dir", str(self.git_dir), "cat-file", "--batch-command"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         return self._proc.stdin, self._proc.stdout
 
@@ -304,7 +356,7 @@ def _copy_file(source: str, target: str, mode: int) -> None:
             while chunk := os.read(src, 1 << 20):
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(out, view):]
+                    view = view[os.write(out, view) :]
         finally:
             os.close(out)
     finally:
@@ -337,13 +389,18 @@ class BlobFeed:
     def read(self, sha: str) -> bytes:
         """The next answer, which must be blob `sha`'s contents (as `Repo.blobs` judges it)."""
         try:
-            line = self._exactly(len(sha) + len(" blob "))  # as much as any answer's first line holds, never more
+            line = self._exactly(
+                len(sha) + len(" blob ")
+            )  # as much as any answer's first line holds, never more
             while not line.endswith(b"\n"):
                 line += self._exactly(1)
             header = line.split()
             if len(header) != 3 or header[1] != b"blob":
-                raise GitError(f"object {sha[:12]} is not a blob in {self.path}" if len(header) == 3
-                               else f"object {sha[:12]} not found in {self.path}")
+                raise GitError(
+                    f"object {sha[:12]} is not a blob in {self.path}"
+                    if len(header) == 3
+                    else f"object {sha[:12]} not found in {self.path}"
+                )
             size = int(header[2])
             data = self._exactly(size)
             self._exactly(1)  # its newline
@@ -352,7 +409,9 @@ class BlobFeed:
             raise GitError(f"git cat-file stopped answering for {self.git_dir}") from None
 
     def _exactly(self, size: int) -> bytes:
-        data = os.read(self.answers, size)  # one read, usually all of it (the pipe holds a log file)
+        data = os.read(
+            self.answers, size
+        )  # one read, usually all of it (the pipe holds a log file)
         if len(data) == size:
             return data
         chunks = [data]
@@ -392,13 +451,29 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 def _locate(path: Path) -> tuple[Path, Path, Path]:
     """(working tree or git dir, git dir, common dir) of the repository at or above `path`: one rev-parse."""
-    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir",
-                           "--is-inside-work-tree", "--show-toplevel"],
-                          capture_output=True, env={**os.environ, "LC_ALL": "C"}, check=False)
+    proc = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(path),
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-dir",
+            "--git-common-dir",
+            "--is-inside-work-tree",
+            "--show-toplevel",
+        ],
+        capture_output=True,
+        env={**os.environ, "LC_ALL": "C"},
+        check=False,
+    )
     lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
     # Outside a work tree (a bare repository, or inside .git) rev-parse stops at --show-toplevel.
     if len(lines) < 3 or (proc.returncode != 0 and (len(lines) != 3 or lines[2] != "false")):
-        raise GitError(f"{path} is not a git repository", hint="run inside a clone of the gate repository, or point --repo at one")
+        raise GitError(
+            f"{path} is not a git repository",
+            hint="run inside a clone of the gate repository, or point --repo at one",
+        )
     git_dir, common_dir = Path(lines[0]), Path(lines[1])
     if len(lines) >= 4 and lines[2] == "true":
         return Path(lines[3]), git_dir, common_dir
@@ -409,26 +484,40 @@ def _locate(path: Path) -> tuple[Path, Path, Path]:
 
 class Repo:
     def __init__(self, path: Path) -> None:
-        self.path, self.git_dir, self.common_dir = _locate(path)  # common_dir differs from git_dir in a linked worktree
-        self.warnings: list[str] = []  # things a command should tell the user, though they did not stop it
+        self.path, self.git_dir, self.common_dir = _locate(
+            path
+        )  # common_dir differs from git_dir in a linked worktree
+        self.warnings: list[
+            str
+        ] = []  # things a command should tell the user, though they did not stop it
         self._objects = _Objects(self.git_dir)
         # A plain dict, not lru_cache on a bound method: that would be a cycle keeping the Repo
         # (and its cat-file process) alive until the cyclic collector runs.
         self._commits: dict[str, Commit] = {}
         self._diffs: dict[tuple[str, str], list[Change]] = {}  # read ahead by prefetch
         self._parents: dict[str, tuple[str, ...]] = {}
-        self._ancestors: set[tuple[str, str]] = set()  # is_ancestor's yes answers between full commit ids
+        self._ancestors: set[tuple[str, str]] = (
+            set()
+        )  # is_ancestor's yes answers between full commit ids
         # export(): one private index per (commit, skip), built once and read by every export of it.
-        self._indexes: dict[tuple[str, Callable[[str], bool]], tuple[Path, frozenset[bytes] | None]] = {}
+        self._indexes: dict[
+            tuple[str, Callable[[str], bool]], tuple[Path, frozenset[bytes] | None]
+        ] = {}
         self._exports_made = 0  # names each index apart, also after drop_exports
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
         # Told of that folder as soon as it exists (the runner tells its watchdog, which removes it if the runner dies).
         self.on_export_dir: Callable[[Path], None] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
-        self._trees: dict[str, dict[bytes, tuple[bytes, str]] | None] = {}  # file_blob's tree listings
-        self._flat: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {}  # ls_tree_flat's, of full ids
-        self._plain_refs: bool | None = None  # whether _ref_from_files may read refs from their files
+        self._trees: dict[
+            str, dict[bytes, tuple[bytes, str]] | None
+        ] = {}  # file_blob's tree listings
+        self._flat: dict[
+            tuple[str, str], tuple[tuple[str, str, str], ...]
+        ] = {}  # ls_tree_flat's, of full ids
+        self._plain_refs: bool | None = (
+            None  # whether _ref_from_files may read refs from their files
+        )
 
     def close(self) -> None:
         """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
@@ -436,8 +525,14 @@ class Repo:
         self.drop_exports()
 
     # -- running git ------------------------------------------------------
-    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True,
-            worktree: bool = False) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        worktree: bool = False,
+    ) -> subprocess.CompletedProcess[bytes]:
         """Run git on the repository itself, not its working tree (unless `worktree`).
 
         Without a working tree, a `.gitattributes` someone checked out there (say,
@@ -471,21 +566,33 @@ class Repo:
         """git's common signing failures as one line a person can act on, and a hint that leads somewhere."""
         missing = re.search(r"Couldn't load public key (.+?): No such file or directory", stderr)
         if missing and not os.path.basename(missing.group(1)).startswith(".git_signing_key_tmp"):
-            return (f"git could not sign: the signing key file {missing.group(1)} does not exist",
-                    "point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls ~/.ssh/*.pub lists yours)")
+            return (
+                f"git could not sign: the signing key file {missing.group(1)} does not exist",
+                "point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls ~/.ssh/*.pub lists yours)",
+            )
         if missing:  # a key line git could not use
-            return ("git could not sign: user.signingkey holds a key line ssh-keygen cannot read",
-                    "git config user.signingkey ~/.ssh/id_ed25519.pub (a key file path is simplest)")
+            return (
+                "git could not sign: user.signingkey holds a key line ssh-keygen cannot read",
+                "git config user.signingkey ~/.ssh/id_ed25519.pub (a key file path is simplest)",
+            )
         if "user.signingkey or gpg.ssh.defaultKeyCommand needs to be configured" in stderr:
-            return ("git could not sign: gpg.format is ssh but no signing key is set",
-                    "git config user.signingkey ~/.ssh/id_ed25519.pub")
+            return (
+                "git could not sign: gpg.format is ssh but no signing key is set",
+                "git config user.signingkey ~/.ssh/id_ed25519.pub",
+            )
         if "gpg failed to sign the data" in stderr:
             key = self.config("user.signingkey") or ""
-            if self.config("gpg.format") is None and (key.startswith(("ssh-", "/", "~", "key::")) or key.endswith(".pub")):
-                return (f"git could not sign: user.signingkey is an ssh key ({key[:40]}) but gpg.format is unset, so git ran gpg",
-                        "git config gpg.format ssh")
-            return ("git could not sign: gpg failed to sign the data",
-                    "check the key: gpg --list-secret-keys; for ssh signing: git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519.pub")
+            if self.config("gpg.format") is None and (
+                key.startswith(("ssh-", "/", "~", "key::")) or key.endswith(".pub")
+            ):
+                return (
+                    f"git could not sign: user.signingkey is an ssh key ({key[:40]}) but gpg.format is unset, so git ran gpg",
+                    "git config gpg.format ssh",
+                )
+            return (
+                "git could not sign: gpg failed to sign the data",
+                "check the key: gpg --list-secret-keys; for ssh signing: git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519.pub",
+            )
         return None
 
     def out(self, *args: str) -> str:
@@ -506,17 +613,30 @@ class Repo:
             if isinstance(found, str):
                 ref = found  # what for-each-ref would have said; its type is the batch process's to say
             else:
-                listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", ref, check=False)
-                exact = [line.split("\0")[1:] for line in listed.stdout.decode("utf-8", "replace").splitlines()
-                         if line.split("\0", 1)[0] == ref]
+                listed = self.run(
+                    "for-each-ref",
+                    "--format=%(refname)%00%(objectname)%00%(objecttype)",
+                    "--",
+                    ref,
+                    check=False,
+                )
+                exact = [
+                    line.split("\0")[1:]
+                    for line in listed.stdout.decode("utf-8", "replace").splitlines()
+                    if line.split("\0", 1)[0] == ref
+                ]
                 if not exact:
                     return None
                 ref, kind = exact[0][0], exact[0][1] if len(exact[0]) > 1 else ""
                 if kind == "commit":
                     return ref  # a branch names a commit: nothing to peel (a rev-parse a ref read, on every push)
         if _FULL_ID.fullmatch(ref) and self._objects.kind(ref) == "commit":
-            return ref  # the batch process answers: no rev-parse for an id this clone has as a commit
-        proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False)
+            return (
+                ref  # the batch process answers: no rev-parse for an id this clone has as a commit
+            )
+        proc = self.run(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}", check=False
+        )
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def revs(self, refs: Sequence[str]) -> dict[str, str | None]:
@@ -524,8 +644,16 @@ class Repo:
         its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by `rev`."""
         assert all(ref.startswith("refs/") for ref in refs)
         if all(self._ref_from_files(ref) is not _ASK_GIT for ref in refs):
-            return {ref: self.rev(ref) for ref in refs}  # each read from its files: no process at all
-        listed = self.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)", "--", *refs, check=False)
+            return {
+                ref: self.rev(ref) for ref in refs
+            }  # each read from its files: no process at all
+        listed = self.run(
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)%00%(objecttype)",
+            "--",
+            *refs,
+            check=False,
+        )
         found: dict[str, list[str]] = {}
         for line in listed.stdout.decode("utf-8", "replace").splitlines():
             name, _, rest = line.partition("\0")
@@ -548,12 +676,21 @@ class Repo:
         reftable or case-insensitive repository, a symbolic, broken or unreadable ref, a packed-refs file
         not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each, 5,000
         in the test suite); tests/test_rev_equiv.py holds the two to the same answers."""
-        if not _PLAIN_REF.fullmatch(ref) or ".." in ref or ref.endswith(".") or ".lock/" in ref + "/":
+        if (
+            not _PLAIN_REF.fullmatch(ref)
+            or ".." in ref
+            or ref.endswith(".")
+            or ".lock/" in ref + "/"
+        ):
             return _ASK_GIT
         if self._plain_refs is None:
             common = self.common_dir
-            self._plain_refs = (self.git_dir == common and not (common / "reftable").exists()
-                                and (common / "HEAD").exists() and not (common / "hEAD").exists())
+            self._plain_refs = (
+                self.git_dir == common
+                and not (common / "reftable").exists()
+                and (common / "HEAD").exists()
+                and not (common / "hEAD").exists()
+            )
         if not self._plain_refs:
             return _ASK_GIT
         try:
@@ -563,7 +700,9 @@ class Repo:
             return _ASK_GIT  # a folder, a symbolic link: git's rules, not these
         except FileNotFoundError:
             pass
-        except OSError:  # not a folder on the way (refs/heads/a is a file, refs/heads/a/b asked), unreadable
+        except (
+            OSError
+        ):  # not a folder on the way (refs/heads/a is a file, refs/heads/a/b asked), unreadable
             return _ASK_GIT
         try:
             packed = (self.common_dir / "packed-refs").read_bytes()
@@ -623,24 +762,43 @@ class Repo:
         specs += [f"+refs/heads/{name}*:refs/remotes/{remote}/{name}*" for name in also]
         # No commit-graph write here (it would take commit-graph-chain.lock, which a
         # killed fetch leaves behind); operators who want one run `git maintenance`.
-        proc = self.run(*QUIET_WRITES, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", *(["--prune"] if also else []),
-                        remote, *specs, check=False)
+        proc = self.run(
+            *QUIET_WRITES,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            *(["--prune"] if also else []),
+            remote,
+            *specs,
+            check=False,
+        )
         if proc.returncode != 0:
             text = proc.stderr.decode("utf-8", "replace")
             if "couldn't find remote ref" in text:
-                raise GitError(f"branch {branch} does not exist on {remote}", hint=f"`git ls-remote --heads {remote}` lists the branches it has")
+                raise GitError(
+                    f"branch {branch} does not exist on {remote}",
+                    hint=f"`git ls-remote --heads {remote}` lists the branches it has",
+                )
             error = failure(f"git fetch {remote}", text, proc.returncode)
             if error.hint is None:
-                error.hint = (f"check that {remote} is reachable (`git ls-remote {remote}`); "
-                              "--no-fetch reads what this clone already has, with no network")
+                error.hint = (
+                    f"check that {remote} is reachable (`git ls-remote {remote}`); "
+                    "--no-fetch reads what this clone already has, with no network"
+                )
             raise error
 
     def fetch_refspec(self, remote: str, refspec: str) -> bool:
         """Fetch one refspec (a pull request's head); False when the remote has no such ref."""
-        return self.run("fetch", "--quiet", "--no-tags", remote, refspec, check=False).returncode == 0
+        return (
+            self.run("fetch", "--quiet", "--no-tags", remote, refspec, check=False).returncode == 0
+        )
 
     def has_object(self, sha: str) -> bool:
-        return len(sha) == 40 and self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+        return (
+            len(sha) == 40
+            and self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+        )
 
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move `ref` to `new` only if it still points at `old` (compare and swap).
@@ -652,7 +810,11 @@ class Repo:
         if proc.returncode == 0:
             return True
         text = proc.stderr.decode("utf-8", "replace")
-        if _LOCKED.search(text) or not ("but expected" in text or "reference already exists" in text or "unable to resolve" in text):
+        if _LOCKED.search(text) or not (
+            "but expected" in text
+            or "reference already exists" in text
+            or "unable to resolve" in text
+        ):
             raise failure(f"updating {ref}", text, proc.returncode)
         return False
 
@@ -674,7 +836,16 @@ class Repo:
         everything once `sha` is reachable from any other ref (the push landed after all
         and was fetched). Packed objects are left to `git gc`. Returns how many were removed.
         """
-        proc = self.run("rev-list", "--objects", sha, "--not", "--all", "--reflog", "--indexed-objects", check=False)
+        proc = self.run(
+            "rev-list",
+            "--objects",
+            sha,
+            "--not",
+            "--all",
+            "--reflog",
+            "--indexed-objects",
+            check=False,
+        )
         if proc.returncode != 0:
             return 0
         objects = self.common_dir / "objects"
@@ -700,19 +871,25 @@ class Repo:
         process created it first, a new root is not a fast-forward of theirs and
         is refused like any other stale push (create-only, without force).
         """
-        proc = self.run(*QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
+        proc = self.run(
+            *QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False
+        )
         if proc.returncode == 0:
             # The remote accepted it: that is what counts (a claim is a claim). A local
             # tracking ref that cannot follow (a stale lock) is said, not fatal; the
             # next fetch names the lock if it is still there.
             tracking = f"refs/remotes/{remote}/{branch}"
             if self._ref_from_files(tracking) == sha:
-                return True  # push moved it already (the remote's fetch refspec maps the branch there)
+                return (
+                    True  # push moved it already (the remote's fetch refspec maps the branch there)
+                )
             moved = self.run("update-ref", tracking, sha, check=False)
             if moved.returncode != 0:
                 why = failure(f"updating {tracking}", moved.stderr, moved.returncode)
-                self.warnings.append(f"pushed {sha[:12]} to {remote}/{branch}, but {why.message}"
-                                     f"{' (' + why.file + ')' if why.file else ''}; {why.hint or 'the next fetch updates it'}")
+                self.warnings.append(
+                    f"pushed {sha[:12]} to {remote}/{branch}, but {why.message}"
+                    f"{' (' + why.file + ')' if why.file else ''}; {why.hint or 'the next fetch updates it'}"
+                )
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         blocker = _IN_THE_WAY.search(text)
@@ -720,9 +897,16 @@ class Repo:
             # A ref named like a directory of this one (mergegate/audit/x) makes every push of it fail:
             # not a lost race, and retrying cannot help.
             name = blocker[1].removeprefix("refs/heads/")
-            raise GitError(f"git push to {remote} failed: the branch {name} is in the way of {branch} (git cannot have both)",
-                           hint=f"delete it on the remote if it is not needed: git push {remote} --delete {name}")
-        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text or ("[remote rejected]" in text and _LOST_RACE.search(text)):
+            raise GitError(
+                f"git push to {remote} failed: the branch {name} is in the way of {branch} (git cannot have both)",
+                hint=f"delete it on the remote if it is not needed: git push {remote} --delete {name}",
+            )
+        if (
+            "[rejected]" in text
+            or "non-fast-forward" in text
+            or "fetch first" in text
+            or ("[remote rejected]" in text and _LOST_RACE.search(text))
+        ):
             return False
         raise failure(f"git push to {remote}", text, proc.returncode)
 
@@ -742,11 +926,16 @@ class Repo:
         """
         key = (ancestor, descendant)
         full = bool(_FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant))
-        if key in self._ancestors or (remember and full and f"{ancestor} {descendant}" in self._remembered_ancestors()):
+        if key in self._ancestors or (
+            remember and full and f"{ancestor} {descendant}" in self._remembered_ancestors()
+        ):
             return True
         if full and ancestor == descendant and self._objects.kind(ancestor) == "commit":
             return True  # (each look at the branches asks it of approved's unchanged tip: no merge-base for that)
-        answer = self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
+        answer = (
+            self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode
+            == 0
+        )
         if answer and full:
             self._ancestors.add(key)
             if remember:
@@ -762,7 +951,9 @@ class Repo:
     def _remember_ancestor(self, pair: str) -> None:
         """Best effort (a cache): a clone that cannot write it walks again next time."""
         target = self.git_dir / "mergegate" / "ancestors"
-        kept = [p for p in self._remembered_ancestors() if _ANCESTOR_PAIR.fullmatch(p) and p != pair][-63:]
+        kept = [
+            p for p in self._remembered_ancestors() if _ANCESTOR_PAIR.fullmatch(p) and p != pair
+        ][-63:]
         scratch = target.with_name(f"ancestors.{os.getpid()}.tmp")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -818,7 +1009,11 @@ class Repo:
     def commits_touching(self, base: str, tip: str, *pathspecs: str) -> list[str]:
         found: dict[str, None] = {}
         for batch in _batches(list(pathspecs)):
-            found.update(dict.fromkeys(self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *batch).split()))
+            found.update(
+                dict.fromkeys(
+                    self.out("rev-list", "--full-history", f"{base}..{tip}", "--", *batch).split()
+                )
+            )
         return list(found)
 
     def tree_blobs(self, commit: str) -> dict[str, str]:
@@ -835,7 +1030,16 @@ class Repo:
         # stops at the first entry that sorts after the path, so a tree not in git's order (written
         # with `hash-object --literally`; a plain bare remote takes it) hid its writer from that walk.
         # For the trees git writes, the non-merge commits that set a path to a blob are the same.
-        proc = self.run("log", "--full-history", "--no-renames", "--raw", "--no-abbrev", "-z", "--format=%x00C%H", tip)
+        proc = self.run(
+            "log",
+            "--full-history",
+            "--no-renames",
+            "--raw",
+            "--no-abbrev",
+            "-z",
+            "--format=%x00C%H",
+            tip,
+        )
         fields = proc.stdout.split(b"\0")
         commit = ""
         i = 0
@@ -854,7 +1058,9 @@ class Repo:
 
     def first_parent_adding(self, tip: str, path: str) -> str | None:
         """The oldest first-parent commit up to `tip` that added `path`."""
-        shas = self.out("log", "--first-parent", "--reverse", "--diff-filter=A", "--format=%H", tip, "--", path).split()
+        shas = self.out(
+            "log", "--first-parent", "--reverse", "--diff-filter=A", "--format=%H", tip, "--", path
+        ).split()
         return shas[0] if shas else None
 
     def merge_base(self, a: str, b: str) -> str | None:
@@ -874,7 +1080,16 @@ class Repo:
         raw = self._object(sha, "commit")
         header, _, body = raw.partition(b"\n\n")
         tree, parents, author, committer, malformed = parse_commit_header(header)
-        return Commit(sha, parents, tree, *author, *committer, body.decode("utf-8", "replace"), raw, malformed=malformed)
+        return Commit(
+            sha,
+            parents,
+            tree,
+            *author,
+            *committer,
+            body.decode("utf-8", "replace"),
+            raw,
+            malformed=malformed,
+        )
 
     def git_parents(self, sha: str) -> tuple[str, ...]:
         """The parents as git itself reads them (to cross-check the parser on commits that approve)."""
@@ -895,7 +1110,9 @@ class Repo:
         if not chain:
             return
         lines = "".join(f"{sha}\n" for sha in chain).encode()
-        listed = self.run("rev-list", "--no-walk=unsorted", "--parents", "--stdin", input=lines).stdout.decode()
+        listed = self.run(
+            "rev-list", "--no-walk=unsorted", "--parents", "--stdin", input=lines
+        ).stdout.decode()
         for line in listed.splitlines():
             sha, *parents = line.split()
             self._parents[sha] = tuple(parents)
@@ -906,21 +1123,29 @@ class Repo:
         for pair, changes in zip(pairs, answers, strict=True):
             self._diffs[pair] = changes
 
-    def diffs(self, pairs: Sequence[tuple[str | None, str]], *pathspecs: str) -> list[list[Change]] | None:
+    def diffs(
+        self, pairs: Sequence[tuple[str | None, str]], *pathspecs: str
+    ) -> list[list[Change]] | None:
         """`diff(parent, sha, *pathspecs)` for every (parent, sha) pair (parent None: a root, against
         the empty tree), in one `diff-tree --stdin`; None if git answered something else than asked."""
         if not pairs:
             return []
         # --always: an empty diff still prints its commit line, so every answer is told apart.
-        fed = "".join(f"{sha} {parent}\n" if parent else f"{sha}\n" for parent, sha in pairs).encode()
+        fed = "".join(
+            f"{sha} {parent}\n" if parent else f"{sha}\n" for parent, sha in pairs
+        ).encode()
         args = ["diff-tree", "--stdin", "--always", "--root", "-r", "-z", "--no-renames"]
-        fields = self.run(*args, *(["--", *pathspecs] if pathspecs else []), input=fed).stdout.split(b"\0")
+        fields = self.run(
+            *args, *(["--", *pathspecs] if pathspecs else []), input=fed
+        ).stdout.split(b"\0")
         answers: list[list[Change]] = []
         i = 0
         while i < len(fields) - 1:
             if fields[i].startswith(b":"):
                 meta = fields[i].decode().lstrip(":").split()
-                answers[-1].append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1]))
+                answers[-1].append(
+                    Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1])
+                )
                 i += 2
             else:
                 answers.append([])
@@ -937,7 +1162,9 @@ class Repo:
             found.append((sha, int(date), tuple(parents), tree))
         return found
 
-    def remember(self, parents: Mapping[str, tuple[str, ...]], diffs: Mapping[tuple[str, str], list[Change]]) -> None:
+    def remember(
+        self, parents: Mapping[str, tuple[str, ...]], diffs: Mapping[tuple[str, str], list[Change]]
+    ) -> None:
         """What `prefetch` reads, read by the caller (history.History): `git_parents` and `diff` answer from it."""
         self._parents.update(parents)
         self._diffs.update(diffs)
@@ -945,19 +1172,27 @@ class Repo:
     def preload(self, shas: Sequence[str]) -> None:
         """Read the objects `shas` ahead in one `cat-file --batch` (a walk over a long history asks
         for each of them once: one process streaming them all, not a round trip each)."""
-        wanted = [sha for sha in dict.fromkeys(shas) if re.fullmatch(r"[0-9a-f]{40}", sha) and sha not in self._loaded]
+        wanted = [
+            sha
+            for sha in dict.fromkeys(shas)
+            if re.fullmatch(r"[0-9a-f]{40}", sha) and sha not in self._loaded
+        ]
         if not wanted:
             return
-        out = self.run("cat-file", "--batch", input="".join(f"{sha}\n" for sha in wanted).encode()).stdout
+        out = self.run(
+            "cat-file", "--batch", input="".join(f"{sha}\n" for sha in wanted).encode()
+        ).stdout
         at = 0
         for sha in wanted:
             end = out.index(b"\n", at)
             header = out[at:end].split()
-            if len(header) != 3 or header[0].decode() != sha:  # missing (or not what was asked): read it when asked
+            if (
+                len(header) != 3 or header[0].decode() != sha
+            ):  # missing (or not what was asked): read it when asked
                 at = end + 1
                 continue
             size = int(header[2])
-            self._loaded[sha] = (header[1].decode(), out[end + 1:end + 1 + size])
+            self._loaded[sha] = (header[1].decode(), out[end + 1 : end + 1 + size])
             at = end + 1 + size + 1
 
     def _object(self, sha: str, kind: str) -> bytes:
@@ -973,7 +1208,9 @@ class Repo:
         found = self._commits.get(sha)
         if found is not None:
             return found.tree
-        return self.commit(sha).tree if len(sha) == 40 and self._objects.kind(sha) == "commit" else sha
+        return (
+            self.commit(sha).tree if len(sha) == 40 and self._objects.kind(sha) == "commit" else sha
+        )
 
     def blob(self, sha: str) -> bytes:
         return self._object(sha, "blob")
@@ -1000,8 +1237,11 @@ class Repo:
                     stdin.flush()
                 header = stdout.readline().split()
                 if len(header) != 3 or header[1] != b"blob":
-                    raise GitError(f"object {sha[:12]} is not a blob in {self.path}" if len(header) == 3
-                                   else f"object {sha[:12]} not found in {self.path}")
+                    raise GitError(
+                        f"object {sha[:12]} is not a blob in {self.path}"
+                        if len(header) == 3
+                        else f"object {sha[:12]} not found in {self.path}"
+                    )
                 size = int(header[2])
                 data = stdout.read(size)  # and then its newline: not a copy of the blob less it
                 if len(data) != size or len(stdout.read(1)) != 1:
@@ -1020,11 +1260,27 @@ class Repo:
         # every base it rebuilt (96 MiB by default, for the pack's life), which here only costs fresh pages
         # (memory and the kernel's time to clear them, about a fifth of git's CPU at 100 files); the few
         # bases the next reads need fit in 16 MiB.
-        proc = subprocess.Popen(["git", "-c", "core.deltaBaseCacheLimit=16m", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            [
+                "git",
+                "-c",
+                "core.deltaBaseCacheLimit=16m",
+                "--git-dir",
+                str(self.git_dir),
+                "cat-file",
+                "--batch",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         assert proc.stdout is not None
-        with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere git runs a pipe's worth ahead
+        with contextlib.suppress(
+            OSError, AttributeError
+        ):  # Linux only; elsewhere git runs a pipe's worth ahead
             import fcntl
+
             fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
         return proc
 
@@ -1047,7 +1303,9 @@ class Repo:
         changes = []
         for i in range(0, len(fields) - 1, 2):
             meta = fields[i].decode().lstrip(":").split()
-            changes.append(Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1]))
+            changes.append(
+                Change(meta[4][0], path_text(fields[i + 1]), meta[2], meta[3], meta[0], meta[1])
+            )
         return changes
 
     def _tree_diff(self, parent: str | None, sha: str) -> list[Change] | None:
@@ -1060,7 +1318,11 @@ class Repo:
             new = self._root_tree(sha)
             if old is None or new is None:
                 return None
-            if parent is None and (new == sha or self.commit(sha).parents or (self.common_dir / "info" / "grafts").exists()):
+            if parent is None and (
+                new == sha
+                or self.commit(sha).parents
+                or (self.common_dir / "info" / "grafts").exists()
+            ):
                 return None  # --root compares a commit with its parents (none for a root commit; grafts may add some)
             changes: list[Change] = []
             return changes if self._diff_trees(old, new, b"", changes, 0) else None
@@ -1074,7 +1336,9 @@ class Repo:
         tree = self.commit(sha).tree if kind == "commit" else sha if kind == "tree" else ""
         return tree if re.fullmatch(r"[0-9a-f]{40}", tree) else None
 
-    def _diff_trees(self, old: str, new: str, base: bytes, changes: list[Change], depth: int) -> bool:
+    def _diff_trees(
+        self, old: str, new: str, base: bytes, changes: list[Change], depth: int
+    ) -> bool:
         """Append to `changes` what differs between trees `old` and `new` ("" for none) under `base`, in
         diff-tree's order (both trees' entries merged in tree order: a folder sorts as its name and "/",
         so a file and a folder of one name are two entries); False where git must say."""
@@ -1090,26 +1354,45 @@ class Repo:
             a, b = olds.get(k), news.get(k)
             name = a[0] if a is not None else b[0]  # type: ignore[index]
             if k.endswith(b"/"):
-                if not self._diff_trees(a[2] if a else "", b[2] if b else "", base + name + b"/", changes, depth + 1):
+                if not self._diff_trees(
+                    a[2] if a else "", b[2] if b else "", base + name + b"/", changes, depth + 1
+                ):
                     return False
                 continue
             if a is not None and b is not None and a[1:] == b[1:]:
                 continue
             if b"160000" in (a[1] if a else b"", b[1] if b else b""):
-                return False  # a gitlink: whether git reports it can depend on the submodule's config
+                return (
+                    False  # a gitlink: whether git reports it can depend on the submodule's config
+                )
             path = path_text(base + name)
             if a is None:
                 changes.append(Change("A", path, ZERO, b[2], "000000", b[1].decode()))  # type: ignore[index]
             elif b is None:
                 changes.append(Change("D", path, a[2], ZERO, a[1].decode(), "000000"))
             else:
-                kind = "M" if (a[1] in _REGULAR) == (b[1] in _REGULAR) and (a[1] in _REGULAR or a[1] == b[1]) else "T"
+                kind = (
+                    "M"
+                    if (a[1] in _REGULAR) == (b[1] in _REGULAR)
+                    and (a[1] in _REGULAR or a[1] == b[1])
+                    else "T"
+                )
                 changes.append(Change(kind, path, a[2], b[2], a[1].decode(), b[1].decode()))
         return True
 
     def patch(self, old: str, new: str, path: str) -> str:
         """The diff of one path between two commits, as text (for a reader, never parsed)."""
-        proc = self.run("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--", literal(path), check=False)
+        proc = self.run(
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            old,
+            new,
+            "--",
+            literal(path),
+            check=False,
+        )
         return proc.stdout.decode("utf-8", "replace")
 
     def ls_tree(self, commit: str, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -1156,7 +1439,9 @@ class Repo:
     def _subtree(self, commit: str, prefix: str) -> tuple[bytes, str] | object | None:
         """(prefix as bytes, its tree) at commit-or-tree `commit`, read through the object process; _ABSENT if
         no such folder; None where git must say (see _ls_tree_objects)."""
-        if not re.fullmatch(r"[0-9a-f]{40}", commit) or (prefix and not _PLAIN_PREFIX.fullmatch(prefix)):
+        if not re.fullmatch(r"[0-9a-f]{40}", commit) or (
+            prefix and not _PLAIN_PREFIX.fullmatch(prefix)
+        ):
             return None
         kind = self._objects.kind(commit) if commit not in self._commits else "commit"
         tree = self.commit(commit).tree if kind == "commit" else commit if kind == "tree" else ""
@@ -1188,7 +1473,10 @@ class Repo:
         if listing is None:
             return None
         # ls-tree prints a mode in six digits: a tree's 40000 as 040000.
-        return [("040000" if mode == b"40000" else mode.decode(), sha, path_text(name)) for name, (mode, sha) in listing.items()]
+        return [
+            ("040000" if mode == b"40000" else mode.decode(), sha, path_text(name))
+            for name, (mode, sha) in listing.items()
+        ]
 
     def ls_tree_flat(self, commit: str, directory: str = "") -> list[tuple[str, str, str]]:
         """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`; [] if absent."""
@@ -1198,7 +1486,9 @@ class Repo:
         listed = self._ls_flat_objects(commit, directory)
         if listed is not None:
             return listed
-        proc = self.run("ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False)
+        proc = self.run(
+            "ls-tree", "-z", f"{commit}:{directory}" if directory else commit, check=False
+        )
         entries = ls_tree_entries(proc.stdout) if proc.returncode == 0 else []
         if proc.returncode == 0 and _FULL_ID.fullmatch(commit):
             # A commit's tree never changes: a look at the audit branch read the same one up to three times.
@@ -1217,7 +1507,9 @@ class Repo:
         found = self._tree_entry(commit, path)
         if found is None or isinstance(found, str):
             return found
-        proc = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path_arg(path)}", check=False)
+        proc = self.run(
+            "rev-parse", "--verify", "--quiet", f"{commit}:{path_arg(path)}", check=False
+        )
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def _tree_entry(self, commit: str, path: str) -> str | object | None:
@@ -1234,7 +1526,9 @@ class Repo:
                 return _ASK_GIT  # not a SHA-1 repository (the 40 digits were an abbreviation), or a bad tree line
             return self._walk_tree(sha, parts)
         except GitError:
-            return _ASK_GIT  # an object missing or not what its entry says: git says what that means
+            return (
+                _ASK_GIT  # an object missing or not what its entry says: git says what that means
+            )
 
     def _walk_tree(self, sha: str, parts: list[bytes]) -> str | object | None:
         for k, part in enumerate(parts):
@@ -1263,11 +1557,11 @@ class Repo:
             if not 0 <= space < nul or nul + 21 > len(raw):
                 ordered = False  # not a tree git wrote: let git read it
                 break
-            mode, name = raw[at:space], raw[space + 1:nul]
+            mode, name = raw[at:space], raw[space + 1 : nul]
             key = name + b"/" if mode == b"40000" else name
             ordered = mode in _MODES and key > last and name not in entries and b"/" not in name
             last = key
-            entries[name] = (mode, raw[nul + 1:nul + 21].hex())
+            entries[name] = (mode, raw[nul + 1 : nul + 21].hex())
             at = nul + 21
         if len(self._trees) >= _COMMIT_CACHE:
             del self._trees[next(iter(self._trees))]
@@ -1287,7 +1581,9 @@ class Repo:
         blob = self.file_blob(commit, path)
         return None if blob is None else self.blob(blob)
 
-    def export(self, commit: str, dest: Path, *, skip: Callable[[str], bool] = lambda path: False) -> None:
+    def export(
+        self, commit: str, dest: Path, *, skip: Callable[[str], bool] = lambda path: False
+    ) -> None:
         """Write the files of `commit` (less those `skip` names) into `dest`: no .git, no hooks.
 
         A private index and checkout-index do it in C; unlike `git archive`, this
@@ -1297,7 +1593,15 @@ class Repo:
         # checkout-index without -u only reads the index, so a merge of many jobs builds it once.
         index, executable = self._export_index(commit, skip)
         if executable is None:
-            self.run("--work-tree", str(dest), "checkout-index", "--all", "--force", "--quiet", env={"GIT_INDEX_FILE": str(index)})
+            self.run(
+                "--work-tree",
+                str(dest),
+                "checkout-index",
+                "--all",
+                "--force",
+                "--quiet",
+                env={"GIT_INDEX_FILE": str(index)},
+            )
             return
         # A small tree: checkout-index writes it once, and each export copies what it wrote
         # as it would have written it (a git process per job cost more than the rest of the
@@ -1311,15 +1615,26 @@ class Repo:
                     building = index.with_name(index.name + ".building")
                     shutil.rmtree(building, ignore_errors=True)
                     building.mkdir()
-                    self.run("--work-tree", str(building), "checkout-index", "--all", "--force", "--quiet",
-                             env={"GIT_INDEX_FILE": str(index)})
+                    self.run(
+                        "--work-tree",
+                        str(building),
+                        "checkout-index",
+                        "--all",
+                        "--force",
+                        "--quiet",
+                        env={"GIT_INDEX_FILE": str(index)},
+                    )
                     building.rename(template)
                 _copy_checkout(template, dest, b"", executable)
             except OSError as exc:  # as checkout-index failing would: a GitError naming the folder
-                raise GitError(f"could not write the job's files into {dest}: {exc.strerror or exc}",
-                               hint="free disk space in TMPDIR or fix its permissions") from None
+                raise GitError(
+                    f"could not write the job's files into {dest}: {exc.strerror or exc}",
+                    hint="free disk space in TMPDIR or fix its permissions",
+                ) from None
 
-    def _export_index(self, commit: str, skip: Callable[[str], bool]) -> tuple[Path, frozenset[bytes] | None]:
+    def _export_index(
+        self, commit: str, skip: Callable[[str], bool]
+    ) -> tuple[Path, frozenset[bytes] | None]:
         """The private index of `commit` less what `skip` names, and (for a tree of at most
         _TEMPLATE_FILES files, which exports copy) the paths of its executable files."""
         with self._index_lock:
@@ -1334,13 +1649,25 @@ class Repo:
                     self.on_export_dir(Path(self._index_dir.name))
             index = Path(self._index_dir.name) / f"{commit}-{self._exports_made}"
             self._exports_made += 1
-            entries = [(mode, obj, path) for mode, obj, path in self.ls_tree(commit) if mode != "160000" and not skip(path)]
-            data = b"".join(f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries)
-            self.run("update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)})
+            entries = [
+                (mode, obj, path)
+                for mode, obj, path in self.ls_tree(commit)
+                if mode != "160000" and not skip(path)
+            ]
+            data = b"".join(
+                f"{mode} {obj}\t".encode() + path_bytes(path) + b"\0" for mode, obj, path in entries
+            )
+            self.run(
+                "update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)}
+            )
             # The executable bit comes from the tree, not from the file checkout-index wrote (a umask
             # can take the owner's x away from it, and the copy would then drop the others' too).
             small = len(entries) <= _TEMPLATE_FILES
-            executable = frozenset(path_bytes(p) for mode, _, p in entries if mode == "100755") if small else None
+            executable = (
+                frozenset(path_bytes(p) for mode, _, p in entries if mode == "100755")
+                if small
+                else None
+            )
             self._indexes[(commit, skip)] = (index, executable)
             return index, executable
 
@@ -1381,7 +1708,14 @@ class Repo:
                 lines.append(f"100644 {blob}\t{path}\n")
             self.run("update-index", "--index-info", input="".join(lines).encode(), env=env)
             tree = self.run("write-tree", env=env).stdout.decode().strip()
-        return self.commit_tree(tree=tree, parents=(parent,) if parent else (), message=message, author=author, signing=signing, sign=sign)
+        return self.commit_tree(
+            tree=tree,
+            parents=(parent,) if parent else (),
+            message=message,
+            author=author,
+            signing=signing,
+            sign=sign,
+        )
 
     def commit_tree(
         self,
@@ -1394,10 +1728,16 @@ class Repo:
         sign: bool = False,
     ) -> str:
         """A commit object; `author` None and `sign` use the person's own git identity and key."""
-        ident = {} if author is None else {
-            "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
-            "GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1],
-        }
+        ident = (
+            {}
+            if author is None
+            else {
+                "GIT_AUTHOR_NAME": author[0],
+                "GIT_AUTHOR_EMAIL": author[1],
+                "GIT_COMMITTER_NAME": author[0],
+                "GIT_COMMITTER_EMAIL": author[1],
+            }
+        )
         args = [*(signing.args() if signing else []), "commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
@@ -1438,11 +1778,15 @@ class Repo:
 
     def write_tree(self, entries: Mapping[str, tuple[str, str]]) -> str:
         """A tree of `name -> (mode, id)` (modes as ls-tree prints them: 100644, 040000)."""
+
         def key(item: tuple[str, tuple[str, str]]) -> bytes:
             name, (mode, _) = item
             return name.encode() + (b"/" if mode == "040000" else b"")
-        data = b"".join(f"{mode.lstrip('0')} {name}".encode() + b"\0" + bytes.fromhex(sha)
-                        for name, (mode, sha) in sorted(entries.items(), key=key))
+
+        data = b"".join(
+            f"{mode.lstrip('0')} {name}".encode() + b"\0" + bytes.fromhex(sha)
+            for name, (mode, sha) in sorted(entries.items(), key=key)
+        )
         return self.write_object("tree", data)
 
     def tree_entries(self, sha: str) -> dict[str, tuple[str, str]]:
@@ -1453,23 +1797,43 @@ class Repo:
             space = data.index(b" ", i)
             nul = data.index(b"\0", space)
             mode = data[i:space].decode().rjust(6, "0")
-            entries[path_text(data[space + 1:nul])] = (mode, data[nul + 1:nul + 21].hex())
+            entries[path_text(data[space + 1 : nul])] = (mode, data[nul + 1 : nul + 21].hex())
             i = nul + 21
         return entries
 
-    def write_commit_object(self, *, tree: str, parent: str | None, message: str, author: tuple[str, str],
-                            signing: Signing | None) -> str:
+    def write_commit_object(
+        self,
+        *,
+        tree: str,
+        parent: str | None,
+        message: str,
+        author: tuple[str, str],
+        signing: Signing | None,
+    ) -> str:
         """A commit of `tree` on `parent` by `author` (as committer too); signed through git when `signing`."""
         if signing is not None:
-            return self.commit_tree(tree=tree, parents=(parent,) if parent else (), message=message, author=author, signing=signing)
+            return self.commit_tree(
+                tree=tree,
+                parents=(parent,) if parent else (),
+                message=message,
+                author=author,
+                signing=signing,
+            )
         stamp = f"{author[0]} <{author[1]}> {int(time.time())} +0000"
-        header = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {stamp}\ncommitter {stamp}\n\n"
+        header = (
+            f"tree {tree}\n"
+            + (f"parent {parent}\n" if parent else "")
+            + f"author {stamp}\ncommitter {stamp}\n\n"
+        )
         return self.write_object("commit", (header + message).encode())
 
     def merge_tree(self, ours: str, theirs: str) -> str:
         proc = self.run("merge-tree", "--write-tree", "--no-messages", ours, theirs, check=False)
         if proc.returncode != 0:
-            raise GitError(f"merging {theirs[:7]} into {ours[:7]} has conflicts", hint="rebase the proposal on approved first")
+            raise GitError(
+                f"merging {theirs[:7]} into {ours[:7]} has conflicts",
+                hint="rebase the proposal on approved first",
+            )
         return proc.stdout.decode().split()[0]
 
 
@@ -1481,7 +1845,9 @@ _REGULAR = (b"100644", b"100755")  # one type, two modes: a change between them 
 _PACKED_REFS_BYTES = 65536  # a bigger packed-refs (thousands of tags) is for-each-ref's to search
 _HEX_LINE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
 # Ref names _ref_from_files reads from the files: parts of these characters, none starting with a dot.
-_PLAIN_REF = re.compile(r"refs/(?:[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*/)*[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*")
+_PLAIN_REF = re.compile(
+    r"refs/(?:[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*/)*[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*"
+)
 _ANCESTOR_PAIR = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64}) (?:[0-9a-f]{40}|[0-9a-f]{64})")
 # Headers git itself reads (and only at their one place): anywhere else they are
 # ambiguous, because git and a looser reader would disagree on what the commit says.
@@ -1500,7 +1866,9 @@ def ls_tree_entries(output: bytes) -> list[tuple[str, str, str]]:
     return entries
 
 
-def parse_commit_header(header: bytes) -> tuple[str, tuple[str, ...], tuple[str, str], tuple[str, str], str]:
+def parse_commit_header(
+    header: bytes,
+) -> tuple[str, tuple[str, ...], tuple[str, str], tuple[str, str], str]:
     """(tree, parents, author, committer, malformed) as git's parse_commit_buffer() reads them.
 
     git takes the tree from the first line and parents only from the lines right
@@ -1515,7 +1883,11 @@ def parse_commit_header(header: bytes) -> tuple[str, tuple[str, ...], tuple[str,
     while index < len(lines) and lines[index].startswith(b"parent "):
         parents.append(lines[index][7:].decode("ascii", "replace"))
         index += 1
-    author = _ident(lines[index][7:]) if index < len(lines) and lines[index].startswith(b"author ") else ("", "")
+    author = (
+        _ident(lines[index][7:])
+        if index < len(lines) and lines[index].startswith(b"author ")
+        else ("", "")
+    )
     committer = ("", "")
     if index + 1 < len(lines) and lines[index + 1].startswith(b"committer "):
         committer = _ident(lines[index + 1][10:])
@@ -1547,4 +1919,3 @@ def _ident(value: bytes) -> tuple[str, str]:
     text = value.decode("utf-8", "replace")
     name, _, rest = text.partition(" <")
     return name.strip(), rest.split(">", 1)[0].strip().lower()
-

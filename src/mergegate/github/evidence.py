@@ -37,15 +37,33 @@ class Exchange:
         try:
             text = response.body.decode("utf-8")
         except UnicodeDecodeError:
-            raise Malformed(f"GET {response.url}: the body is not UTF-8", url=response.url, status=response.status) from None
-        return cls(response.url, response.status, response.request_id, response.at, response.sha256, text, response.link)
+            raise Malformed(
+                f"GET {response.url}: the body is not UTF-8",
+                url=response.url,
+                status=response.status,
+            ) from None
+        return cls(
+            response.url,
+            response.status,
+            response.request_id,
+            response.at,
+            response.sha256,
+            text,
+            response.link,
+        )
 
     def json(self) -> Any:
         return json.loads(self.body)
 
     def as_json(self) -> dict[str, Any]:
-        data = {"url": self.url, "status": self.status, "request_id": self.request_id, "at": self.at,
-                "sha256": self.sha256, "body": self.body}
+        data = {
+            "url": self.url,
+            "status": self.status,
+            "request_id": self.request_id,
+            "at": self.at,
+            "sha256": self.sha256,
+            "body": self.body,
+        }
         if self.link:  # only then: evidence of answers without one keeps its bytes (and name)
             data["link"] = self.link
         return data
@@ -64,12 +82,23 @@ class Evidence:
     truncated: str = ""  # why gathering stopped at a bound ("" when complete): the merge is refused
 
     def to_bytes(self) -> bytes:
-        data: dict[str, Any] = {"kind": "github-evidence", "version": EVIDENCE_VERSION, "commit": self.commit,
-                                "repository": self.repository, "api_url": self.api_url, "pull": self.pull,
-                                "gathered_at": self.gathered_at, "exchanges": [e.as_json() for e in self.exchanges]}
-        if self.truncated:  # only then: the bytes (and names) of complete evidence stay as they were
+        data: dict[str, Any] = {
+            "kind": "github-evidence",
+            "version": EVIDENCE_VERSION,
+            "commit": self.commit,
+            "repository": self.repository,
+            "api_url": self.api_url,
+            "pull": self.pull,
+            "gathered_at": self.gathered_at,
+            "exchanges": [e.as_json() for e in self.exchanges],
+        }
+        if (
+            self.truncated
+        ):  # only then: the bytes (and names) of complete evidence stay as they were
             data["truncated"] = self.truncated
-        return (json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        return (
+            json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+        ).encode()
 
     @property
     def sha256(self) -> str:
@@ -85,20 +114,48 @@ class Evidence:
         recorded hash, is tampering."""
         where = f"{EVIDENCE_DIR}{name}.json"
         if hashlib.sha256(data).hexdigest() != name:
-            raise IntegrityError(f"evidence file {where} is not named by its SHA-256: tampering", file=where)
+            raise IntegrityError(
+                f"evidence file {where} is not named by its SHA-256: tampering", file=where
+            )
         try:
             doc = json.loads(data)
-            exchanges = tuple(Exchange(e["url"], int(e["status"]), e["request_id"], e["at"], e["sha256"], e["body"],
-                                       str(e.get("link", ""))) for e in doc["exchanges"])
-            evidence = cls(doc["commit"], doc["repository"], doc["api_url"], doc["pull"], exchanges, doc["gathered_at"],
-                           str(doc.get("truncated", "")))
+            exchanges = tuple(
+                Exchange(
+                    e["url"],
+                    int(e["status"]),
+                    e["request_id"],
+                    e["at"],
+                    e["sha256"],
+                    e["body"],
+                    str(e.get("link", "")),
+                )
+                for e in doc["exchanges"]
+            )
+            evidence = cls(
+                doc["commit"],
+                doc["repository"],
+                doc["api_url"],
+                doc["pull"],
+                exchanges,
+                doc["gathered_at"],
+                str(doc.get("truncated", "")),
+            )
         except (ValueError, KeyError, TypeError) as exc:
-            raise IntegrityError(f"evidence file {where} is malformed ({exc.__class__.__name__}): tampering", file=where) from None
+            raise IntegrityError(
+                f"evidence file {where} is malformed ({exc.__class__.__name__}): tampering",
+                file=where,
+            ) from None
         if doc.get("kind") != "github-evidence" or doc.get("version") != EVIDENCE_VERSION:
-            raise IntegrityError(f"evidence file {where} is not GitHub evidence version {EVIDENCE_VERSION}", file=where)
+            raise IntegrityError(
+                f"evidence file {where} is not GitHub evidence version {EVIDENCE_VERSION}",
+                file=where,
+            )
         for exchange in exchanges:
             if hashlib.sha256(exchange.body.encode("utf-8")).hexdigest() != exchange.sha256:
-                raise IntegrityError(f"evidence file {where}: the body of {exchange.url} does not match its SHA-256: tampering", file=where)
+                raise IntegrityError(
+                    f"evidence file {where}: the body of {exchange.url} does not match its SHA-256: tampering",
+                    file=where,
+                )
         return evidence
 
     def _is(self, url: str, suffix: str) -> bool:
@@ -112,12 +169,19 @@ class Evidence:
         for index, exchange in enumerate(listing):
             page = exchange.json()
             if not isinstance(page, list):
-                raise Malformed(f"{exchange.url}: expected a list", url=exchange.url, status=exchange.status)
+                raise Malformed(
+                    f"{exchange.url}: expected a list", url=exchange.url, status=exchange.status
+                )
             # Every page a stored Link header names as next is stored next: no page of it left out.
             following = next_link(exchange.link)
-            if following is not None and (index + 1 >= len(listing) or listing[index + 1].url != following):
-                raise Malformed(f"the evidence for {self.commit[:7]} stops before {following}, the page after {exchange.url}",
-                                url=exchange.url, status=exchange.status)
+            if following is not None and (
+                index + 1 >= len(listing) or listing[index + 1].url != following
+            ):
+                raise Malformed(
+                    f"the evidence for {self.commit[:7]} stops before {following}, the page after {exchange.url}",
+                    url=exchange.url,
+                    status=exchange.status,
+                )
             items += page
         return items
 
@@ -125,7 +189,9 @@ class Evidence:
         for exchange in self.exchanges:
             if self._is(exchange.url, suffix):
                 return exchange.json()
-        raise Malformed(f"the evidence for {self.commit[:7]} holds no answer for {suffix}", url=suffix)
+        raise Malformed(
+            f"the evidence for {self.commit[:7]} holds no answer for {suffix}", url=suffix
+        )
 
 
 @dataclass(frozen=True)
@@ -138,11 +204,15 @@ class MergeFacts:
     author_time: int  # epoch seconds of the commit's author line
     committer_time: int
     message: str
-    merge_signature: str  # "" when policy.github.merge_keys is empty or the signature is good; else why not
-    squash_tree: str | None = None  # tree of merging the PR head onto parents[0], when git could compute it
-    empty_commits: frozenset[str] = frozenset()  # merged commits that change nothing (approval commits): they wrote no content
-
-
+    merge_signature: (
+        str  # "" when policy.github.merge_keys is empty or the signature is good; else why not
+    )
+    squash_tree: str | None = (
+        None  # tree of merging the PR head onto parents[0], when git could compute it
+    )
+    empty_commits: frozenset[str] = (
+        frozenset()
+    )  # merged commits that change nothing (approval commits): they wrote no content
 
 
 def _path(url: str) -> str:

@@ -26,7 +26,9 @@ from mergegate.github.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFac
 from mergegate.github.http import Client, Malformed, redact_url, url_problem
 from mergegate.rules.policy import Policy
 
-if TYPE_CHECKING:  # reviews.py is imported when a merge's reviews are judged: most passes judge none
+if (
+    TYPE_CHECKING
+):  # reviews.py is imported when a merge's reviews are judged: most passes judge none
     from mergegate.github.reviews import Verdict
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -34,7 +36,9 @@ PER_PAGE = 100
 MAX_PAGES = 50  # 5,000 reviews or commits (GitHub lists at most 250 commits): far beyond a real pull request
 # The timeline also holds every comment, which anyone may add on a public repository.
 MAX_TIMELINE_PAGES = 100
-MAX_EVIDENCE_BYTES = 48 * 1024 * 1024  # all answers about one merge; evidence is stored on the audit branch
+MAX_EVIDENCE_BYTES = (
+    48 * 1024 * 1024
+)  # all answers about one merge; evidence is stored on the audit branch
 
 
 class TooLarge(Malformed):
@@ -57,13 +61,18 @@ class Settings:
         if not repository:
             return None
         if repository.count("/") != 1 or not all(repository.split("/")):
-            raise UsageError(f"GITHUB_REPOSITORY={repository!r} is not owner/name", hint="GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name")
+            raise UsageError(
+                f"GITHUB_REPOSITORY={repository!r} is not owner/name",
+                hint="GitHub Actions sets it; by hand, export GITHUB_REPOSITORY=owner/name",
+            )
         token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN") or None
         api_url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
         problem = url_problem(api_url)
         if problem:
-            raise UsageError(f"GITHUB_API_URL={redact_url(api_url)!r} {problem}",
-                             hint="GitHub Actions sets it (https://api.github.com, or https://<host>/api/v3 on GitHub Enterprise Server)")
+            raise UsageError(
+                f"GITHUB_API_URL={redact_url(api_url)!r} {problem}",
+                hint="GitHub Actions sets it (https://api.github.com, or https://<host>/api/v3 on GitHub Enterprise Server)",
+            )
         return cls(api_url=api_url, repository=repository, token=token)
 
     def client(self, **options: Any) -> Client:
@@ -73,7 +82,9 @@ class Settings:
         return f"Settings(api_url={self.api_url!r}, repository={self.repository!r}, token={'***' if self.token else None})"
 
 
-def merge_facts(repo: Repo, sha: str, policy: Policy, *, head: str | None, at: datetime) -> MergeFacts:
+def merge_facts(
+    repo: Repo, sha: str, policy: Policy, *, head: str | None, at: datetime
+) -> MergeFacts:
     """The git side of a GitHub merge: parents, tree, times, merge_keys signature, squash tree.
 
     `head` is the pull request's head (from the evidence); for a squash it must be in
@@ -85,7 +96,9 @@ def merge_facts(repo: Repo, sha: str, policy: Policy, *, head: str | None, at: d
     signature = ""
     if policy.github.merge_keys:
         split = split_signed_commit(commit.raw)
-        check = verify_signature(split[0], split[1], policy.github.merge_keys, at=at) if split else None
+        check = (
+            verify_signature(split[0], split[1], policy.github.merge_keys, at=at) if split else None
+        )
         signature = "unsigned" if check is None else ("" if check.ok else check.reason)
     squash_tree = None
     if len(commit.parents) == 1 and head is not None and repo.has_object(head):
@@ -93,10 +106,30 @@ def merge_facts(repo: Repo, sha: str, policy: Policy, *, head: str | None, at: d
             squash_tree = repo.merge_tree(commit.parents[0], head)
         except GitError:
             squash_tree = None
-    side = commit.parents[1] if len(commit.parents) == 2 else head if head is not None and repo.has_object(head) else None
-    empty = frozenset(c for c in (repo.side_commits(commit.parents[0], side) if side and commit.parents else [])
-                      if len(repo.commit(c).parents) == 1 and repo.commit(c).tree == repo.commit(repo.commit(c).parents[0]).tree)
-    return MergeFacts(sha, commit.parents, commit.tree, author_time, committer_time, commit.message, signature, squash_tree, empty)
+    side = (
+        commit.parents[1]
+        if len(commit.parents) == 2
+        else head
+        if head is not None and repo.has_object(head)
+        else None
+    )
+    empty = frozenset(
+        c
+        for c in (repo.side_commits(commit.parents[0], side) if side and commit.parents else [])
+        if len(repo.commit(c).parents) == 1
+        and repo.commit(c).tree == repo.commit(repo.commit(c).parents[0]).tree
+    )
+    return MergeFacts(
+        sha,
+        commit.parents,
+        commit.tree,
+        author_time,
+        committer_time,
+        commit.message,
+        signature,
+        squash_tree,
+        empty,
+    )
 
 
 def _times(raw: bytes) -> tuple[int, int]:
@@ -116,14 +149,22 @@ def gather_open(settings: Settings, client: Client, number: int, *, now: str) ->
     base = f"/repos/{settings.repository}"
     exchanges: list[Exchange] = []
     _pull(client, base, number, exchanges)
-    return Evidence(commit="", repository=settings.repository, api_url=settings.api_url, pull=number,
-                    exchanges=tuple(exchanges), gathered_at=now)
+    return Evidence(
+        commit="",
+        repository=settings.repository,
+        api_url=settings.api_url,
+        pull=number,
+        exchanges=tuple(exchanges),
+        gathered_at=now,
+    )
 
 
 def _pull(client: Client, base: str, number: int, exchanges: list[Exchange]) -> None:
     response = client.get(f"{base}/pulls/{number}")
     if not isinstance(response.json(), dict):
-        raise Malformed(f"GET {response.url}: expected an object", url=response.url, status=response.status)
+        raise Malformed(
+            f"GET {response.url}: expected an object", url=response.url, status=response.status
+        )
     exchanges.append(Exchange.of(response))
     _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
     _listing(client, f"{base}/pulls/{number}/commits", exchanges)
@@ -144,8 +185,15 @@ def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evid
             # Past the bounds the merge is refused (with what was read, and why), so that
             # comment spam cannot hold every later commit waiting behind this one.
             truncated = exc.message
-    return Evidence(commit=commit, repository=settings.repository, api_url=settings.api_url, pull=number,
-                    exchanges=tuple(exchanges), gathered_at=now, truncated=truncated)
+    return Evidence(
+        commit=commit,
+        repository=settings.repository,
+        api_url=settings.api_url,
+        pull=number,
+        exchanges=tuple(exchanges),
+        gathered_at=now,
+        truncated=truncated,
+    )
 
 
 def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
@@ -156,14 +204,24 @@ def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
             raise Malformed(f"commits/{commit}/pulls: an item is not an object", url="")
         base = item.get("base") or {}
         repo = (base.get("repo") or {}).get("full_name")
-        if item.get("merge_commit_sha") == commit and item.get("merged_at") and repo == repository and type(item.get("number")) is int:
+        if (
+            item.get("merge_commit_sha") == commit
+            and item.get("merged_at")
+            and repo == repository
+            and type(item.get("number")) is int
+        ):
             found.add(item["number"])
     if len(found) > 1:
-        raise Malformed(f"commits/{commit}/pulls names {len(found)} merged pull requests for one merge commit", url="")
+        raise Malformed(
+            f"commits/{commit}/pulls names {len(found)} merged pull requests for one merge commit",
+            url="",
+        )
     return found.pop() if found else None
 
 
-def _listing(client: Client, path: str, exchanges: list[Exchange], *, max_pages: int | None = None) -> list[Any]:
+def _listing(
+    client: Client, path: str, exchanges: list[Exchange], *, max_pages: int | None = None
+) -> list[Any]:
     """Every page of a listing, following `Link: rel="next"`; a broken chain is not yet evidence."""
     items: list[Any] = []
     url: str | None = client.url(path) + f"?per_page={PER_PAGE}"
@@ -175,12 +233,18 @@ def _listing(client: Client, path: str, exchanges: list[Exchange], *, max_pages:
         if len(seen) >= limit:
             raise TooLarge(f"GET {path}: more than {limit} pages of {PER_PAGE}", url=url)
         if sum(len(e.body) for e in exchanges) > MAX_EVIDENCE_BYTES:
-            raise TooLarge(f"GET {path}: GitHub's answers pass {MAX_EVIDENCE_BYTES // 2**20} MiB", url=url)
+            raise TooLarge(
+                f"GET {path}: GitHub's answers pass {MAX_EVIDENCE_BYTES // 2**20} MiB", url=url
+            )
         seen.add(url)
         response = client.get(url)
         page = response.json()
         if not isinstance(page, list):
-            raise Malformed(f"GET {url}: expected a list, got {type(page).__name__}", url=url, status=response.status)
+            raise Malformed(
+                f"GET {url}: expected a list, got {type(page).__name__}",
+                url=url,
+                status=response.status,
+            )
         exchanges.append(Exchange.of(response))
         items += page
         next_url = response.next_url()
@@ -195,7 +259,10 @@ class HeadMissing(NotYet):
 
 
 def not_yet(reason: str) -> NotYet:
-    return NotYet(f"waiting for evidence: {reason}", hint="the next pass asks GitHub again; nothing runs until then")
+    return NotYet(
+        f"waiting for evidence: {reason}",
+        hint="the next pass asks GitHub again; nothing runs until then",
+    )
 
 
 @dataclass(frozen=True)
@@ -206,8 +273,17 @@ class Outcome:
     verdict: Verdict
 
 
-def review(repo: Repo, policy: Policy, sha: str, *, now: datetime, settings: Settings | None = None,
-           stored: Evidence | None = None, remote: str | None = None, client: Client | None = None) -> Outcome:
+def review(
+    repo: Repo,
+    policy: Policy,
+    sha: str,
+    *,
+    now: datetime,
+    settings: Settings | None = None,
+    stored: Evidence | None = None,
+    remote: str | None = None,
+    client: Client | None = None,
+) -> Outcome:
     """Review votes for `sha`: from `stored` evidence when there is some (verify, later passes),
     else asked of GitHub now. Raises NotYet when the evidence is not (yet) complete."""
     if stored is None:
@@ -227,12 +303,16 @@ def review(repo: Repo, policy: Policy, sha: str, *, now: datetime, settings: Set
     head = _head(evidence)
     if head is not None and not repo.has_object(head) and evidence.pull is not None:
         if remote is not None:
-            repo.fetch_refspec(remote, f"+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}")
+            repo.fetch_refspec(
+                remote, f"+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}"
+            )
         if not repo.has_object(head):
             # A squash is checked against the PR head merged onto the previous tip: without the
             # head this clone cannot tell, which is "not yet", never a verdict either way.
-            raise HeadMissing(f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this clone",
-                         hint=f"git fetch {remote or 'origin'} '+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'")
+            raise HeadMissing(
+                f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this clone",
+                hint=f"git fetch {remote or 'origin'} '+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'",
+            )
     from mergegate.github import reviews
 
     facts = merge_facts(repo, sha, policy, head=head, at=now)
@@ -268,6 +348,7 @@ def _named_evidence(record: audit.Record) -> list[tuple[str, str]]:
 def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Record]:
     """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log files'
     part remembered by the clone (loggrep.py)."""
+
     def more(seen: list[bytes], lines: list[bytes]) -> list[bytes]:
         return [*seen, *lines]
 
@@ -278,13 +359,27 @@ def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Recor
         return [str(line).encode("utf-8", "surrogateescape") for line in value]
 
     start: list[bytes] = []
-    lines = loggrep.folded(repo, records_tip, "evidence", ["-a", "-F", "--no-color", "-e", '"evidence"', "-e", '"reviewed"'],
-                           more, start, dump=dump, load=load, remember=remember)
+    lines = loggrep.folded(
+        repo,
+        records_tip,
+        "evidence",
+        ["-a", "-F", "--no-color", "-e", '"evidence"', "-e", '"reviewed"'],
+        more,
+        start,
+        dump=dump,
+        load=load,
+        remember=remember,
+    )
     return audit.records_of(lines)
 
 
-def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit.Record] | None = None, *,
-                    remember: bool = True) -> dict[str, Evidence]:
+def stored_evidence(
+    repo: Repo,
+    records_tip: str | None,
+    records: Iterable[audit.Record] | None = None,
+    *,
+    remember: bool = True,
+) -> dict[str, Evidence]:
     """The evidence each decision was recorded on, by the commit it is about.
 
     Only files a record names (`evidence: [<sha256>]`, with the record's `commit`) count:
@@ -299,10 +394,15 @@ def stored_evidence(repo: Repo, records_tip: str | None, records: Iterable[audit
     named = _naming(repo, records_tip, remember=remember) if records is None else records
     for record in named:
         for commit, digest in _named_evidence(record):
-            evidence = Evidence.from_bytes(audit.read_evidence(repo, records_tip, str(digest)), name=str(digest))
+            evidence = Evidence.from_bytes(
+                audit.read_evidence(repo, records_tip, str(digest)), name=str(digest)
+            )
             if evidence.commit != commit:
-                raise IntegrityError(f"seq {record.get('seq')} names evidence {str(digest)[:12]}, which is about "
-                                     f"{evidence.commit[:12]}, not {commit[:12]}: tampering", file=f"{EVIDENCE_DIR}{digest}.json")
+                raise IntegrityError(
+                    f"seq {record.get('seq')} names evidence {str(digest)[:12]}, which is about "
+                    f"{evidence.commit[:12]}, not {commit[:12]}: tampering",
+                    file=f"{EVIDENCE_DIR}{digest}.json",
+                )
             found.setdefault(commit, evidence)
     return found
 
@@ -315,8 +415,17 @@ class ReviewSource:
     to publish with its records.
     """
 
-    def __init__(self, repo: Repo, *, now: datetime, settings: Settings | None, stored: Mapping[str, Evidence] | None = None,
-                 remote: str | None = None, offline: bool = False, client: Client | None = None) -> None:
+    def __init__(
+        self,
+        repo: Repo,
+        *,
+        now: datetime,
+        settings: Settings | None,
+        stored: Mapping[str, Evidence] | None = None,
+        remote: str | None = None,
+        offline: bool = False,
+        client: Client | None = None,
+    ) -> None:
         self.repo = repo
         self.now = now
         self.settings = settings
@@ -350,8 +459,16 @@ class ReviewSource:
                 # One client per pass: its rate-limit wait budget bounds the whole pass, not each commit.
                 self.client = self.settings.client()
             try:
-                result = review(self.repo, policy, sha, now=self.now, settings=self.settings, stored=stored,
-                                remote=self.remote, client=self.client)
+                result = review(
+                    self.repo,
+                    policy,
+                    sha,
+                    now=self.now,
+                    settings=self.settings,
+                    stored=stored,
+                    remote=self.remote,
+                    client=self.client,
+                )
             except NotYet as exc:
                 self._waiting[key] = exc
                 raise
@@ -364,4 +481,6 @@ class ReviewSource:
 def recorded(repo: Repo, records_tip: str | None, *, now: datetime) -> ReviewSource:
     """Reviews as the records decided them, asking nobody: for `check`'s and `status`'s walks,
     so they reach the runner's policy in force (a commit without recorded evidence waits)."""
-    return ReviewSource(repo, now=now, settings=None, stored=stored_evidence(repo, records_tip), offline=True)
+    return ReviewSource(
+        repo, now=now, settings=None, stored=stored_evidence(repo, records_tip), offline=True
+    )

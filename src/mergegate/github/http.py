@@ -30,7 +30,9 @@ from mergegate.errors import NotYet
 DEFAULT_TIMEOUT = 15.0  # seconds, per connect/read/write
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; a reviews page of 100 is well under 1 MiB
 DEFAULT_MAX_WAIT = 60.0  # seconds a pass may wait out rate limits, in all (one client per pass)
-MIN_WAIT = 1.0  # seconds: a `retry-after: 0` (or negative, or a past date) must not become a busy loop
+MIN_WAIT = (
+    1.0  # seconds: a `retry-after: 0` (or negative, or a past date) must not become a busy loop
+)
 MAX_RATE_RETRIES = 3  # rate-limit retries of one request; then "not yet" for this pass
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one quick retry
@@ -39,7 +41,9 @@ _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one qu
 class Unavailable(NotYet):
     """An HTTP answer that is not (yet) usable evidence."""
 
-    def __init__(self, message: str, *, url: str, status: int | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, url: str, status: int | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message, hint=hint)
         self.url = url
         self.status = status
@@ -57,7 +61,12 @@ class RateLimited(BadStatus):
     """A rate limit whose reset is further away than this pass may wait."""
 
     def __init__(self, message: str, *, url: str, status: int, reset_in: float | None) -> None:
-        super().__init__(message, url=url, status=status, hint="the next pass retries; a token with a higher limit helps")
+        super().__init__(
+            message,
+            url=url,
+            status=status,
+            hint="the next pass retries; a token with a higher limit helps",
+        )
         self.reset_in = reset_in
 
 
@@ -87,7 +96,11 @@ class Response:
         try:
             return json.loads(self.body)
         except (UnicodeDecodeError, ValueError) as exc:
-            raise Malformed(f"GET {self.url}: the body is not JSON ({exc.__class__.__name__})", url=self.url, status=self.status) from None
+            raise Malformed(
+                f"GET {self.url}: the body is not JSON ({exc.__class__.__name__})",
+                url=self.url,
+                status=self.status,
+            ) from None
 
     def next_url(self) -> str | None:
         """The `rel="next"` target of the Link header (RFC 8288), if any."""
@@ -116,29 +129,49 @@ def _now() -> datetime:
 class Client:
     """A small JSON-over-HTTPS client for one API origin."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 max_body: int = DEFAULT_MAX_BODY, max_wait: float = DEFAULT_MAX_WAIT,
-                 sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = _now,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], datetime] = _now,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         problem = url_problem(base_url)
         if problem:
-            raise Unreachable(f"API URL {redact_url(base_url)!r} {problem}", url=redact_url(base_url))
+            raise Unreachable(
+                f"API URL {redact_url(base_url)!r} {problem}", url=redact_url(base_url)
+            )
         self.base_url = base_url.rstrip("/")
         self._origin = _origin(self.base_url)
         self.max_body = max_body
         self.max_wait = max_wait
         self._sleep = sleep
         self._now = now
-        self.waited = 0.0  # seconds this client has slept on rate limits: max_wait bounds the whole pass
-        headers = {"accept": "application/vnd.github+json", "x-github-api-version": "2022-11-28",
-                   "user-agent": f"mergegate/{__version__}"}
+        self.waited = (
+            0.0  # seconds this client has slept on rate limits: max_wait bounds the whole pass
+        )
+        headers = {
+            "accept": "application/vnd.github+json",
+            "x-github-api-version": "2022-11-28",
+            "user-agent": f"mergegate/{__version__}",
+        }
         if token:
             headers["authorization"] = f"Bearer {token}"
         import httpx  # here, not at the top: an idle pass that asks GitHub nothing never pays its import
 
         # follow_redirects=False: a redirect is an answer we refuse, so the token never travels.
-        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout), follow_redirects=False,
-                                  transport=transport, trust_env=False)
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            transport=transport,
+            trust_env=False,
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -153,7 +186,10 @@ class Client:
         """An absolute URL for an API path; absolute URLs must be on the API's origin."""
         url = path if "://" in path else urljoin(self.base_url + "/", path.lstrip("/"))
         if _origin(url) != self._origin:
-            raise Malformed(f"refusing to send a request to {_origin(url)}, which is not the API's origin {self._origin}", url=url)
+            raise Malformed(
+                f"refusing to send a request to {_origin(url)}, which is not the API's origin {self._origin}",
+                url=url,
+            )
         return url
 
     def get(self, path: str, *, params: Mapping[str, str | int] | None = None) -> Response:
@@ -162,7 +198,14 @@ class Client:
     def post(self, path: str, *, body: Any) -> Response:
         return self.request("POST", path, body=body)
 
-    def request(self, method: str, path: str, *, params: Mapping[str, str | int] | None = None, body: Any = None) -> Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+    ) -> Response:
         import httpx
 
         url = self.url(path)
@@ -179,9 +222,13 @@ class Client:
                 wait = max(MIN_WAIT, wait)
                 limited += 1
                 if limited > MAX_RATE_RETRIES or self.waited + wait > self.max_wait:
-                    raise RateLimited(f"{method} {url}: rate limited ({response.status}), resets in {wait:.0f}s, "
-                                      f"more than this pass still waits ({self.max_wait - self.waited:.0f}s)",
-                                      url=url, status=response.status, reset_in=wait)
+                    raise RateLimited(
+                        f"{method} {url}: rate limited ({response.status}), resets in {wait:.0f}s, "
+                        f"more than this pass still waits ({self.max_wait - self.waited:.0f}s)",
+                        url=url,
+                        status=response.status,
+                        reset_in=wait,
+                    )
                 self._sleep(wait)
                 self.waited += wait
                 continue
@@ -189,27 +236,47 @@ class Client:
                 retried = True
                 self._sleep(min(1.0, max(0.0, self.max_wait - self.waited)))
                 continue
-            raise BadStatus(f"{method} {url}: HTTP {response.status}{_message(response)}", url=url, status=response.status,
-                            hint="the next pass asks again" if response.status >= 500 else _status_hint(response.status))
+            raise BadStatus(
+                f"{method} {url}: HTTP {response.status}{_message(response)}",
+                url=url,
+                status=response.status,
+                hint="the next pass asks again"
+                if response.status >= 500
+                else _status_hint(response.status),
+            )
 
     def _once(self, method: str, url: str, body: Any) -> Response:
         import httpx
 
         content = None if body is None else json.dumps(body).encode()
         try:
-            with self._http.stream(method, url, content=content,
-                                   headers={"content-type": "application/json"} if content is not None else None) as raw:
+            with self._http.stream(
+                method,
+                url,
+                content=content,
+                headers={"content-type": "application/json"} if content is not None else None,
+            ) as raw:
                 data = bytearray()
                 for chunk in raw.iter_bytes():
                     data += chunk
                     if len(data) > self.max_body:
-                        raise Malformed(f"{method} {url}: the body is larger than {self.max_body} bytes", url=url, status=raw.status_code)
+                        raise Malformed(
+                            f"{method} {url}: the body is larger than {self.max_body} bytes",
+                            url=url,
+                            status=raw.status_code,
+                        )
                 return _response(raw, url, bytes(data), self._now())
         except httpx.TimeoutException:
-            raise Unreachable(f"{method} {url}: timed out", url=url, hint="the next pass asks again") from None
+            raise Unreachable(
+                f"{method} {url}: timed out", url=url, hint="the next pass asks again"
+            ) from None
         except httpx.TransportError as exc:
             # The exception text names the host and the OS error, never a header.
-            raise Unreachable(f"{method} {url}: {exc.__class__.__name__}: {exc}", url=url, hint="the next pass asks again") from None
+            raise Unreachable(
+                f"{method} {url}: {exc.__class__.__name__}: {exc}",
+                url=url,
+                hint="the next pass asks again",
+            ) from None
 
     def _rate_limit_wait(self, response: Response) -> float | None:
         """Seconds to wait before asking again, when the answer is a rate limit."""
@@ -245,9 +312,17 @@ def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Resp
         reset = float(headers["x-ratelimit-reset"]) if "x-ratelimit-reset" in headers else None
     except ValueError:
         reset = None
-    return Response(url=url, status=raw.status_code, request_id=headers.get("x-github-request-id", ""),
-                    at=now.strftime("%Y-%m-%dT%H:%M:%SZ"), body=body, link=headers.get("link", ""),
-                    retry_after=retry_after, ratelimit_remaining=headers.get("x-ratelimit-remaining"), ratelimit_reset=reset)
+    return Response(
+        url=url,
+        status=raw.status_code,
+        request_id=headers.get("x-github-request-id", ""),
+        at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        body=body,
+        link=headers.get("link", ""),
+        retry_after=retry_after,
+        ratelimit_remaining=headers.get("x-ratelimit-remaining"),
+        ratelimit_reset=reset,
+    )
 
 
 def url_problem(url: str) -> str:

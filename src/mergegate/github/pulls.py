@@ -34,22 +34,34 @@ def repository(remote_url: str | None) -> str:
     match = _REMOTE.search(remote_url or "")
     if remote_url and "github" in remote_url and match:
         return match.group(1)
-    raise UsageError(f"cannot tell the GitHub repository from the remote URL {remote_url!r}",
-                     hint="set GITHUB_REPOSITORY=owner/name")
+    raise UsageError(
+        f"cannot tell the GitHub repository from the remote URL {remote_url!r}",
+        hint="set GITHUB_REPOSITORY=owner/name",
+    )
 
 
 def open_pull(*, repo_name: str, branch: str, base: str, title: str, body: str) -> Pull:
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
-        raise UsageError("--open-pr needs a GitHub token", hint="export GITHUB_TOKEN with a token that may open pull requests")
+        raise UsageError(
+            "--open-pr needs a GitHub token",
+            hint="export GITHUB_TOKEN with a token that may open pull requests",
+        )
     owner = repo_name.split("/", 1)[0]
     with Client(os.environ.get("GITHUB_API_URL") or DEFAULT_API, token=token) as api:
-        existing = api.get(f"/repos/{repo_name}/pulls", params={"head": f"{owner}:{branch}", "base": base, "state": "open",
-                                                                 "per_page": 100})
+        existing = api.get(
+            f"/repos/{repo_name}/pulls",
+            params={"head": f"{owner}:{branch}", "base": base, "state": "open", "per_page": 100},
+        )
         for item in _list(existing.json(), existing.url):
             if (item.get("head") or {}).get("ref") == branch:
-                return Pull(int(item["number"]), str(item.get("html_url") or item.get("url")), False)
-        made = api.post(f"/repos/{repo_name}/pulls", body={"title": title, "head": branch, "base": base, "body": body})
+                return Pull(
+                    int(item["number"]), str(item.get("html_url") or item.get("url")), False
+                )
+        made = api.post(
+            f"/repos/{repo_name}/pulls",
+            body={"title": title, "head": branch, "base": base, "body": body},
+        )
         data = made.json()
         if not isinstance(data, dict) or not isinstance(data.get("number"), int):
             raise Malformed("the pull request GitHub created has no number", url=made.url)

@@ -42,7 +42,9 @@ class Verdict:
     method: Method
     head: str
     votes: tuple[Vote, ...] = ()
-    excluded: tuple[tuple[str, str], ...] = ()  # (policy person, why) who may not count for this merge
+    excluded: tuple[
+        tuple[str, str], ...
+    ] = ()  # (policy person, why) who may not count for this merge
     refused: str = ""  # why this is no review approval at all ("" when it is one)
     waiting: str = ""  # why the evidence is not yet there ("" when it is)
 
@@ -57,59 +59,143 @@ def judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: datetim
         return _judge(evidence, facts, policy, now=now)
     except (Malformed, KeyError, TypeError, ValueError, AttributeError) as exc:
         reason = exc.message if isinstance(exc, Malformed) else f"{exc.__class__.__name__}: {exc}"
-        return Verdict(evidence.pull, "none", "", waiting=f"GitHub's answers for {facts.sha[:7]} are incomplete or malformed ({reason})")
+        return Verdict(
+            evidence.pull,
+            "none",
+            "",
+            waiting=f"GitHub's answers for {facts.sha[:7]} are incomplete or malformed ({reason})",
+        )
 
 
 def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: datetime) -> Verdict:
     short = facts.sha[:7]
     if evidence.commit != facts.sha:
-        return Verdict(None, "none", "", refused=f"the evidence is for {evidence.commit[:7]}, not {short}")
+        return Verdict(
+            None, "none", "", refused=f"the evidence is for {evidence.commit[:7]}, not {short}"
+        )
     if evidence.pull is None:
         age = now.timestamp() - facts.committer_time
         if -300 <= age <= policy.github.empty_lookup_minutes * 60:
-            return Verdict(None, "none", "", waiting=f"GitHub lists no merged pull request for {short} yet")
-        return Verdict(None, "none", "", refused=f"GitHub lists no merged pull request whose merge commit is {short}")
+            return Verdict(
+                None, "none", "", waiting=f"GitHub lists no merged pull request for {short} yet"
+            )
+        return Verdict(
+            None,
+            "none",
+            "",
+            refused=f"GitHub lists no merged pull request whose merge commit is {short}",
+        )
     number = evidence.pull
     pr = evidence.one(f"/pulls/{number}")
     head = _sha(pr["head"]["sha"])
     if pr.get("merged") is not True or pr.get("merge_commit_sha") != facts.sha:
         return Verdict(number, "none", head, refused=f"PR #{number} is not merged as {short}")
     if pr["base"]["ref"] != "approved" or pr["base"]["repo"]["full_name"] != evidence.repository:
-        return Verdict(number, "none", head, refused=f"PR #{number} merged into {pr['base']['repo']['full_name']}:{pr['base']['ref']}, not {evidence.repository}:approved")
+        return Verdict(
+            number,
+            "none",
+            head,
+            refused=f"PR #{number} merged into {pr['base']['repo']['full_name']}:{pr['base']['ref']}, not {evidence.repository}:approved",
+        )
     if evidence.truncated:
-        return Verdict(number, "none", head, refused=f"GitHub's answers about PR #{number} pass mergegate's bounds "
-                       f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed merge")
+        return Verdict(
+            number,
+            "none",
+            head,
+            refused=f"GitHub's answers about PR #{number} pass mergegate's bounds "
+            f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed merge",
+        )
     method = _method(facts, head, evidence.pages(f"/pulls/{number}/commits"))
     if method == "rebase":
-        return Verdict(number, "rebase", head, refused=f"{short} is a rebase merge of PR #{number}: rebase merges approve nothing (their commits are not the reviewed ones); use a merge commit or squash")
+        return Verdict(
+            number,
+            "rebase",
+            head,
+            refused=f"{short} is a rebase merge of PR #{number}: rebase merges approve nothing (their commits are not the reviewed ones); use a merge commit or squash",
+        )
     if method == "none":
-        why = ("its parents are not [previous tip, PR head]" if len(facts.parents) > 1 else
-               "its tree is not the PR head merged onto the previous tip" if facts.squash_tree is not None else
-               f"git could not compute the squash of {head[:7]} (fetch refs/pull/{number}/head)")
-        return Verdict(number, "none", head, refused=f"{short} does not merge exactly the head {head[:7]} of PR #{number}: {why}")
+        why = (
+            "its parents are not [previous tip, PR head]"
+            if len(facts.parents) > 1
+            else "its tree is not the PR head merged onto the previous tip"
+            if facts.squash_tree is not None
+            else f"git could not compute the squash of {head[:7]} (fetch refs/pull/{number}/head)"
+        )
+        return Verdict(
+            number,
+            "none",
+            head,
+            refused=f"{short} does not merge exactly the head {head[:7]} of PR #{number}: {why}",
+        )
     if facts.merge_signature:
-        return Verdict(number, method, head, refused=f"github.merge_keys is set and {short} is not signed by one: {facts.merge_signature}")
+        return Verdict(
+            number,
+            method,
+            head,
+            refused=f"github.merge_keys is set and {short} is not signed by one: {facts.merge_signature}",
+        )
     verdict = on_head(evidence, number, head, policy, pr=pr, empty=facts.empty_commits)
-    return Verdict(number, method, head, verdict.votes, verdict.excluded, refused=verdict.refused, waiting=verdict.waiting)
+    return Verdict(
+        number,
+        method,
+        head,
+        verdict.votes,
+        verdict.excluded,
+        refused=verdict.refused,
+        waiting=verdict.waiting,
+    )
 
 
-def on_head(evidence: Evidence, number: int, head: str, policy: Policy, *, pr: dict[str, Any] | None = None,
-            empty: frozenset[str] = frozenset()) -> Verdict:
+def on_head(
+    evidence: Evidence,
+    number: int,
+    head: str,
+    policy: Policy,
+    *,
+    pr: dict[str, Any] | None = None,
+    empty: frozenset[str] = frozenset(),
+) -> Verdict:
     """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull request."""
     pr = pr if pr is not None else evidence.one(f"/pulls/{number}")
     commits = evidence.pages(f"/pulls/{number}/commits")
     if type(pr.get("commits")) is not int or pr["commits"] != len(commits) or not commits:
-        return Verdict(number, "none", head, refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked")
+        return Verdict(
+            number,
+            "none",
+            head,
+            refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked",
+        )
     if commits and commits[-1]["sha"] != head:
-        return Verdict(number, "none", head, refused=f"PR #{number}'s last listed commit is not its head {head[:7]}")
-    excluded, unmapped = _excluded(policy, number, pr, [c for c in commits if c["sha"] not in empty])
+        return Verdict(
+            number,
+            "none",
+            head,
+            refused=f"PR #{number}'s last listed commit is not its head {head[:7]}",
+        )
+    excluded, unmapped = _excluded(
+        policy, number, pr, [c for c in commits if c["sha"] not in empty]
+    )
     if unmapped and not policy.github.allow_unmapped_authors:
-        return Verdict(number, "none", head, excluded=excluded,
-                       refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is false)")
+        return Verdict(
+            number,
+            "none",
+            head,
+            excluded=excluded,
+            refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is false)",
+        )
     changed = _head_changed(evidence, number, head)
-    votes, blockers = _votes(policy, number, head, changed, evidence.pages(f"/pulls/{number}/reviews"), dict(excluded))
+    votes, blockers = _votes(
+        policy, number, head, changed, evidence.pages(f"/pulls/{number}/reviews"), dict(excluded)
+    )
     if blockers:
-        return Verdict(number, "none", head, votes, excluded, refused="changes requested by " + ", ".join(blockers))
+        return Verdict(
+            number,
+            "none",
+            head,
+            votes,
+            excluded,
+            refused="changes requested by " + ", ".join(blockers),
+        )
     return Verdict(number, "none", head, votes, excluded)
 
 
@@ -121,12 +207,17 @@ def _method(facts: MergeFacts, head: str, commits: list[Any]) -> Method:
     # A rebased commit keeps its original author time and message; a squash gets new ones.
     for item in commits:
         commit = item["commit"]
-        if _epoch(commit["author"]["date"]) == facts.author_time and commit["message"].strip() == facts.message.strip():
+        if (
+            _epoch(commit["author"]["date"]) == facts.author_time
+            and commit["message"].strip() == facts.message.strip()
+        ):
             return "rebase"
     return "squash" if facts.squash_tree is not None and facts.squash_tree == facts.tree else "none"
 
 
-def _excluded(policy: Policy, number: int, pr: dict[str, Any], commits: list[Any]) -> tuple[tuple[tuple[str, str], ...], str]:
+def _excluded(
+    policy: Policy, number: int, pr: dict[str, Any], commits: list[Any]
+) -> tuple[tuple[tuple[str, str], ...], str]:
     excluded: dict[str, str] = {}
     unmapped = ""
 
@@ -141,7 +232,9 @@ def _excluded(policy: Policy, number: int, pr: dict[str, Any], commits: list[Any
         for role in ("author", "committer"):
             account = item.get(role)
             if account is None:
-                unmapped = unmapped or f"the {role} of commit {short} in PR #{number} is no GitHub account"
+                unmapped = (
+                    unmapped or f"the {role} of commit {short} in PR #{number} is no GitHub account"
+                )
             else:
                 exclude(account, f"{role} of commit {short} in PR #{number}")
     return tuple(sorted(excluded.items())), unmapped
@@ -166,10 +259,19 @@ def _head_changed(evidence: Evidence, number: int, head: str) -> float:
     return latest
 
 
-def _votes(policy: Policy, number: int, head: str, changed: float, reviews: list[Any],
-           excluded: dict[str, str]) -> tuple[tuple[Vote, ...], list[str]]:
+def _votes(
+    policy: Policy,
+    number: int,
+    head: str,
+    changed: float,
+    reviews: list[Any],
+    excluded: dict[str, str],
+) -> tuple[tuple[Vote, ...], list[str]]:
     latest: dict[int, dict[str, Any]] = {}
-    for review in sorted(reviews, key=lambda r: (_epoch(r["submitted_at"]) if r.get("submitted_at") else 0.0, _id(r["id"]))):
+    for review in sorted(
+        reviews,
+        key=lambda r: (_epoch(r["submitted_at"]) if r.get("submitted_at") else 0.0, _id(r["id"])),
+    ):
         if review.get("user") is None or review.get("state") not in DECIDING:
             continue  # COMMENTED and PENDING never decide; a deleted account decides nothing
         latest[_id(review["user"]["id"])] = review
@@ -178,7 +280,11 @@ def _votes(policy: Policy, number: int, head: str, changed: float, reviews: list
     for uid, review in sorted(latest.items()):
         person = policy.github_person(uid)
         approver = person is not None and any(person.name == a.name for a in policy.approvers)
-        name = person.name if person is not None else f"GitHub user {uid} ({review['user'].get('login', '?')})"
+        name = (
+            person.name
+            if person is not None
+            else f"GitHub user {uid} ({review['user'].get('login', '?')})"
+        )
         via = f"review {review['id']} on PR #{number}"
         state = review["state"]
         if state == "CHANGES_REQUESTED":
@@ -214,7 +320,11 @@ def _id(value: Any) -> int:
 
 
 def _sha(value: Any) -> str:
-    if not isinstance(value, str) or len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
+    if (
+        not isinstance(value, str)
+        or len(value) != 40
+        or any(c not in "0123456789abcdef" for c in value)
+    ):
         raise Malformed(f"{value!r} is not a commit id", url="")
     return value
 

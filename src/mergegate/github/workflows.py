@@ -30,8 +30,10 @@ CHECKOUT_VERSION = "v4.2.2"  # written next to the pin, for whoever reviews or b
 ENVIRONMENT = "mergegate"  # the GitHub Environment holding MERGEGATE_RUNNER_KEY
 # Where a user gets the full commit id to pin (there may be no tags; an annotated tag's
 # ls-remote line names the tag object, its `^{}` line the commit).
-PIN_HINT = ("pin the full commit id of the mergegate you reviewed: git -C YOUR_MERGEGATE_CHECKOUT rev-parse HEAD, "
-            "or for a tag: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/TAG^{}'")
+PIN_HINT = (
+    "pin the full commit id of the mergegate you reviewed: git -C YOUR_MERGEGATE_CHECKOUT rev-parse HEAD, "
+    "or for a tag: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/TAG^{}'"
+)
 CHECK_PATH = ".github/workflows/mergegate-check.yml"
 RUN_PATH = ".github/workflows/mergegate-run.yml"
 FAN_OUT_PATH = ".github/workflows/mergegate-fan-out.yml"
@@ -90,9 +92,12 @@ CHECKOUT_APPROVED = """\
 """
 
 # A pass of the runner: the checkout of approved (no credentials kept) and the action's `run`.
-RUN_STEPS = """\
+RUN_STEPS = (
+    """\
     steps:
-""" + CHECKOUT_APPROVED + """\
+"""
+    + CHECKOUT_APPROVED
+    + """\
       - uses: {action}
         with:
           command: run
@@ -100,15 +105,19 @@ RUN_STEPS = """\
           signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
           github-token: ${{{{ github.token }}}}
 """
+)
 
-RUN = """\
+RUN = (
+    """\
 # mergegate: run newly approved jobs once per push to `approved` (and on a schedule,
 # so a job that waited for evidence is judged again). Records go to mergegate/audit.
 # `schedule` and `workflow_dispatch` use this file as it is on the default branch:
 # make `approved` the default branch. Written by `mergegate init --github`; see
 # mergegate's docs/github.md.
 name: mergegate run
-""" + TRIGGERS + """
+"""
+    + TRIGGERS
+    + """
 # One runner at a time, and never cancel one mid-job: a cancelled run could leave a
 # started job without its result.
 concurrency:
@@ -126,10 +135,13 @@ jobs:
     permissions:
       contents: write       # to push records to mergegate/audit (protect approved separately)
       pull-requests: read   # review evidence for GitHub-made merges
-""" + RUN_STEPS
+"""
+    + RUN_STEPS
+)
 
 
-FAN_OUT = """\
+FAN_OUT = (
+    """\
 # mergegate: fan a merge of many jobs out over a matrix, one runner per job.
 # `plan` lists the runnable jobs (the runner's own planning); each matrix entry claims
 # and runs exactly its job (`mergegate run --once --job PATH`: the same at-most-once
@@ -137,7 +149,9 @@ FAN_OUT = """\
 # records what a pass records besides runs (refusals, lost leases, how far it got).
 # Written by `mergegate init --github --fan-out`; see mergegate's docs/github.md.
 name: mergegate fan-out
-""" + TRIGGERS + """
+"""
+    + TRIGGERS
+    + """
 # One fan-out at a time, never cancelled mid-job (a newer pending run replaces an older
 # pending one, which had not started: its plan is the newer run's plan).
 concurrency:
@@ -156,7 +170,9 @@ jobs:
       matrix: ${{{{ steps.plan.outputs.matrix }}}}
       count: ${{{{ steps.plan.outputs.count }}}}
     steps:
-""" + CHECKOUT_APPROVED + """\
+"""
+    + CHECKOUT_APPROVED
+    + """\
       - id: plan
         uses: {action}
         with:
@@ -180,7 +196,9 @@ jobs:
       max-parallel: 20
       matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}
     steps:
-""" + CHECKOUT_APPROVED + """\
+"""
+    + CHECKOUT_APPROVED
+    + """\
       - uses: {action}
         with:
           command: run
@@ -203,7 +221,9 @@ jobs:
     permissions:
       contents: write
       pull-requests: read
-""" + RUN_STEPS
+"""
+    + RUN_STEPS
+)
 
 
 def files(*, action: str, fan_out: bool = False) -> dict[str, str]:
@@ -213,7 +233,12 @@ def files(*, action: str, fan_out: bool = False) -> dict[str, str]:
     (both run on every push to approved; a gate uses one).
     """
     check_action(action)
-    values = {"action": action, "checkout": CHECKOUT, "checkout_version": CHECKOUT_VERSION, "environment": ENVIRONMENT}
+    values = {
+        "action": action,
+        "checkout": CHECKOUT,
+        "checkout_version": CHECKOUT_VERSION,
+        "environment": ENVIRONMENT,
+    }
     runner = (FAN_OUT_PATH, FAN_OUT) if fan_out else (RUN_PATH, RUN)
     return {CHECK_PATH: CHECK.format(**values), runner[0]: runner[1].format(**values)}
 
@@ -221,16 +246,28 @@ def files(*, action: str, fan_out: bool = False) -> dict[str, str]:
 def check_action(action: str) -> None:
     """`OWNER/REPO@COMMIT`, pinned to a full commit id: the action runs next to a write token."""
     name, _, ref = action.partition("@")
-    if name.count("/") < 1 or not all(name.split("/")) or len(ref) != 40 or any(c not in "0123456789abcdef" for c in ref):
-        raise UsageError(f"--action {action!r} is not OWNER/REPO@COMMIT with a full 40-hex commit id",
-                         hint=PIN_HINT)
+    if (
+        name.count("/") < 1
+        or not all(name.split("/"))
+        or len(ref) != 40
+        or any(c not in "0123456789abcdef" for c in ref)
+    ):
+        raise UsageError(
+            f"--action {action!r} is not OWNER/REPO@COMMIT with a full 40-hex commit id",
+            hint=PIN_HINT,
+        )
 
 
-if __name__ == "__main__":  # python -m mergegate.github.workflows DIR ACTION: what .ci/lint-workflows lints (every workflow)
+if (
+    __name__ == "__main__"
+):  # python -m mergegate.github.workflows DIR ACTION: what .ci/lint-workflows lints (every workflow)
     import sys
     from pathlib import Path
 
-    for path, text in {**files(action=sys.argv[2]), **files(action=sys.argv[2], fan_out=True)}.items():
+    for path, text in {
+        **files(action=sys.argv[2]),
+        **files(action=sys.argv[2], fan_out=True),
+    }.items():
         target = Path(sys.argv[1]) / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

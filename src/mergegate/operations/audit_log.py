@@ -50,7 +50,10 @@ def parse_since(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--since {text!r} is not a date", hint="use YYYY-MM-DD or an ISO 8601 time such as 2026-12-01T09:30Z") from None
+        raise UsageError(
+            f"--since {text!r} is not a date",
+            hint="use YYYY-MM-DD or an ISO 8601 time such as 2026-12-01T09:30Z",
+        ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
@@ -59,8 +62,13 @@ def record_time(record: audit.Record) -> datetime:
     return audit.parse_time(record.get("time")) or datetime.min.replace(tzinfo=UTC)
 
 
-def select(records: Iterable[audit.Record], *, job: str | None = None, since: datetime | None = None,
-           events: Sequence[str] = ()) -> list[audit.Record]:
+def select(
+    records: Iterable[audit.Record],
+    *,
+    job: str | None = None,
+    since: datetime | None = None,
+    events: Sequence[str] = (),
+) -> list[audit.Record]:
     chosen = []
     for record in records:
         if job is not None and record.get("job") != job:
@@ -79,7 +87,9 @@ def describe(record: audit.Record) -> str:
     who = record.get("job") or record.get("path") or ""
     if event == "finished":
         took = record.get("duration_ms")
-        extra = f"{record.get('status')}" + (f" in {took / 1000:.1f}s" if isinstance(took, int | float) else "")
+        extra = f"{record.get('status')}" + (
+            f" in {took / 1000:.1f}s" if isinstance(took, int | float) else ""
+        )
         if record.get("exit_code") is not None:
             extra += f", exit {record.get('exit_code')}"
         if record.get("reason"):
@@ -92,7 +102,9 @@ def describe(record: audit.Record) -> str:
         commit = record.get("commit")
         extra = f"up to {str(commit)[:12]}" if commit else ""
     elif event == "policy":
-        extra = f"{record.get('status')} {str(record.get('commit'))[:12]}" + (f": {record.get('reason')}" if record.get("reason") else "")
+        extra = f"{record.get('status')} {str(record.get('commit'))[:12]}" + (
+            f": {record.get('reason')}" if record.get("reason") else ""
+        )
     else:
         extra = ""
     return " ".join(part for part in (who, extra) if part)

@@ -39,20 +39,26 @@ class AuditReport:
     files: int
 
 
-def verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None = None) -> AuditReport:
+def verify_audit(
+    *, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None = None
+) -> AuditReport:
     """The chain from seq 1, and every audit commit; IntegrityError at the first violation."""
     # No cyclic collections while it runs: the imports and the chain's facts (50,000 run ids at 100,000
     # records) are live until the end, and each collection would walk them all again (issue 12).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _verify_audit(repo_path=repo_path, remote=remote, branch=branch, fetch=fetch, trust=trust)
+        return _verify_audit(
+            repo_path=repo_path, remote=remote, branch=branch, fetch=fetch, trust=trust
+        )
     finally:
         if collecting:
             gc.enable()
 
 
-def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> AuditReport:
+def _verify_audit(
+    *, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None
+) -> AuditReport:
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     records_tip = source.audit_tip()
@@ -69,7 +75,9 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
         from mergegate.facts.audit_commits import Checker, every_commit, policy_lookup
 
         commits = every_commit(repo, records_tip)
-        repo.prefetch(commits)  # every commit's diff in one diff-tree, not one process per commit; while the workers check
+        repo.prefetch(
+            commits
+        )  # every commit's diff in one diff-tree, not one process per commit; while the workers check
 
         def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
             # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
@@ -79,10 +87,22 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
                 from mergegate.facts.assessor import Assessor
                 from mergegate.github import gather as github
 
-                return Assessor(repo, at=now, reviews=github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True))
+                return Assessor(
+                    repo,
+                    at=now,
+                    reviews=github.ReviewSource(
+                        repo, now=now, settings=None, stored=stored, offline=True
+                    ),
+                )
 
             assessing = _Assessing(assessor)
-            return Checker(repo, assessing, tip, policy_lookup(repo, assessing, root=root, records=records_tip), verified=verified)
+            return Checker(
+                repo,
+                assessing,
+                tip,
+                policy_lookup(repo, assessing, root=root, records=records_tip),
+                verified=verified,
+            )
 
         # The chain first, streamed: one log file in memory at a time, whatever the length of the log
         # (issue 12); then the commits, with what the chain's reading already established (the evidence
@@ -102,7 +122,9 @@ def _verify_audit(*, repo_path: Path, remote: str, branch: str, fetch: bool, tru
     return AuditReport(records_tip or "", chain.records, chain.files)
 
 
-def _stored_evidence(repo: Repo, records_tip: str | None, naming: list[audit.Record]) -> dict[str, Evidence]:
+def _stored_evidence(
+    repo: Repo, records_tip: str | None, naming: list[audit.Record]
+) -> dict[str, Evidence]:
     """github.stored_evidence of the records that name evidence (none: nothing to read, nor to import)."""
     if not naming:
         return {}
@@ -136,7 +158,9 @@ class Chain:
     records: int = 0
     files: int = 0
     verified: dict[str, int] = field(default_factory=dict)
-    naming: list[audit.Record] = field(default_factory=list)  # records that may name evidence (`evidence` or `reviewed` members)
+    naming: list[audit.Record] = field(
+        default_factory=list
+    )  # records that may name evidence (`evidence` or `reviewed` members)
     unapproved: Unapproved = field(default_factory=lambda: Unapproved())
 
 
@@ -174,16 +198,30 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
     Over a thousand records a file, in as few Python steps per record as it takes (issue 12)."""
     events = list(map(operator.itemgetter("event"), records))
     picked = compress(records, map(operator.eq, events, repeat("finished")))
-    finished = [(run_id, int(seq)) for run_id, seq in ((fields.get("run_id"), fields["seq"]) for fields in picked)
-                if isinstance(run_id, str)]
-    unapproved = [] if "scanned" not in events else [
-        dict(fields) for fields in records if fields["event"] == "scanned" and fields.get("unapproved_file")]
+    finished = [
+        (run_id, int(seq))
+        for run_id, seq in ((fields.get("run_id"), fields["seq"]) for fields in picked)
+        if isinstance(run_id, str)
+    ]
+    unapproved = (
+        []
+        if "scanned" not in events
+        else [
+            dict(fields)
+            for fields in records
+            if fields["event"] == "scanned" and fields.get("unapproved_file")
+        ]
+    )
     # The records github.stored_evidence reads references from: those with an `evidence` or a `reviewed` member
     # (a scanned record's map need not say "evidence" anywhere). Two lookups a record at C speed, not a search
     # of the file's bytes.
     naming: list[dict[str, Any]] = []
-    if any(map(operator.contains, records, repeat("evidence"))) or any(map(operator.contains, records, repeat("reviewed"))):
-        naming = [dict(fields) for fields in records if "evidence" in fields or "reviewed" in fields]
+    if any(map(operator.contains, records, repeat("evidence"))) or any(
+        map(operator.contains, records, repeat("reviewed"))
+    ):
+        naming = [
+            dict(fields) for fields in records if "evidence" in fields or "reviewed" in fields
+        ]
     return Facts(finished, unapproved, naming)
 
 

@@ -34,12 +34,17 @@ class Place:
 
 def locate(read_blob: Callable[[str], bytes]) -> Locate:
     """The line an annotation points at: the error's own line for an invalid file, else `command:`."""
+
     def place(f: FileCheck) -> Place:
         if f.blob == "0" * 40:
             return Place(1)
         text = read_blob(f.blob)
         try:
-            job = parse_job(text, path=f.path, blob=f.blob) if f.job is not None or f.state == "invalid" else None
+            job = (
+                parse_job(text, path=f.path, blob=f.blob)
+                if f.job is not None or f.state == "invalid"
+                else None
+            )
         except ConfigError as exc:
             return Place(exc.line or 1)
         if job is None:
@@ -49,6 +54,7 @@ def locate(read_blob: Callable[[str], bytes]) -> Locate:
         except ConfigError:
             line = 1
         return Place(line, " ".join(job.command))
+
     return place
 
 
@@ -87,20 +93,30 @@ def annotation_lines(report: CheckReport, where: Locate) -> list[str]:
             level, title = "warning", "mergegate: needs approval"
         else:
             continue
-        lines.append(f"::{level} file={escape_property(f.path)},line={where(f).line},title={escape_property(title)}::{escape_data(f.reason)}")
+        lines.append(
+            f"::{level} file={escape_property(f.path)},line={where(f).line},title={escape_property(title)}::{escape_data(f.reason)}"
+        )
     return lines
 
 
-def summary(report: CheckReport, reviews: ReviewState, approvers: tuple[str, ...], where: Locate) -> str:
+def summary(
+    report: CheckReport, reviews: ReviewState, approvers: tuple[str, ...], where: Locate
+) -> str:
     """The Markdown step summary: one row per file."""
     allowed = report.exit_code == 0
-    out = [f"### mergegate check: {'allowed' if allowed else 'not allowed'}", "",
-           f"Proposal `{report.head[:12]}` against `{report.base[:12]}`, judged by `policy/policy.yaml` at `{report.policy[:12]}`.", ""]
+    out = [
+        f"### mergegate check: {'allowed' if allowed else 'not allowed'}",
+        "",
+        f"Proposal `{report.head[:12]}` against `{report.base[:12]}`, judged by `policy/policy.yaml` at `{report.policy[:12]}`.",
+        "",
+    ]
     if not report.files:
         out.append("This pull request changes no job, policy or other file the gate guards.")
         return "\n".join(out) + "\n"
-    out += ["| job | command | decision | rule | approvals needed | reviews on this head | who may still approve |",
-            "|---|---|---|---|---|---|---|"]
+    out += [
+        "| job | command | decision | rule | approvals needed | reviews on this head | who may still approve |",
+        "|---|---|---|---|---|---|---|",
+    ]
     counted = set(reviews.counted)
     for f in report.files:
         may = [name for name in approvers if name not in counted and name not in reviews.excluded]
@@ -109,21 +125,47 @@ def summary(report: CheckReport, reviews: ReviewState, approvers: tuple[str, ...
         if counted and not reviews.note and f.state in ("allowed", "policy"):
             # The approvals text is the proposal's own (approval commits); reviews count at the merge.
             needed += f"; the reviews on this head ({given}) count too once it is merged with a merge commit or squash"
-        out.append("| " + " | ".join(_cell(c) for c in (
-            f.job or f.path, where(f).command, f.state, f.reason, needed, given or "none", ", ".join(may) or "nobody")) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                _cell(c)
+                for c in (
+                    f.job or f.path,
+                    where(f).command,
+                    f.state,
+                    f.reason,
+                    needed,
+                    given or "none",
+                    ", ".join(may) or "nobody",
+                )
+            )
+            + " |"
+        )
     return "\n".join(out) + "\n"
 
 
 def outputs(report: CheckReport) -> dict[str, str]:
     states = [f.state for f in report.files]
-    return {"allowed": "true" if report.exit_code == 0 else "false", "files": str(len(states)),
-            "allowed-count": str(states.count("allowed")), "denied-count": str(states.count("denied")),
-            "invalid-count": str(states.count("invalid")), "policy-count": str(states.count("policy")),
-            "content-count": str(states.count("content"))}
+    return {
+        "allowed": "true" if report.exit_code == 0 else "false",
+        "files": str(len(states)),
+        "allowed-count": str(states.count("allowed")),
+        "denied-count": str(states.count("denied")),
+        "invalid-count": str(states.count("invalid")),
+        "policy-count": str(states.count("policy")),
+        "content-count": str(states.count("content")),
+    }
 
 
-def write(report: CheckReport, *, where: Locate, reviews: ReviewState, approvers: tuple[str, ...],
-          env: Mapping[str, str] | None = None, echo: Callable[[str], None] = print) -> None:
+def write(
+    report: CheckReport,
+    *,
+    where: Locate,
+    reviews: ReviewState,
+    approvers: tuple[str, ...],
+    env: Mapping[str, str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> None:
     """Print the annotations, append the summary and the outputs to the files Actions names."""
     env = os.environ if env is None else env
     for line in annotation_lines(report, where):
@@ -153,7 +195,13 @@ def pull_number(env: Mapping[str, str] | None = None) -> int | None:
 
 def _cell(text: str) -> str:
     # A table cell is one line; a pipe would end it, and HTML would render.
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+    return (
+        text.replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("\n", " ")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )
 
 
 def review_state(report: CheckReport, env: Mapping[str, str] | None = None) -> ReviewState:
@@ -171,7 +219,9 @@ def review_state(report: CheckReport, env: Mapping[str, str] | None = None) -> R
         return ReviewState(note="not a pull request run")
     try:
         with settings.client() as client:
-            evidence = github.gather_open(settings, client, number, now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            evidence = github.gather_open(
+                settings, client, number, now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
     except NotYet as exc:
         return ReviewState(note=f"reviews unavailable: {exc.message}")
     verdict = reviews.on_head(evidence, number, report.head, policy)

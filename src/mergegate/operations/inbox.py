@@ -45,9 +45,17 @@ class Item:
         return {0: "allowed", 1: "denied"}.get(self.exit_code, "invalid")
 
     def as_json(self) -> dict[str, Any]:
-        return {"ref": self.ref, "head": self.head, "pull": self.pull, "pull_url": self.pull_url, "verdict": self.verdict,
-                "exit_code": self.exit_code, "files": list(self.files), "may_approve": list(self.may_approve),
-                "error": self.error}
+        return {
+            "ref": self.ref,
+            "head": self.head,
+            "pull": self.pull,
+            "pull_url": self.pull_url,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "files": list(self.files),
+            "may_approve": list(self.may_approve),
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -63,12 +71,24 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
     tip = source.tip()
     warnings: list[str] = []
     if source.remote is None:
-        candidates = {name: f"refs/heads/{name}" for name in _refs(repo, "refs/heads/") if name != base}
+        candidates = {
+            name: f"refs/heads/{name}" for name in _refs(repo, "refs/heads/") if name != base
+        }
     else:
         if fetch:
-            repo.run("fetch", "--quiet", "--no-tags", "--prune", remote, f"+refs/heads/*:refs/remotes/{remote}/*")
-        candidates = {f"{remote}/{name}": f"refs/remotes/{remote}/{name}" for name in _refs(repo, f"refs/remotes/{remote}/")
-                      if name != base and name not in SKIP}
+            repo.run(
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--prune",
+                remote,
+                f"+refs/heads/*:refs/remotes/{remote}/*",
+            )
+        candidates = {
+            f"{remote}/{name}": f"refs/remotes/{remote}/{name}"
+            for name in _refs(repo, f"refs/remotes/{remote}/")
+            if name != base and name not in SKIP
+        }
     pulls: dict[str, tuple[int, str]] = {}
     if source.remote is not None and os.environ.get("GITHUB_TOKEN"):
         try:
@@ -85,22 +105,47 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
         fork = repo.merge_base(tip, head)
         if fork is None:
             continue
-        if not any(is_job_path(c.path) or c.path.startswith((POLICY_DIR, AUDIT_DIR)) for c in repo.diff(fork, head)):
+        if not any(
+            is_job_path(c.path) or c.path.startswith((POLICY_DIR, AUDIT_DIR))
+            for c in repo.diff(fork, head)
+        ):
             continue
         pull = pulls.get(name)
         try:
-            report = proposals.check(repo_path=repo_path, ref=head, base=base, remote=remote, fetch=False, trust=trust)
+            report = proposals.check(
+                repo_path=repo_path, ref=head, base=base, remote=remote, fetch=False, trust=trust
+            )
         except MergegateError as exc:
-            items.append(Item(name, head, pull[0] if pull else None, pull[1] if pull else None, exc.exit_code, (), (), str(exc)))
+            items.append(
+                Item(
+                    name,
+                    head,
+                    pull[0] if pull else None,
+                    pull[1] if pull else None,
+                    exc.exit_code,
+                    (),
+                    (),
+                    str(exc),
+                )
+            )
             continue
-        items.append(Item(name, head, pull[0] if pull else None, pull[1] if pull else None, report.exit_code,
-                          tuple(f.as_json() for f in report.files), _may_approve(repo, report)))
+        items.append(
+            Item(
+                name,
+                head,
+                pull[0] if pull else None,
+                pull[1] if pull else None,
+                report.exit_code,
+                tuple(f.as_json() for f in report.files),
+                _may_approve(repo, report),
+            )
+        )
     return Inbox(base, tuple(items), tuple(warnings))
 
 
 def _refs(repo: Repo, prefix: str) -> list[str]:
     names = repo.out("for-each-ref", "--format=%(refname)", prefix).split()
-    return [n[len(prefix):] for n in names]
+    return [n[len(prefix) :] for n in names]
 
 
 def _may_approve(repo: Repo, report: proposals.CheckReport) -> tuple[str, ...]:
@@ -126,8 +171,12 @@ def _open_pulls(repo: Repo, remote: str, base: str, fetch: bool) -> dict[str, tu
 
     name = repository(repo.config(f"remote.{remote}.url"))
     found: dict[str, tuple[int, str]] = {}
-    with Client(os.environ.get("GITHUB_API_URL") or DEFAULT_API, token=os.environ.get("GITHUB_TOKEN")) as api:
-        page = api.get(f"/repos/{name}/pulls", params={"state": "open", "base": base, "per_page": 100})
+    with Client(
+        os.environ.get("GITHUB_API_URL") or DEFAULT_API, token=os.environ.get("GITHUB_TOKEN")
+    ) as api:
+        page = api.get(
+            f"/repos/{name}/pulls", params={"state": "open", "base": base, "per_page": 100}
+        )
         for _ in range(50):  # at most 5,000 open pull requests
             data = page.json()
             for item in data if isinstance(data, list) else []:
@@ -138,7 +187,14 @@ def _open_pulls(repo: Repo, remote: str, base: str, fetch: bool) -> dict[str, tu
                 else:
                     ref = f"refs/mergegate/pull/{number}"
                     if fetch:
-                        repo.run("fetch", "--quiet", "--no-tags", remote, f"+refs/pull/{number}/head:{ref}", check=False)
+                        repo.run(
+                            "fetch",
+                            "--quiet",
+                            "--no-tags",
+                            remote,
+                            f"+refs/pull/{number}/head:{ref}",
+                            check=False,
+                        )
                     found[ref] = (number, url)
             following = page.next_url()
             if following is None:

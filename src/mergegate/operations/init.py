@@ -73,7 +73,9 @@ def is_gate(repo_path: Path, branch: str) -> bool:
     return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
 
 
-def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def add_workflows(
+    *, repo_path: Path, action: str, fan_out: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Write the GitHub workflows into the working tree of an existing gate; committing and
     approving them is a change like any other (they are files the policy's quorum covers).
     Returns (written, removed): the other kind of runner workflow goes, since a gate runs one
@@ -81,40 +83,65 @@ def add_workflows(*, repo_path: Path, action: str, fan_out: bool = False) -> tup
     repo = Repo(repo_path)
     written = []
     removed = []
-    other, template = (workflows.RUN_PATH, workflows.RUN) if fan_out else (workflows.FAN_OUT_PATH, workflows.FAN_OUT)
+    other, template = (
+        (workflows.RUN_PATH, workflows.RUN)
+        if fan_out
+        else (workflows.FAN_OUT_PATH, workflows.FAN_OUT)
+    )
     if (repo.path / other).exists():
         if not (repo.path / other).read_text().startswith(template.splitlines()[0]):
-            raise UsageError(f"{other} exists and was not written by mergegate; a gate runs one runner workflow", file=other,
-                             hint="remove it (or move it aside) and run again")
+            raise UsageError(
+                f"{other} exists and was not written by mergegate; a gate runs one runner workflow",
+                file=other,
+                hint="remove it (or move it aside) and run again",
+            )
         (repo.path / other).unlink()
         removed.append(other)
     for path, text in workflows.files(action=action, fan_out=fan_out).items():
         target = repo.path / path
         if target.exists() and target.read_text() != text:
-            raise UsageError(f"{path} exists with other content; not overwritten", file=path,
-                             hint=f"move it aside and run again, or compare: mergegate init --github --action {action} in a scratch clone")
+            raise UsageError(
+                f"{path} exists with other content; not overwritten",
+                file=path,
+                hint=f"move it aside and run again, or compare: mergegate init --github --action {action} in a scratch clone",
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         written.append(path)
     return tuple(written), tuple(removed)
 
 
-def init(*, repo_path: Path, approver: str | None, key: str | None, email: str | None, solo: bool, branch: str,
-         github_action: str | None = None, fan_out: bool = False) -> InitResult:
+def init(
+    *,
+    repo_path: Path,
+    approver: str | None,
+    key: str | None,
+    email: str | None,
+    solo: bool,
+    branch: str,
+    github_action: str | None = None,
+    fan_out: bool = False,
+) -> InitResult:
     repo = Repo(repo_path)
     existing_tip = repo.rev(f"refs/heads/{branch}")
     onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
     if existing_tip is not None:
         if repo.file_blob(existing_tip, POLICY_FILE) is not None:
-            raise UsageError(f"branch {branch} already exists with a policy: this repository is already a gate",
-                             hint="mergegate status lists its jobs; mergegate inbox what waits for approval")
+            raise UsageError(
+                f"branch {branch} already exists with a policy: this repository is already a gate",
+                hint="mergegate status lists its jobs; mergegate inbox what waits for approval",
+            )
         if repo.current_branch() != branch:
-            raise UsageError(f"branch {branch} exists but has no {POLICY_FILE} yet",
-                             hint=f"git switch {branch} && mergegate init: the policy is committed onto it (that commit is the trust root)")
+            raise UsageError(
+                f"branch {branch} exists but has no {POLICY_FILE} yet",
+                hint=f"git switch {branch} && mergegate init: the policy is committed onto it (that commit is the trust root)",
+            )
         onto_branch = True
     if repo.config("user.email") is None or repo.config("user.name") is None:
-        raise UsageError("git does not know who you are: init commits the policy as you",
-                         hint='git config user.name "Your Name" && git config user.email you@example.com')
+        raise UsageError(
+            "git does not know who you are: init commits the policy as you",
+            hint='git config user.name "Your Name" && git config user.email you@example.com',
+        )
     # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
     files = {"jobs/README.md": JOBS_README}
     if github_action is not None:  # init --github: the pull-request check and runner workflows
@@ -123,21 +150,39 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
     existing = repo.path / POLICY_FILE
     if existing.exists():
         # The person wrote their own policy: check it, and say which flags it makes moot.
-        load_policy(lambda p: (repo.path / p).read_bytes() if (repo.path / p).is_file() else None, commit="0" * 40)
-        ignored = [flag for flag, value in (("--approver", approver), ("--key", key), ("--email", email), ("--solo", solo)) if value]
+        load_policy(
+            lambda p: (repo.path / p).read_bytes() if (repo.path / p).is_file() else None,
+            commit="0" * 40,
+        )
+        ignored = [
+            flag
+            for flag, value in (
+                ("--approver", approver),
+                ("--key", key),
+                ("--email", email),
+                ("--solo", solo),
+            )
+            if value
+        ]
         if ignored:
-            warnings.append(f"{POLICY_FILE} exists and is used as it is; ignored {', '.join(ignored)}")
+            warnings.append(
+                f"{POLICY_FILE} exists and is used as it is; ignored {', '.join(ignored)}"
+            )
     else:
         if github_action is not None and key is None and repo.config("user.signingkey") is None:
             # On GitHub the approvers are their accounts (github: ids) and the runner's key: a policy to write first.
-            raise UsageError(f"no {POLICY_FILE} here and no approver key given",
-                             hint=f"on GitHub, write {POLICY_FILE} first with your approvers' github: ids and the runner's key "
-                                  "under runners (docs/github.md §1), then run init again; or pass --key for a key-signed gate")
+            raise UsageError(
+                f"no {POLICY_FILE} here and no approver key given",
+                hint=f"on GitHub, write {POLICY_FILE} first with your approvers' github: ids and the runner's key "
+                "under runners (docs/github.md §1), then run init again; or pass --key for a key-signed gate",
+            )
         key_line = _key_line(repo, key)
         name = approver or repo.config("user.name") or "approver"
         parse_public_key(key_line, owner=name, source="--key")
         files[POLICY_FILE] = POLICY_TEMPLATE.format(
-            name=name, key_json=json.dumps(key_line), email=f"    email: {email}\n" if email else "",
+            name=name,
+            key_json=json.dumps(key_line),
+            email=f"    email: {email}\n" if email else "",
             self_approval="true" if solo else "false",
         )
     written = []
@@ -150,7 +195,16 @@ def init(*, repo_path: Path, approver: str | None, key: str | None, email: str |
         written.append(path)
     paths = [*files, POLICY_FILE] if POLICY_FILE not in files else list(files)
     repo.run("add", "--", *paths, worktree=True)
-    repo.run("commit", "--no-verify", "--quiet", "-m", "mergegate: initial policy (trust anchor)", "--", *paths, worktree=True)
+    repo.run(
+        "commit",
+        "--no-verify",
+        "--quiet",
+        "-m",
+        "mergegate: initial policy (trust anchor)",
+        "--",
+        *paths,
+        worktree=True,
+    )
     head = repo.rev("HEAD")
     assert head is not None
     if not onto_branch:
@@ -163,12 +217,17 @@ def _key_line(repo: Repo, key: str | None) -> str:
     if key is None:
         key = repo.config("user.signingkey")
         if key is None:
-            raise UsageError("no approver key given", hint="pass --key ~/.ssh/id_ed25519.pub (the key you sign merges with)")
+            raise UsageError(
+                "no approver key given",
+                hint="pass --key ~/.ssh/id_ed25519.pub (the key you sign merges with)",
+            )
     if key.startswith(("ssh-", "ecdsa-")):
         return key.strip()
     path = Path(key).expanduser()
     if path.suffix != ".pub" and path.with_name(path.name + ".pub").exists():
         path = path.with_name(path.name + ".pub")
     if not path.exists():
-        raise GitError(f"key file {path} does not exist", hint="pass --key with an ssh public key file or line")
+        raise GitError(
+            f"key file {path} does not exist", hint="pass --key with an ssh public key file or line"
+        )
     return path.read_text().strip().splitlines()[0]

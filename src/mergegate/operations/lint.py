@@ -27,7 +27,13 @@ class Finding:
     hint: str | None = None
 
     def as_json(self) -> dict[str, object]:
-        return {"path": self.path, "ok": self.ok, "message": self.message, "line": self.line, "hint": self.hint}
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "message": self.message,
+            "line": self.line,
+            "hint": self.hint,
+        }
 
 
 def lint(paths: list[Path], *, root: Path) -> list[Finding]:
@@ -50,10 +56,18 @@ def lint(paths: list[Path], *, root: Path) -> list[Finding]:
                 unique = check_unique_ids(sorted(_job_paths(root)))
             findings.append(_lint_job(root, rel, shown, unique.get(rel)))
         elif rel.startswith(JOBS_DIR):
-            findings.append(Finding(shown, True, "not a job file (jobs end in .yaml or .yml); ignored"))
+            findings.append(
+                Finding(shown, True, "not a job file (jobs end in .yaml or .yml); ignored")
+            )
         else:
-            findings.append(Finding(shown, False, "neither a job file (jobs/ID.yaml) nor under policy/",
-                                    hint="jobs live under jobs/ at the repository root"))
+            findings.append(
+                Finding(
+                    shown,
+                    False,
+                    "neither a job file (jobs/ID.yaml) nor under policy/",
+                    hint="jobs live under jobs/ at the repository root",
+                )
+            )
     return findings
 
 
@@ -68,7 +82,11 @@ def _job_paths(root: Path) -> list[str]:
     jobs = root / JOBS_DIR
     if not jobs.is_dir():
         return []
-    return [p.relative_to(root).as_posix() for p in jobs.rglob("*") if p.is_file() and is_job_path(p.relative_to(root).as_posix())]
+    return [
+        p.relative_to(root).as_posix()
+        for p in jobs.rglob("*")
+        if p.is_file() and is_job_path(p.relative_to(root).as_posix())
+    ]
 
 
 def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> Finding:
@@ -81,7 +99,9 @@ def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> Findi
     except MergegateError as exc:
         return Finding(shown, False, exc.message, exc.line, exc.hint)
     if not_unique is not None:
-        return Finding(shown, False, not_unique, hint="every job id (its file name) must be unique under jobs/")
+        return Finding(
+            shown, False, not_unique, hint="every job id (its file name) must be unique under jobs/"
+        )
     return Finding(shown, True, f"job {job.id}: {' '.join(job.command)[:80]}")
 
 
@@ -93,7 +113,20 @@ def _lint_policy(root: Path, shown: str) -> Finding:
     try:
         policy = load_policy(read, commit=ZERO)
     except MergegateError as exc:
-        hint = exc.hint if exc.message != f"no {POLICY_FILE} at {ZERO[:7]}" else "write policy/policy.yaml (mergegate init writes one)"
-        return Finding(shown if exc.file in (None, POLICY_FILE) else exc.file or shown, False,
-                       exc.message.replace(f" at {ZERO[:7]}", ""), exc.line, hint)
-    return Finding(shown, True, f"policy: {len(policy.approvers)} approver(s), {len(policy.commands)} command rule(s)")
+        hint = (
+            exc.hint
+            if exc.message != f"no {POLICY_FILE} at {ZERO[:7]}"
+            else "write policy/policy.yaml (mergegate init writes one)"
+        )
+        return Finding(
+            shown if exc.file in (None, POLICY_FILE) else exc.file or shown,
+            False,
+            exc.message.replace(f" at {ZERO[:7]}", ""),
+            exc.line,
+            hint,
+        )
+    return Finding(
+        shown,
+        True,
+        f"policy: {len(policy.approvers)} approver(s), {len(policy.commands)} command rule(s)",
+    )

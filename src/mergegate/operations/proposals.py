@@ -42,12 +42,26 @@ class FileCheck:
     approved: bool  # quorum already met by approval commits on the proposal
     votes: tuple[Vote, ...] = ()
     mode: str = "100644"
-    unapproved: str = ""  # unapproved content already on approved at this path: since when, and its diff
+    unapproved: str = (
+        ""  # unapproved content already on approved at this path: since when, and its diff
+    )
 
     def as_json(self) -> dict[str, Any]:
-        return {"path": self.path, "blob": self.blob, "mode": self.mode, "job": self.job, "state": self.state,
-                "reason": self.reason, "approvals": self.approvals, "approved": self.approved, "unapproved": self.unapproved,
-                "votes": [{"person": v.person, "via": v.via, "counted": v.counted, "why": v.why} for v in self.votes]}
+        return {
+            "path": self.path,
+            "blob": self.blob,
+            "mode": self.mode,
+            "job": self.job,
+            "state": self.state,
+            "reason": self.reason,
+            "approvals": self.approvals,
+            "approved": self.approved,
+            "unapproved": self.unapproved,
+            "votes": [
+                {"person": v.person, "via": v.via, "counted": v.counted, "why": v.why}
+                for v in self.votes
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -70,14 +84,26 @@ class CheckReport:
         return JobFailed.exit_code if any(f.state == "denied" for f in self.files) else 0
 
     def decision(self, path: str) -> Decision | None:
-        return next((d for d in self.assessment.decisions if d.path == path), None) if self.assessment else None
+        return (
+            next((d for d in self.assessment.decisions if d.path == path), None)
+            if self.assessment
+            else None
+        )
 
 
 _STATES = {"": "allowed", "unapproved": "allowed", "denied": "denied", "invalid": "invalid"}
 
 
-def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, trust: str | None = None,
-          merger: str | None = None) -> CheckReport:
+def check(
+    *,
+    repo_path: Path,
+    ref: str,
+    base: str,
+    remote: str,
+    fetch: bool,
+    trust: str | None = None,
+    merger: str | None = None,
+) -> CheckReport:
     """Judge the merge of REF into the base with the runner's own judge, by the policy in force.
 
     The verdict is `judge.judge_commit` on the facts of the merge `approve --merge`
@@ -90,7 +116,9 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     base_tip = branch.tip()
     if fetch and branch.remote is not None and ref.startswith(f"{remote}/"):
         repo.fetch(remote, ref[len(remote) + 1 :])  # the proposal as it is now, not as last fetched
-    resolved, head = resolve_proposal(repo, ref, remote=remote if branch.remote is not None else None, fetch=fetch)
+    resolved, head = resolve_proposal(
+        repo, ref, remote=remote if branch.remote is not None else None, fetch=fetch
+    )
     ref = resolved.removeprefix("refs/heads/").removeprefix("refs/remotes/")
     records = branch.audit_tip()
     work = _base_state(repo, base_tip, records, trust)
@@ -98,12 +126,19 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     fork = repo.merge_base(base_tip, head)
     if fork is None:
         start = f"{remote}/{base}" if branch.remote is not None else base
-        raise UsageError(f"{ref} shares no history with {base}", hint=f"start proposals from {start}: git switch -c NAME {start}")
+        raise UsageError(
+            f"{ref} shares no history with {base}",
+            hint=f"start proposals from {start}: git switch -c NAME {start}",
+        )
     tree = repo.merge_tree(base_tip, head)
     assessor = Assessor(repo, at=datetime.now(UTC))
     unapproved = work.unapproved
-    assessor.known = lambda path, blob: path in unapproved or (is_job_path(path) and audit.mentions(repo, records, path, blob))
-    facts = assessor.proposal_facts(base_tip=base_tip, head=head, tree=tree, policy=policy, unapproved=unapproved, merger=merger)
+    assessor.known = lambda path, blob: (
+        path in unapproved or (is_job_path(path) and audit.mentions(repo, records, path, blob))
+    )
+    facts = assessor.proposal_facts(
+        base_tip=base_tip, head=head, tree=tree, policy=policy, unapproved=unapproved, merger=merger
+    )
     assessment = judge_commit(facts, policy, unapproved)
     results: list[FileCheck] = []
     files = {f.path: f for f in facts.files}
@@ -113,30 +148,106 @@ def check(*, repo_path: Path, ref: str, base: str, remote: str, fetch: bool, tru
     for f in facts.files:
         if f.path.startswith(POLICY_DIR):
             votes = verdict.votes.get(f.path, ()) if verdict else ()
-            state = {"invalid": "invalid", "denied": "denied"}.get(verdict.refusal if verdict else "", "policy")
+            state = {"invalid": "invalid", "denied": "denied"}.get(
+                verdict.refusal if verdict else "", "policy"
+            )
             words = verdict.reason if verdict else ""
-            if verdict is not None and not verdict.adopted and verdict.refusal == "unapproved" and merger is None:
+            if (
+                verdict is not None
+                and not verdict.adopted
+                and verdict.refusal == "unapproved"
+                and merger is None
+            ):
                 words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
-            reason = "policy change: needs the policy quorum of the policy in force" if state == "policy" else verdict.reason if verdict else ""
-            results.append(FileCheck(f.path, f.after.blob, None, state, reason, words, bool(verdict and verdict.adopted), votes,
-                                     f.after.mode, _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+            reason = (
+                "policy change: needs the policy quorum of the policy in force"
+                if state == "policy"
+                else verdict.reason
+                if verdict
+                else ""
+            )
+            results.append(
+                FileCheck(
+                    f.path,
+                    f.after.blob,
+                    None,
+                    state,
+                    reason,
+                    words,
+                    bool(verdict and verdict.adopted),
+                    votes,
+                    f.after.mode,
+                    _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved),
+                )
+            )
     needs = f"needs {policy.content_requirement().describe()}, from approvers who did not write it"
     for f in facts.files:
         if not is_job_path(f.path) and not f.path.startswith(POLICY_DIR):
             what = "other file (a job may run or read it)"
-            if f.after.mode in ("100644", "100755") and f.path.endswith((".yaml", ".yml")) and _looks_like_job(repo.blob(f.after.blob)):
+            if (
+                f.after.mode in ("100644", "100755")
+                and f.path.endswith((".yaml", ".yml"))
+                and _looks_like_job(repo.blob(f.after.blob))
+            ):
                 what += "; it looks like a job file, but jobs live under jobs/"
-            results.append(FileCheck(f.path, f.after.blob, None, "content", what, needs, assessment.content_approved, (), f.after.mode,
-                                     _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+            results.append(
+                FileCheck(
+                    f.path,
+                    f.after.blob,
+                    None,
+                    "content",
+                    what,
+                    needs,
+                    assessment.content_approved,
+                    (),
+                    f.after.mode,
+                    _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved),
+                )
+            )
         elif is_job_path(f.path) and f.after == ABSENT and f.path in unapproved:
-            results.append(FileCheck(f.path, ZERO, None, "content", "a job file the proposal deletes", "", True, (), f.after.mode,
-                                     _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved)))
+            results.append(
+                FileCheck(
+                    f.path,
+                    ZERO,
+                    None,
+                    "content",
+                    "a job file the proposal deletes",
+                    "",
+                    True,
+                    (),
+                    f.after.mode,
+                    _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved),
+                )
+            )
         elif is_job_path(f.path) and f.after == ABSENT:
             # Removing a job is how to stop it: once merged, no retry of it, and no run of it still
             # waiting for a runner, starts. Nothing is approved by it, so it needs no quorum.
-            results.append(FileCheck(f.path, ZERO, None, "removed", "the proposal removes this job: once merged, no retry of it "
-                                     "and no run of it still waiting for a runner starts", "", True, (), f.after.mode))
-    return CheckReport(ref, head, base_tip, policy.commit, tuple(results), fork, policy, resolved, assessment, facts)
+            results.append(
+                FileCheck(
+                    f.path,
+                    ZERO,
+                    None,
+                    "removed",
+                    "the proposal removes this job: once merged, no retry of it "
+                    "and no run of it still waiting for a runner starts",
+                    "",
+                    True,
+                    (),
+                    f.after.mode,
+                )
+            )
+    return CheckReport(
+        ref,
+        head,
+        base_tip,
+        policy.commit,
+        tuple(results),
+        fork,
+        policy,
+        resolved,
+        assessment,
+        facts,
+    )
 
 
 def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> FileCheck:
@@ -144,7 +255,17 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
     state = _STATES[d.refusal]
     if d.job is None or state != "allowed":
         reason = d.reason.removeprefix("denied by policy: ")  # the state already says denied
-        return FileCheck(d.path, d.blob, d.job.id if d.job else None, state, reason, "", d.approved, d.votes, mode)
+        return FileCheck(
+            d.path,
+            d.blob,
+            d.job.id if d.job else None,
+            state,
+            reason,
+            "",
+            d.approved,
+            d.votes,
+            mode,
+        )
     requirement = d.requirement or policy.requirement_for(d.job)
     votes = describe_votes(d.votes)
     if not d.votes:
@@ -158,20 +279,36 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
         words = words if words.endswith(votes) else f"{words}; {votes}"
     if not d.approved and merger is None:
         words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
-    return FileCheck(d.path, d.blob, d.job.id, state, policy.decide_command(d.job).reason, words, d.approved, d.votes, mode)
+    return FileCheck(
+        d.path,
+        d.blob,
+        d.job.id,
+        state,
+        policy.decide_command(d.job).reason,
+        words,
+        d.approved,
+        d.votes,
+        mode,
+    )
 
 
-def _unapproved_here(repo: Repo, tip: str, path: str, last: Entry | None, unapproved: Mapping[str, str]) -> str:
+def _unapproved_here(
+    repo: Repo, tip: str, path: str, last: Entry | None, unapproved: Mapping[str, str]
+) -> str:
     """Unapproved content already on approved at `path`: the reviewer's diff does not show it."""
     change = unapproved.get(path)
     if change is None:
         return ""
-    since = repo.commit(change).parents[0] if repo.rev(change) and repo.commit(change).parents else None
+    since = (
+        repo.commit(change).parents[0] if repo.rev(change) and repo.commit(change).parents else None
+    )
     patch = repo.patch(since, tip, path) if since else ""
     shown = patch if len(patch) <= 4000 else patch[:4000] + "\n[... cut at 4000 characters]"
-    return (f"{path_display(path)} holds content no signed approval covers, since {change[:12]}; merging this proposal "
-            f"does not approve it unless it starts from the last approved version ({last.describe() if last else 'unknown'}); "
-            f"diff from that version to {tip[:12]}:\n{shown}")
+    return (
+        f"{path_display(path)} holds content no signed approval covers, since {change[:12]}; merging this proposal "
+        f"does not approve it unless it starts from the last approved version ({last.describe() if last else 'unknown'}); "
+        f"diff from that version to {tip[:12]}:\n{shown}"
+    )
 
 
 def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -> tuple[str, str]:
@@ -192,9 +329,15 @@ def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -
     if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", ref):
         head = repo.rev(ref)
         if head is None:
-            raise GitError(f"commit {ref} is not in this repository", hint="fetch the proposal first")
+            raise GitError(
+                f"commit {ref} is not in this repository", hint="fetch the proposal first"
+            )
         return ref, head
-    names = [ref] if ref.startswith(("refs/heads/", "refs/remotes/")) else [f"refs/heads/{ref}", f"refs/remotes/{ref}"]
+    names = (
+        [ref]
+        if ref.startswith(("refs/heads/", "refs/remotes/"))
+        else [f"refs/heads/{ref}", f"refs/remotes/{ref}"]
+    )
     found = {name: sha for name in names if (sha := repo.rev(name)) is not None}
     if not found and remote is not None and not ref.startswith("refs/"):
         name = f"refs/remotes/{remote}/{ref}"  # only on the remote: check what was pushed
@@ -204,11 +347,16 @@ def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -
         found = {name: sha} if sha is not None else {}
     if len(set(found.values())) > 1:
         both = " and ".join(f"{name} ({sha[:12]})" for name, sha in found.items())
-        raise UsageError(f"{ref} is ambiguous: {both}", hint="name the one you reviewed in full, e.g. refs/heads/NAME")
+        raise UsageError(
+            f"{ref} is ambiguous: {both}",
+            hint="name the one you reviewed in full, e.g. refs/heads/NAME",
+        )
     if not found:
-        raise GitError(f"{ref} is not a branch or commit here",
-                       hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH; "
-                       "a proposal is a branch, a remote-tracking branch or a full commit id, never a tag")
+        raise GitError(
+            f"{ref} is not a branch or commit here",
+            hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH; "
+            "a proposal is a branch, a remote-tracking branch or a full commit id, never a tag",
+        )
     name, head = next(iter(found.items()))
     return name, head
 
@@ -221,8 +369,16 @@ def _base_state(repo: Repo, tip: str, records: str | None, trust: str | None) ->
     """The runner's walk of approved up to `tip`: the policy in force and what is unapproved there."""
     root, _ = trust_root(repo, tip, trust)
     now = datetime.now(UTC)
-    return plan(repo, tip, root, audit.read_tail(repo, records), records=records, at=now, runner_name="check",
-                reviews=github.recorded(repo, records, now=now))
+    return plan(
+        repo,
+        tip,
+        root,
+        audit.read_tail(repo, records),
+        records=records,
+        at=now,
+        runner_name="check",
+        reviews=github.recorded(repo, records, now=now),
+    )
 
 
 @dataclass(frozen=True)
@@ -233,13 +389,25 @@ class Approval:
     report: CheckReport
 
 
-def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge: bool, fetch: bool,
-            trust: str | None = None) -> Approval:
+def approve(
+    *,
+    repo_path: Path,
+    branch_name: str,
+    base: str,
+    remote: str,
+    merge: bool,
+    fetch: bool,
+    trust: str | None = None,
+) -> Approval:
     """Sign an approval commit on the proposal (or the merge into approved) and push it."""
-    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch, trust=trust)
+    report = check(
+        repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch, trust=trust
+    )
     if report.exit_code != 0:
         bad = next(f for f in report.files if f.state in ("invalid", "denied"))
-        raise JobFailed(f"refusing to approve {branch_name}: {bad.path} is {bad.state}: {bad.reason}")
+        raise JobFailed(
+            f"refusing to approve {branch_name}: {bad.path} is {bad.state}: {bad.reason}"
+        )
     if not report.files:
         raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
     repo = Repo(repo_path)
@@ -252,14 +420,22 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
     if merge:
         tree = repo.merge_tree(report.base, head)
         message = f"Merge {branch_name} into {base} (mergegate approve)\n"
-        sha = repo.commit_tree(tree=tree, parents=(report.base, head), message=message, author=None, sign=True)
+        sha = repo.commit_tree(
+            tree=tree, parents=(report.base, head), message=message, author=None, sign=True
+        )
         target, old = base, report.base
     else:
         tree = repo.commit(head).tree
         # One line per job and policy file for the reader; the tree line approves
         # every file as it is (scripts too, and names no trailer could hold).
-        named = "".join(f"{APPROVE_TRAILER}: {f.path} {f.mode} {f.blob}\n" for f in report.files
-                        if f.state != "content" and f.blob != ZERO and "\n" not in f.path and not f.path.startswith("\0"))
+        named = "".join(
+            f"{APPROVE_TRAILER}: {f.path} {f.mode} {f.blob}\n"
+            for f in report.files
+            if f.state != "content"
+            and f.blob != ZERO
+            and "\n" not in f.path
+            and not f.path.startswith("\0")
+        )
         message = f"mergegate: approve {len(report.files)} file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
         sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
         target, old = _branch_name(report.resolved, remote), head
@@ -274,7 +450,9 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
         pushed = f"{remote}/{target}"
     else:
         if repo.current_branch() == target and merge:
-            raise GitError(f"{target} is checked out here; switch branches before approving into it")
+            raise GitError(
+                f"{target} is checked out here; switch branches before approving into it"
+            )
         if not repo.update_ref(f"refs/heads/{target}", sha, old):
             raise GitError(f"{target} moved while approving", hint="run the command again")
         pushed = target
@@ -283,11 +461,15 @@ def approve(*, repo_path: Path, branch_name: str, base: str, remote: str, merge:
 
 def _can_sign(repo: Repo, what: str = "approvals") -> None:
     if (repo.config("gpg.format") or "openpgp") == "ssh" and repo.config("user.signingkey") is None:
-        raise UsageError("git is set to sign with ssh but has no signing key",
-                         hint="git config user.signingkey ~/.ssh/id_ed25519")
+        raise UsageError(
+            "git is set to sign with ssh but has no signing key",
+            hint="git config user.signingkey ~/.ssh/id_ed25519",
+        )
     if repo.config("gpg.format") is None and repo.config("user.signingkey") is None:
-        raise UsageError(f"git has no signing key configured: {what} must be signed",
-                         hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
+        raise UsageError(
+            f"git has no signing key configured: {what} must be signed",
+            hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519",
+        )
 
 
 def _would_count(repo: Repo, report: CheckReport) -> str | None:
@@ -298,7 +480,9 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
     if person is None:
         return None  # an OpenPGP key or one we cannot read: the runner still judges it
     if person not in {p.name for p in policy.approvers}:
-        raise JobFailed(f"your signing key belongs to {person}, who is not an approver in {policy.where}")
+        raise JobFailed(
+            f"your signing key belongs to {person}, who is not an approver in {policy.where}"
+        )
     if policy.allow_self_approval:
         return person
     assessor = Assessor(repo, at=datetime.now(UTC))
@@ -306,37 +490,59 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
     for f in report.files:
         why = assessor.excluded(policy, report.facts, f.path).get(person)
         if why is not None:
-            raise JobFailed(f"your approval of {f.path} would not count: you ({person}) are the {why}",
-                            hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)")
+            raise JobFailed(
+                f"your approval of {f.path} would not count: you ({person}) are the {why}",
+                hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)",
+            )
     return person
 
 
-def _merge_would_approve(repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str) -> None:
+def _merge_would_approve(
+    repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str
+) -> None:
     """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short of
     its quorum (or of the policy quorum) would need the file changed before anyone could approve it again."""
-    report = check(repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=False, trust=trust, merger=person)
+    report = check(
+        repo_path=repo_path,
+        ref=branch_name,
+        base=base,
+        remote=remote,
+        fetch=False,
+        trust=trust,
+        merger=person,
+    )
     assessment = report.assessment
     assert assessment is not None
     verdict = assessment.policy_verdict
     if verdict is not None and not verdict.adopted:
-        raise JobFailed(f"refusing to merge {branch_name}: its policy change would not be adopted with your signature: {verdict.reason}",
-                        hint="first the approval commits it lacks: other approvers run mergegate approve BRANCH (without --merge)")
+        raise JobFailed(
+            f"refusing to merge {branch_name}: its policy change would not be adopted with your signature: {verdict.reason}",
+            hint="first the approval commits it lacks: other approvers run mergegate approve BRANCH (without --merge)",
+        )
     # Not runnable, not only not approved: a job with its quorum in a tree holding other files short of
     # theirs (a script changed after the approval commits) is rejected for good too.
     short = next((d for d in assessment.decisions if not d.runnable), None)
     if short is not None:
-        raise JobFailed(f"refusing to merge {branch_name}: with your signature the runner would reject {short.path} "
-                        f"for good: {short.reason}",
-                        hint="a rejected revision is final: first the approval commits it lacks (other approvers run "
-                        "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes")
+        raise JobFailed(
+            f"refusing to merge {branch_name}: with your signature the runner would reject {short.path} "
+            f"for good: {short.reason}",
+            hint="a rejected revision is final: first the approval commits it lacks (other approvers run "
+            "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes",
+        )
     # Other files this merge would leave unapproved (dated by the proposal's head: `judge._unapproved_after`)
     # refuse every later job in the tree until a merge with their quorum approves them.
-    left = sorted(path for path, since in assessment.unapproved.items() if since == report.head and not is_job_path(path))
+    left = sorted(
+        path
+        for path, since in assessment.unapproved.items()
+        if since == report.head and not is_job_path(path)
+    )
     if left:
-        raise JobFailed(f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be left without the "
-                        f"approvals other files need, and every later job in the tree refused until a merge with them",
-                        hint="first the approval commits it lacks (other approvers run mergegate approve BRANCH, without "
-                        "--merge); mergegate check BRANCH shows what each file needs")
+        raise JobFailed(
+            f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be left without the "
+            f"approvals other files need, and every later job in the tree refused until a merge with them",
+            hint="first the approval commits it lacks (other approvers run mergegate approve BRANCH, without "
+            "--merge); mergegate check BRANCH shows what each file needs",
+        )
 
 
 def _signing_person(repo: Repo, policy: Policy) -> str | None:
@@ -345,8 +551,11 @@ def _signing_person(repo: Repo, policy: Policy) -> str | None:
         return None
     configured = repo.config("user.signingkey")
     if configured is None:
-        raise UsageError("git has no signing key configured", hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519")
-    line = configured[len("key::"):] if configured.startswith("key::") else None
+        raise UsageError(
+            "git has no signing key configured",
+            hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519",
+        )
+    line = configured[len("key::") :] if configured.startswith("key::") else None
     if line is None:
         path = Path(configured).expanduser()
         public = path if path.suffix == ".pub" else path.with_name(path.name + ".pub")
@@ -357,10 +566,20 @@ def _signing_person(repo: Repo, policy: Policy) -> str | None:
         fingerprint = parse_public_key(line, owner="you", source="user.signingkey").fingerprint
     except ConfigError:
         return None
-    owner = next((k.owner for p in (*policy.approvers, *policy.proposers) for k in p.keys if k.fingerprint == fingerprint), None)
+    owner = next(
+        (
+            k.owner
+            for p in (*policy.approvers, *policy.proposers)
+            for k in p.keys
+            if k.fingerprint == fingerprint
+        ),
+        None,
+    )
     if owner is None:
-        raise JobFailed(f"your signing key {fingerprint} is not a key in {policy.where}",
-                        hint="sign with the key the policy lists for you, or have it added by a policy change")
+        raise JobFailed(
+            f"your signing key {fingerprint} is not a key in {policy.where}",
+            hint="sign with the key the policy lists for you, or have it added by a policy change",
+        )
     return owner
 
 
@@ -368,9 +587,11 @@ def _branch_name(ref: str, remote: str) -> str:
     """The branch an approval commit goes on: the one the proposal was resolved as."""
     for prefix in (f"refs/remotes/{remote}/", "refs/heads/"):
         if ref.startswith(prefix):
-            return ref[len(prefix):]
-    raise UsageError(f"{ref} is not a branch, so an approval commit has nowhere to go",
-                     hint="name the proposal branch, or approve with --merge")
+            return ref[len(prefix) :]
+    raise UsageError(
+        f"{ref} is not a branch, so an approval commit has nowhere to go",
+        hint="name the proposal branch, or approve with --merge",
+    )
 
 
 @dataclass(frozen=True)
@@ -379,28 +600,45 @@ class VetoResult:
     path: str
     blob: str
     pushed_to: str
-    started: tuple[audit.Record, ...] = ()  # the revision's `started` records already on the audit branch
+    started: tuple[
+        audit.Record, ...
+    ] = ()  # the revision's `started` records already on the audit branch
 
 
-def veto(*, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool) -> VetoResult:
+def veto(
+    *, repo_path: Path, path: str, blob: str | None, remote: str, branch: str, fetch: bool
+) -> VetoResult:
     """Push a signed, empty commit on approved that vetoes one job revision (before it starts)."""
     repo = Repo(repo_path)
     _can_sign(repo, "vetoes")
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     if source.remote is None and repo.current_branch() == branch:
-        raise GitError(f"{branch} is checked out here; the veto would move it under your working tree", hint="git switch to another branch first")
+        raise GitError(
+            f"{branch} is checked out here; the veto would move it under your working tree",
+            hint="git switch to another branch first",
+        )
     tip = source.tip()
     target = blob or repo.file_blob(tip, path)
     if target is None:
-        raise UsageError(f"{path} is not on {branch}", hint="name the job file as it is on approved, or pass --blob")
+        raise UsageError(
+            f"{path} is not on {branch}",
+            hint="name the job file as it is on approved, or pass --blob",
+        )
     message = f"mergegate: veto {path}\n\n{VETO_TRAILER}: {path} {target}\n"
-    sha = repo.commit_tree(tree=repo.commit(tip).tree, parents=(tip,), message=message, author=None, sign=True)
+    sha = repo.commit_tree(
+        tree=repo.commit(tip).tree, parents=(tip,), message=message, author=None, sign=True
+    )
     if not source.publish(sha, tip):
         raise GitError(f"{branch} moved while vetoing", hint="run the command again")
     # A veto stops only what has not started: say so when the revision already did (records as of this
     # look at the audit branch; a grep, not the chain check: it only words a warning).
     _, records = source.tips()
-    started = tuple(r for r in audit.grep(repo, records, target)
-                    if r.event == "started" and r.get("path") == path and r.get("blob") == target)
+    started = tuple(
+        r
+        for r in audit.grep(repo, records, target)
+        if r.event == "started" and r.get("path") == path and r.get("blob") == target
+    )
     # Named as approve and propose name where they pushed (origin/approved), not by the ref read.
-    return VetoResult(sha, path, target, f"{remote}/{branch}" if source.remote is not None else branch, started)
+    return VetoResult(
+        sha, path, target, f"{remote}/{branch}" if source.remote is not None else branch, started
+    )

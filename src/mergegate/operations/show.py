@@ -37,8 +37,13 @@ class Revision:
     votes: tuple[dict[str, Any], ...]
 
     def as_json(self) -> dict[str, Any]:
-        return {"commit": self.commit, "blob": self.blob, "approved": self.approved, "reason": self.reason,
-                "votes": list(self.votes)}
+        return {
+            "commit": self.commit,
+            "blob": self.blob,
+            "approved": self.approved,
+            "reason": self.reason,
+            "votes": list(self.votes),
+        }
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,17 @@ class Attempt:
     stderr_tail: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "commit": self.commit, "blob": self.blob, "started": self.started,
-                "status": self.status, "duration_ms": self.duration_ms, "reason": self.reason,
-                "stdout_tail": self.stdout_tail, "stderr_tail": self.stderr_tail}
+        return {
+            "run_id": self.run_id,
+            "commit": self.commit,
+            "blob": self.blob,
+            "started": self.started,
+            "status": self.status,
+            "duration_ms": self.duration_ms,
+            "reason": self.reason,
+            "stdout_tail": self.stdout_tail,
+            "stderr_tail": self.stderr_tail,
+        }
 
 
 @dataclass(frozen=True)
@@ -73,19 +86,33 @@ class Dossier:
     warnings: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"job": self.job, "path": self.path, "text": self.text, "state": self.state, "reason": self.reason,
-                "revisions": [r.as_json() for r in self.revisions], "attempts": [a.as_json() for a in self.attempts],
-                "next": self.next, "tip": self.tip}
+        return {
+            "job": self.job,
+            "path": self.path,
+            "text": self.text,
+            "state": self.state,
+            "reason": self.reason,
+            "revisions": [r.as_json() for r in self.revisions],
+            "attempts": [a.as_json() for a in self.attempts],
+            "next": self.next,
+            "tip": self.tip,
+        }
 
 
-def show(*, repo_path: Path, job: str, remote: str, branch: str, fetch: bool, trust: str | None) -> Dossier:
+def show(
+    *, repo_path: Path, job: str, remote: str, branch: str, fetch: bool, trust: str | None
+) -> Dossier:
     view = open_view(repo_path=repo_path, remote=remote, branch=branch, fetch=fetch)
     repo, tip = view.repo, view.tip
     paths = [p for _, _, p in repo.ls_tree(tip, "jobs/") if is_job_path(p) and job_stem(p) == job]
-    records = [r for r in view.records() if r.get("job") == job or (paths and r.get("path") in paths)]
+    records = [
+        r for r in view.records() if r.get("job") == job or (paths and r.get("path") in paths)
+    ]
     past = sorted({str(r.get("path")) for r in records if r.get("path")})
     if not paths and not past:
-        raise UsageError(f"no job {job} on {branch}", hint="mergegate status lists the jobs on approved")
+        raise UsageError(
+            f"no job {job} on {branch}", hint="mergegate status lists the jobs on approved"
+        )
     path = paths[0] if paths else past[-1]
     blob = repo.file_blob(tip, path)
     text = repo.blob(blob).decode("utf-8", "replace") if blob else None
@@ -95,10 +122,23 @@ def show(*, repo_path: Path, job: str, remote: str, branch: str, fetch: bool, tr
     reason = current.reason if current else f"{path} is no longer on {branch}"
     revisions = _revisions(view.repo, tip, view.records_at, path, trust)
     attempts = _attempts(records)
-    return Dossier(job, path, text, state, reason, revisions, attempts, _next(state, reason), tip, report.warnings)
+    return Dossier(
+        job,
+        path,
+        text,
+        state,
+        reason,
+        revisions,
+        attempts,
+        _next(state, reason),
+        tip,
+        report.warnings,
+    )
 
 
-def _revisions(repo: Any, tip: str, records: str | None, path: str, trust: str | None) -> tuple[Revision, ...]:
+def _revisions(
+    repo: Any, tip: str, records: str | None, path: str, trust: str | None
+) -> tuple[Revision, ...]:
     """The judge's verdict on every revision of `path` that a first-parent commit brought."""
     touching = set(repo.out("rev-list", "--first-parent", tip, "--", path).split())
     if not touching:
@@ -106,8 +146,11 @@ def _revisions(repo: Any, tip: str, records: str | None, path: str, trust: str |
     root, _ = trust_root(repo, tip, trust)
     now = datetime.now(UTC)
     # With the review evidence the records hold, as status and check walk: a reviewed merge is judged as the runner did.
-    walk = Walk(Assessor(repo, at=now, reviews=github.recorded(repo, records, now=now)),
-                load_policy(lambda p: repo.read_file(root, p), commit=root), records=records)
+    walk = Walk(
+        Assessor(repo, at=now, reviews=github.recorded(repo, records, now=now)),
+        load_policy(lambda p: repo.read_file(root, p), commit=root),
+        records=records,
+    )
     found = []
     for sha in repo.first_parent_chain(root, tip):
         try:
@@ -118,7 +161,10 @@ def _revisions(repo: Any, tip: str, records: str | None, path: str, trust: str |
             continue
         for d in assessment.decisions:
             if d.path == path:
-                votes = tuple({"person": v.person, "via": v.via, "counted": v.counted, "why": v.why} for v in d.votes)
+                votes = tuple(
+                    {"person": v.person, "via": v.via, "counted": v.counted, "why": v.why}
+                    for v in d.votes
+                )
                 found.append(Revision(sha, d.blob, d.runnable, d.reason, votes))
     return tuple(found)
 
@@ -129,17 +175,45 @@ def _attempts(records: list[audit.Record]) -> tuple[Attempt, ...]:
     for r in records:
         key = str(r.get("run_id") or f"seq{r.seq}")
         if r.event == "started":
-            attempts[key] = Attempt(r.get("run_id"), r.get("commit"), r.get("blob"), r.get("time"), "running", None, None, "", "")
+            attempts[key] = Attempt(
+                r.get("run_id"),
+                r.get("commit"),
+                r.get("blob"),
+                r.get("time"),
+                "running",
+                None,
+                None,
+                "",
+                "",
+            )
             order.append(key)
         elif r.event == "finished":
             began = attempts.get(key)
-            attempts[key] = Attempt(r.get("run_id"), r.get("commit"), r.get("blob"), began.started if began else None,
-                                    str(r.get("status")), r.get("duration_ms"), r.get("reason"),
-                                    _tail(r.get("stdout_tail")), _tail(r.get("stderr_tail")))
+            attempts[key] = Attempt(
+                r.get("run_id"),
+                r.get("commit"),
+                r.get("blob"),
+                began.started if began else None,
+                str(r.get("status")),
+                r.get("duration_ms"),
+                r.get("reason"),
+                _tail(r.get("stdout_tail")),
+                _tail(r.get("stderr_tail")),
+            )
             if key not in order:
                 order.append(key)
         elif r.event in ("rejected", "vetoed"):
-            attempts[key] = Attempt(None, r.get("commit"), r.get("blob"), r.get("time"), r.event, None, r.get("reason"), "", "")
+            attempts[key] = Attempt(
+                None,
+                r.get("commit"),
+                r.get("blob"),
+                r.get("time"),
+                r.event,
+                None,
+                r.get("reason"),
+                "",
+                "",
+            )
             order.append(key)
     return tuple(attempts[k] for k in order)
 
@@ -152,7 +226,8 @@ def _tail(text: Any) -> str:
 def _next(state: str, reason: str | None) -> str:
     return {
         "queued": f"the next runner pass runs it (mergegate run --once, or the next push on GitHub); {reason}"
-                  if reason and "labels" in reason else "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
+        if reason and "labels" in reason
+        else "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
         "retrying": f"the next pass after the backoff runs it again: {reason}",
         "running": "a runner is running it; its finished record follows",
         "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a reviewed pull request) runs again",

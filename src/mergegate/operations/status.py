@@ -30,16 +30,29 @@ class JobState:
     time: str | None
     runner: str | None = None  # for a running job: who holds the claim
     age_seconds: int | None = None  # since its `started` record
-    lease_until: str | None = None  # past it with no result, the next pass of any runner closes it as `lost`
+    lease_until: str | None = (
+        None  # past it with no result, the next pass of any runner closes it as `lost`
+    )
     attempt: int | None = None  # the attempt that runs, or runs next (queued, retrying)
     retry_at: str | None = None  # retrying: when the next attempt is due
     runs_on: tuple[str, ...] = ()  # the labels a runner needs to claim it
 
     def as_json(self) -> dict[str, Any]:
-        return {"job": self.job, "path": self.path, "blob": self.blob, "state": self.state, "reason": self.reason,
-                "commit": self.commit, "time": self.time, "runner": self.runner, "age_seconds": self.age_seconds,
-                "lease_until": self.lease_until, "attempt": self.attempt, "retry_at": self.retry_at,
-                "runs_on": list(self.runs_on)}
+        return {
+            "job": self.job,
+            "path": self.path,
+            "blob": self.blob,
+            "state": self.state,
+            "reason": self.reason,
+            "commit": self.commit,
+            "time": self.time,
+            "runner": self.runner,
+            "age_seconds": self.age_seconds,
+            "lease_until": self.lease_until,
+            "attempt": self.attempt,
+            "retry_at": self.retry_at,
+            "runs_on": list(self.runs_on),
+        }
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,9 @@ class StatusReport:
     warnings: tuple[str, ...]
 
 
-def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None) -> StatusReport:
+def status(
+    *, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None
+) -> StatusReport:
     repo = Repo(repo_path)
     gate = read_gate(repo, remote=remote, branch=branch, fetch=fetch, trust=trust)
     tip, warnings, now = gate.tip, gate.warnings, datetime.now(UTC)
@@ -60,7 +75,16 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
         if record.event in ("started", "finished", "rejected", "vetoed"):
             latest[record.revision] = record
     reviews = github.recorded(repo, gate.records, now=now)
-    pending = plan(repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name="status", reviews=reviews)
+    pending = plan(
+        repo,
+        tip,
+        gate.root,
+        gate.tail,
+        records=gate.records,
+        at=now,
+        runner_name="status",
+        reviews=reviews,
+    )
     try:
         check_new_records(repo, gate, pending, at=now, reviews=reviews)
     except NotYet as exc:  # the runner is still waiting for that evidence: status shows what it can
@@ -77,29 +101,90 @@ def status(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str
         if ready is not None:
             # Approved and due, but no runner has claimed it yet: with labels, only a runner that has them all will.
             retry = f"attempt {ready.attempt} of {1 + ready.retries}; " if ready.attempt > 1 else ""
-            jobs.append(JobState(job_stem(path), path, blob, "queued", retry + waiting_reason(ready.runs_on), ready.commit,
-                                 None, attempt=ready.attempt, runs_on=ready.runs_on))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "queued",
+                    retry + waiting_reason(ready.runs_on),
+                    ready.commit,
+                    None,
+                    attempt=ready.attempt,
+                    runs_on=ready.runs_on,
+                )
+            )
         elif waits is not None and waits.state == "retrying":
             due = iso_up(waits.due) if waits.due else None
-            jobs.append(JobState(job_stem(path), path, blob, "retrying", waits.reason, waits.decision.commit,
-                                 found.get("time") if found is not None else None, attempt=waits.attempt, retry_at=due,
-                                 runs_on=waits.decision.job.runs_on if waits.decision.job else ()))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "retrying",
+                    waits.reason,
+                    waits.decision.commit,
+                    found.get("time") if found is not None else None,
+                    attempt=waits.attempt,
+                    retry_at=due,
+                    runs_on=waits.decision.job.runs_on if waits.decision.job else (),
+                )
+            )
         elif found is not None:
             state = str(found.get("status")) if found.event == "finished" else _STATE[found.event]
             if state == "running":
                 jobs.append(_running(job_stem(path), path, blob, found, now))
                 continue
-            jobs.append(JobState(job_stem(path), path, blob, state, found.get("reason"), found.get("commit"), found.get("time")))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    state,
+                    found.get("reason"),
+                    found.get("commit"),
+                    found.get("time"),
+                )
+            )
         elif (path, blob) in planned:
             d = planned[(path, blob)]
-            jobs.append(JobState(job_stem(path), path, blob, "queued" if d.runnable else "rejected",
-                                 None if d.runnable else f"(not yet recorded) {d.reason}", d.commit, None))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "queued" if d.runnable else "rejected",
+                    None if d.runnable else f"(not yet recorded) {d.reason}",
+                    d.commit,
+                    None,
+                )
+            )
         elif pending.waiting is not None and repo.file_blob(pending.tip, path) != blob:
             # Introduced past where the walk stopped for missing evidence: not judged yet, never "not approved".
             commit, why = pending.waiting
-            jobs.append(JobState(job_stem(path), path, blob, "waiting", f"{why} (the walk waits at {commit[:7]})", None, None))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "waiting",
+                    f"{why} (the walk waits at {commit[:7]})",
+                    None,
+                    None,
+                )
+            )
         else:
-            jobs.append(JobState(job_stem(path), path, blob, "not run", "present at the trust root or before the runner's first pass; never approved as a change", None, None))
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "not run",
+                    "present at the trust root or before the runner's first pass; never approved as a change",
+                    None,
+                    None,
+                )
+            )
     return StatusReport(tip, len(records), tuple(jobs), tuple(warnings))
 
 
@@ -112,5 +197,16 @@ def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime
     reason = None
     if end is not None and end < now:
         reason = f"lease expired {int((now - end).total_seconds())}s ago: the next runner pass closes it as lost"
-    return JobState(job, path, blob, "running", reason, record.get("commit"), record.get("time"), str(record.get("runner")), age,
-                    str(lease.get("until")) if isinstance(lease, dict) else None, attempt=audit.attempt_of(record))
+    return JobState(
+        job,
+        path,
+        blob,
+        "running",
+        reason,
+        record.get("commit"),
+        record.get("time"),
+        str(record.get("runner")),
+        age,
+        str(lease.get("until")) if isinstance(lease, dict) else None,
+        attempt=audit.attempt_of(record),
+    )

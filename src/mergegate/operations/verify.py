@@ -53,7 +53,12 @@ class CommitLine:
     jobs: tuple[dict[str, Any], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"commit": self.commit, "kind": self.kind, "summary": self.summary, "jobs": list(self.jobs)}
+        return {
+            "commit": self.commit,
+            "kind": self.kind,
+            "summary": self.summary,
+            "jobs": list(self.jobs),
+        }
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,15 @@ class VerifyReport:
         return NotYet.exit_code if self.incomplete else 0
 
 
-def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None,
-                   progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_history(
+    *,
+    repo_path: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust: str | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """`progress(done, total)` is called once per first-parent commit judged (the CLI shows it on a terminal)."""
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
@@ -91,7 +103,9 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         violations.append(str(exc))
         last_seen = None
     records: list[audit.Record] = []
-    mentioned: Callable[[str, str], bool] | None = None  # None: ask the audit with git grep, as a pass does
+    mentioned: Callable[[str, str], bool] | None = (
+        None  # None: ask the audit with git grep, as a pass does
+    )
     chain = repo.first_parent_chain(root, tip)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The merged sides, their authors and trees from one read of the whole history, not a few git
@@ -121,15 +135,34 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
         violations.append(f"evidence: {exc}")
         stored = {}
     # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the runner does.
-    reviews = github.ReviewSource(repo, now=now, settings=None, stored=stored, offline=True,
-                                  remote=source.remote if fetch else None)
-    walk = Walk(Assessor(repo, at=now, reviews=reviews, history=history), policy, records=records_tip, mentioned=mentioned)
-    lines: list[CommitLine] = [CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")]
+    reviews = github.ReviewSource(
+        repo,
+        now=now,
+        settings=None,
+        stored=stored,
+        offline=True,
+        remote=source.remote if fetch else None,
+    )
+    walk = Walk(
+        Assessor(repo, at=now, reviews=reviews, history=history),
+        policy,
+        records=records_tip,
+        mentioned=mentioned,
+    )
+    lines: list[CommitLine] = [
+        CommitLine(root, "trust root", f"policy trusted as it is ({policy.where})")
+    ]
     valid: dict[tuple[str, str, str], str] = {}
-    retries: dict[tuple[str, str, str], tuple[int, bool]] = {}  # (retries, idempotent) of each valid revision
-    jobs_of: dict[tuple[str, str], Job] = {}  # the job of each valid revision (retries are judged again by later policies)
+    retries: dict[
+        tuple[str, str, str], tuple[int, bool]
+    ] = {}  # (retries, idempotent) of each valid revision
+    jobs_of: dict[
+        tuple[str, str], Job
+    ] = {}  # the job of each valid revision (retries are judged again by later policies)
     rejected: dict[tuple[str, str, str], str] = {}
-    vetoed: dict[tuple[str, str], tuple[int, str]] = {}  # (path, blob) -> (chain index, veto commit)
+    vetoed: dict[
+        tuple[str, str], tuple[int, str]
+    ] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
@@ -148,7 +181,7 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             if isinstance(exc, github.HeadMissing):
                 # The records named evidence for it; only this clone lacks an object to check it
                 # against. What the walk did not reach is unverified here, not a violation.
-                unreached.update(chain[done - 1:])
+                unreached.update(chain[done - 1 :])
             break
         except MergegateError as exc:
             violations.append(f"commit {sha[:12]}: {exc}")
@@ -163,12 +196,29 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             if d.runnable and d.job is not None:
                 retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
                 jobs_of.setdefault((d.path, d.blob), d.job)
-            jobs.append({"path": d.path, "blob": d.blob, "approved": d.runnable, "approvers": list(d.approvers), "reason": d.reason})
-        kind = "policy change" if assessment.policy_changed and assessment.kind == "approval" else assessment.kind
+            jobs.append(
+                {
+                    "path": d.path,
+                    "blob": d.blob,
+                    "approved": d.runnable,
+                    "approvers": list(d.approvers),
+                    "reason": d.reason,
+                }
+            )
+        kind = (
+            "policy change"
+            if assessment.policy_changed and assessment.kind == "approval"
+            else assessment.kind
+        )
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in force.
     assessor = Assessor(repo, at=now, reviews=reviews)
-    checker = Checker(repo, assessor, tip, policy_lookup(repo, assessor, root=root, records=records_tip, known=policies))
+    checker = Checker(
+        repo,
+        assessor,
+        tip,
+        policy_lookup(repo, assessor, root=root, records=records_tip, known=policies),
+    )
     try:
         checker.check(every_commit(repo, records_tip))
     except IntegrityError as exc:
@@ -179,17 +229,34 @@ def verify_history(*, repo_path: Path, remote: str, branch: str, fetch: bool, tr
             incomplete = (tip, f"audit commits: {exc.message}", 0)
     reached = [r for r in records if r.get("commit") not in unreached]
     violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
-    violations.extend(_started_after_veto(records, vetoed, {sha: index for index, sha in enumerate(chain, start=1)}, checker.judged))
+    violations.extend(
+        _started_after_veto(
+            records,
+            vetoed,
+            {sha: index for index, sha in enumerate(chain, start=1)},
+            checker.judged,
+        )
+    )
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     violations.extend(_judged_later(records))
-    violations.extend(_unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo, at=now)))
+    violations.extend(
+        _unvouched_dates(
+            repo, seen, [root, *chain], policies, checker.appended, Assessor(repo, at=now)
+        )
+    )
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
-    return VerifyReport(root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete)
+    return VerifyReport(
+        root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete
+    )
 
 
-def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str], tuple[int, str]],
-                        position: dict[str, int], judged: list[tuple[int, str]]) -> list[str]:
+def _started_after_veto(
+    records: list[audit.Record],
+    vetoed: dict[tuple[str, str], tuple[int, str]],
+    position: dict[str, int],
+    judged: list[tuple[int, str]],
+) -> list[str]:
     """A revision that started although a signed veto of it was on approved before its approving
     merge, or before the tip of approved its runner had judged when it pushed the `started` record.
 
@@ -206,19 +273,28 @@ def _started_after_veto(records: list[audit.Record], vetoed: dict[tuple[str, str
             continue
         merged = position.get(str(record.get("commit")))
         if merged is not None and veto[0] < merged:
-            problems.append(f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
-                            f"commit {veto[1][:12]} vetoed it before its approval")
+            problems.append(
+                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
+                f"commit {veto[1][:12]} vetoed it before its approval"
+            )
             continue
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = position.get(judged[at][1]) if at >= 0 else None
         if tip is not None and veto[0] <= tip:
-            problems.append(f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
-                            f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved at {judged[at][1][:12]})")
+            problems.append(
+                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
+                f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved at {judged[at][1][:12]})"
+            )
     return problems
 
 
-def _late_retries(repo: Repo, records: list[audit.Record], jobs: dict[tuple[str, str], Job], policies: dict[str, Policy],
-                  judged: list[tuple[int, str]]) -> list[str]:
+def _late_retries(
+    repo: Repo,
+    records: list[audit.Record],
+    jobs: dict[tuple[str, str], Job],
+    policies: dict[str, Policy],
+    judged: list[tuple[int, str]],
+) -> list[str]:
     """A retry that started although, at the tip of approved its runner had judged, the job's file held
     another revision (or none), or the policy in force there denied the job (eligibility.late_refusal)."""
     firsts = [seq for seq, _ in judged]
@@ -233,8 +309,11 @@ def _late_retries(repo: Repo, records: list[audit.Record], jobs: dict[tuple[str,
         if tip is None or job is None or tip not in policies:
             continue
         decision = Decision(path, blob, str(record.get("commit")), job, True, "")
-        why = eligibility.late_refusal(decision, eligibility.Standing(tip, repo.file_blob(tip, path), policies[tip]),
-                                       audit.attempt_of(record))
+        why = eligibility.late_refusal(
+            decision,
+            eligibility.Standing(tip, repo.file_blob(tip, path), policies[tip]),
+            audit.attempt_of(record),
+        )
         if why is not None:
             problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
     return problems
@@ -249,13 +328,21 @@ def _judged_later(records: list[audit.Record]) -> list[str]:
             continue
         judged, when = audit.parse_time(record.get("judged")), audit.parse_time(record.get("time"))
         if judged is None or (when is not None and judged > when):
-            problems.append(f"seq {record.seq}: {record.event} record says it was judged at {str(record.get('judged'))[:40]!r}, "
-                            f"which is {'not a time' if judged is None else 'after its own time'}")
+            problems.append(
+                f"seq {record.seq}: {record.event} record says it was judged at {str(record.get('judged'))[:40]!r}, "
+                f"which is {'not a time' if judged is None else 'after its own time'}"
+            )
     return problems
 
 
-def _unvouched_dates(repo: Repo, seen: dict[str, tuple[datetime, int]], walked: list[str], policies: dict[str, Policy],
-                     appended: list[tuple[int, str]], assessor: Assessor) -> list[str]:
+def _unvouched_dates(
+    repo: Repo,
+    seen: dict[str, tuple[datetime, int]],
+    walked: list[str],
+    policies: dict[str, Policy],
+    appended: list[tuple[int, str]],
+    assessor: Assessor,
+) -> list[str]:
     """A commit dated by a record (key lifetimes judged at its time) whose audit commit no runner of the
     policy in force before that commit signed: only such a runner vouches for when a commit was judged.
     (A change's own runner keys would vouch for the change: a policy change signed by an expired key,
@@ -269,14 +356,20 @@ def _unvouched_dates(repo: Repo, seen: dict[str, tuple[datetime, int]], walked: 
         seq = seen[sha][1]
         at = bisect.bisect_right(firsts, seq) - 1
         commit = appended[at][1] if at >= 0 else None
-        assessor.at = seen[sha][0]  # (the runner key judged at the record's time, as approver keys are)
+        assessor.at = seen[sha][
+            0
+        ]  # (the runner key judged at the record's time, as approver keys are)
         if commit is None or not assessor.signature(repo.commit(commit), policy.runner_keys()).ok:
-            problems.append(f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit {(commit or '?')[:12]}, which no "
-                            f"runner of the policy in force before it signed: that record cannot say when the commit was judged")
+            problems.append(
+                f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit {(commit or '?')[:12]}, which no "
+                f"runner of the policy in force before it signed: that record cannot say when the commit was judged"
+            )
     return problems
 
 
-def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root: str) -> dict[str, tuple[datetime, int]]:
+def _first_seen(
+    repo: Repo, records: list[audit.Record], chain: list[str], root: str
+) -> dict[str, tuple[datetime, int]]:
     """When the runner judged each commit of `chain` (the commits after `root`), as the first record
     naming it says (`judged`, else its time), and that record's seq: the time key lifetimes are judged at."""
     seen: dict[str, tuple[datetime, int]] = {}
@@ -291,7 +384,7 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root:
             start, end = index.get(str(record["start"])), index.get(str(record["commit"]))
             if start is not None and end is not None:
                 # start..commit along the chain: what `rev-list --first-parent start..commit` lists.
-                commits = list(walked[start + 1:end + 1])
+                commits = list(walked[start + 1 : end + 1])
             else:
                 commits = repo.first_parent_chain(str(record["start"]), str(record["commit"]))
         for sha in commits:
@@ -300,9 +393,13 @@ def _first_seen(repo: Repo, records: list[audit.Record], chain: list[str], root:
     return seen
 
 
-def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], str],
-                 rejected: dict[tuple[str, str, str], str], chain: set[str],
-                 retries: dict[tuple[str, str, str], tuple[int, bool]] | None = None) -> list[str]:
+def _cross_check(
+    records: list[audit.Record],
+    valid: dict[tuple[str, str, str], str],
+    rejected: dict[tuple[str, str, str], str],
+    chain: set[str],
+    retries: dict[tuple[str, str, str], tuple[int, bool]] | None = None,
+) -> list[str]:
     problems: list[str] = []
     started: dict[tuple[str, str], list[audit.Record]] = {}
     finished: dict[str, audit.Record] = {}
@@ -313,16 +410,24 @@ def _cross_check(records: list[audit.Record], valid: dict[tuple[str, str, str], 
             continue
         key = (str(record.get("path")), str(record.get("blob")), str(record.get("commit")))
         if key[2] not in chain:
-            problems.append(f"seq {record.seq}: started {key[0]} from commit {key[2][:12]}, which is not on approved after the trust root")
+            problems.append(
+                f"seq {record.seq}: started {key[0]} from commit {key[2][:12]}, which is not on approved after the trust root"
+            )
         elif key not in valid:
             why = rejected.get(key, "the commit introduces no such job revision")
-            problems.append(f"seq {record.seq}: started {key[0]} at {key[1][:7]} without a valid approval: {why}")
+            problems.append(
+                f"seq {record.seq}: started {key[0]} at {key[1][:7]} without a valid approval: {why}"
+            )
         started.setdefault(key[:2], []).append(record)
     # Several `started` records of one revision are legitimate only as retries the job and the policy allow.
     for attempts in started.values():
         if len(attempts) < 2:
             continue
         first = attempts[0]
-        allowed, idempotent = (retries or {}).get((str(first.get("path")), str(first.get("blob")), str(first.get("commit"))), (0, False))
-        problems.extend(eligibility.check_attempts(attempts, finished, retries=allowed, idempotent=idempotent))
+        allowed, idempotent = (retries or {}).get(
+            (str(first.get("path")), str(first.get("blob")), str(first.get("commit"))), (0, False)
+        )
+        problems.extend(
+            eligibility.check_attempts(attempts, finished, retries=allowed, idempotent=idempotent)
+        )
     return [*problems, *_finished_twice(records)]

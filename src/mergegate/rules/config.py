@@ -21,7 +21,9 @@ import yaml
 
 from mergegate.errors import ConfigError
 
-if TYPE_CHECKING:  # imported when a document is not provably valid (about 0.2 s of CPU a process saves)
+if (
+    TYPE_CHECKING
+):  # imported when a document is not provably valid (about 0.2 s of CPU a process saves)
     import jsonschema
 
 Path_ = tuple[str | int, ...]
@@ -63,7 +65,9 @@ def load(text: bytes | str, *, file: str, schema: str) -> Document:
 def parse_yaml(text: bytes | str, *, file: str) -> Document:
     if isinstance(text, bytes):
         if len(text) > MAX_YAML_BYTES:
-            raise ConfigError(f"file is {len(text)} bytes, more than the {MAX_YAML_BYTES} allowed", file=file)
+            raise ConfigError(
+                f"file is {len(text)} bytes, more than the {MAX_YAML_BYTES} allowed", file=file
+            )
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -113,8 +117,12 @@ class _Loader(yaml.SafeLoader):
             if key.line == self.line and self.index - key.index <= 1024:
                 return  # a later key is later in the text: not stale either
             if key.required:
-                raise yaml.scanner.ScannerError("while scanning a simple key", key.mark,
-                                                "could not find expected ':'", self.get_mark())
+                raise yaml.scanner.ScannerError(
+                    "while scanning a simple key",
+                    key.mark,
+                    "could not find expected ':'",
+                    self.get_mark(),
+                )
             del keys[level]
 
 
@@ -133,7 +141,9 @@ class _DepthLoader(_Loader):
         self.depth += 1
         if self.depth > MAX_YAML_DEPTH:
             line = event.start_mark.line + 1 if event.start_mark is not None else None
-            raise ConfigError(f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=self.file, line=line)
+            raise ConfigError(
+                f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=self.file, line=line
+            )
         try:
             return super().compose_node(parent, index)
         finally:
@@ -150,11 +160,15 @@ _WORD = r"(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9_./+=@%~-]))[A-Za-z0-9_./+=@%~-]*"
 _SINGLE = r"'(?:[ -&(-~]|'')*'"
 _DOUBLE = r'"[ !#-\[\]-~]*"'
 _ITEM = f"{_WORD}|{_SINGLE}|{_DOUBLE}"
-_LINE = re.compile(f"([A-Za-z_][A-Za-z0-9_-]{{0,127}}):( +)(?:({_ITEM})|\\[( *)((?:{_ITEM})(?: *, *(?:{_ITEM}))*)? *\\])")
+_LINE = re.compile(
+    f"([A-Za-z_][A-Za-z0-9_-]{{0,127}}):( +)(?:({_ITEM})|\\[( *)((?:{_ITEM})(?: *, *(?:{_ITEM}))*)? *\\])"
+)
 _TOKEN = re.compile(f"{_ITEM}")
 _PRINTABLE = re.compile(r"[ -~\n]*")
 _RESOLVER = yaml.resolver.Resolver()
-_SIMPLE_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "timestamp"))
+_SIMPLE_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")
+)
 
 
 def _compose_simple(text: str) -> yaml.Node | None:
@@ -171,24 +185,46 @@ def _compose_simple(text: str) -> yaml.Node | None:
             key = _scalar_node(match[1], index, number, 0, buffer)
             value: yaml.Node | None
             if match[3] is not None:
-                value = _scalar_node(match[3], index + match.start(3), number, match.start(3), buffer)
+                value = _scalar_node(
+                    match[3], index + match.start(3), number, match.start(3), buffer
+                )
             else:
-                start = yaml.Mark("<unicode string>", index + match.end(2), number, match.end(2), buffer, index + match.end(2))
-                items = [_scalar_node(m[0], index + m.start(), number, m.start(), buffer)
-                         for m in _TOKEN.finditer(line, match.start(5)) if match[5] is not None and m.end() <= match.end(5)]
+                start = yaml.Mark(
+                    "<unicode string>",
+                    index + match.end(2),
+                    number,
+                    match.end(2),
+                    buffer,
+                    index + match.end(2),
+                )
+                items = [
+                    _scalar_node(m[0], index + m.start(), number, m.start(), buffer)
+                    for m in _TOKEN.finditer(line, match.start(5))
+                    if match[5] is not None and m.end() <= match.end(5)
+                ]
                 if any(item is None for item in items):
                     return None
-                value = yaml.SequenceNode("tag:yaml.org,2002:seq", items, start, start, flow_style=True)
+                value = yaml.SequenceNode(
+                    "tag:yaml.org,2002:seq", items, start, start, flow_style=True
+                )
             if key is None or value is None:
                 return None
             pairs.append((key, value))
         index += len(line) + 1
     if not pairs:
         return None
-    return yaml.MappingNode("tag:yaml.org,2002:map", pairs, pairs[0][0].start_mark, pairs[-1][1].end_mark, flow_style=False)
+    return yaml.MappingNode(
+        "tag:yaml.org,2002:map",
+        pairs,
+        pairs[0][0].start_mark,
+        pairs[-1][1].end_mark,
+        flow_style=False,
+    )
 
 
-def _scalar_node(token: str, index: int, line: int, column: int, buffer: str) -> yaml.ScalarNode | None:
+def _scalar_node(
+    token: str, index: int, line: int, column: int, buffer: str
+) -> yaml.ScalarNode | None:
     if token[0] == "'":
         value, style, implicit = token[1:-1].replace("''", "'"), "'", (False, True)
     elif token[0] == '"':
@@ -199,7 +235,14 @@ def _scalar_node(token: str, index: int, line: int, column: int, buffer: str) ->
     if tag not in _SIMPLE_TAGS:
         return None
     start = yaml.Mark("<unicode string>", index, line, column, buffer, index)
-    end = yaml.Mark("<unicode string>", index + len(token), line, column + len(token), buffer, index + len(token))
+    end = yaml.Mark(
+        "<unicode string>",
+        index + len(token),
+        line,
+        column + len(token),
+        buffer,
+        index + len(token),
+    )
     return yaml.ScalarNode(tag, value, start, end, style=style)
 
 
@@ -225,7 +268,9 @@ def _compose_checked(text: str, file: str) -> yaml.Node | None:
         return _compose_two_pass(text, file)
 
 
-def _compose_two_pass(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) -> yaml.Node | None:
+def _compose_two_pass(
+    text: str, file: str, loader: type[yaml.SafeLoader] = _Loader
+) -> yaml.Node | None:
     """The reference reading: the depth of the whole stream first, then compose (tests pass
     PyYAML's own SafeLoader as `loader`, the reference for `_Loader`)."""
     _check_depth(text, file, loader)
@@ -240,12 +285,16 @@ def _check_depth(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) 
             depth += 1
             if depth > MAX_YAML_DEPTH:
                 line = event.start_mark.line + 1 if event.start_mark is not None else None
-                raise ConfigError(f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=file, line=line)
+                raise ConfigError(
+                    f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=file, line=line
+                )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
 
-def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, seen: set[int]) -> Any:
+def _convert(
+    node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, seen: set[int]
+) -> Any:
     lines[path] = node.start_mark.line + 1
     # compose() hands back an alias as the very node it names: meeting a node
     # twice means an alias, which could expand one file into millions of values.
@@ -258,9 +307,17 @@ def _convert(node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, s
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                raise ConfigError("mapping keys must be plain strings", file=file, line=key_node.start_mark.line + 1)
+                raise ConfigError(
+                    "mapping keys must be plain strings",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                )
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise ConfigError("YAML merge keys (<<) are not allowed", file=file, line=key_node.start_mark.line + 1)
+                raise ConfigError(
+                    "YAML merge keys (<<) are not allowed",
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                )
             key = key_node.value
             if key in result:
                 raise ConfigError(
@@ -287,7 +344,9 @@ def _scalar(node: yaml.Node, file: str) -> Any:
         return node.value if isinstance(value, (datetime, date)) else value
     except (yaml.YAMLError, ValueError) as exc:
         # ValueError: a value PyYAML tags by its shape alone but cannot build (0b_, 2001-02-30).
-        raise ConfigError(f"invalid value: {exc}", file=file, line=node.start_mark.line + 1) from None
+        raise ConfigError(
+            f"invalid value: {exc}", file=file, line=node.start_mark.line + 1
+        ) from None
 
 
 @cache
@@ -317,7 +376,9 @@ def validate(doc: Document, *, schema: str) -> None:
     import jsonschema
 
     validator = _validator(schema)
-    errors = sorted(validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(
+        validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message)
+    )
     if not errors:
         return
     # An unknown key explains most other errors (a typo'd `comand` is why `command`
@@ -357,14 +418,20 @@ def _verdict(schema: Any, instance: Any, root: Any) -> bool | None:
     """
     if not isinstance(schema, dict) or type(instance) not in _EXACT:
         return None
-    return _all(_keyword(keyword, value, schema, instance, root) for keyword, value in schema.items() if keyword not in _ANNOTATIONS)
+    return _all(
+        _keyword(keyword, value, schema, instance, root)
+        for keyword, value in schema.items()
+        if keyword not in _ANNOTATIONS
+    )
 
 
 # The types YAML reading gives (subclasses, floats, bytes and dates: unsure).
 _EXACT = frozenset({str, int, bool, list, dict, type(None)})
 
 
-def _keyword(keyword: str, value: Any, schema: dict[str, Any], instance: Any, root: Any) -> bool | None:
+def _keyword(
+    keyword: str, value: Any, schema: dict[str, Any], instance: Any, root: Any
+) -> bool | None:
     kind = type(instance)
     if keyword == "type":
         if value in ("integer", "number"):  # (floats are unsure: see above)
@@ -373,15 +440,28 @@ def _keyword(keyword: str, value: Any, schema: dict[str, Any], instance: Any, ro
             return instance is None
         return kind is _TYPES[value] if isinstance(value, str) and value in _TYPES else None
     if keyword == "$ref":
-        if not isinstance(value, str) or not value.startswith("#/$defs/") or "/" in value[8:] or "~" in value:
+        if (
+            not isinstance(value, str)
+            or not value.startswith("#/$defs/")
+            or "/" in value[8:]
+            or "~" in value
+        ):
             return None
         target = root.get("$defs", {}).get(value[8:]) if isinstance(root, dict) else None
         return None if target is None else _verdict(target, instance, root)
     if keyword == "const":
         # jsonschema's equality: a bool equals only a bool (True is not 1); strings and ints by value.
-        return (kind is type(value) and instance == value) if kind in (str, int, bool) and type(value) in (str, int, bool) else None
+        return (
+            (kind is type(value) and instance == value)
+            if kind in (str, int, bool) and type(value) in (str, int, bool)
+            else None
+        )
     if keyword == "enum":
-        return (kind is str and instance in value) if kind is str or all(type(v) is str for v in value) else None
+        return (
+            (kind is str and instance in value)
+            if kind is str or all(type(v) is str for v in value)
+            else None
+        )
     if keyword in ("oneOf", "anyOf"):
         found = [_verdict(part, instance, root) for part in value]
         if keyword == "anyOf":
@@ -401,7 +481,9 @@ def _keyword(keyword: str, value: Any, schema: dict[str, Any], instance: Any, ro
             return None
         return bool(instance >= value if keyword == "minimum" else instance <= value)
     if keyword in ("items", "minItems", "maxItems", "uniqueItems"):
-        if kind is not list or "prefixItems" in schema:  # (items then reads only what prefixItems does not)
+        if (
+            kind is not list or "prefixItems" in schema
+        ):  # (items then reads only what prefixItems does not)
             return None
         if keyword == "items":
             return _all(_verdict(value, item, root) for item in instance)
@@ -412,11 +494,19 @@ def _keyword(keyword: str, value: Any, schema: dict[str, Any], instance: Any, ro
         if value is not True or not all(type(item) in (str, int) for item in instance):
             return None  # (a bool is no int to jsonschema, but is one in a Python set)
         return len(set(instance)) == len(instance)
-    if keyword in ("properties", "required", "additionalProperties", "maxProperties", "propertyNames"):
+    if keyword in (
+        "properties",
+        "required",
+        "additionalProperties",
+        "maxProperties",
+        "propertyNames",
+    ):
         if kind is not dict:
             return None
         if keyword == "properties":
-            return _all(_verdict(value[key], item, root) for key, item in instance.items() if key in value)
+            return _all(
+                _verdict(value[key], item, root) for key, item in instance.items() if key in value
+            )
         if keyword == "required":
             return all(key in instance for key in value)
         if keyword == "additionalProperties":

@@ -48,7 +48,9 @@ class History:
     """What the audit says about one job revision: its attempts and the commits it was refused at."""
 
     attempts: tuple[Attempt, ...] = ()
-    closed: tuple[tuple[str, str, str], ...] = ()  # (commit, event, reason) of `rejected` / `vetoed` records
+    closed: tuple[
+        tuple[str, str, str], ...
+    ] = ()  # (commit, event, reason) of `rejected` / `vetoed` records
 
     def at(self, commit: str) -> tuple[Attempt, ...]:
         return tuple(a for a in self.attempts if a.commit == commit)
@@ -116,7 +118,9 @@ class Refused:
     reason: str
 
 
-Verdict = Runnable | Queued | Refused | None  # None: nothing more to do (done, or the records say why)
+Verdict = (
+    Runnable | Queued | Refused | None
+)  # None: nothing more to do (done, or the records say why)
 
 
 @dataclass(frozen=True)
@@ -146,21 +150,31 @@ def histories(records: Iterable[Record]) -> dict[Key, History]:
         elif record.event == "finished" and isinstance(record.get("run_id"), str):
             run_id = str(record.get("run_id"))
             if run_id not in finished or record.seq < finished[run_id].seq:
-                finished[run_id] = record  # one result per run: the first counts (verify flags a second)
+                finished[run_id] = (
+                    record  # one result per run: the first counts (verify flags a second)
+                )
         elif record.event in ("rejected", "vetoed"):
-            closed.setdefault((path, blob), []).append((str(record.get("commit")), record.event, str(record.get("reason") or "")))
+            closed.setdefault((path, blob), []).append(
+                (str(record.get("commit")), record.event, str(record.get("reason") or ""))
+            )
     result: dict[Key, History] = {}
     for key in {*started, *closed}:
         attempts = []
         for record in sorted(started.get(key, ()), key=lambda r: r.seq):
             run_id = record.get("run_id")
             end = finished.get(run_id) if isinstance(run_id, str) else None
-            attempts.append(Attempt(
-                number=attempt_number(record), run_id=run_id if isinstance(run_id, str) else None,
-                commit=record.get("commit"), runner=record.get("runner"), seq=record.seq,
-                status=str(end.get("status")) if end is not None else None,
-                finished=_time(end) if end is not None else None, finished_seq=end.seq if end is not None else None,
-            ))
+            attempts.append(
+                Attempt(
+                    number=attempt_number(record),
+                    run_id=run_id if isinstance(run_id, str) else None,
+                    commit=record.get("commit"),
+                    runner=record.get("runner"),
+                    seq=record.seq,
+                    status=str(end.get("status")) if end is not None else None,
+                    finished=_time(end) if end is not None else None,
+                    finished_seq=end.seq if end is not None else None,
+                )
+            )
         result[key] = History(tuple(attempts), tuple(closed.get(key, ())))
     return result
 
@@ -170,15 +184,27 @@ def retriable(status: str | None, *, idempotent: bool) -> bool:
     return status in RETRIED or (status == "lost" and idempotent)
 
 
-def judge_attempts(decision: Decision, policy: Policy, history: History | None, *, now: datetime,
-                   late: bool = False, standing: Standing | None = None) -> Verdict:
+def judge_attempts(
+    decision: Decision,
+    policy: Policy,
+    history: History | None,
+    *,
+    now: datetime,
+    late: bool = False,
+    standing: Standing | None = None,
+) -> Verdict:
     """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or nothing.
 
     `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
     A start that is late, or a retry, is checked against `standing` (`late_refusal`).
     """
     verdict = _attempts(decision, policy, history or History(), now=now)
-    start = verdict.attempt if isinstance(verdict, Runnable) or (isinstance(verdict, Queued) and verdict.state != "running") else None
+    start = (
+        verdict.attempt
+        if isinstance(verdict, Runnable)
+        or (isinstance(verdict, Queued) and verdict.state != "running")
+        else None
+    )
     if start is not None and (late or start > 1) and standing is not None:
         assert isinstance(verdict, Runnable | Queued)
         why = late_refusal(decision, standing, start)
@@ -187,7 +213,11 @@ def judge_attempts(decision: Decision, policy: Policy, history: History | None, 
         if standing.policy.commit != policy.commit:
             # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets, env),
             # by the rule that policy allows it with.
-            rule = standing.policy.decide_command(decision.job).rule if decision.job is not None else None
+            rule = (
+                standing.policy.decide_command(decision.job).rule
+                if decision.job is not None
+                else None
+            )
             moved = replace(decision, rule=rule)
             verdict = replace(verdict, decision=moved, policy=standing.policy)
     return verdict
@@ -200,8 +230,10 @@ def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | 
     what = f"attempt {attempt}" if attempt > 1 else "this run, which waited,"
     if standing.blob != decision.blob:
         change = "removed" if standing.blob is None else f"changed (now {standing.blob[:7]})"
-        return (f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after {decision.commit[:7]} approved it: "
-                f"{what} of the older revision does not start")
+        return (
+            f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after {decision.commit[:7]} approved it: "
+            f"{what} of the older revision does not start"
+        )
     now = standing.policy.decide_command(job)
     if not now.allowed:
         return f"the policy in force now denies it ({now.reason}): {what} does not start"
@@ -217,24 +249,40 @@ def _attempts(decision: Decision, policy: Policy, history: History, *, now: date
     if not mine:
         if history.attempts:
             first = history.attempts[0]
-            return Refused(decision, policy, (
-                f"this exact revision of {decision.path} already started (seq {first.seq}, approved at "
-                f"{str(first.commit)[:7]}); a job revision runs at most once: change the file to run it again"))
+            return Refused(
+                decision,
+                policy,
+                (
+                    f"this exact revision of {decision.path} already started (seq {first.seq}, approved at "
+                    f"{str(first.commit)[:7]}); a job revision runs at most once: change the file to run it again"
+                ),
+            )
         return Runnable(decision, policy, 1)
     latest = max(mine, key=lambda a: (a.number, a.seq))
     allowed = 1 + job.retries
     if latest.status is None:
         if latest.number < allowed:
-            return Queued(decision, policy, "running", f"attempt {latest.number} of {allowed} is running on {latest.runner}",
-                          latest.number, runner=latest.runner)
+            return Queued(
+                decision,
+                policy,
+                "running",
+                f"attempt {latest.number} of {allowed} is running on {latest.runner}",
+                latest.number,
+                runner=latest.runner,
+            )
         return None
     if not retriable(latest.status, idempotent=job.idempotent) or latest.number >= allowed:
         return None
     due = (latest.finished or now) + timedelta(seconds=policy.retries.delay(latest.number))
     if now < due:
-        return Queued(decision, policy, "retrying",
-                      f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {iso_up(due)}",
-                      latest.number + 1, due)
+        return Queued(
+            decision,
+            policy,
+            "retrying",
+            f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {iso_up(due)}",
+            latest.number + 1,
+            due,
+        )
     return Runnable(decision, policy, latest.number + 1)
 
 
@@ -242,13 +290,19 @@ def for_runner(item: Runnable, labels: frozenset[str] | None) -> Runnable | Queu
     """The item itself if a runner with `labels` (None: any runner) may claim it, else why it waits."""
     if labels is None or set(item.runs_on) <= labels:
         return item
-    return Queued(item.decision, item.policy, "queued", waiting_reason(item.runs_on, labels), item.attempt)
+    return Queued(
+        item.decision, item.policy, "queued", waiting_reason(item.runs_on, labels), item.attempt
+    )
 
 
 def waiting_reason(runs_on: Sequence[str], labels: frozenset[str] | None = None) -> str:
     if not runs_on:
         return "waiting for a runner"
-    missing = f" (this runner lacks {', '.join(sorted(set(runs_on) - labels))})" if labels is not None else ""
+    missing = (
+        f" (this runner lacks {', '.join(sorted(set(runs_on) - labels))})"
+        if labels is not None
+        else ""
+    )
     return f"waiting for a runner with labels {', '.join(sorted(runs_on))}{missing}"
 
 
@@ -269,7 +323,9 @@ def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
     return more and retriable(outcome, idempotent=job is not None and job.idempotent)
 
 
-def check_attempts(started: Sequence[Record], finished: dict[str, Record], *, retries: int, idempotent: bool) -> list[str]:
+def check_attempts(
+    started: Sequence[Record], finished: dict[str, Record], *, retries: int, idempotent: bool
+) -> list[str]:
     """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count, and cause.
 
     `started` in chain order; `finished` by run id. Attempt n+1 must follow a
@@ -286,25 +342,38 @@ def check_attempts(started: Sequence[Record], finished: dict[str, Record], *, re
             continue
         previous = started[index - 1]
         if number != attempt_number(previous) + 1:
-            problems.append(f"{where} started twice (first at seq {started[0].seq}): attempt {number} after attempt "
-                            f"{attempt_number(previous)}")
+            problems.append(
+                f"{where} started twice (first at seq {started[0].seq}): attempt {number} after attempt "
+                f"{attempt_number(previous)}"
+            )
             continue
         if number > allowed:
-            problems.append(f"{where}: attempt {number} exceeds the {allowed} the job allows (retries: {retries})")
+            problems.append(
+                f"{where}: attempt {number} exceeds the {allowed} the job allows (retries: {retries})"
+            )
             continue
         if str(record.get("commit")) != str(previous.get("commit")):
-            problems.append(f"{where}: attempt {number} is from commit {str(record.get('commit'))[:12]}, "
-                            f"attempt {number - 1} from {str(previous.get('commit'))[:12]}")
+            problems.append(
+                f"{where}: attempt {number} is from commit {str(record.get('commit'))[:12]}, "
+                f"attempt {number - 1} from {str(previous.get('commit'))[:12]}"
+            )
             continue
         end = finished.get(str(previous.get("run_id")))
         if end is None or end.seq > record.seq:
-            problems.append(f"{where}: attempt {number} started before attempt {number - 1} (seq {previous.seq}) finished")
+            problems.append(
+                f"{where}: attempt {number} started before attempt {number - 1} (seq {previous.seq}) finished"
+            )
             continue
         status = str(end.get("status"))
         if not retriable(status, idempotent=idempotent):
-            why = "a lost attempt is retried only when the job says idempotent: true" if status == "lost" else \
-                "only failed and timed_out attempts are retried"
-            problems.append(f"{where}: attempt {number} retried an attempt that ended {status} ({why})")
+            why = (
+                "a lost attempt is retried only when the job says idempotent: true"
+                if status == "lost"
+                else "only failed and timed_out attempts are retried"
+            )
+            problems.append(
+                f"{where}: attempt {number} retried an attempt that ended {status} ({why})"
+            )
     return problems
 
 

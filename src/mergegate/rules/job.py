@@ -15,16 +15,42 @@ JOB_SUFFIXES = (".yaml", ".yml")
 
 # Names a job may never set, whatever the policy says: they change which
 # program or library runs, or hand the job the runner's credentials.
-FORBIDDEN_ENV: frozenset[str] = frozenset({
-    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "SSH_AUTH_SOCK", "BASH_ENV", "ENV",
-    "IFS", "PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH",
-    "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GPG_AGENT_INFO",
-    # Where allowed programs read their own configuration and code from: a job
-    # that sets these changes what an allowed program does (a ~/.gitconfig
-    # with core.pager, a .pth file in the user site, an OpenSSL engine).
-    "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "PERLLIB", "PYTHONUSERBASE", "PYTHONWARNINGS",
-    "PYTHONINSPECT", "OPENSSL_CONF", "LOCPATH", "CURL_HOME", "WGETRC",
-})
+FORBIDDEN_ENV: frozenset[str] = frozenset(
+    {
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "SSH_AUTH_SOCK",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYLIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "GPG_AGENT_INFO",
+        # Where allowed programs read their own configuration and code from: a job
+        # that sets these changes what an allowed program does (a ~/.gitconfig
+        # with core.pager, a .pth file in the user site, an OpenSSL engine).
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "PERLLIB",
+        "PYTHONUSERBASE",
+        "PYTHONWARNINGS",
+        "PYTHONINSPECT",
+        "OPENSSL_CONF",
+        "LOCPATH",
+        "CURL_HOME",
+        "WGETRC",
+    }
+)
 FORBIDDEN_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "GIT_", "MERGEGATE_")
 
 
@@ -37,8 +63,10 @@ def runner_labels(values: Iterable[str]) -> tuple[str, ...]:
     labels = []
     for value in values:
         if not LABEL.match(value):
-            raise UsageError(f"--label {value!r} is not a label: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64",
-                             hint="labels are matched exactly against a job's runs_on, e.g. --label gpu --label linux")
+            raise UsageError(
+                f"--label {value!r} is not a label: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64",
+                hint="labels are matched exactly against a job's runs_on, e.g. --label gpu --label linux",
+            )
         labels.append(value)
     return tuple(sorted(set(labels)))
 
@@ -55,7 +83,11 @@ def job_stem(path: str) -> str:
 def forbidden_env_name(name: str, reserved: Sequence[str] = ()) -> bool:
     """True when a job file must not set `name` (compared case-insensitively)."""
     upper = name.upper()
-    return upper in FORBIDDEN_ENV or upper.startswith(FORBIDDEN_ENV_PREFIXES) or upper in {r.upper() for r in reserved}
+    return (
+        upper in FORBIDDEN_ENV
+        or upper.startswith(FORBIDDEN_ENV_PREFIXES)
+        or upper in {r.upper() for r in reserved}
+    )
 
 
 @dataclass(frozen=True)
@@ -87,7 +119,9 @@ def parse_job(text: bytes, *, path: str, blob: str) -> Job:
     # 1. The id is the file's name, so a path names one job and a reviewer
     #    cannot be shown one id while another runs.
     if data["id"] != job_stem(path):
-        raise doc.error(("id",), f"field 'id': '{data['id']}' must equal the file name '{job_stem(path)}'")
+        raise doc.error(
+            ("id",), f"field 'id': '{data['id']}' must equal the file name '{job_stem(path)}'"
+        )
     # 2. cwd stays inside the export; symlinks are resolved again at run time.
     cwd = data.get("cwd", ".")
     normal = posixpath.normpath(cwd)
@@ -151,4 +185,12 @@ def check_unique_ids(paths: list[str]) -> dict[str, str]:
     return problems
 
 
-__all__ = ["JOBS_DIR", "ConfigError", "Job", "check_unique_ids", "forbidden_env_name", "is_job_path", "parse_job"]
+__all__ = [
+    "JOBS_DIR",
+    "ConfigError",
+    "Job",
+    "check_unique_ids",
+    "forbidden_env_name",
+    "is_job_path",
+    "parse_job",
+]

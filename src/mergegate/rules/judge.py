@@ -62,7 +62,11 @@ class Vote:
     why: str  # why it did not count ("" when it did)
 
     def describe(self) -> str:
-        return f"{self.person} ({self.via})" if self.counted else f"{self.person} ({self.via}: {self.why})"
+        return (
+            f"{self.person} ({self.via})"
+            if self.counted
+            else f"{self.person} ({self.via}: {self.why})"
+        )
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,13 @@ class FileFacts:
     after: Entry  # at the commit
     base: Entry  # at the merge base of the two parents (= before, for a non-merge)
     side: Entry  # at the second parent (= after, for a non-merge)
-    writers: tuple[Writer, ...] = ()  # merged commits that changed it, and earlier commits that wrote these bytes
+    writers: tuple[
+        Writer, ...
+    ] = ()  # merged commits that changed it, and earlier commits that wrote these bytes
     text: bytes | None = None  # the content of a job or policy file that is a regular file
-    last_approved: Entry | None = None  # when the path was unapproved before: its last approved version
+    last_approved: Entry | None = (
+        None  # when the path was unapproved before: its last approved version
+    )
 
     @property
     def merge_wrote(self) -> bool:
@@ -103,10 +111,16 @@ class ApprovalFacts:
 
     commit: str
     signature: SignatureCheck  # against the approver keys of the policy in force
-    named: Mapping[str, str]  # path -> what its Mergegate-Approve trailer says after the path ("<mode> <blob>" or "<blob>")
-    tree: Mapping[str, Entry] | None  # with a tree trailer naming its own tree: the entry of every path of interest
+    named: Mapping[
+        str, str
+    ]  # path -> what its Mergegate-Approve trailer says after the path ("<mode> <blob>" or "<blob>")
+    tree: (
+        Mapping[str, Entry] | None
+    )  # with a tree trailer naming its own tree: the entry of every path of interest
     tree_mismatch: bool  # a tree trailer that does not name its own tree
-    changed: frozenset[str]  # paths of interest that the proposal, at this commit, changed relative to the merge base
+    changed: frozenset[
+        str
+    ]  # paths of interest that the proposal, at this commit, changed relative to the merge base
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,9 @@ class Review:
 
     label: str  # "reviews on PR #3 (squash)"
     refused: str  # why it is no review approval ("" when it is one)
-    excluded: tuple[tuple[str, str], ...] = ()  # (person, why): the PR's authors and committers, by GitHub id
+    excluded: tuple[
+        tuple[str, str], ...
+    ] = ()  # (person, why): the PR's authors and committers, by GitHub id
 
 
 @dataclass(frozen=True)
@@ -128,16 +144,26 @@ class CommitFacts:
     files: tuple[FileFacts, ...]
     signature: SignatureCheck | None = None  # of the merge (or veto), against the approver keys
     approvals: tuple[ApprovalFacts, ...] = ()
-    extra_votes: tuple[tuple[str, Vote], ...] = ()  # (path, vote) from other evidence, such as reviews
+    extra_votes: tuple[
+        tuple[str, Vote], ...
+    ] = ()  # (path, vote) from other evidence, such as reviews
     veto_trailers: tuple[str, ...] = ()
     content_writers: tuple[Writer, ...] = ()  # merged commits that changed any other file
     job_ids: tuple[str, ...] = ()  # every job path in the resulting tree
-    symlinks: tuple[tuple[str, bytes], ...] = ()  # every symlink in the resulting tree and its target
-    policy_tree: Mapping[str, tuple[str, bytes]] | None = None  # policy/ path -> (mode, bytes), when policy/ changes
-    policy_drift: tuple[str, ...] = ()  # policy/ paths that differ from the policy in force but this commit leaves
+    symlinks: tuple[
+        tuple[str, bytes], ...
+    ] = ()  # every symlink in the resulting tree and its target
+    policy_tree: Mapping[str, tuple[str, bytes]] | None = (
+        None  # policy/ path -> (mode, bytes), when policy/ changes
+    )
+    policy_drift: tuple[
+        str, ...
+    ] = ()  # policy/ paths that differ from the policy in force but this commit leaves
     proposal: bool = False  # a proposal's merge that does not exist yet (check, approve)
     merger: str | None = None  # for a proposal: the person whose signed merge to assume, if any
-    review: Review | None = None  # GitHub review evidence, for a merge no approver key signed (docs/github.md)
+    review: Review | None = (
+        None  # GitHub review evidence, for a merge no approver key signed (docs/github.md)
+    )
 
     @property
     def short(self) -> str:
@@ -197,60 +223,126 @@ class Assessment:
     # signed merge with their quorum vouched for them.
     content: tuple[str, ...] = ()
     content_approved: bool = False
-    unapproved: Mapping[str, str] = field(default_factory=dict)  # after this commit: path -> first unapproved change
+    unapproved: Mapping[str, str] = field(
+        default_factory=dict
+    )  # after this commit: path -> first unapproved change
     policy_verdict: PolicyVerdict | None = None
 
 
-def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, str] | None = None) -> Assessment:
+def judge_commit(
+    facts: CommitFacts, policy: Policy, unapproved: Mapping[str, str] | None = None
+) -> Assessment:
     """The verdict on one commit judged by `policy`, the policy in force before it."""
     unapproved = dict(unapproved or {})
     jobs = [f for f in facts.files if is_job_path(f.path) and f.after != ABSENT]
     policy_files = [f for f in facts.files if f.path.startswith(POLICY_DIR)]
-    content = [f for f in facts.files if not is_job_path(f.path) and not f.path.startswith(POLICY_DIR)]
+    content = [
+        f for f in facts.files if not is_job_path(f.path) and not f.path.startswith(POLICY_DIR)
+    ]
     names = tuple(f.path for f in content)
     short = facts.short
     # 1. A commit git could read differently from us approves nothing.
     if facts.malformed:
-        return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
-                           f"commit {short} is malformed ({facts.malformed}); it approves nothing")
+        return _reject_all(
+            facts,
+            policy,
+            jobs,
+            policy_files,
+            content,
+            unapproved,
+            f"commit {short} is malformed ({facts.malformed}); it approves nothing",
+        )
     # 2. A veto is an empty, signed commit naming job revisions.
     if not facts.files and facts.veto_trailers and not facts.proposal:
         return _veto(facts, policy, unapproved)
     # 3. Only a merge of two parents, signed by an approver, approves.
     if len(facts.parents) > 2:
-        return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
-                           f"merge {short} has {len(facts.parents)} parents: octopus merges are not approvals")
+        return _reject_all(
+            facts,
+            policy,
+            jobs,
+            policy_files,
+            content,
+            unapproved,
+            f"merge {short} has {len(facts.parents)} parents: octopus merges are not approvals",
+        )
     signer: str | None = facts.merger
     review = facts.review if not facts.proposal else None
     reviewed = review is not None and not review.refused
     if not facts.proposal:
         check = facts.signature
-        signer = check.key.owner if check is not None and check.ok and check.key is not None else None
+        signer = (
+            check.key.owner if check is not None and check.ok and check.key is not None else None
+        )
         # 3b. A merge GitHub made (a merge commit or a squash) approves on its review evidence.
         if review is not None and review.refused and (jobs or policy_files):
-            return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
-                               f"{short} is not a review approval: {review.refused}")
+            return _reject_all(
+                facts,
+                policy,
+                jobs,
+                policy_files,
+                content,
+                unapproved,
+                f"{short} is not a review approval: {review.refused}",
+            )
         if len(facts.parents) < 2 and (jobs or policy_files) and not reviewed:
-            return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
-                               f"commit {short} is not a merge: approvals are signed merges into approved")
+            return _reject_all(
+                facts,
+                policy,
+                jobs,
+                policy_files,
+                content,
+                unapproved,
+                f"commit {short} is not a merge: approvals are signed merges into approved",
+            )
         if signer is None and (jobs or policy_files) and not reviewed:
             reason = check.reason if check is not None else "unsigned"
-            return _reject_all(facts, policy, jobs, policy_files, content, unapproved,
-                               f"merge {short} is not a valid approval: {_in_policy(reason, policy)}")
+            return _reject_all(
+                facts,
+                policy,
+                jobs,
+                policy_files,
+                content,
+                unapproved,
+                f"merge {short} is not a valid approval: {_in_policy(reason, policy)}",
+            )
     merge = (len(facts.parents) == 2 and (signer is not None or facts.proposal)) or reviewed
     content_ok, content_why = _content(facts, policy, signer, content) if merge else (False, "")
     after = _unapproved_after(facts, content, content_ok, unapproved)
     if not jobs and not policy_files:
-        by = f"merge signed by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "not a signed approval"
-        removed = [path_display(f.path) for f in facts.files if is_job_path(f.path) and f.after == ABSENT]
-        summary = (f"removes {', '.join(removed)}; " if removed else "changes no job or policy; ") + by
+        by = (
+            f"merge signed by {signer}"
+            if signer
+            else f"approval by {review.label}"
+            if reviewed and review
+            else "not a signed approval"
+        )
+        removed = [
+            path_display(f.path) for f in facts.files if is_job_path(f.path) and f.after == ABSENT
+        ]
+        summary = (
+            f"removes {', '.join(removed)}; " if removed else "changes no job or policy; "
+        ) + by
         summary += f"; other files: {content_why}" if content and (signer or reviewed) else ""
-        return Assessment(facts.sha, "other", policy, summary=summary, content=names, content_approved=content_ok, unapproved=after)
+        return Assessment(
+            facts.sha,
+            "other",
+            policy,
+            summary=summary,
+            content=names,
+            content_approved=content_ok,
+            unapproved=after,
+        )
     votes = {f.path: _votes(facts, policy, f, signer) for f in (*jobs, *policy_files)}
     # 4. A policy change needs the policy quorum of the policy before it.
     verdict = judge_policy_change(facts, policy, policy_files, votes) if policy_files else None
     # (A proposal still waiting for its merge has its jobs judged all the same, to say what else refuses them.)
-    pending = facts.proposal and facts.merger is None and verdict is not None and verdict.refusal == "unapproved"
+    pending = (
+        facts.proposal
+        and facts.merger is None
+        and verdict is not None
+        and verdict.refusal == "unapproved"
+    )
     if verdict is not None and not verdict.adopted and not pending:
         reason = f"merge {short} changes {POLICY_DIR} without approval ({verdict.reason}); nothing in it is approved"
         result = _reject_all(facts, policy, jobs, [], content, unapproved, reason, votes=votes)
@@ -262,21 +354,49 @@ def judge_commit(facts: CommitFacts, policy: Policy, unapproved: Mapping[str, st
     by_stem: dict[str, list[str]] = {}
     for other in facts.job_ids:
         by_stem.setdefault(job_stem(other), []).append(other)
-    decisions = tuple(judge_job(facts, policy, f, votes[f.path], merged, by_stem, unapproved) for f in sorted(jobs, key=lambda f: f.path))
+    decisions = tuple(
+        judge_job(facts, policy, f, votes[f.path], merged, by_stem, unapproved)
+        for f in sorted(jobs, key=lambda f: f.path)
+    )
     after = _jobs_after(facts, decisions, after)
     decisions = _taint(facts, decisions, after)
-    summary = f"approval by {signer}" if signer else f"approval by {review.label}" if reviewed and review else "proposal"
+    summary = (
+        f"approval by {signer}"
+        if signer
+        else f"approval by {review.label}"
+        if reviewed and review
+        else "proposal"
+    )
     if verdict is not None:
-        summary += f"; policy change {'adopted' if verdict.adopted else 'pending'}: {verdict.reason}"
+        summary += (
+            f"; policy change {'adopted' if verdict.adopted else 'pending'}: {verdict.reason}"
+        )
     if content:
         summary += f"; other files: {content_why}"
-    return Assessment(facts.sha, "approval", verdict.policy if verdict else policy, decisions, policy_changed=verdict is not None,
-                      policy_adopted=verdict is not None and verdict.adopted, summary=summary, content=names, content_approved=content_ok,
-                      unapproved=after, policy_verdict=verdict)
+    return Assessment(
+        facts.sha,
+        "approval",
+        verdict.policy if verdict else policy,
+        decisions,
+        policy_changed=verdict is not None,
+        policy_adopted=verdict is not None and verdict.adopted,
+        summary=summary,
+        content=names,
+        content_approved=content_ok,
+        unapproved=after,
+        policy_verdict=verdict,
+    )
 
 
-def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vote, ...], merged: frozenset[str],
-              by_stem: Mapping[str, list[str]], unapproved: Mapping[str, str]) -> Decision:
+def judge_job(
+    facts: CommitFacts,
+    policy: Policy,
+    f: FileFacts,
+    votes: tuple[Vote, ...],
+    merged: frozenset[str],
+    by_stem: Mapping[str, list[str]],
+    unapproved: Mapping[str, str],
+) -> Decision:
     """One job revision: valid, unique, allowed, signed where required, then its quorum."""
     path, blob = f.path, f.after.blob
 
@@ -289,7 +409,9 @@ def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vot
     # Only jobs that were approved (or come in this same commit) hold an id: a stray file
     # pushed without approval must not keep an approved job from running.
     # `merged`: the job paths this commit merges; `by_stem`: facts.job_ids by their stem.
-    same = sorted(p for p in by_stem.get(job.id, ()) if p != path and (p in merged or p not in unapproved))
+    same = sorted(
+        p for p in by_stem.get(job.id, ()) if p != path and (p in merged or p not in unapproved)
+    )
     if same:
         return refuse("invalid", f"job id '{job.id}' is not unique: also {', '.join(same)}", job)
     requirement = policy.requirement_for(job)
@@ -299,21 +421,47 @@ def judge_job(facts: CommitFacts, policy: Policy, f: FileFacts, votes: tuple[Vot
     if policy.require_signed_proposals:
         unsigned = _unsigned(policy, f, facts)
         if unsigned:
-            return refuse("denied", f"require_signed_proposals: {unsigned}", job, requirement=requirement)
+            return refuse(
+                "denied", f"require_signed_proposals: {unsigned}", job, requirement=requirement
+            )
     escape = escaping_symlink(facts.symlinks)
     if escape:
-        return refuse("denied", f"the tree at {facts.short} holds {escape}, which points outside the workspace",
-                      job, requirement=requirement)
+        return refuse(
+            "denied",
+            f"the tree at {facts.short} holds {escape}, which points outside the workspace",
+            job,
+            requirement=requirement,
+        )
     quorum = policy.quorum(requirement, [v.person for v in votes if v.counted])
     if not quorum.met:
-        return refuse("unapproved", f"not approved: {quorum.reason}; {describe_votes(votes)}", job, requirement=requirement)
+        return refuse(
+            "unapproved",
+            f"not approved: {quorum.reason}; {describe_votes(votes)}",
+            job,
+            requirement=requirement,
+        )
     self_approved = any("self-approved" in v.via for v in votes if v.counted)
-    return Decision(path, blob, facts.sha, job, True, f"{quorum.reason}; {command.reason}", votes, requirement, command.rule,
-                    self_approved, approved=True)
+    return Decision(
+        path,
+        blob,
+        facts.sha,
+        job,
+        True,
+        f"{quorum.reason}; {command.reason}",
+        votes,
+        requirement,
+        command.rule,
+        self_approved,
+        approved=True,
+    )
 
 
-def judge_policy_change(facts: CommitFacts, policy: Policy, files: list[FileFacts],
-                        votes: Mapping[str, tuple[Vote, ...]]) -> PolicyVerdict:
+def judge_policy_change(
+    facts: CommitFacts,
+    policy: Policy,
+    files: list[FileFacts],
+    votes: Mapping[str, tuple[Vote, ...]],
+) -> PolicyVerdict:
     """Whether a change under policy/ is adopted, and the policy in force after it."""
 
     def rejected(refusal: Refusal, reason: str) -> PolicyVerdict:
@@ -321,17 +469,29 @@ def judge_policy_change(facts: CommitFacts, policy: Policy, files: list[FileFact
 
     # What the new policy would be, whoever approves it: invalid means no quorum can help.
     tree = facts.policy_tree or {}
-    odd = sorted(f"{path} ({_MODES.get(mode, 'mode ' + mode)})" for path, (mode, _) in tree.items() if mode not in REGULAR)
+    odd = sorted(
+        f"{path} ({_MODES.get(mode, 'mode ' + mode)})"
+        for path, (mode, _) in tree.items()
+        if mode not in REGULAR
+    )
     if odd:
-        return rejected("invalid", f"the new policy is invalid: {', '.join(odd)} under {POLICY_DIR} is not a regular file")
+        return rejected(
+            "invalid",
+            f"the new policy is invalid: {', '.join(odd)} under {POLICY_DIR} is not a regular file",
+        )
     try:
         new = load_policy(lambda p: tree[p][1] if p in tree else None, commit=facts.sha)
-    except Exception as exc:  # no content may stop later passes: any parser failure rejects the change
+    except (
+        Exception
+    ) as exc:  # no content may stop later passes: any parser failure rejects the change
         why = str(exc) if hasattr(exc, "exit_code") else f"it cannot be read ({type(exc).__name__})"
         return rejected("invalid", f"the new policy is invalid: {why}")
     if facts.policy_drift:
-        return rejected("invalid", f"{', '.join(facts.policy_drift)} differ from the policy in force ({policy.where}) but this "
-                        "merge does not change them, so nobody approved them")
+        return rejected(
+            "invalid",
+            f"{', '.join(facts.policy_drift)} differ from the policy in force ({policy.where}) but this "
+            "merge does not change them, so nobody approved them",
+        )
     if policy.require_signed_proposals:
         for f in files:
             unsigned = _unsigned(policy, f, facts)
@@ -343,7 +503,10 @@ def judge_policy_change(facts: CommitFacts, policy: Policy, files: list[FileFact
         people = counted if people is None else people & counted
     quorum = policy.quorum(policy.policy_requirement(), people or set())
     if not quorum.met:
-        details = "; ".join(f"{f.path}: {describe_votes(votes[f.path])}" for f in sorted(files, key=lambda f: f.path))
+        details = "; ".join(
+            f"{f.path}: {describe_votes(votes[f.path])}"
+            for f in sorted(files, key=lambda f: f.path)
+        )
         return rejected("unapproved", f"{quorum.reason}; {details}")
     return PolicyVerdict(True, quorum.reason, "", new, votes)
 
@@ -356,13 +519,18 @@ def read_job(path: str, entry: Entry, text: bytes | None) -> tuple[Job | None, s
     may make later passes fail.
     """
     if entry.mode not in REGULAR:
-        return None, f"{path_display(path)} is {_MODES.get(entry.mode, 'mode ' + entry.mode)}, not a regular file ({path_display(path)})"
+        return (
+            None,
+            f"{path_display(path)} is {_MODES.get(entry.mode, 'mode ' + entry.mode)}, not a regular file ({path_display(path)})",
+        )
     if text is None:
         return None, f"its content is not available ({path_display(path)})"
     try:
         return parse_job(text, path=path, blob=entry.blob), ""
     except Exception as exc:
-        return None, str(exc) if hasattr(exc, "exit_code") else f"it cannot be read ({type(exc).__name__}) ({path_display(path)})"
+        return None, str(exc) if hasattr(
+            exc, "exit_code"
+        ) else f"it cannot be read ({type(exc).__name__}) ({path_display(path)})"
 
 
 def escaping_symlink(symlinks: Iterable[tuple[str, bytes]]) -> str:
@@ -390,7 +558,9 @@ def describe_votes(votes: Iterable[Vote]) -> str:
 # -- votes --------------------------------------------------------------------------
 
 
-def _votes(facts: CommitFacts, policy: Policy, f: FileFacts, signer: str | None) -> tuple[Vote, ...]:
+def _votes(
+    facts: CommitFacts, policy: Policy, f: FileFacts, signer: str | None
+) -> tuple[Vote, ...]:
     """Every vote for one file, with why it does or does not count."""
     votes: list[Vote] = []
     if signer is not None:
@@ -398,7 +568,10 @@ def _votes(facts: CommitFacts, policy: Policy, f: FileFacts, signer: str | None)
     for approval in facts.approvals:
         votes += _approval_votes(policy, approval, f)
     votes += [_extra_vote(v, f) for path, v in facts.extra_votes if path == f.path]
-    excluded = {**dict(facts.review.excluded if facts.review else ()), **excluded_people(policy, _writers(facts, f))}
+    excluded = {
+        **dict(facts.review.excluded if facts.review else ()),
+        **excluded_people(policy, _writers(facts, f)),
+    }
     return tuple(_exclude(v, excluded, policy) for v in votes)
 
 
@@ -406,7 +579,12 @@ def _extra_vote(vote: Vote, f: FileFacts) -> Vote:
     """A review vote covers what the pull request wrote, as an approval commit does (rule 4):
     what the merge itself wrote is the merger's own, and a GitHub merge has no signer."""
     if vote.counted and f.merge_wrote:
-        return Vote(vote.person, vote.via, False, "the merge itself wrote this content (not the reviewed pull request)")
+        return Vote(
+            vote.person,
+            vote.via,
+            False,
+            "the merge itself wrote this content (not the reviewed pull request)",
+        )
     return vote
 
 
@@ -416,7 +594,9 @@ def _approval_votes(policy: Policy, approval: ApprovalFacts, f: FileFacts) -> li
     via = f"approval commit {approval.commit[:7]}"
     claims: list[Entry | str] = []
     if approval.tree is not None:
-        claims.append(approval.tree.get(f.path, ABSENT))  # absent from the approved tree: its deletion is approved
+        claims.append(
+            approval.tree.get(f.path, ABSENT)
+        )  # absent from the approved tree: its deletion is approved
     if f.path in approval.named:
         claims.append(_named_entry(approval.named[f.path]))
     votes = []
@@ -426,19 +606,49 @@ def _approval_votes(policy: Policy, approval: ApprovalFacts, f: FileFacts) -> li
         elif isinstance(claim, str):
             votes.append(Vote(person, via, False, claim))
         elif f.path not in approval.changed:
-            votes.append(Vote(person, via, False, "the proposal did not change this file relative to its merge base with "
-                              "approved, so the vote does not cover it"))
+            votes.append(
+                Vote(
+                    person,
+                    via,
+                    False,
+                    "the proposal did not change this file relative to its merge base with "
+                    "approved, so the vote does not cover it",
+                )
+            )
         elif f.merge_wrote:
-            votes.append(Vote(person, via, False, "the merge itself wrote this content (not the reviewed proposal)"))
+            votes.append(
+                Vote(
+                    person,
+                    via,
+                    False,
+                    "the merge itself wrote this content (not the reviewed proposal)",
+                )
+            )
         elif claim.blob != f.after.blob:
-            votes.append(Vote(person, via, False, f"stale: approves blob {claim.blob[:7]}, merged blob is {f.after.blob[:7]}"))
+            votes.append(
+                Vote(
+                    person,
+                    via,
+                    False,
+                    f"stale: approves blob {claim.blob[:7]}, merged blob is {f.after.blob[:7]}",
+                )
+            )
         elif claim.mode != f.after.mode:
-            votes.append(Vote(person, via, False, f"stale: approves mode {claim.mode}, merged mode is {f.after.mode} "
-                              "(a vote binds path, mode and blob)"))
+            votes.append(
+                Vote(
+                    person,
+                    via,
+                    False,
+                    f"stale: approves mode {claim.mode}, merged mode is {f.after.mode} "
+                    "(a vote binds path, mode and blob)",
+                )
+            )
         else:
             votes.append(Vote(person, via, True, ""))
     if approval.tree_mismatch:
-        votes.append(Vote(person, via, False, "its Mergegate-Approve-Tree does not name its own tree"))
+        votes.append(
+            Vote(person, via, False, "its Mergegate-Approve-Tree does not name its own tree")
+        )
     return votes
 
 
@@ -461,8 +671,15 @@ def _writers(facts: CommitFacts, f: FileFacts) -> list[Writer]:
 
 
 def _self(facts: CommitFacts) -> Writer:
-    owner = facts.merger if facts.proposal else (
-        facts.signature.key.owner if facts.signature is not None and facts.signature.ok and facts.signature.key else None)
+    owner = (
+        facts.merger
+        if facts.proposal
+        else (
+            facts.signature.key.owner
+            if facts.signature is not None and facts.signature.ok and facts.signature.key
+            else None
+        )
+    )
     return Writer(facts.sha, facts.author_name, facts.author_email, owner, "")
 
 
@@ -473,12 +690,18 @@ def excluded_people(policy: Policy, writers: Iterable[Writer]) -> dict[str, str]
         for person in people_matching(policy, writer.author_name, writer.author_email):
             excluded.setdefault(person.name, f"author of {writer.commit[:7]}")
         if writer.signer is not None:
-            excluded.setdefault(writer.signer, f"signed {writer.commit[:7]}, which changes the file")
+            excluded.setdefault(
+                writer.signer, f"signed {writer.commit[:7]}, which changes the file"
+            )
     return excluded
 
 
 def people_matching(policy: Policy, name: str, email: str) -> list[Person]:
-    return [p for p in (*policy.approvers, *policy.proposers) if p.name.lower() == name.lower() or (email and email.lower() in p.emails)]
+    return [
+        p
+        for p in (*policy.approvers, *policy.proposers)
+        if p.name.lower() == name.lower() or (email and email.lower() in p.emails)
+    ]
 
 
 def _exclude(vote: Vote, excluded: Mapping[str, str], policy: Policy) -> Vote:
@@ -499,7 +722,9 @@ def _unsigned(policy: Policy, f: FileFacts, facts: CommitFacts) -> str:
 # -- other files ------------------------------------------------------------------------
 
 
-def _content(facts: CommitFacts, policy: Policy, signer: str | None, files: list[FileFacts]) -> tuple[bool, str]:
+def _content(
+    facts: CommitFacts, policy: Policy, signer: str | None, files: list[FileFacts]
+) -> tuple[bool, str]:
     """Whether the other files a merge brings (scripts a job may run) have their quorum.
 
     Like a job, they need the highest job requirement, from people who did not write
@@ -507,8 +732,15 @@ def _content(facts: CommitFacts, policy: Policy, signer: str | None, files: list
     """
     if not files:
         return True, ""
-    voters = [{v.person for a in facts.approvals for v in _approval_votes(policy, a, f) if v.counted}
-              | {v.person for path, v in facts.extra_votes if path == f.path and _extra_vote(v, f).counted} for f in files]
+    voters = [
+        {v.person for a in facts.approvals for v in _approval_votes(policy, a, f) if v.counted}
+        | {
+            v.person
+            for path, v in facts.extra_votes
+            if path == f.path and _extra_vote(v, f).counted
+        }
+        for f in files
+    ]
     people = ({signer} if signer else set()) | set.intersection(*voters)
     excluded: dict[str, str] = {}
     writers = list(facts.content_writers)
@@ -517,17 +749,28 @@ def _content(facts: CommitFacts, policy: Policy, signer: str | None, files: list
     if policy.require_signed_proposals:
         for writer in writers:
             if writer.signer is None and writer.commit != facts.sha:
-                return False, (f"require_signed_proposals: commit {writer.commit[:7]} that changes other files is not signed "
-                               f"by a key in {policy.where}")
-    excluded = {**dict(facts.review.excluded if facts.review else ()), **excluded_people(policy, writers)}
+                return False, (
+                    f"require_signed_proposals: commit {writer.commit[:7]} that changes other files is not signed "
+                    f"by a key in {policy.where}"
+                )
+    excluded = {
+        **dict(facts.review.excluded if facts.review else ()),
+        **excluded_people(policy, writers),
+    }
     if not policy.allow_self_approval:
         people -= set(excluded)
     quorum = policy.quorum(policy.content_requirement(), people)
-    not_counted = "; ".join(f"{p} not counted ({why})" for p, why in sorted(excluded.items()) if not policy.allow_self_approval)
+    not_counted = "; ".join(
+        f"{p} not counted ({why})"
+        for p, why in sorted(excluded.items())
+        if not policy.allow_self_approval
+    )
     return quorum.met, quorum.reason + (f"; {not_counted}" if not_counted else "")
 
 
-def _unapproved_after(facts: CommitFacts, files: list[FileFacts], approved: bool, unapproved: dict[str, str]) -> dict[str, str]:
+def _unapproved_after(
+    facts: CommitFacts, files: list[FileFacts], approved: bool, unapproved: dict[str, str]
+) -> dict[str, str]:
     """Other files left unapproved after this commit (path -> the first unapproved change).
 
     An unapproved change stays so until a merge with the quorum approves the file
@@ -546,7 +789,9 @@ def _unapproved_after(facts: CommitFacts, files: list[FileFacts], approved: bool
     return after
 
 
-def _jobs_after(facts: CommitFacts, decisions: tuple[Decision, ...], after: dict[str, str]) -> dict[str, str]:
+def _jobs_after(
+    facts: CommitFacts, decisions: tuple[Decision, ...], after: dict[str, str]
+) -> dict[str, str]:
     """A job file's revision that did not reach its quorum is unapproved: it holds no id."""
     for f in facts.files:
         if is_job_path(f.path) and f.after == ABSENT:
@@ -559,36 +804,82 @@ def _jobs_after(facts: CommitFacts, decisions: tuple[Decision, ...], after: dict
     return after
 
 
-def _taint(facts: CommitFacts, decisions: tuple[Decision, ...], unapproved: Mapping[str, str]) -> tuple[Decision, ...]:
+def _taint(
+    facts: CommitFacts, decisions: tuple[Decision, ...], unapproved: Mapping[str, str]
+) -> tuple[Decision, ...]:
     """No job runs in a tree that holds content no signed approval covers."""
     tainted = sorted(p for p in unapproved if not is_job_path(p) and not p.startswith(POLICY_DIR))
     if not tainted or not any(d.runnable for d in decisions):
         return decisions
     shown = ", ".join(f"{path_display(p)} (changed by {unapproved[p][:7]})" for p in tainted[:5])
     reason = f"the tree at {facts.short} holds changes that no signed approval covers: {shown}; put them back to their last approved version (or remove them), then propose the change again"
-    return tuple(replace(d, runnable=False, reason=reason, refusal="denied") if d.runnable else d for d in decisions)
+    return tuple(
+        replace(d, runnable=False, reason=reason, refusal="denied") if d.runnable else d
+        for d in decisions
+    )
 
 
-def _reject_all(facts: CommitFacts, policy: Policy, jobs: list[FileFacts], policy_files: list[FileFacts], content: list[FileFacts],
-                unapproved: dict[str, str], reason: str, *, votes: Mapping[str, tuple[Vote, ...]] | None = None) -> Assessment:
+def _reject_all(
+    facts: CommitFacts,
+    policy: Policy,
+    jobs: list[FileFacts],
+    policy_files: list[FileFacts],
+    content: list[FileFacts],
+    unapproved: dict[str, str],
+    reason: str,
+    *,
+    votes: Mapping[str, tuple[Vote, ...]] | None = None,
+) -> Assessment:
     # The job's id, when the file is valid, names what was refused in the record.
-    decisions = tuple(Decision(f.path, f.after.blob, facts.sha, read_job(f.path, f.after, f.text)[0], False, reason,
-                               (votes or {}).get(f.path, ()), refusal="unapproved") for f in sorted(jobs, key=lambda f: f.path))
+    decisions = tuple(
+        Decision(
+            f.path,
+            f.after.blob,
+            facts.sha,
+            read_job(f.path, f.after, f.text)[0],
+            False,
+            reason,
+            (votes or {}).get(f.path, ()),
+            refusal="unapproved",
+        )
+        for f in sorted(jobs, key=lambda f: f.path)
+    )
     after = _jobs_after(facts, decisions, _unapproved_after(facts, content, False, unapproved))
-    return Assessment(facts.sha, "unapproved", policy, decisions, policy_changed=bool(policy_files), summary=reason,
-                      content=tuple(f.path for f in content), unapproved=after)
+    return Assessment(
+        facts.sha,
+        "unapproved",
+        policy,
+        decisions,
+        policy_changed=bool(policy_files),
+        summary=reason,
+        content=tuple(f.path for f in content),
+        unapproved=after,
+    )
 
 
 def _veto(facts: CommitFacts, policy: Policy, unapproved: dict[str, str]) -> Assessment:
     check = facts.signature
     if check is None or not check.ok or check.key is None:
         why = check.reason if check is not None else "unsigned"
-        return Assessment(facts.sha, "other", policy, summary=f"veto ignored: {_in_policy(why, policy)}", unapproved=unapproved)
+        return Assessment(
+            facts.sha,
+            "other",
+            policy,
+            summary=f"veto ignored: {_in_policy(why, policy)}",
+            unapproved=unapproved,
+        )
     vetoes = []
     for trailer in facts.veto_trailers:
         path, _, blob = trailer.rpartition(" ")
         vetoes.append(Veto(path, blob, check.key.owner, facts.sha))
-    return Assessment(facts.sha, "veto", policy, vetoes=tuple(vetoes), summary=f"veto by {check.key.owner}", unapproved=unapproved)
+    return Assessment(
+        facts.sha,
+        "veto",
+        policy,
+        vetoes=tuple(vetoes),
+        summary=f"veto by {check.key.owner}",
+        unapproved=unapproved,
+    )
 
 
 def _in_policy(reason: str, policy: Policy) -> str:

@@ -60,7 +60,9 @@ class Requirement:
     def describe(self) -> str:
         parts = [f"{count} from {group}" for group, count in self.slots]
         if self.total > sum(c for _, c in self.slots):
-            parts.append(f"{self.total} approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}")
+            parts.append(
+                f"{self.total} approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}"
+            )
         return f"{' and '.join(parts) or 'nothing'} ({self.source})"
 
 
@@ -101,7 +103,9 @@ class Retries:
     def delay(self, attempt: int) -> float:
         """Seconds to wait after attempt `attempt` (1-based) ended before the next one starts:
         backoff_seconds * 2^(attempt-1), at most max_backoff_seconds."""
-        return float(min(self.backoff_seconds * 2 ** min(max(attempt, 1) - 1, 32), self.max_backoff_seconds))
+        return float(
+            min(self.backoff_seconds * 2 ** min(max(attempt, 1) - 1, 32), self.max_backoff_seconds)
+        )
 
 
 @dataclass(frozen=True)
@@ -169,22 +173,43 @@ class Policy:
 
     def decide_command(self, job: Job) -> CommandDecision:
         """Deny by default: the first rule whose program and argument prefix fit allows."""
-        if job.timeout_seconds is not None and job.timeout_seconds > self.limits.max_timeout_seconds:
-            return CommandDecision(False, None, f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds {self.limits.max_timeout_seconds} in {self.where}")
+        if (
+            job.timeout_seconds is not None
+            and job.timeout_seconds > self.limits.max_timeout_seconds
+        ):
+            return CommandDecision(
+                False,
+                None,
+                f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds {self.limits.max_timeout_seconds} in {self.where}",
+            )
         if job.retries > self.retries.max_retries:
-            return CommandDecision(False, None, f"retries {job.retries} exceeds max_retries {self.retries.max_retries} in {self.where}")
+            return CommandDecision(
+                False,
+                None,
+                f"retries {job.retries} exceeds max_retries {self.retries.max_retries} in {self.where}",
+            )
         for name, _ in job.env:
             if forbidden_env_name(name) or self._reserved(name):
-                return CommandDecision(False, None, f"env {name} is reserved and may not be set by a job")
+                return CommandDecision(
+                    False, None, f"env {name} is reserved and may not be set by a job"
+                )
             if name not in self.env_allowlist:
-                return CommandDecision(False, None, f"env {name} is not in env_allowlist in {self.where}")
+                return CommandDecision(
+                    False, None, f"env {name} is not in env_allowlist in {self.where}"
+                )
         program, args = job.command[0], job.command[1:]
         for rule in self.commands:
             if rule.program == program and tuple(args[: len(rule.args_prefix)]) == rule.args_prefix:
                 return CommandDecision(True, rule, f"allowed by {rule.describe()} in {self.where}")
         if not self.commands:
-            return CommandDecision(False, None, f"no command rules in {self.where} (deny by default)")
-        return CommandDecision(False, None, f"no rule in {self.where} allows {program!r} with these arguments (deny by default)")
+            return CommandDecision(
+                False, None, f"no command rules in {self.where} (deny by default)"
+            )
+        return CommandDecision(
+            False,
+            None,
+            f"no rule in {self.where} allows {program!r} with these arguments (deny by default)",
+        )
 
     def _reserved(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.reserved_env)
@@ -197,8 +222,12 @@ class Policy:
 
     def content_requirement(self) -> Requirement:
         """Files a job may execute (scripts, data) need what the strictest job needs."""
-        highest = max([self.default_requirement.total, *(r.requirement.total for r in self.approval_rules)])
-        return Requirement(source="other files: the highest job requirement", slots=(), total=highest)
+        highest = max(
+            [self.default_requirement.total, *(r.requirement.total for r in self.approval_rules)]
+        )
+        return Requirement(
+            source="other files: the highest job requirement", slots=(), total=highest
+        )
 
     def policy_requirement(self) -> Requirement:
         total = max(self.policy_approvals_required, self.content_requirement().total)
@@ -211,14 +240,24 @@ class Policy:
         if requirement.total < 1:
             return Quorum(False, people, f"requirement {requirement.source} is empty: deny")
         if len(people) < requirement.total:
-            return Quorum(False, people, f"{len(people)} of {requirement.total} approvals: needs {requirement.describe()}")
+            return Quorum(
+                False,
+                people,
+                f"{len(people)} of {requirement.total} approvals: needs {requirement.describe()}",
+            )
         slots = [group for group, count in requirement.slots for _ in range(count)]
         if not _assign(slots, people, members, set()):
-            return Quorum(False, people, f"approvals by {', '.join(people) or 'nobody'} do not fill {requirement.describe()}")
+            return Quorum(
+                False,
+                people,
+                f"approvals by {', '.join(people) or 'nobody'} do not fill {requirement.describe()}",
+            )
         return Quorum(True, people, f"quorum met: {requirement.describe()} by {', '.join(people)}")
 
 
-def _assign(slots: Sequence[str], people: Sequence[str], members: dict[str, tuple[str, ...]], used: set[str]) -> bool:
+def _assign(
+    slots: Sequence[str], people: Sequence[str], members: dict[str, tuple[str, ...]], used: set[str]
+) -> bool:
     # Each slot needs its own person: one engineer in two groups fills one slot.
     if not slots:
         return True
@@ -237,12 +276,22 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     """Load policy/policy.yaml (and key files under policy/keys/) as of `commit`."""
     text = read(POLICY_FILE)
     if text is None:
-        raise ConfigError(f"no {POLICY_FILE} at {commit[:7]}", file=POLICY_FILE, hint="if approved has no policy yet: git switch approved && mergegate init, then git push origin approved")
+        raise ConfigError(
+            f"no {POLICY_FILE} at {commit[:7]}",
+            file=POLICY_FILE,
+            hint="if approved has no policy yet: git switch approved && mergegate init, then git push origin approved",
+        )
     doc = config.load(text, file=POLICY_FILE, schema="policy")
     data: dict[str, Any] = doc.data
-    approvers = tuple(_person(doc, read, ("approvers", i), p) for i, p in enumerate(data.get("approvers", [])))
-    proposers = tuple(_person(doc, read, ("proposers", i), p) for i, p in enumerate(data.get("proposers", [])))
-    runners = tuple(_person(doc, read, ("runners", i), p) for i, p in enumerate(data.get("runners", [])))
+    approvers = tuple(
+        _person(doc, read, ("approvers", i), p) for i, p in enumerate(data.get("approvers", []))
+    )
+    proposers = tuple(
+        _person(doc, read, ("proposers", i), p) for i, p in enumerate(data.get("proposers", []))
+    )
+    runners = tuple(
+        _person(doc, read, ("runners", i), p) for i, p in enumerate(data.get("runners", []))
+    )
     _unique_names(doc, "approvers", approvers)
     if not runners:
         _no_lifetimes_without_runners((*approvers, *proposers))
@@ -255,21 +304,38 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     for group, people in data.get("groups", {}).items():
         for index, person in enumerate(people):
             if person not in names:
-                raise doc.error(("groups", group, index), f"field 'groups.{group}': '{person}' is not an approver")
+                raise doc.error(
+                    ("groups", group, index),
+                    f"field 'groups.{group}': '{person}' is not an approver",
+                )
         groups[group] = tuple(people)
     default = Requirement("approvals_required", (), data.get("approvals_required", 1))
-    rules = tuple(_approval_rule(doc, i, r, groups) for i, r in enumerate(data.get("approval_rules", [])))
+    rules = tuple(
+        _approval_rule(doc, i, r, groups) for i, r in enumerate(data.get("approval_rules", []))
+    )
     limits_data = data.get("limits", {})
     commands = tuple(
-        CommandRule(i, r["program"], tuple(r.get("args_prefix", ())), bool(r.get("network", False)), doc.line_of(("commands", i)))
+        CommandRule(
+            i,
+            r["program"],
+            tuple(r.get("args_prefix", ())),
+            bool(r.get("network", False)),
+            doc.line_of(("commands", i)),
+        )
         for i, r in enumerate(data.get("commands", []))
     )
-    policy_approvals = data.get("policy_approvals_required", max(1, min(DEFAULT_POLICY_APPROVALS, len(approvers))))
-    _meetable(doc, data, approvers, groups, (default, *(r.requirement for r in rules)), policy_approvals)
+    policy_approvals = data.get(
+        "policy_approvals_required", max(1, min(DEFAULT_POLICY_APPROVALS, len(approvers)))
+    )
+    _meetable(
+        doc, data, approvers, groups, (default, *(r.requirement for r in rules)), policy_approvals
+    )
     allowlist = tuple(data.get("env_allowlist", DEFAULT_ENV_ALLOWLIST))
     for index, name in enumerate(data.get("secret_env", [])):
         if name not in allowlist:
-            raise doc.error(("secret_env", index), f"field 'secret_env': {name} must also be in env_allowlist")
+            raise doc.error(
+                ("secret_env", index), f"field 'secret_env': {name} must also be in env_allowlist"
+            )
     return Policy(
         commit=commit,
         approvers=approvers,
@@ -290,8 +356,11 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         sandbox=data.get("sandbox", "none"),
         keep_output=data.get("keep_output", False),
         github=_github(doc, data.get("github")),
-        retries=Retries(max_retries=data.get("max_retries", 0), backoff_seconds=float(data.get("retry_backoff_seconds", 30.0)),
-                        max_backoff_seconds=float(data.get("max_retry_backoff_seconds", 3600.0))),
+        retries=Retries(
+            max_retries=data.get("max_retries", 0),
+            backoff_seconds=float(data.get("retry_backoff_seconds", 30.0)),
+            max_backoff_seconds=float(data.get("max_retry_backoff_seconds", 3600.0)),
+        ),
     )
 
 
@@ -307,15 +376,28 @@ def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
     """
     for person in people:
         for key in person.keys:
-            what = ("valid_after" if key.valid_after else "valid_before" if key.valid_before
-                    else "an OpenPGP expiry" if key.expires else "")
+            what = (
+                "valid_after"
+                if key.valid_after
+                else "valid_before"
+                if key.valid_before
+                else "an OpenPGP expiry"
+                if key.expires
+                else ""
+            )
             if what:
-                message = (f"key of {person.name} has a lifetime ({what}) but the policy lists no runners: without "
-                           "runner-signed audit records a fresh clone would judge adopted policy changes at today's time")
+                message = (
+                    f"key of {person.name} has a lifetime ({what}) but the policy lists no runners: without "
+                    "runner-signed audit records a fresh clone would judge adopted policy changes at today's time"
+                )
                 file, _, line = key.source.rpartition(":")
-                raise ConfigError(message, file=file or POLICY_FILE, line=int(line) if line.isdigit() else None,
-                                  hint="list `runners` and run with --signing-key, or drop the lifetime and remove "
-                                  "the key with a policy change when it must stop counting (docs/policy.md)")
+                raise ConfigError(
+                    message,
+                    file=file or POLICY_FILE,
+                    line=int(line) if line.isdigit() else None,
+                    hint="list `runners` and run with --signing-key, or drop the lifetime and remove "
+                    "the key with a policy change when it must stop counting (docs/policy.md)",
+                )
 
 
 def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person]) -> None:
@@ -327,10 +409,12 @@ def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person
     """
     for index, person in enumerate(approvers):
         if person.github_ids:
-            raise doc.error(("approvers", index, "github"),
-                            f"field 'approvers': {person.name} has a GitHub id (review approvals) but the policy lists no "
-                            "runners: without runner-signed audit commits stored review evidence could be forged",
-                            hint="list the runner's public key under `runners` and run with --signing-key (docs/github.md)")
+            raise doc.error(
+                ("approvers", index, "github"),
+                f"field 'approvers': {person.name} has a GitHub id (review approvals) but the policy lists no "
+                "runners: without runner-signed audit commits stored review evidence could be forged",
+                hint="list the runner's public key under `runners` and run with --signing-key (docs/github.md)",
+            )
 
 
 def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> None:
@@ -342,60 +426,94 @@ def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> N
     run again, which a run at most once never allows.
     """
     if data.get("max_retries", 0):
-        raise doc.error(("max_retries",), "field 'max_retries': retries need runner-signed audit records, but the policy "
-                        "lists no runners: a forged failed result could make a job run again",
-                        hint="list the runner's public key under `runners` and run with --signing-key, or set max_retries: 0")
+        raise doc.error(
+            ("max_retries",),
+            "field 'max_retries': retries need runner-signed audit records, but the policy "
+            "lists no runners: a forged failed result could make a job run again",
+            hint="list the runner's public key under `runners` and run with --signing-key, or set max_retries: 0",
+        )
 
 
-def _meetable(doc: config.Document, data: dict[str, Any], approvers: tuple[Person, ...], groups: dict[str, tuple[str, ...]],
-              requirements: tuple[Requirement, ...], policy_approvals: int) -> None:
+def _meetable(
+    doc: config.Document,
+    data: dict[str, Any],
+    approvers: tuple[Person, ...],
+    groups: dict[str, tuple[str, ...]],
+    requirements: tuple[Requirement, ...],
+    policy_approvals: int,
+) -> None:
     """A requirement the listed people can never fill is a configuration error, not a gate
     that can never approve (or never change) again."""
     count = len(approvers)
     people = f"the policy lists {count} approver{'s' if count != 1 else ''}"
     if "policy_approvals_required" in data and policy_approvals > count:
-        raise doc.error(("policy_approvals_required",), f"field 'policy_approvals_required': {policy_approvals} approvals "
-                        f"can never be met: {people}, so the policy could never change again")
+        raise doc.error(
+            ("policy_approvals_required",),
+            f"field 'policy_approvals_required': {policy_approvals} approvals "
+            f"can never be met: {people}, so the policy could never change again",
+        )
     for requirement in requirements:
         where: tuple[str | int, ...] = ("approvals_required",)
         if requirement.source.startswith("approval_rules["):
-            where = ("approval_rules", int(requirement.source[len("approval_rules["):].split("]")[0]))
+            where = (
+                "approval_rules",
+                int(requirement.source[len("approval_rules[") :].split("]")[0]),
+            )
         elif "approvals_required" not in data:
             continue  # the default of 1 with no approvers: a deny-all policy, as written
         field = ".".join(map(str, where))
         if requirement.total > count:
-            raise doc.error(where, f"field '{field}': {requirement.total} approvals can never be met: {people}")
+            raise doc.error(
+                where, f"field '{field}': {requirement.total} approvals can never be met: {people}"
+            )
         for group, needed in requirement.slots:
             if needed > len(groups.get(group, ())):
-                raise doc.error(where, f"field '{field}': {needed} from group '{group}' can never be met: "
-                                f"the group has {len(groups.get(group, ()))} member(s)")
+                raise doc.error(
+                    where,
+                    f"field '{field}': {needed} from group '{group}' can never be met: "
+                    f"the group has {len(groups.get(group, ()))} member(s)",
+                )
         slots = [group for group, needed in requirement.slots for _ in range(needed)]
         if not _assign(slots, [p.name for p in approvers], groups, set()):
-            raise doc.error(where, f"field '{field}': {requirement.describe()} can never be met: "
-                            f"the groups do not have {len(slots)} distinct people for it")
+            raise doc.error(
+                where,
+                f"field '{field}': {requirement.describe()} can never be met: "
+                f"the groups do not have {len(slots)} distinct people for it",
+            )
 
 
 def _github(doc: config.Document, data: dict[str, Any] | None) -> GithubPolicy:
     if data is None:
         return GithubPolicy()
     keys = tuple(
-        parse_public_key(entry, owner="GitHub merge key",
-                         source=f"{doc.file}:{doc.line_of(('github', 'merge_keys', i))}")
+        parse_public_key(
+            entry,
+            owner="GitHub merge key",
+            source=f"{doc.file}:{doc.line_of(('github', 'merge_keys', i))}",
+        )
         for i, entry in enumerate(data.get("merge_keys", []))
     )
-    return GithubPolicy(merge_keys=keys, allow_unmapped_authors=data.get("allow_unmapped_authors", False),
-                        empty_lookup_minutes=data.get("empty_lookup_minutes", 30))
+    return GithubPolicy(
+        merge_keys=keys,
+        allow_unmapped_authors=data.get("allow_unmapped_authors", False),
+        empty_lookup_minutes=data.get("empty_lookup_minutes", 30),
+    )
 
 
-def _unique_github_ids(doc: config.Document, data: dict[str, Any], lists: tuple[tuple[str, tuple[Person, ...]], ...]) -> None:
+def _unique_github_ids(
+    doc: config.Document, data: dict[str, Any], lists: tuple[tuple[str, tuple[Person, ...]], ...]
+) -> None:
     # One account is one person: an id listed twice would let one review count for two.
     owner: dict[int, str] = {}
     for field, people in lists:
         for index, person in enumerate(people):
             for uid in person.github_ids:
                 if uid in owner and owner[uid] != person.name:
-                    raise doc.error((field, index, "github"), f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'",
-                                    hint=f"one account is one person: keep it under one name (gh api user/{uid} --jq .login shows whose it is)")
+                    raise doc.error(
+                        (field, index, "github"),
+                        f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'",
+                        hint=f"one account is one person: keep it under one name (gh api user/{uid} --jq .login shows whose it is)",
+                    )
                 owner[uid] = person.name
 
 
@@ -403,24 +521,38 @@ def _unique_names(doc: config.Document, field: str, people: tuple[Person, ...]) 
     seen: set[str] = set()
     for index, person in enumerate(people):
         if person.name in seen:
-            raise doc.error((field, index, "name"), f"field '{field}': name '{person.name}' appears twice; give one person all their keys")
+            raise doc.error(
+                (field, index, "name"),
+                f"field '{field}': name '{person.name}' appears twice; give one person all their keys",
+            )
         seen.add(person.name)
 
 
-def _approval_rule(doc: config.Document, index: int, data: dict[str, Any], groups: dict[str, tuple[str, ...]]) -> ApprovalRule:
+def _approval_rule(
+    doc: config.Document, index: int, data: dict[str, Any], groups: dict[str, tuple[str, ...]]
+) -> ApprovalRule:
     name = data.get("name", f"#{index}")
     slots = []
     for slot_index, slot in enumerate(data.get("require", [])):
         if slot["group"] not in groups:
-            raise doc.error(("approval_rules", index, "require", slot_index, "group"), f"field 'approval_rules.{index}.require': unknown group '{slot['group']}'")
+            raise doc.error(
+                ("approval_rules", index, "require", slot_index, "group"),
+                f"field 'approval_rules.{index}.require': unknown group '{slot['group']}'",
+            )
         slots.append((slot["group"], slot["count"]))
     total = max(data.get("approvals_required", 0), sum(c for _, c in slots))
     requirement = Requirement(f"approval_rules[{index}] ({name})", tuple(slots), total)
-    return ApprovalRule(index, name, tuple(data.get("paths", ())), tuple(data.get("labels", ())), requirement)
+    return ApprovalRule(
+        index, name, tuple(data.get("paths", ())), tuple(data.get("labels", ())), requirement
+    )
 
 
-def _person(doc: config.Document, read: Reader, path: tuple[str | int, ...], data: dict[str, Any]) -> Person:
-    emails = tuple(e.lower() for e in ([data["email"]] if "email" in data else []) + data.get("emails", []))
+def _person(
+    doc: config.Document, read: Reader, path: tuple[str | int, ...], data: dict[str, Any]
+) -> Person:
+    emails = tuple(
+        e.lower() for e in ([data["email"]] if "email" in data else []) + data.get("emails", [])
+    )
     entries = [data["key"]] if "key" in data else data.get("keys", [])
     keys = []
     for index, entry in enumerate(entries):
@@ -446,7 +578,9 @@ def _person(doc: config.Document, read: Reader, path: tuple[str | int, ...], dat
         )
     github = data.get("github", ())
     # The schema's integer admits 1.0: ids are ints from here on.
-    github_ids = (int(github),) if isinstance(github, int | float) else tuple(int(g) for g in github)
+    github_ids = (
+        (int(github),) if isinstance(github, int | float) else tuple(int(g) for g in github)
+    )
     return Person(name=data["name"], emails=emails, keys=tuple(keys), github_ids=github_ids)
 
 

@@ -55,7 +55,9 @@ MAX_BATCH = 64
 # more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots, and a
 # merge of a thousand trivial jobs costs about ten pushes with --parallel 8, not twenty (issue 12).
 SLOT_ROUNDS = 16
-SHORT_SECONDS = 0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
+SHORT_SECONDS = (
+    0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
+)
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._@:/+-]{1,128}")
@@ -107,7 +109,9 @@ def jump(items: Sequence[T], taken: Sequence[bool]) -> list[T]:
 class Book:
     """Revisions with a `started` record and runs with a `finished` one, as of one audit tip."""
 
-    started: dict[tuple[str, str], audit.Record] = field(default_factory=dict)  # the latest attempt's
+    started: dict[tuple[str, str], audit.Record] = field(
+        default_factory=dict
+    )  # the latest attempt's
     finished: set[str] = field(default_factory=set)
     # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
     refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
@@ -131,7 +135,11 @@ class Book:
                 self.holders.setdefault(str(record.get("runner")), set()).add((path, blob))
             elif record.event == "finished" and isinstance(record.get("run_id"), str):
                 self.finished.add(str(record.get("run_id")))
-            elif record.event in ("rejected", "vetoed") and isinstance(path, str) and isinstance(blob, str):
+            elif (
+                record.event in ("rejected", "vetoed")
+                and isinstance(path, str)
+                and isinstance(blob, str)
+            ):
                 self.refused.setdefault((path, blob, str(record.get("commit"))), record)
 
     def runners(self, revisions: set[tuple[str, str]]) -> set[str]:

@@ -51,14 +51,30 @@ class Quiet:
         return self.wake is not None and now >= datetime.fromisoformat(self.wake)
 
 
-def key(*, remote: str, branch: str, trust_root: str | None, runner_name: str, labels: Sequence[str] | None,
-        signing_key: str | None) -> str:
+def key(
+    *,
+    remote: str,
+    branch: str,
+    trust_root: str | None,
+    runner_name: str,
+    labels: Sequence[str] | None,
+    signing_key: str | None,
+) -> str:
     """What a pass decides by besides the two refs and the time. `run --once` computes it from
     its command line (labels as given: a set of valid labels is what the runner keeps)."""
-    return json.dumps({"version": __version__, "trust_env": os.environ.get("MERGEGATE_TRUST_ROOT"), "remote": remote,
-                       "branch": branch, "trust_root": trust_root, "runner": runner_name,
-                       "labels": None if labels is None else sorted(set(labels)), "signing": signing_key is not None},
-                      sort_keys=True)
+    return json.dumps(
+        {
+            "version": __version__,
+            "trust_env": os.environ.get("MERGEGATE_TRUST_ROOT"),
+            "remote": remote,
+            "branch": branch,
+            "trust_root": trust_root,
+            "runner": runner_name,
+            "labels": None if labels is None else sorted(set(labels)),
+            "signing": signing_key is not None,
+        },
+        sort_keys=True,
+    )
 
 
 def path(git_dir: Path, runner_name: str) -> Path:
@@ -77,15 +93,24 @@ def remember(git_dir: Path, runner_name: str, quiet: Quiet) -> None:
     target = path(git_dir, runner_name)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    scratch.write_text(json.dumps({"key": quiet.key, "refs": quiet.refs, "tip": quiet.tip, "wake": quiet.wake}, sort_keys=True))
+    scratch.write_text(
+        json.dumps(
+            {"key": quiet.key, "refs": quiet.refs, "tip": quiet.tip, "wake": quiet.wake},
+            sort_keys=True,
+        )
+    )
     os.replace(scratch, target)
 
 
 def recall(git_dir: Path, runner_name: str) -> Quiet | None:
     try:
         value = json.loads(path(git_dir, runner_name).read_text())
-        quiet = Quiet(str(value["key"]), {str(k): str(v) for k, v in value["refs"].items()}, str(value["tip"]),
-                      None if value["wake"] is None else str(value["wake"]))
+        quiet = Quiet(
+            str(value["key"]),
+            {str(k): str(v) for k, v in value["refs"].items()},
+            str(value["tip"]),
+            None if value["wake"] is None else str(value["wake"]),
+        )
         if quiet.wake is not None:
             datetime.fromisoformat(quiet.wake)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -93,7 +118,9 @@ def recall(git_dir: Path, runner_name: str) -> Quiet | None:
     return quiet
 
 
-def still_quiet(repo: Repo, *, runner_name: str, remote: str, key: str, now: datetime | None = None) -> Quiet | None:
+def still_quiet(
+    repo: Repo, *, runner_name: str, remote: str, key: str, now: datetime | None = None
+) -> Quiet | None:
     """The last quiet pass's memory, if a pass now would find the same nothing; else None.
 
     Checks, cheapest first: the memory is for these options and nothing is due;
@@ -108,14 +135,28 @@ def still_quiet(repo: Repo, *, runner_name: str, remote: str, key: str, now: dat
     if (repo.git_dir / "mergegate" / "spool" / f"{name}.jsonl").exists():
         return None
     # This clone's refs, in one for-each-ref: the remote-tracking refs where the pass left them, no pending commit.
-    tracking = {f"refs/remotes/{remote}/{ref.removeprefix('refs/heads/')}": ref for ref in quiet.refs}
+    tracking = {
+        f"refs/remotes/{remote}/{ref.removeprefix('refs/heads/')}": ref for ref in quiet.refs
+    }
     pending = f"refs/mergegate/pending/{name}"
-    listed = repo.run("for-each-ref", "--format=%(refname)%00%(objectname)", "--", *tracking, pending, check=False)
-    local = {name: sha for name, _, sha in (line.partition("\0") for line in listed.stdout.decode("utf-8", "replace").splitlines())}
-    if pending in local or {ref: local.get(name, "") for name, ref in tracking.items()} != quiet.refs:
+    listed = repo.run(
+        "for-each-ref", "--format=%(refname)%00%(objectname)", "--", *tracking, pending, check=False
+    )
+    local = {
+        name: sha
+        for name, _, sha in (
+            line.partition("\0") for line in listed.stdout.decode("utf-8", "replace").splitlines()
+        )
+    }
+    if (
+        pending in local
+        or {ref: local.get(name, "") for name, ref in tracking.items()} != quiet.refs
+    ):
         return None
     try:
-        found = repo.ls_remote(remote, sorted(quiet.refs))  # "" for a ref the remote does not have (yet)
+        found = repo.ls_remote(
+            remote, sorted(quiet.refs)
+        )  # "" for a ref the remote does not have (yet)
         if {ref: found.get(ref, "") for ref in quiet.refs} != quiet.refs:
             return None
     except GitError:

@@ -29,11 +29,24 @@ def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list
     if records is None:
         return []
     # The log files only (evidence files are not records), the closed ones' part remembered (loggrep.py).
-    runs = loggrep.folded(repo, records, "runs", ["-a", "--no-color", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"'],
-                          _pairs, _Runs(), dump=_Runs.dump, load=_Runs.load, remember=remember)
+    runs = loggrep.folded(
+        repo,
+        records,
+        "runs",
+        ["-a", "--no-color", "-o", "-E", "-e", '"event":"(started|finished)"|"run_id":"[0-9a-f]+"'],
+        _pairs,
+        _Runs(),
+        dump=_Runs.dump,
+        load=_Runs.load,
+        remember=remember,
+    )
     found = []
     for run_id in sorted(runs.started - runs.finished):
-        found += [r for r in audit.grep(repo, records, run_id) if r.event == "started" and r.get("run_id") == run_id]
+        found += [
+            r
+            for r in audit.grep(repo, records, run_id)
+            if r.event == "started" and r.get("run_id") == run_id
+        ]
     return found
 
 
@@ -46,12 +59,20 @@ class _Runs:
     event: str | None = None
 
     def dump(self) -> dict[str, Any]:
-        return {"started": sorted(self.started), "finished": sorted(self.finished), "event": self.event}
+        return {
+            "started": sorted(self.started),
+            "finished": sorted(self.finished),
+            "event": self.event,
+        }
 
     @classmethod
     def load(cls, value: Any) -> _Runs:
         event, started, finished = value["event"], value["started"], value["finished"]
-        if event not in (None, "started", "finished") or not isinstance(started, list) or not isinstance(finished, list):
+        if (
+            event not in (None, "started", "finished")
+            or not isinstance(started, list)
+            or not isinstance(finished, list)
+        ):
             raise ValueError("not a memory of runs")
         return cls({str(v) for v in started}, {str(v) for v in finished}, event)
 
@@ -85,4 +106,8 @@ def expired(repo: Repo, records: str | None, now: datetime) -> list[audit.Record
 
 def ended(runs: list[audit.Record], now: datetime) -> list[audit.Record]:
     """Those of open `runs` whose lease ran out before `now`."""
-    return [record for record in runs if (end := until(record)) is not None and end.astimezone(UTC) < now]
+    return [
+        record
+        for record in runs
+        if (end := until(record)) is not None and end.astimezone(UTC) < now
+    ]

@@ -39,8 +39,11 @@ def pass_lock(common_dir: Path, *, runner_name: str, wait: float = DEFAULT_WAIT)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise StateError(f"cannot open the pass lock: {exc.strerror or exc}", file=str(path),
-                         hint="the runner needs to write under .git/mergegate/; check the permissions") from None
+        raise StateError(
+            f"cannot open the pass lock: {exc.strerror or exc}",
+            file=str(path),
+            hint="the runner needs to write under .git/mergegate/; check the permissions",
+        ) from None
     try:
         deadline = time.monotonic() + max(0.0, wait)
         while True:

@@ -97,7 +97,9 @@ class _Flight:
     program: str
     provisional: dict[str, Any]  # the spool's "runner stopped" result until the real one
     attempt: int = 1  # which attempt of the revision this run is (retries)
-    folders: tuple[tuple[str, int], ...] = ()  # its workspace and the export folder (spool.Entry.folders)
+    folders: tuple[
+        tuple[str, int], ...
+    ] = ()  # its workspace and the export folder (spool.Entry.folders)
 
 
 class _Slots:
@@ -116,7 +118,9 @@ class _Slots:
     def run(self, work: Callable[[], None]) -> None:
         """Run `work` on a free thread (at most `size` run at once: the caller keeps that count)."""
         if len(self._threads) < self.size:
-            thread = threading.Thread(target=self._serve, name=f"mergegate job slot {len(self._threads) + 1}", daemon=True)
+            thread = threading.Thread(
+                target=self._serve, name=f"mergegate job slot {len(self._threads) + 1}", daemon=True
+            )
             self._threads.append(thread)
             thread.start()
         self._inbox.put(work)
@@ -135,7 +139,9 @@ class _Slots:
 def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
     """When time-based work falls due: a retry's backoff ending, another runner's lease running out
     (its job is then closed as lost), whichever is first."""
-    dues = [q.due for q in work.queued if q.due is not None] + [end for r in runs if (end := leases.until(r)) is not None]
+    dues = [q.due for q in work.queued if q.due is not None] + [
+        end for r in runs if (end := leases.until(r)) is not None
+    ]
     return min(d.astimezone(UTC) for d in dues) if dues else None
 
 
@@ -152,7 +158,9 @@ class _WalkedView:
         self._scanned: list[audit.Record] = []
         self._appenders: audit.Appenders | None = None
         self._signer = Assessor(repo, at=now)
-        self._found: dict[str, list[Veto]] = {}  # (read once a pass: a veto commit costs nothing the second time)
+        self._found: dict[
+            str, list[Veto]
+        ] = {}  # (read once a pass: a veto commit costs nothing the second time)
 
     def vetoes(self, commit: Commit) -> list[Veto]:
         if self.records is None or not commit.parents or split_signed_commit(commit.raw) is None:
@@ -161,22 +169,39 @@ class _WalkedView:
             return self._found[commit.sha]
         if self._policy_at is None:
             # Once a pass: the line, every `scanned` record (one git grep), one binary search's memory.
-            self._policy_at = policy_lookup(self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records)
-            self._line = {sha: place for place, sha in enumerate(self.repo.out("rev-list", "--first-parent", self.tip).split())}
-            self._scanned = sorted((r for r in audit.grep(self.repo, self.records, '"event":"scanned"') if r.event == "scanned"),
-                                   key=lambda r: r.seq)
+            self._policy_at = policy_lookup(
+                self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records
+            )
+            self._line = {
+                sha: place
+                for place, sha in enumerate(
+                    self.repo.out("rev-list", "--first-parent", self.tip).split()
+                )
+            }
+            self._scanned = sorted(
+                (
+                    r
+                    for r in audit.grep(self.repo, self.records, '"event":"scanned"')
+                    if r.event == "scanned"
+                ),
+                key=lambda r: r.seq,
+            )
             self._appenders = audit.Appenders(self.repo, self.records)
         assert self._appenders is not None
         before = self._policy_at(commit.parents[0])
         found: list[Veto] = []
-        if before.runners:  # (without runners record times say nothing: judged at the clock, as the caller did)
+        if (
+            before.runners
+        ):  # (without runners record times say nothing: judged at the clock, as the caller did)
             keys = before.runner_keys()
 
             def vouched(audit_commit: str, when: datetime) -> bool:
                 self._signer.at = when
                 return self._signer.signature(self.repo.commit(audit_commit), keys).ok
 
-            when = audit.first_covering(self._scanned, commit.sha, self._line, self._appenders, vouched)
+            when = audit.first_covering(
+                self._scanned, commit.sha, self._line, self._appenders, vouched
+            )
             if when is not None:
                 found = list(Assessor(self.repo, at=when).veto(commit, before).vetoes)
         self._found[commit.sha] = found
@@ -207,8 +232,12 @@ class Options:
     shutdown_grace: float = DEFAULT_GRACE
     lock_wait: float = DEFAULT_WAIT
     parallel: int = 1  # jobs at once (each from its own thread)
-    labels: tuple[str, ...] | None = ()  # claim only jobs whose runs_on are all among these (None: any job, for `plan`)
-    job: str | None = None  # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
+    labels: (
+        tuple[str, ...] | None
+    ) = ()  # claim only jobs whose runs_on are all among these (None: any job, for `plan`)
+    job: str | None = (
+        None  # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
+    )
 
 
 @dataclass(frozen=True)
@@ -220,11 +249,21 @@ class Outcome:
     reason: str | None
     run_id: str | None = None
     attempt: int | None = None  # of a run this pass started
-    retry_at: str | None = None  # when the next attempt is due, if this one ended retriable with retries left
+    retry_at: str | None = (
+        None  # when the next attempt is due, if this one ended retriable with retries left
+    )
 
     def as_json(self) -> dict[str, Any]:
-        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason, "run_id": self.run_id,
-                "attempt": self.attempt, "retry_at": self.retry_at}
+        return {
+            "job": self.job,
+            "path": self.path,
+            "commit": self.commit,
+            "status": self.status,
+            "reason": self.reason,
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "retry_at": self.retry_at,
+        }
 
 
 @dataclass(frozen=True)
@@ -234,13 +273,20 @@ class PassResult:
     warnings: tuple[str, ...] = ()
     policy_changes: tuple[tuple[str, str, str], ...] = ()  # (commit, adopted|rejected, why)
     stopped_by: str | None = None  # the signal that stopped the pass, if one did
-    waiting: tuple[str, str] | None = None  # (commit, why): the walk stopped there for missing evidence
+    waiting: tuple[str, str] | None = (
+        None  # (commit, why): the walk stopped there for missing evidence
+    )
 
     @property
     def exit_code(self) -> int:
         # A job another runner claimed first is that runner's outcome, not this one's.
         # Waiting for evidence is "not yet": never the exit code of a pass that ran everything.
-        return 0 if all(o.status in ("succeeded", "claimed") for o in self.outcomes) and self.waiting is None else 1
+        return (
+            0
+            if all(o.status in ("succeeded", "claimed") for o in self.outcomes)
+            and self.waiting is None
+            else 1
+        )
 
 
 @dataclass(frozen=True)
@@ -258,41 +304,76 @@ class Planned:
     runs_on: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"job": self.job, "path": self.path, "commit": self.commit, "status": self.status, "reason": self.reason,
-                "command": list(self.command), "blob": self.blob, "attempt": self.attempt, "runs_on": list(self.runs_on)}
+        return {
+            "job": self.job,
+            "path": self.path,
+            "commit": self.commit,
+            "status": self.status,
+            "reason": self.reason,
+            "command": list(self.command),
+            "blob": self.blob,
+            "attempt": self.attempt,
+            "runs_on": list(self.runs_on),
+        }
 
 
 @dataclass(frozen=True)
 class Preview:
     tip: str
     jobs: tuple[Planned, ...]
-    records: tuple[dict[str, Any], ...]  # drafts, as the pass would record them (the results are unknown yet)
+    records: tuple[
+        dict[str, Any], ...
+    ]  # drafts, as the pass would record them (the results are unknown yet)
     warnings: tuple[str, ...]
     policy_changes: tuple[tuple[str, str, str], ...]
-    waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
+    waiting: tuple[str, str] | None = (
+        None  # (commit, why) when the walk stopped for missing evidence
+    )
 
 
 class Runner:
-    def __init__(self, options: Options, *, shutdown: Shutdown | None = None, repo: Repo | None = None) -> None:
+    def __init__(
+        self, options: Options, *, shutdown: Shutdown | None = None, repo: Repo | None = None
+    ) -> None:
         self.options = options
-        self.repo = repo if repo is not None else Repo(options.repo)  # `repo`: options.repo, already opened
-        self.repo.on_export_dir = _keep  # the watchdog removes the export folder if this runner dies
+        self.repo = (
+            repo if repo is not None else Repo(options.repo)
+        )  # `repo`: options.repo, already opened
+        self.repo.on_export_dir = (
+            _keep  # the watchdog removes the export folder if this runner dies
+        )
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
         self._judged = audit.now()  # the clock the current pass judges at (each pass sets it)
-        self._walked_view: _WalkedView | None = None  # how earlier passes judged old vetoes (each pass sets it)
-        self.plan: Plan | None = None  # the last pass's plan (`run --job` says from it why a job did not run)
-        self.wake: datetime | None = None  # when the last pass's time-based work falls due (a retry, a lease's end)
-        self._pass_keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
+        self._walked_view: _WalkedView | None = (
+            None  # how earlier passes judged old vetoes (each pass sets it)
+        )
+        self.plan: Plan | None = (
+            None  # the last pass's plan (`run --job` says from it why a job did not run)
+        )
+        self.wake: datetime | None = (
+            None  # when the last pass's time-based work falls due (a retry, a lease's end)
+        )
+        self._pass_keys: set[tuple[str, str]] = (
+            set()
+        )  # (path, blob) of the jobs the pass claims (claims.BatchSize.target)
         self._me = ProcessId.of(os.getpid())  # this runner process, as the spool names it
-        self._home = Path(pwd.getpwuid(os.geteuid()).pw_dir)  # (the passwd entry: read once, not for every job)
+        self._home = Path(
+            pwd.getpwuid(os.geteuid()).pw_dir
+        )  # (the passwd entry: read once, not for every job)
 
     def run_once(self) -> PassResult:
         """One pass, holding the clone's pass lock, with SIGINT/SIGTERM stopping it gracefully."""
-        with self.shutdown.handling(), pass_lock(self.repo.common_dir, runner_name=self.options.runner_name,
-                                                 wait=self.options.lock_wait):
+        with (
+            self.shutdown.handling(),
+            pass_lock(
+                self.repo.common_dir,
+                runner_name=self.options.runner_name,
+                wait=self.options.lock_wait,
+            ),
+        ):
             try:
                 return self._pass()
             finally:
@@ -311,13 +392,29 @@ class Runner:
         # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that verify
         # judges key lifetimes at the same time, not at the records' own (later) times.
         self._judged = audit.stamp(now)
-        gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
-                         trust=self.options.trust_root, remember=True)
+        gate = read_gate(
+            self.repo,
+            remote=self.options.remote,
+            branch=self.options.branch,
+            fetch=self.options.fetch,
+            trust=self.options.trust_root,
+            remember=True,
+        )
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         self._reviews = self._review_source(gate, now)
         self._walked_view = _WalkedView(self.repo, gate.root, gate.records, tip, now)
-        work = plan(self.repo, tip, gate.root, gate.tail, records=gate.records, at=now, runner_name=self.options.runner_name,
-                    reviews=self._reviews, labels=self._labels(), before_walk=self._can_sign)
+        work = plan(
+            self.repo,
+            tip,
+            gate.root,
+            gate.tail,
+            records=gate.records,
+            at=now,
+            runner_name=self.options.runner_name,
+            reviews=self._reviews,
+            labels=self._labels(),
+            before_walk=self._can_sign,
+        )
         self.plan = work
         # Records other runners (or anyone who can push) appended since the last complete pass.
         check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
@@ -325,10 +422,17 @@ class Runner:
         # seen ref that cannot be written stops the pass here (StateError, naming it).
         # (The audit tip only now: it is where the next pass starts checking.)
         seen = branch.remember(tip, gate.records, gate.seen)
-        self._can_sign(work.policy, key=work.waiting is None)  # (again: a policy change the walk adopted may list runners)
+        self._can_sign(
+            work.policy, key=work.waiting is None
+        )  # (again: a policy change the walk adopted may list runners)
         assessor = Assessor(self.repo, at=now, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
-        checker = audit_branch.Checker(self.repo, assessor, tip, policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known))
+        checker = audit_branch.Checker(
+            self.repo,
+            assessor,
+            tip,
+            policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known),
+        )
         self._files: dict[str, bytes] = {}
         outcomes: list[Outcome] = []
         # Results a previous pass could not push come first; their jobs are not orphans,
@@ -341,25 +445,57 @@ class Runner:
         work.expired = [r for r in leases.ended(runs, now) if r.get("run_id") not in closing]
         for entry in running:
             where = f" as pid {entry.job.pid}" if entry.job else ""
-            warnings.append(f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
-                            f"that stopped; it is closed once its process is gone ({self.spool.path})")
-        outcomes += [Outcome(d.get("job"), str(d.get("path")), str(d.get("commit")), str(d.get("status")), d.get("reason"), d.get("run_id")) for d in spooled]
+            warnings.append(
+                f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
+                f"that stopped; it is closed once its process is gone ({self.spool.path})"
+            )
+        outcomes += [
+            Outcome(
+                d.get("job"),
+                str(d.get("path")),
+                str(d.get("commit")),
+                str(d.get("status")),
+                d.get("reason"),
+                d.get("run_id"),
+            )
+            for d in spooled
+        ]
         warnings += _newly_unapproved(work)
         only = self.options.job
         # `run --job PATH` claims and runs that one revision and records nothing else (the sweep pass does).
         pending = [*spooled, *self._bookkeeping(work, outcomes)] if only is None else [*spooled]
         # Every revision with a `started` record, for all the pass's candidates: planning's one grep.
         book = Book.of(work.revisions)
-        self._pub = Publisher(self.repo, branch, self.options.runner_name, self.options.fetch, self.signing, self.spool, self.pending,
-                              work.tip, LogEnd.read(self.repo, gate.records, gate.tail), checker, book,
-                              vetoes=lambda: self._vetoes(work), more_vetoes=lambda spec: self._more_vetoes(work, spec),
-                              vetoed_draft=lambda event, d, why: self._draft(event, d, reason=why, **_votes(d)))
+        self._pub = Publisher(
+            self.repo,
+            branch,
+            self.options.runner_name,
+            self.options.fetch,
+            self.signing,
+            self.spool,
+            self.pending,
+            work.tip,
+            LogEnd.read(self.repo, gate.records, gate.tail),
+            checker,
+            book,
+            vetoes=lambda: self._vetoes(work),
+            more_vetoes=lambda spec: self._more_vetoes(work, spec),
+            vetoed_draft=lambda event, d, why: self._draft(event, d, reason=why, **_votes(d)),
+        )
         runnable: list[Runnable] = []
-        done: dict[tuple[str, str, str], str] = {}  # what this pass did with each runnable item (for `open`)
+        done: dict[
+            tuple[str, str, str], str
+        ] = {}  # what this pass did with each runnable item (for `open`)
         for refused in work.refused if only is None else ():
             decision = refused.decision
-            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
-            outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "rejected", refused.reason))
+            pending.append(
+                self._draft("rejected", decision, reason=refused.reason, **_votes(decision))
+            )
+            outcomes.append(
+                Outcome(
+                    _job_id(decision), decision.path, decision.commit, "rejected", refused.reason
+                )
+            )
         for item in work.runnable:
             decision = item.decision
             if only is not None and decision.path != only:
@@ -368,7 +504,9 @@ class Runner:
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
-                outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, event, reason))
+                outcomes.append(
+                    Outcome(_job_id(decision), decision.path, decision.commit, event, reason)
+                )
                 done[(item.path, item.blob, item.commit)] = event
             else:
                 runnable.append(item)
@@ -376,7 +514,13 @@ class Runner:
         outcomes += ran
         outcomes += self._claimed_before(work, outcomes)
         took = {(o.path, o.commit): o.status for o in ran}  # (a commit has one blob per path)
-        done.update({(i.path, i.blob, i.commit): took[(i.path, i.commit)] for i in runnable if (i.path, i.commit) in took})
+        done.update(
+            {
+                (i.path, i.blob, i.commit): took[(i.path, i.commit)]
+                for i in runnable
+                if (i.path, i.commit) in took
+            }
+        )
         if not self.shutdown.is_set():
             still, files = open_after(work, done)
             if only is None and (work.new_commits or still != list(work.open_before)):
@@ -387,29 +531,60 @@ class Runner:
                 if held is not None:
                     self._files[held.path] = held.data
                 self._files.update(files)
-                pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                           judged=self._judged, policy_commit=work.policy.commit, commits=len(work.assessments), open=still, **fields,
-                                           **self._walked_evidence(work, pending)))
+                pending.append(
+                    audit.draft(
+                        "scanned",
+                        runner=self.options.runner_name,
+                        commit=work.tip,
+                        start=work.start,
+                        judged=self._judged,
+                        policy_commit=work.policy.commit,
+                        commits=len(work.assessments),
+                        open=still,
+                        **fields,
+                        **self._walked_evidence(work, pending),
+                    )
+                )
         if pending:
             self._publish(pending)
         # Remember what was seen (all of it checked), so that a later rewrite of
         # either branch (which may also erase the records that would have told) stops this runner.
         branch.remember(branch.tip(), self._pub.checked, seen)
-        changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
-        stopped = (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
+        changes = tuple(
+            (a.commit, "adopted" if a.policy_adopted else "rejected", a.summary)
+            for a in work.assessments
+            if a.policy_changed
+        )
+        stopped = (
+            (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
+        )
         self.wake = _due(work, runs)
         if not (spooled or running or warnings or self.spool.warnings or self.repo.warnings):
             self._remember_quiet(gate, work, runs, outcomes)
-        return PassResult(tip, tuple(outcomes), tuple([*warnings, *self.spool.warnings, *self.repo.warnings]), changes, stopped,
-                          work.waiting)
+        return PassResult(
+            tip,
+            tuple(outcomes),
+            tuple([*warnings, *self.spool.warnings, *self.repo.warnings]),
+            changes,
+            stopped,
+            work.waiting,
+        )
 
     def quiet_key(self) -> str:
         """What the pass decides by besides the two refs and the time (idle.py): the same key,
         computed by `run --once` from its command line, finds this pass's memory."""
-        return idle.key(remote=self.options.remote, branch=self.options.branch, trust_root=self.options.trust_root,
-                        runner_name=self.options.runner_name, labels=self.options.labels, signing_key=self.options.signing_key)
+        return idle.key(
+            remote=self.options.remote,
+            branch=self.options.branch,
+            trust_root=self.options.trust_root,
+            runner_name=self.options.runner_name,
+            labels=self.options.labels,
+            signing_key=self.options.signing_key,
+        )
 
-    def _remember_quiet(self, gate: Gate, work: Plan, runs: list[audit.Record], outcomes: list[Outcome]) -> None:
+    def _remember_quiet(
+        self, gate: Gate, work: Plan, runs: list[audit.Record], outcomes: list[Outcome]
+    ) -> None:
         """A pass that ended settled leaves its memory, so that the next `run --once` with nothing
         new costs one `ls-remote` (idle.py), also right after a pass that ran jobs.
 
@@ -423,28 +598,57 @@ class Runner:
         also wants no warnings and no results recovered from an earlier pass.)
         """
         pinned = self.options.trust_root or os.environ.get("MERGEGATE_TRUST_ROOT") or ""
-        if (self.options.job is not None or not self.options.fetch or gate.branch.remote is None or work.waiting is not None
-                or work.carried or work.orphans or work.expired or self.shutdown.is_set() or not _FULL_ID.fullmatch(pinned)
-                or any(o.retry_at is not None for o in outcomes) or self._pub.others
-                or self.spool.path.exists() or self.pending.get() is not None):
+        if (
+            self.options.job is not None
+            or not self.options.fetch
+            or gate.branch.remote is None
+            or work.waiting is not None
+            or work.carried
+            or work.orphans
+            or work.expired
+            or self.shutdown.is_set()
+            or not _FULL_ID.fullmatch(pinned)
+            or any(o.retry_at is not None for o in outcomes)
+            or self._pub.others
+            or self.spool.path.exists()
+            or self.pending.get() is not None
+        ):
             return
         prefix = f"refs/remotes/{self.options.remote}/"
         read = self.repo.revs([prefix + ref.removeprefix("refs/heads/") for ref in self._watched()])
-        refs = {ref: read[prefix + ref.removeprefix("refs/heads/")] or "" for ref in self._watched()}
+        refs = {
+            ref: read[prefix + ref.removeprefix("refs/heads/")] or "" for ref in self._watched()
+        }
         if list(refs.values()) != [gate.tip, self._pub.checked or ""]:
             return  # approved moved while the pass ran, or the audit branch is not where its last push left it
         # A commit still open (a job queued for a runner with its labels, or for its retry) is judged again
         # by the next pass at its time: a key of its policy starting or ending its lifetime then changes
         # the verdict, so the memory wakes then too (an OpenPGP key's own expiry is gpg's: no memory).
-        keys = [key for q in work.queued for person in (*q.policy.approvers, *q.policy.proposers) for key in person.keys]
+        keys = [
+            key
+            for q in work.queued
+            for person in (*q.policy.approvers, *q.policy.proposers)
+            for key in person.keys
+        ]
         if any(key.expires for key in keys):
             return
         now = datetime.now(UTC)
-        times = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for key in keys for t in (key.valid_after, key.valid_before) if t]
-        bounds = [t for t in times if t > now]  # (a time without a zone is UTC, as signatures reads it)
+        times = [
+            t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+            for key in keys
+            for t in (key.valid_after, key.valid_before)
+            if t
+        ]
+        bounds = [
+            t for t in times if t > now
+        ]  # (a time without a zone is UTC, as signatures reads it)
         due = min([*bounds, *([self.wake] if self.wake is not None else [])], default=None)
         wake = due.isoformat() if due is not None else None
-        idle.remember(self.repo.git_dir, self.options.runner_name, idle.Quiet(self.quiet_key(), refs, gate.tip, wake))
+        idle.remember(
+            self.repo.git_dir,
+            self.options.runner_name,
+            idle.Quiet(self.quiet_key(), refs, gate.tip, wake),
+        )
 
     def _can_sign(self, policy: Policy, *, key: bool = False) -> None:
         """A policy that lists runners needs signed audit commits: without a key, refuse before any work.
@@ -455,24 +659,34 @@ class Runner:
         OpenPGP key, or an ssh key file that does not show its public half, is judged by the signature of the
         pass's first audit commit (publisher.py)."""
         if policy.runners and self.signing is None:
-            raise UsageError(f"{policy.where} lists runners, so audit commits must be signed",
-                             hint="pass --signing-key with the runner's ssh key path or OpenPGP key id")
+            raise UsageError(
+                f"{policy.where} lists runners, so audit commits must be signed",
+                hint="pass --signing-key with the runner's ssh key path or OpenPGP key id",
+            )
         if not key or not policy.runners or self.signing is None:
             return
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
         if blob is not None and all(ssh_blob(listed) != blob for listed in policy.runner_keys()):
-            raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {self.signing.key} "
-                             f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under runners",
-                             hint="use the private key of a key listed under runners in the policy (ssh-keygen -lf KEY shows its fingerprint)")
+            raise UsageError(
+                f"--signing-key does not make a signature the policy accepts from a runner: {self.signing.key} "
+                f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under runners",
+                hint="use the private key of a key listed under runners in the policy (ssh-keygen -lf KEY shows its fingerprint)",
+            )
 
     def _labels(self) -> frozenset[str] | None:
         return None if self.options.labels is None else frozenset(self.options.labels)
 
-    def _review_source(self, gate: Gate, now: datetime, *, remember: bool = True) -> github.ReviewSource:
+    def _review_source(
+        self, gate: Gate, now: datetime, *, remember: bool = True
+    ) -> github.ReviewSource:
         """GitHub review evidence: what the records were decided on first, else asked of the API."""
-        return github.ReviewSource(self.repo, now=now, settings=github.Settings.from_env(),
-                                   stored=github.stored_evidence(self.repo, gate.records, remember=remember),
-                                   remote=self.options.remote if gate.branch.remote is not None else None)
+        return github.ReviewSource(
+            self.repo,
+            now=now,
+            settings=github.Settings.from_env(),
+            stored=github.stored_evidence(self.repo, gate.records, remember=remember),
+            remote=self.options.remote if gate.branch.remote is not None else None,
+        )
 
     def preview(self) -> Preview:
         """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or remembered.
@@ -482,14 +696,28 @@ class Runner:
         """
         now = datetime.now(UTC)
         self._judged = audit.stamp(now)
-        gate = read_gate(self.repo, remote=self.options.remote, branch=self.options.branch, fetch=self.options.fetch,
-                         trust=self.options.trust_root)
+        gate = read_gate(
+            self.repo,
+            remote=self.options.remote,
+            branch=self.options.branch,
+            fetch=self.options.fetch,
+            trust=self.options.trust_root,
+        )
         # The same evidence a pass would judge with (the refusals below read it too).
         self._reviews = self._review_source(gate, now, remember=False)
         self._walked_view = _WalkedView(self.repo, gate.root, gate.records, gate.tip, now)
-        work = plan(self.repo, gate.tip, gate.root, gate.tail, records=gate.records, at=now,
-                    runner_name=self.options.runner_name, remember=False, reviews=self._reviews,
-                    labels=self._labels())
+        work = plan(
+            self.repo,
+            gate.tip,
+            gate.root,
+            gate.tail,
+            records=gate.records,
+            at=now,
+            runner_name=self.options.runner_name,
+            remember=False,
+            reviews=self._reviews,
+            labels=self._labels(),
+        )
         self.plan = work
         check_new_records(self.repo, gate, work, at=now, reviews=self._reviews)
         warnings = list(gate.warnings)
@@ -502,8 +730,19 @@ class Runner:
         for refused in work.refused:
             decision = refused.decision
             command = decision.job.command if decision.job is not None else ()
-            pending.append(self._draft("rejected", decision, reason=refused.reason, **_votes(decision)))
-            jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would reject", refused.reason, command))
+            pending.append(
+                self._draft("rejected", decision, reason=refused.reason, **_votes(decision))
+            )
+            jobs.append(
+                Planned(
+                    _job_id(decision),
+                    decision.path,
+                    decision.commit,
+                    "would reject",
+                    refused.reason,
+                    command,
+                )
+            )
         for item in work.runnable:
             decision = item.decision
             refusal = self._refusal(decision, work)
@@ -511,36 +750,134 @@ class Runner:
             if refusal is not None:
                 event, reason = refusal
                 pending.append(self._draft(event, decision, reason=reason, **_votes(decision)))
-                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, {"rejected": "would reject", "vetoed": "would veto"}.get(event, f"would record {event}"), reason, command))
+                jobs.append(
+                    Planned(
+                        _job_id(decision),
+                        decision.path,
+                        decision.commit,
+                        {"rejected": "would reject", "vetoed": "would veto"}.get(
+                            event, f"would record {event}"
+                        ),
+                        reason,
+                        command,
+                    )
+                )
             else:
-                pending.append(self._draft("started", decision, command=list(command), attempt=item.attempt, **_votes(decision)))
+                pending.append(
+                    self._draft(
+                        "started",
+                        decision,
+                        command=list(command),
+                        attempt=item.attempt,
+                        **_votes(decision),
+                    )
+                )
                 pending.append(self._draft("finished", decision))
-                jobs.append(Planned(_job_id(decision), decision.path, decision.commit, "would run", None, command,
-                                    decision.blob, item.attempt, item.runs_on))
+                jobs.append(
+                    Planned(
+                        _job_id(decision),
+                        decision.path,
+                        decision.commit,
+                        "would run",
+                        None,
+                        command,
+                        decision.blob,
+                        item.attempt,
+                        item.runs_on,
+                    )
+                )
         if work.new_commits:
-            pending.append(audit.draft("scanned", runner=self.options.runner_name, commit=work.tip, start=work.start,
-                                       policy_commit=work.policy.commit, commits=len(work.assessments)))
-        changes = tuple((a.commit, "adopted" if a.policy_adopted else "rejected", a.summary) for a in work.assessments if a.policy_changed)
-        return Preview(gate.tip, tuple(jobs), tuple(pending), tuple(warnings), changes, work.waiting)
+            pending.append(
+                audit.draft(
+                    "scanned",
+                    runner=self.options.runner_name,
+                    commit=work.tip,
+                    start=work.start,
+                    policy_commit=work.policy.commit,
+                    commits=len(work.assessments),
+                )
+            )
+        changes = tuple(
+            (a.commit, "adopted" if a.policy_adopted else "rejected", a.summary)
+            for a in work.assessments
+            if a.policy_changed
+        )
+        return Preview(
+            gate.tip, tuple(jobs), tuple(pending), tuple(warnings), changes, work.waiting
+        )
 
     def _bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         pending = []
         for record in work.orphans:
             reason = ORPHANED
-            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="lost", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
-            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "lost", reason, record.get("run_id")))
+            pending.append(
+                {
+                    **audit.draft(
+                        "finished",
+                        runner=self.options.runner_name,
+                        status="lost",
+                        exit_code=None,
+                        reason=reason,
+                        run_id=record.get("run_id"),
+                    ),
+                    **_copy_ids(record),
+                }
+            )
+            outcomes.append(
+                Outcome(
+                    record.get("job"),
+                    str(record.get("path")),
+                    str(record.get("commit")),
+                    "lost",
+                    reason,
+                    record.get("run_id"),
+                )
+            )
         for record in work.expired:
             lease = record.get("lease") or {}
-            reason = (f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no result; "
-                      "the job is not run again (at most once) unless it says idempotent: true and has retries left")
-            pending.append({**audit.draft("finished", runner=self.options.runner_name, status="lost", exit_code=None, reason=reason, run_id=record.get("run_id")), **_copy_ids(record)})
-            outcomes.append(Outcome(record.get("job"), str(record.get("path")), str(record.get("commit")), "lost", reason, record.get("run_id")))
+            reason = (
+                f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no result; "
+                "the job is not run again (at most once) unless it says idempotent: true and has retries left"
+            )
+            pending.append(
+                {
+                    **audit.draft(
+                        "finished",
+                        runner=self.options.runner_name,
+                        status="lost",
+                        exit_code=None,
+                        reason=reason,
+                        run_id=record.get("run_id"),
+                    ),
+                    **_copy_ids(record),
+                }
+            )
+            outcomes.append(
+                Outcome(
+                    record.get("job"),
+                    str(record.get("path")),
+                    str(record.get("commit")),
+                    "lost",
+                    reason,
+                    record.get("run_id"),
+                )
+            )
         recorded = {r.get("commit") for r in work.handled_policy}
         for assessment in work.assessments:
             if assessment.policy_changed and assessment.commit not in recorded:
                 status = "adopted" if assessment.policy_adopted else "rejected"
-                pending.append(audit.draft("policy", runner=self.options.runner_name, commit=assessment.commit, status=status, reason=assessment.summary,
-                                           judged=self._judged, policy_commit=assessment.policy.commit, **self._evidence(assessment.commit)))
+                pending.append(
+                    audit.draft(
+                        "policy",
+                        runner=self.options.runner_name,
+                        commit=assessment.commit,
+                        status=status,
+                        reason=assessment.summary,
+                        judged=self._judged,
+                        policy_commit=assessment.policy.commit,
+                        **self._evidence(assessment.commit),
+                    )
+                )
         return pending
 
     def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
@@ -573,7 +910,9 @@ class Runner:
         # the walk would honour is missed here; the parser then decides.
         grep = f"--grep=^{VETO_TRAILER}:"
         found: list[Veto] = []
-        for sha in self.repo.out("log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec).split():
+        for sha in self.repo.out(
+            "log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec
+        ).split():
             commit = self.repo.commit(sha)
             if self.repo.diff(commit.parents[0] if commit.parents else None, sha):
                 continue  # a veto is an empty, signed commit (a merge too), as the walk judges it
@@ -586,14 +925,31 @@ class Runner:
     def _lease(self, limits: executor.Limits, wait: float = 0.0) -> dict[str, str]:
         """Who holds the claim and until when: past `until` with no result, any runner closes it as `lost`.
         (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
-        seconds = wait + limits.timeout_seconds + limits.kill_grace_seconds + self.shutdown.grace + LEASE_SLACK_SECONDS
+        seconds = (
+            wait
+            + limits.timeout_seconds
+            + limits.kill_grace_seconds
+            + self.shutdown.grace
+            + LEASE_SLACK_SECONDS
+        )
         until = datetime.now(UTC) + timedelta(seconds=seconds)
-        return {"holder": self.options.runner_name, "until": until.isoformat().replace("+00:00", "Z")}
+        return {
+            "holder": self.options.runner_name,
+            "until": until.isoformat().replace("+00:00", "Z"),
+        }
 
     def _draft(self, event: str, decision: Decision, **extra: Any) -> dict[str, Any]:
         if event in ("started", "rejected", "vetoed"):
             extra.update(self._evidence(decision.commit), judged=self._judged)
-        return audit.draft(event, runner=self.options.runner_name, job=_job_id(decision), path=decision.path, blob=decision.blob, commit=decision.commit, **extra)
+        return audit.draft(
+            event,
+            runner=self.options.runner_name,
+            job=_job_id(decision),
+            path=decision.path,
+            blob=decision.blob,
+            commit=decision.commit,
+            **extra,
+        )
 
     def _walked_evidence(self, work: Plan, pending: list[dict[str, Any]]) -> dict[str, Any]:
         """`reviewed: {commit: <sha256>}` for walked commits judged on GitHub's answers that no other
@@ -602,7 +958,11 @@ class Runner:
         reviewed = {}
         for assessment in work.assessments:
             evidence = self._reviews.gathered.get(assessment.commit)
-            if evidence is not None and assessment.commit not in named and assessment.commit not in self._reviews.stored:
+            if (
+                evidence is not None
+                and assessment.commit not in named
+                and assessment.commit not in self._reviews.stored
+            ):
                 self._files[evidence.path] = evidence.to_bytes()
                 reviewed[assessment.commit] = evidence.sha256
         return {"reviewed": reviewed} if reviewed else {}
@@ -616,7 +976,9 @@ class Runner:
         return {"evidence": [evidence.sha256]}
 
     # -- claiming and running: batches of claims, up to --parallel jobs at once ----------------
-    def _claim_and_run(self, runnable: list[Runnable], pending: list[dict[str, Any]]) -> tuple[list[Outcome], list[dict[str, Any]]]:
+    def _claim_and_run(
+        self, runnable: list[Runnable], pending: list[dict[str, Any]]
+    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
         """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a time.
 
         Each push carries the claims of the jobs about to start (more, ahead of a free
@@ -649,23 +1011,59 @@ class Runner:
                 while not done.empty():
                     land(done.get_nowait())
                 stopping = self.shutdown.is_set() or failure is not None
-                if self.shutdown.is_set() and waiting:  # claimed but not started: never started now, nor ever
+                if (
+                    self.shutdown.is_set() and waiting
+                ):  # claimed but not started: never started now, nor ever
                     reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
                     for flight in waiting:
-                        finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=reason)
+                        finished = self._draft(
+                            "finished",
+                            flight.decision,
+                            run_id=flight.run_id,
+                            status="interrupted",
+                            exit_code=None,
+                            reason=reason,
+                        )
                         self.spool.put(Entry(finished, None, me, done=True))
                         pending.append(finished)
-                        outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", reason, flight.run_id))
+                        outcomes.append(
+                            Outcome(
+                                _job_id(flight.decision),
+                                flight.decision.path,
+                                flight.decision.commit,
+                                "interrupted",
+                                reason,
+                                flight.run_id,
+                            )
+                        )
                         _discard(flight.tmp)
                     waiting = []
                 while waiting and len(flying) < parallel and not self.shutdown.is_set():
                     flight = waiting.pop(0)
                     why = self._vetoed_since_claimed(flight)
-                    if why is not None:  # claimed ahead of a free slot, vetoed before it got one: never started
-                        finished = self._draft("finished", flight.decision, run_id=flight.run_id, status="interrupted", exit_code=None, reason=why)
+                    if (
+                        why is not None
+                    ):  # claimed ahead of a free slot, vetoed before it got one: never started
+                        finished = self._draft(
+                            "finished",
+                            flight.decision,
+                            run_id=flight.run_id,
+                            status="interrupted",
+                            exit_code=None,
+                            reason=why,
+                        )
                         self.spool.put(Entry(finished, None, me, done=True))
                         pending.append(finished)
-                        outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit, "interrupted", why, flight.run_id))
+                        outcomes.append(
+                            Outcome(
+                                _job_id(flight.decision),
+                                flight.decision.path,
+                                flight.decision.commit,
+                                "interrupted",
+                                why,
+                                flight.run_id,
+                            )
+                        )
                         _discard(flight.tmp)
                         continue
                     flying[flight.run_id] = flight
@@ -673,7 +1071,11 @@ class Runner:
                 claiming = not stopping and bool(queue_) and len(waiting) < parallel
                 # The fair share only when about to claim: counting it every turn of this loop (each job's end)
                 # cost more as the book grew, and job #1,000 more than job #1.
-                room = (size.target(*self._share(queue_)) if size.short and claiming else size.size) - len(flying) - len(waiting)
+                room = (
+                    (size.target(*self._share(queue_)) if size.short and claiming else size.size)
+                    - len(flying)
+                    - len(waiting)
+                )
                 if claiming and room > 0:
                     try:
                         self._pub.fresh()  # choose among jobs nobody claimed meanwhile
@@ -688,8 +1090,15 @@ class Runner:
                             for item, earlier in zip(queue_, taken, strict=True):
                                 if earlier is not None:
                                     decision = item.decision
-                                    outcomes.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed",
-                                                            f"claimed by {holder(earlier)}"))
+                                    outcomes.append(
+                                        Outcome(
+                                            _job_id(decision),
+                                            decision.path,
+                                            decision.commit,
+                                            "claimed",
+                                            f"claimed by {holder(earlier)}",
+                                        )
+                                    )
                             queue_ = jump(queue_, [earlier is not None for earlier in taken])
                             continue
                         item = queue_.pop(0)
@@ -702,7 +1111,9 @@ class Runner:
                             pending.append(prepared[1])
                     if batch:
                         try:
-                            waiting += self._claim(batch, [*flying.values(), *waiting], parallel, pending, outcomes)
+                            waiting += self._claim(
+                                batch, [*flying.values(), *waiting], parallel, pending, outcomes
+                            )
                         except (GitError, StateError) as exc:
                             # Nothing of this batch was claimed; what runs already finishes and is kept.
                             failure = exc
@@ -716,7 +1127,9 @@ class Runner:
                 if flying:
                     with contextlib.suppress(queue.Empty):
                         land(done.get(timeout=0.1))
-        except BaseException:  # (not a git failure, caught above): nothing will use what is not running yet
+        except (
+            BaseException
+        ):  # (not a git failure, caught above): nothing will use what is not running yet
             for flight in [*batch, *waiting]:
                 _discard(flight.tmp)
             raise
@@ -738,17 +1151,31 @@ class Runner:
         (`run --job PATH` says its one job's state instead: `why_not`.)"""
         if self.options.job is not None:
             return []
-        told = {(o.path, o.commit) for o in outcomes} | {(q.decision.path, q.decision.commit) for q in work.queued}
+        told = {(o.path, o.commit) for o in outcomes} | {
+            (q.decision.path, q.decision.commit) for q in work.queued
+        }
         found: list[Outcome] = []
         for decision, _policy in work.items:
             if not decision.runnable or (decision.path, decision.commit) in told:
                 continue
             record = self._pub.book.claimed(decision.path, decision.blob)
-            if record is None or record.get("commit") != decision.commit or record.get("runner") == self.options.runner_name:
+            if (
+                record is None
+                or record.get("commit") != decision.commit
+                or record.get("runner") == self.options.runner_name
+            ):
                 continue
             told.add((decision.path, decision.commit))
             # The reason is the one a lost race gives, exactly (`claimed by <runner>`): one status, one wording.
-            found.append(Outcome(_job_id(decision), decision.path, decision.commit, "claimed", f"claimed by {holder(record)}"))
+            found.append(
+                Outcome(
+                    _job_id(decision),
+                    decision.path,
+                    decision.commit,
+                    "claimed",
+                    f"claimed by {holder(record)}",
+                )
+            )
         return found
 
     def _vetoed_since_claimed(self, flight: _Flight) -> str | None:
@@ -773,41 +1200,68 @@ class Runner:
         decision = item.decision
         return self._pub.book.taken(decision.path, decision.blob, decision.commit, item.attempt)
 
-    def _prepare(self, decision: Decision, policy: Policy, attempt: int) -> _Flight | tuple[Outcome, dict[str, Any]]:
+    def _prepare(
+        self, decision: Decision, policy: Policy, attempt: int
+    ) -> _Flight | tuple[Outcome, dict[str, Any]]:
         """Everything that can refuse the job, checked before it is claimed (a refusal is final)."""
         job = decision.job
         assert job is not None
         run_id = uuid.uuid4().hex
         limits = _limits(policy, job.timeout_seconds)
         tmp = Path(tempfile.mkdtemp(prefix="mergegate-job-"))
-        provisional = self._draft("finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED)
+        provisional = self._draft(
+            "finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED
+        )
         me = self._me
         held: list[tuple[str, int]] = []
 
         def on_start(pid: int) -> None:
             # Not synced (spool.py): a line written survives the runner's death, and a crash of the machine ends the job too.
-            self.spool.put(Entry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False)
+            self.spool.put(
+                Entry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False
+            )
 
         try:
             # A runner that dies from here on leaves its watchdog to remove them, else the pass that closes the run.
             _keep(tmp)
             held.append(identity(tmp))
             request = self._request(decision, policy, limits, run_id, tmp, on_start)
-            if (exports := self.repo.export_dir) is not None:  # (its watchdog knows it: Repo.on_export_dir)
+            if (
+                exports := self.repo.export_dir
+            ) is not None:  # (its watchdog knows it: Repo.on_export_dir)
                 held.append(identity(exports))
             program = executor.preflight(request)
         except Denied as exc:
             _discard(tmp)
             reason = f"denied before start: {exc.message}"
-            return (Outcome(job.id, job.path, decision.commit, "rejected", reason),
-                    self._draft("rejected", decision, reason=reason, **_votes(decision)))
+            return (
+                Outcome(job.id, job.path, decision.commit, "rejected", reason),
+                self._draft("rejected", decision, reason=reason, **_votes(decision)),
+            )
         except BaseException:  # the export failed (a full TMPDIR), a signal: nothing will use it
             _discard(tmp)
             raise
-        return _Flight(decision, policy, run_id, limits, request, tmp, program, provisional, attempt, tuple(held))
+        return _Flight(
+            decision,
+            policy,
+            run_id,
+            limits,
+            request,
+            tmp,
+            program,
+            provisional,
+            attempt,
+            tuple(held),
+        )
 
-    def _claim(self, batch: list[_Flight], ahead: list[_Flight], parallel: int, pending: list[dict[str, Any]],
-               outcomes: list[Outcome]) -> list[_Flight]:
+    def _claim(
+        self,
+        batch: list[_Flight],
+        ahead: list[_Flight],
+        parallel: int,
+        pending: list[dict[str, Any]],
+        outcomes: list[Outcome],
+    ) -> list[_Flight]:
         """Push the claims of `batch` (with `pending`) in one push; the flights claimed, in order.
 
         At most once: the claim is pushed before the process exists. Until the real
@@ -827,15 +1281,29 @@ class Runner:
             wait = 0.0 if index < free else span(ahead) + span(batch[:index])
             decision, policy, job = flight.decision, flight.policy, flight.decision.job
             assert job is not None
-            drafts.append(self._draft(
-                "started", decision, run_id=flight.run_id, command=list(job.command), cwd=job.cwd, sandbox=policy.sandbox,
-                rule=decision.rule.describe() if decision.rule else None, policy_commit=policy.commit,
-                self_approved=decision.self_approved, limits=_limit_fields(flight.limits), resolved_program=flight.program,
-                lease=self._lease(flight.limits, wait), attempt=flight.attempt,
-                **({"runs_on": list(job.runs_on)} if job.runs_on else {}), **_votes(decision),
-            ))
+            drafts.append(
+                self._draft(
+                    "started",
+                    decision,
+                    run_id=flight.run_id,
+                    command=list(job.command),
+                    cwd=job.cwd,
+                    sandbox=policy.sandbox,
+                    rule=decision.rule.describe() if decision.rule else None,
+                    policy_commit=policy.commit,
+                    self_approved=decision.self_approved,
+                    limits=_limit_fields(flight.limits),
+                    resolved_program=flight.program,
+                    lease=self._lease(flight.limits, wait),
+                    attempt=flight.attempt,
+                    **({"runs_on": list(job.runs_on)} if job.runs_on else {}),
+                    **_votes(decision),
+                )
+            )
         self.spool.put_many([Entry(f.provisional, None, me, folders=f.folders) for f in batch])
-        dropped = self._publish([*pending, *drafts], claims={_flight_key(f): (f.decision, f.attempt) for f in batch})
+        dropped = self._publish(
+            [*pending, *drafts], claims={_flight_key(f): (f.decision, f.attempt) for f in batch}
+        )
         claimed = []
         for flight in batch:
             why = dropped.get(_flight_key(flight))
@@ -845,12 +1313,25 @@ class Runner:
             self.spool.drop({flight.run_id})
             _discard(flight.tmp)
             event, reason = why
-            outcomes.append(Outcome(_job_id(flight.decision), flight.decision.path, flight.decision.commit,
-                                    event if event in ("vetoed", "rejected") else "claimed", reason, flight.run_id))
+            outcomes.append(
+                Outcome(
+                    _job_id(flight.decision),
+                    flight.decision.path,
+                    flight.decision.commit,
+                    event if event in ("vetoed", "rejected") else "claimed",
+                    reason,
+                    flight.run_id,
+                )
+            )
         return claimed
 
-    def _launch(self, flight: _Flight, done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]], me: ProcessId | None,
-                slots: _Slots) -> None:
+    def _launch(
+        self,
+        flight: _Flight,
+        done: queue.Queue[tuple[_Flight, dict[str, Any], Outcome, float]],
+        me: ProcessId | None,
+        slots: _Slots,
+    ) -> None:
         """Run the claimed job on a free slot's thread; its result goes to `done`."""
         decision, job = flight.decision, flight.decision.job
         assert job is not None
@@ -860,24 +1341,40 @@ class Runner:
             began = time.monotonic()
             try:
                 finished, outcome = self._execute(decision, flight.run_id, request)
-            except Exception as exc:  # the job's result is unknown: it is closed as lost, never run again
+            except (
+                Exception
+            ) as exc:  # the job's result is unknown: it is closed as lost, never run again
                 reason = f"the runner failed while running the job ({type(exc).__name__}: {exc}); it is not run again"
-                finished = self._draft("finished", decision, run_id=flight.run_id, status="lost", exit_code=None, reason=reason)
+                finished = self._draft(
+                    "finished",
+                    decision,
+                    run_id=flight.run_id,
+                    status="lost",
+                    exit_code=None,
+                    reason=reason,
+                )
                 outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
             finally:
                 _discard(flight.tmp)
             outcome = replace(outcome, attempt=flight.attempt)
             allowed = 1 + job.retries
             if retriable(outcome.status, idempotent=job.idempotent) and flight.attempt < allowed:
-                due = datetime.now(UTC) + timedelta(seconds=flight.policy.retries.delay(flight.attempt))
-                outcome = replace(outcome, retry_at=iso_up(due),
-                                  reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt {flight.attempt + 1} is due at {iso_up(due)}")
+                due = datetime.now(UTC) + timedelta(
+                    seconds=flight.policy.retries.delay(flight.attempt)
+                )
+                outcome = replace(
+                    outcome,
+                    retry_at=iso_up(due),
+                    reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt {flight.attempt + 1} is due at {iso_up(due)}",
+                )
             self.spool.put(Entry(finished, None, me, done=True))
             done.put((flight, finished, outcome, time.monotonic() - began))
 
         slots.run(body)
 
-    def _execute(self, decision: Decision, run_id: str, request: executor.ExecRequest) -> tuple[dict[str, Any], Outcome]:
+    def _execute(
+        self, decision: Decision, run_id: str, request: executor.ExecRequest
+    ) -> tuple[dict[str, Any], Outcome]:
         """Run, and keep what it said (bounded and redacted) for the finished record."""
         job = decision.job
         assert job is not None
@@ -885,21 +1382,46 @@ class Runner:
             result = executor.run(request)
         except Denied as exc:
             reason = f"denied before start: {exc.message}"
-            finished = self._draft("finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason)
+            finished = self._draft(
+                "finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason
+            )
             return finished, Outcome(job.id, job.path, decision.commit, "failed", reason, run_id)
         fields: dict[str, Any] = {
-            "run_id": run_id, "status": result.status, "exit_code": result.exit_code, "signal": result.signal,
-            "duration_ms": result.duration_ms, "reason": result.reason, "resolved_program": result.resolved_program,
-            "sandbox": result.sandbox, "limits_applied": dict(result.limits_applied),
+            "run_id": run_id,
+            "status": result.status,
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "duration_ms": result.duration_ms,
+            "reason": result.reason,
+            "resolved_program": result.resolved_program,
+            "sandbox": result.sandbox,
+            "limits_applied": dict(result.limits_applied),
         }
         for name, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
-            fields.update({f"{name}_tail": stream.tail, f"{name}_bytes": stream.bytes, f"{name}_sha256": stream.sha256})
+            fields.update(
+                {
+                    f"{name}_tail": stream.tail,
+                    f"{name}_bytes": stream.bytes,
+                    f"{name}_sha256": stream.sha256,
+                }
+            )
             if stream.file is not None:
-                fields.update({f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256})
-        return self._draft("finished", decision, **fields), Outcome(job.id, job.path, decision.commit, result.status, result.reason, run_id)
+                fields.update(
+                    {f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256}
+                )
+        return self._draft("finished", decision, **fields), Outcome(
+            job.id, job.path, decision.commit, result.status, result.reason, run_id
+        )
 
-    def _request(self, decision: Decision, policy: Policy, limits: executor.Limits, run_id: str, tmp: Path,
-                 on_start: Callable[[int], None] | None = None) -> executor.ExecRequest:
+    def _request(
+        self,
+        decision: Decision,
+        policy: Policy,
+        limits: executor.Limits,
+        run_id: str,
+        tmp: Path,
+        on_start: Callable[[int], None] | None = None,
+    ) -> executor.ExecRequest:
         """A clean export of the approving commit and the job's environment, ready to run."""
         job = decision.job
         assert job is not None
@@ -911,26 +1433,43 @@ class Runner:
         # another branch); leaving them out keeps the export proportional to the code.
         self.repo.export(decision.commit, workspace, skip=_not_exported)
         (workspace / job.path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(workspace / job.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # as write_bytes, in half the calls
+        fd = os.open(
+            workspace / job.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666
+        )  # as write_bytes, in half the calls
         try:
             data = memoryview(self.repo.blob(job.blob))
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
         env = executor.build_environment(
-            runner_env=os.environ, allowlist=policy.env_allowlist, job_env=job.env_map,
-            extra={"MERGEGATE_JOB_ID": job.id, "MERGEGATE_COMMIT": decision.commit, "MERGEGATE_RUN_ID": run_id},
+            runner_env=os.environ,
+            allowlist=policy.env_allowlist,
+            job_env=job.env_map,
+            extra={
+                "MERGEGATE_JOB_ID": job.id,
+                "MERGEGATE_COMMIT": decision.commit,
+                "MERGEGATE_RUN_ID": run_id,
+            },
         )
         output_dir = self.options.output_dir
         if output_dir is None and policy.keep_output:
             output_dir = self.repo.git_dir / "mergegate" / "output"
         return executor.ExecRequest(
-            argv=job.command, workspace=workspace, cwd=job.cwd, env=env, secrets=self.secrets(policy), limits=limits,
-            search_path=policy.path or os.environ.get("PATH", os.defpath), run_id=run_id,
+            argv=job.command,
+            workspace=workspace,
+            cwd=job.cwd,
+            env=env,
+            secrets=self.secrets(policy),
+            limits=limits,
+            search_path=policy.path or os.environ.get("PATH", os.defpath),
+            run_id=run_id,
             sandbox="bwrap" if policy.sandbox == "bwrap" else "none",
-            network=bool(decision.rule and decision.rule.network), output_dir=output_dir,
-            hide_paths=self._private_paths(output_dir), shutdown=self.shutdown, on_start=on_start,
+            network=bool(decision.rule and decision.rule.network),
+            output_dir=output_dir,
+            hide_paths=self._private_paths(output_dir),
+            shutdown=self.shutdown,
+            on_start=on_start,
         )
 
     def _private_paths(self, output_dir: Path | None) -> tuple[Path, ...]:
@@ -947,11 +1486,22 @@ class Runner:
     def secrets(self, policy: Policy) -> tuple[str, ...]:
         """Secret values, and each line of a multi-line one (a shell may print them apart)."""
         values = [os.environ[n] for n in policy.secret_env if os.environ.get(n)]
-        lines = [line.strip() for value in values if "\n" in value for line in value.splitlines() if len(line.strip()) >= 4]
+        lines = [
+            line.strip()
+            for value in values
+            if "\n" in value
+            for line in value.splitlines()
+            if len(line.strip()) >= 4
+        ]
         joined = [" ".join(value.split()) for value in values if "\n" in value]
         return tuple(dict.fromkeys([*values, *lines, *joined]))
 
-    def _publish(self, drafts: list[dict[str, Any]], *, claims: dict[tuple[str, str, str], tuple[Decision, int]] | None = None) -> dict[tuple[str, str, str], tuple[str, str]]:
+    def _publish(
+        self,
+        drafts: list[dict[str, Any]],
+        *,
+        claims: dict[tuple[str, str, str], tuple[Decision, int]] | None = None,
+    ) -> dict[tuple[str, str, str], tuple[str, str]]:
         """Push drafts (publisher.py), with the evidence files they name."""
         self._pub.files.update(self._files)
         self._files = {}
@@ -969,20 +1519,31 @@ class Runner:
         for entry in self.spool.read():
             gone = entry.gone()
             if gone and entry.folders and entry.runner is not None and entry.runner != self._me:
-                remove_stale(entry.folders)  # its runner died, and its watchdog with it (else it removed them)
+                remove_stale(
+                    entry.folders
+                )  # its runner died, and its watchdog with it (else it removed them)
                 entry = replace(entry, folders=())
             said = audit.grep(self.repo, tip, str(entry.run_id))
             if any(r.event == "finished" and r.get("run_id") == entry.run_id for r in said):
                 continue
-            if not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said) and not entry.done:
+            if (
+                not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said)
+                and not entry.done
+            ):
                 continue  # never claimed: nothing to close
             (waiting if gone else running).append(entry)
         self.spool.write([*waiting, *running])
         return [e.record for e in waiting], running
 
-    def run_forever(self, *, interval: float, on_pass: Callable[[PassResult], None],
-                    on_error: Callable[[MergegateError, float, int], None],
-                    on_recover: Callable[[int, float], None] | None = None, max_backoff: float = 300.0) -> None:
+    def run_forever(
+        self,
+        *,
+        interval: float,
+        on_pass: Callable[[PassResult], None],
+        on_error: Callable[[MergegateError, float, int], None],
+        on_recover: Callable[[int, float], None] | None = None,
+        max_backoff: float = 300.0,
+    ) -> None:
         """Poll until SIGINT/SIGTERM; the job in flight gets its grace and is recorded first.
 
         A git failure (the remote unreachable, a push refused) or a local one (a
@@ -995,16 +1556,24 @@ class Runner:
         from mergegate.runner.backoff import Backoff
 
         backoff = Backoff(base=interval, cap=max(interval, max_backoff))
-        quiet: dict[str, str] | None = None  # the remote's refs before the last pass that left nothing to do
-        wake: datetime | None = None  # when a retry's backoff ends: a pass is due then, though no ref moved
+        quiet: dict[str, str] | None = (
+            None  # the remote's refs before the last pass that left nothing to do
+        )
+        wake: datetime | None = (
+            None  # when a retry's backoff ends: a pass is due then, though no ref moved
+        )
         with self.shutdown.handling():
             while not self.shutdown.is_set():
                 try:
                     # Ask the remote first (ls-remote: no local write); a pass, and its
                     # fetch, only when a ref it reads moved or something is waiting.
                     refs = self._remote_refs()
-                    if (refs is not None and refs == quiet and not self.spool.path.exists()
-                            and (wake is None or datetime.now(UTC) < wake)):
+                    if (
+                        refs is not None
+                        and refs == quiet
+                        and not self.spool.path.exists()
+                        and (wake is None or datetime.now(UTC) < wake)
+                    ):
                         self._recovered(backoff, on_recover)
                         self.shutdown.wait(_sleep(interval, wake))
                         continue
@@ -1048,7 +1617,10 @@ class Runner:
         if before is None or self.spool.path.exists():
             return False
         prefix = f"refs/remotes/{self.options.remote}/"
-        return all(self.repo.rev(prefix + ref.removeprefix("refs/heads/")) == sha for ref, sha in before.items())
+        return all(
+            self.repo.rev(prefix + ref.removeprefix("refs/heads/")) == sha
+            for ref, sha in before.items()
+        )
 
 
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
@@ -1070,13 +1642,20 @@ def _discard(folder: Path) -> None:
 def _newly_unapproved(work: Plan) -> list[str]:
     """Loud, once (the pass that walks it): a file no approval covers stops every later job."""
     walked = {a.commit for a in work.assessments}
-    new = sorted(path for path, sha in work.unapproved.items()
-                 if sha in walked and not is_job_path(path) and not path.startswith("policy/"))
+    new = sorted(
+        path
+        for path, sha in work.unapproved.items()
+        if sha in walked and not is_job_path(path) and not path.startswith("policy/")
+    )
     if not new:
         return []
-    shown = ", ".join(path_display(p) for p in new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
-    return [f"not approved: {shown} (changed by {work.unapproved[new[0]][:7]}); no job runs in a tree that holds them until they are "
-            "put back to their last approved version or removed (mergegate check on a proposal shows the diff from it)"]
+    shown = ", ".join(path_display(p) for p in new[:5]) + (
+        f" and {len(new) - 5} more" if len(new) > 5 else ""
+    )
+    return [
+        f"not approved: {shown} (changed by {work.unapproved[new[0]][:7]}); no job runs in a tree that holds them until they are "
+        "put back to their last approved version or removed (mergegate check on a proposal shows the diff from it)"
+    ]
 
 
 def _vetoed(veto: Veto) -> str:
@@ -1086,9 +1665,14 @@ def _vetoed(veto: Veto) -> str:
 def _limits(policy: Policy, timeout: int | None) -> executor.Limits:
     lim = policy.limits
     return executor.Limits(
-        timeout_seconds=min(timeout or lim.max_timeout_seconds, lim.max_timeout_seconds), max_output_bytes=lim.max_output_bytes,
-        max_memory_mb=lim.max_memory_mb, max_cpu_seconds=lim.max_cpu_seconds, max_file_size_mb=lim.max_file_size_mb,
-        max_processes=lim.max_processes, max_open_files=lim.max_open_files, kill_grace_seconds=lim.kill_grace_seconds,
+        timeout_seconds=min(timeout or lim.max_timeout_seconds, lim.max_timeout_seconds),
+        max_output_bytes=lim.max_output_bytes,
+        max_memory_mb=lim.max_memory_mb,
+        max_cpu_seconds=lim.max_cpu_seconds,
+        max_file_size_mb=lim.max_file_size_mb,
+        max_processes=lim.max_processes,
+        max_open_files=lim.max_open_files,
+        kill_grace_seconds=lim.kill_grace_seconds,
     )
 
 

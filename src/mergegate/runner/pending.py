@@ -22,7 +22,13 @@ from mergegate.audit import log as audit
 from mergegate.git.repo import Repo
 
 PREFIX = "refs/mergegate/pending/"
-_VOLATILE = ("time", "judged", "seq", "prev", "hash")  # what differs between passes that say the same
+_VOLATILE = (
+    "time",
+    "judged",
+    "seq",
+    "prev",
+    "hash",
+)  # what differs between passes that say the same
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,9 @@ class Pending:
             self._known[self.ref] = self.repo.rev(self.ref)
         return self._known[self.ref]
 
-    def reusable(self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]) -> tuple[str, list[audit.Record]] | None:
+    def reusable(
+        self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, list[audit.Record]] | None:
         """The pending commit and its new records, if pushing it says what `drafts` would on `parent`."""
         sha = self.get()
         if sha is None or any(d.get("event") == "started" for d in drafts):

@@ -46,6 +46,7 @@ from mergegate.rules.policy import Policy, load_policy
 if TYPE_CHECKING:
     from mergegate.github.gather import ReviewSource
 
+
 class Walk:
     """Judges first-parent commits in order, carrying what a walk must remember.
 
@@ -55,8 +56,15 @@ class Walk:
     changes them again, and no job runs in a tree that holds such a file.
     """
 
-    def __init__(self, assessor: Assessor, policy: Policy, unapproved: dict[str, str] | None = None, *, records: str | None,
-                 mentioned: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        assessor: Assessor,
+        policy: Policy,
+        unapproved: dict[str, str] | None = None,
+        *,
+        records: str | None,
+        mentioned: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.assessor = assessor
         self.policy = policy
         self.unapproved = dict(unapproved or {})
@@ -66,9 +74,14 @@ class Walk:
         # authorship checked; searching all history for every file would cost seconds.
         # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
         # `mentioned` answers audit.mentions from records already read (verify has them all).
-        mentions = mentioned or (lambda path, blob: audit.mentions(assessor.repo, records, path, blob))
+        mentions = mentioned or (
+            lambda path, blob: audit.mentions(assessor.repo, records, path, blob)
+        )
         assessor.known = lambda path, blob: (
-            path in self.unapproved or (path, blob) in self.seen or (is_job_path(path) and mentions(path, blob)))
+            path in self.unapproved
+            or (path, blob) in self.seen
+            or (is_job_path(path) and mentions(path, blob))
+        )
 
     def step(self, sha: str) -> Assessment:
         # The judge decides what stays unapproved and what it taints; the walk carries it.
@@ -92,26 +105,53 @@ class Plan:
     vetoes: list[Veto] = field(default_factory=list)
     handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
     orphans: list[audit.Record] = field(default_factory=list)
-    expired: list[audit.Record] = field(default_factory=list)  # any runner's claims whose lease ran out
+    expired: list[audit.Record] = field(
+        default_factory=list
+    )  # any runner's claims whose lease ran out
     handled_policy: list[audit.Record] = field(default_factory=list)
     unapproved: dict[str, str] = field(default_factory=dict)
     all_vetoes: dict[tuple[str, str], Veto] | None = None
     new_commits: int = 0
-    waiting: tuple[str, str] | None = None  # (commit, why) when the walk stopped for missing evidence
+    waiting: tuple[str, str] | None = (
+        None  # (commit, why) when the walk stopped for missing evidence
+    )
     # What to do with each job revision (eligibility.py), in history order:
     runnable: list[Runnable] = field(default_factory=list)  # claim these (for this runner's labels)
-    queued: list[Queued] = field(default_factory=list)  # approved, but not now: labels, backoff, running
-    refused: list[Refused] = field(default_factory=list)  # record `rejected` for these, never run them
-    reopened: list[str] = field(default_factory=list)  # earlier commits judged again: they still had open jobs
+    queued: list[Queued] = field(
+        default_factory=list
+    )  # approved, but not now: labels, backoff, running
+    refused: list[Refused] = field(
+        default_factory=list
+    )  # record `rejected` for these, never run them
+    reopened: list[str] = field(
+        default_factory=list
+    )  # earlier commits judged again: they still had open jobs
     open_before: tuple[dict[str, object], ...] = ()  # the last scanned record's `open` list
-    carried: list[dict[str, object]] = field(default_factory=list)  # open entries not judged this pass (evidence not there)
-    before: dict[str, dict[str, str]] = field(default_factory=dict)  # commit -> the unapproved map before it
-    revisions: list[audit.Record] = field(default_factory=list)  # every record naming a decided blob (one grep; the claim book's start)
+    carried: list[dict[str, object]] = field(
+        default_factory=list
+    )  # open entries not judged this pass (evidence not there)
+    before: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # commit -> the unapproved map before it
+    revisions: list[audit.Record] = field(
+        default_factory=list
+    )  # every record naming a decided blob (one grep; the claim book's start)
 
 
-def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | None, at: datetime, runner_name: str,
-         remember: bool = True, reviews: ReviewSource | None = None, labels: frozenset[str] | None = None,
-         before_walk: Callable[[Policy], None] | None = None) -> Plan:
+def plan(
+    repo: Repo,
+    tip: str,
+    root: str,
+    tail: audit.Tail,
+    *,
+    records: str | None,
+    at: datetime,
+    runner_name: str,
+    remember: bool = True,
+    reviews: ReviewSource | None = None,
+    labels: frozenset[str] | None = None,
+    before_walk: Callable[[Policy], None] | None = None,
+) -> Plan:
     """Walk from where the last pass stopped to tip and judge every commit on the way.
 
     `records` is the audit branch's tip (None before the first pass), `tail` its end.
@@ -128,19 +168,29 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     if tail.scanned is not None:
         scanned = str(tail.scanned["commit"])
         if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
-            raise IntegrityError(f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)")
+            raise IntegrityError(
+                f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)"
+            )
         if repo.is_ancestor(root, scanned, remember=remember):
             start, unapproved = scanned, audit.read_unapproved(repo, records, tail.scanned)
         elif not repo.is_ancestor(scanned, root):
-            raise IntegrityError(f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories")
+            raise IntegrityError(
+                f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories"
+            )
     # 2. The policy in force at the start comes from the history itself (the
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
     assessor = Assessor(repo, at=at, reviews=reviews)
-    walk = Walk(assessor, policy_in_force(repo, assessor, root=root, upto=start, records=records, remember=remember), unapproved,
-                records=records)
+    walk = Walk(
+        assessor,
+        policy_in_force(repo, assessor, root=root, upto=start, records=records, remember=remember),
+        unapproved,
+        records=records,
+    )
     if before_walk is not None:
-        before_walk(walk.policy)  # e.g. the runner refuses here, before asking GitHub anything, when it cannot sign
+        before_walk(
+            walk.policy
+        )  # e.g. the runner refuses here, before asking GitHub anything, when it cannot sign
     result = Plan(tip=tip, start=start, policy=walk.policy, start_policy=walk.policy)
     # 3. Judge each first-parent commit by the policy in force before it.
     chain = repo.first_parent_chain(start, tip)
@@ -176,10 +226,16 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
     for record in tail.since_scanned:
         if record.event in ("started", "rejected", "vetoed"):
-            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = record.event
+            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = (
+                record.event
+            )
         if record.event == "policy":
             result.handled_policy.append(record)
-        if record.event == "started" and record.get("run_id") not in finished and record.get("runner") == runner_name:
+        if (
+            record.event == "started"
+            and record.get("run_id") not in finished
+            and record.get("runner") == runner_name
+        ):
             result.orphans.append(record)
     # 5. Commits with jobs still open, judged again, then what every revision may do now.
     reopened = _reopen(repo, result, tail, root=root, records=records, at=at, reviews=reviews)
@@ -188,8 +244,16 @@ def plan(repo: Repo, tip: str, root: str, tail: audit.Tail, *, records: str | No
     return result
 
 
-def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: str | None, at: datetime,
-            reviews: ReviewSource | None) -> list[tuple[Decision, Policy, dict[str, str] | None]]:
+def _reopen(
+    repo: Repo,
+    result: Plan,
+    tail: audit.Tail,
+    *,
+    root: str,
+    records: str | None,
+    at: datetime,
+    reviews: ReviewSource | None,
+) -> list[tuple[Decision, Policy, dict[str, str] | None]]:
     """Judge again the commits the last `scanned` record lists as open, each by the policy in force before it.
 
     Trust stays with the history: the record only says which commits to look at
@@ -206,21 +270,32 @@ def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: s
     found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
     for entry in result.open_before:
         sha = entry.get("commit")
-        if isinstance(sha, str) and sha not in line and repo.rev(sha) is not None and repo.is_ancestor(sha, root):
+        if (
+            isinstance(sha, str)
+            and sha not in line
+            and repo.rev(sha) is not None
+            and repo.is_ancestor(sha, root)
+        ):
             # On approved before a trust root pinned since: that root is where judging starts now.
-            repo.warnings.append(f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still open "
-                                   "(waiting for a runner, or for a retry) are not judged again")
+            repo.warnings.append(
+                f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still open "
+                "(waiting for a runner, or for a retry) are not judged again"
+            )
             continue
         if not isinstance(sha, str) or sha not in line:
-            raise IntegrityError(f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
-                                 f"on the first-parent history of approved after the trust root {root[:12]}")
+            raise IntegrityError(
+                f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
+                f"on the first-parent history of approved after the trust root {root[:12]}"
+            )
         unapproved = _open_unapproved(repo, records, tail.scanned, entry)
         parent = repo.commit(sha).parents[0]
         policy = policy_at(parent)
         try:
             assessment = Walk(assessor, policy, unapproved, records=records).step(sha)
         except NotYet:
-            result.carried.append(entry)  # its evidence is not there now: kept open, judged again next pass
+            result.carried.append(
+                entry
+            )  # its evidence is not there now: kept open, judged again next pass
             continue
         result.reopened.append(sha)
         result.before[sha] = unapproved
@@ -228,14 +303,27 @@ def _reopen(repo: Repo, result: Plan, tail: audit.Tail, *, root: str, records: s
     return found
 
 
-def _open_unapproved(repo: Repo, records: str | None, scanned: audit.Record, entry: dict[str, object]) -> dict[str, str]:
+def _open_unapproved(
+    repo: Repo, records: str | None, scanned: audit.Record, entry: dict[str, object]
+) -> dict[str, str]:
     """The unapproved map before an open commit, from the evidence file its entry names."""
-    fields = {**scanned.fields, "unapproved_file": entry.get("unapproved_file"), "unapproved_count": entry.get("unapproved_count")}
+    fields = {
+        **scanned.fields,
+        "unapproved_file": entry.get("unapproved_file"),
+        "unapproved_count": entry.get("unapproved_count"),
+    }
     return audit.read_unapproved(repo, records, audit.Record(fields))
 
 
-def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict[str, str] | None]], *,
-          records: str | None, at: datetime, labels: frozenset[str] | None) -> None:
+def _sort(
+    repo: Repo,
+    result: Plan,
+    decisions: list[tuple[Decision, Policy, dict[str, str] | None]],
+    *,
+    records: str | None,
+    at: datetime,
+    labels: frozenset[str] | None,
+) -> None:
     """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts."""
     if not decisions:
         return
@@ -250,7 +338,9 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
         return Standing(result.tip, at_tip[path], result.policy)
 
     seen: set[tuple[str, str, str]] = set()
-    first: dict[tuple[str, str], str] = {}  # (path, blob) -> the commit whose approval of it this pass runs
+    first: dict[
+        tuple[str, str], str
+    ] = {}  # (path, blob) -> the commit whose approval of it this pass runs
     for decision, policy, _ in decisions:
         key = (decision.path, decision.blob, decision.commit)
         if key in seen:
@@ -260,17 +350,33 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
         if not decision.runnable:
             # A revision that already ran at this commit (a reopened commit judged again later,
             # say after a key expired) keeps its records: nothing new is said about it.
-            if key not in result.handled and history.closed_at(decision.commit) is None and not history.at(decision.commit):
+            if (
+                key not in result.handled
+                and history.closed_at(decision.commit) is None
+                and not history.at(decision.commit)
+            ):
                 result.refused.append(Refused(decision, policy, decision.reason))
             continue
-        verdict = judge_attempts(decision, policy, history, now=at, late=decision.commit in late,
-                                 standing=standing(decision.path))
-        if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault((decision.path, decision.blob), decision.commit):
+        verdict = judge_attempts(
+            decision,
+            policy,
+            history,
+            now=at,
+            late=decision.commit in late,
+            standing=standing(decision.path),
+        )
+        if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
+            (decision.path, decision.blob), decision.commit
+        ):
             # The same bytes approved at two commits of this pass (added, removed, added again):
             # a revision runs at most once, from the first.
             earlier = first[(decision.path, decision.blob)]
-            verdict = Refused(decision, policy, f"this exact revision of {decision.path} is also approved at {earlier[:7]}, "
-                                                f"and runs from there; a job revision runs at most once")
+            verdict = Refused(
+                decision,
+                policy,
+                f"this exact revision of {decision.path} is also approved at {earlier[:7]}, "
+                f"and runs from there; a job revision runs at most once",
+            )
         if isinstance(verdict, Runnable):
             verdict = for_runner(verdict, labels)
         if isinstance(verdict, Runnable):
@@ -283,7 +389,9 @@ def _sort(repo: Repo, result: Plan, decisions: list[tuple[Decision, Policy, dict
             result.refused.append(verdict)
 
 
-def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[list[dict[str, object]], dict[str, bytes]]:
+def open_after(
+    work: Plan, outcomes: dict[tuple[str, str, str], str]
+) -> tuple[list[dict[str, object]], dict[str, bytes]]:
     """The `open` list of this pass's `scanned` record, and the evidence files it names.
 
     `outcomes` maps (path, blob, commit) to what this pass did with a runnable
@@ -305,8 +413,16 @@ def open_after(work: Plan, outcomes: dict[tuple[str, str, str], str]) -> tuple[l
     return entries, files
 
 
-def policy_in_force(repo: Repo, assessor: Assessor, *, root: str, upto: str, records: str | None, remember: bool = False,
-                    changes: list[str] | None = None) -> Policy:
+def policy_in_force(
+    repo: Repo,
+    assessor: Assessor,
+    *,
+    root: str,
+    upto: str,
+    records: str | None,
+    remember: bool = False,
+    changes: list[str] | None = None,
+) -> Policy:
     """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when the
     caller has read them: `policy_changes`).
 
@@ -352,16 +468,22 @@ def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, 
     return vouched
 
 
-
-
-def policy_lookup(repo: Repo, assessor: Assessor, *, root: str, records: str | None,
-                  known: dict[str, Policy] | None = None) -> Callable[[str], Policy]:
+def policy_lookup(
+    repo: Repo,
+    assessor: Assessor,
+    *,
+    root: str,
+    records: str | None,
+    known: dict[str, Policy] | None = None,
+) -> Callable[[str], Policy]:
     """`policy_at(sha)`: the policy in force at an approved commit (after judging it).
 
     For the runner-signature rule of the audit branch. `known` holds what a walk
     already computed; anything else costs one judgement per policy change.
     """
-    return audit_branch.policy_lookup(repo, lambda: assessor, root=root, records=records, known=known)
+    return audit_branch.policy_lookup(
+        repo, lambda: assessor, root=root, records=records, known=known
+    )
 
 
 @dataclass(frozen=True)
@@ -375,10 +497,14 @@ class Gate:
     root: str
     warnings: tuple[str, ...]
     tail: audit.Tail
-    new_records: tuple[str, ...]  # audit commits new since the last complete pass, their shapes checked
+    new_records: tuple[
+        str, ...
+    ]  # audit commits new since the last complete pass, their shapes checked
 
 
-def read_gate(repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None, remember: bool = False) -> Gate:
+def read_gate(
+    repo: Repo, *, remote: str, branch: str, fetch: bool, trust: str | None, remember: bool = False
+) -> Gate:
     """Fetch both branches once, refuse rewrites and a 0.1 layout, and read the audit's tail."""
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip, records, last = source.look()
@@ -402,7 +528,9 @@ def read_tail(repo: Repo, records: str | None, *, seen: str | None = None) -> au
         raise explain(repo, records, seen, exc) from None
 
 
-def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime, reviews: ReviewSource | None = None) -> None:
+def check_new_records(
+    repo: Repo, gate: Gate, work: Plan, *, at: datetime, reviews: ReviewSource | None = None
+) -> None:
     """Check the signatures and trailers of the audit commits new since the last complete pass
     (or since this clone last saw the branch); `read_gate` checked their shapes.
 
@@ -419,7 +547,10 @@ def check_new_records(repo: Repo, gate: Gate, work: Plan, *, at: datetime, revie
     try:
         Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
     except NotYet as exc:
-        raise NotYet(f"the audit commits new since the last pass cannot be checked yet: {exc.message}", hint=exc.hint) from None
+        raise NotYet(
+            f"the audit commits new since the last pass cannot be checked yet: {exc.message}",
+            hint=exc.hint,
+        ) from None
 
 
 _JUDGED = "judged.json"  # when this clone first judged each policy change
@@ -448,5 +579,10 @@ def remember_judged(repo: Repo, shas: list[str], at: datetime, name: str = _JUDG
     path = _judged_path(repo, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True), "utf-8")
+    temporary.write_text(
+        json.dumps(
+            {sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True
+        ),
+        "utf-8",
+    )
     os.replace(temporary, path)

@@ -61,13 +61,19 @@ class Publisher:
     checker: audit_branch.Checker
     book: Book
     vetoes: Callable[[], dict[tuple[str, str], Veto]]  # every valid veto on approved known so far
-    more_vetoes: Callable[[str], None]  # search first-parent commits old..new of approved for vetoes
-    vetoed_draft: Callable[[str, Decision, str], dict[str, Any]]  # the `vetoed` or `rejected` record for a dropped claim
+    more_vetoes: Callable[
+        [str], None
+    ]  # search first-parent commits old..new of approved for vetoes
+    vetoed_draft: Callable[
+        [str, Decision, str], dict[str, Any]
+    ]  # the `vetoed` or `rejected` record for a dropped claim
     veto_tip: str = ""
     fetched: float = field(default_factory=time.monotonic)  # the last look at both branches
     files: dict[str, bytes] = field(default_factory=dict)  # evidence files the next commit adds
     own_checked: str | None = None  # the trailer with which an own commit was fully checked
-    push_seconds: float = 0.0  # how long the last push that landed took (batches grow while jobs are shorter)
+    push_seconds: float = (
+        0.0  # how long the last push that landed took (batches grow while jobs are shorter)
+    )
     others: bool = False  # whether another runner's audit commits came in during the pass (idle.py: not settled)
 
     def __post_init__(self) -> None:
@@ -77,7 +83,12 @@ class Publisher:
     def checked(self) -> str | None:
         return self.end.commit
 
-    def publish(self, drafts: list[dict[str, Any]], *, claims: Mapping[Key, tuple[Decision, int]] | None = None) -> dict[Key, tuple[str, str]]:
+    def publish(
+        self,
+        drafts: list[dict[str, Any]],
+        *,
+        claims: Mapping[Key, tuple[Decision, int]] | None = None,
+    ) -> dict[Key, tuple[str, str]]:
         """Push `drafts`; with `claims` (their `started` drafts among them, each with its attempt), what was dropped and why:
         {key: ("claimed", "claimed by <runner>") or ("vetoed", reason)}. A `vetoed` record replaces a
         claim a veto now stops; the other drafts are pushed without the dropped claims."""
@@ -96,7 +107,9 @@ class Publisher:
         drafted, leases = time.monotonic(), _leases(drafts)
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
-        tried = time.monotonic()  # when this try began (its look at the branches, its commit, its push)
+        tried = (
+            time.monotonic()
+        )  # when this try began (its look at the branches, its commit, its push)
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
@@ -114,14 +127,25 @@ class Publisher:
             parent = self.end.commit
             reuse = self.pending.reusable(parent, self.end.last_seq, drafts)
             if reuse is not None:
-                sha, records = reuse  # the same records a refused push held: pushed again, nothing new on disk
+                sha, records = (
+                    reuse  # the same records a refused push held: pushed again, nothing new on disk
+                )
                 after = self.end  # moved on by advance() once pushed
             else:
                 judged = self._trailer(parent)
-                evidence = {p: d for p, d in self.files.items() if p.removeprefix(audit.EVIDENCE_DIR) not in self.end.evidence_tree}
+                evidence = {
+                    p: d
+                    for p, d in self.files.items()
+                    if p.removeprefix(audit.EVIDENCE_DIR) not in self.end.evidence_tree
+                }
                 sha, records, after = self.end.build(
-                    self.repo, drafts, evidence, message=audit_branch.message(_summary(drafts, self.end.last_seq), judged),
-                    author=(self.runner_name, "runner@mergegate.invalid"), signing=self.signing)
+                    self.repo,
+                    drafts,
+                    evidence,
+                    message=audit_branch.message(_summary(drafts, self.end.last_seq), judged),
+                    author=(self.runner_name, "runner@mergegate.invalid"),
+                    signing=self.signing,
+                )
                 self._check_own_commit(sha, judged)
             began = time.monotonic()
             try:
@@ -129,7 +153,9 @@ class Publisher:
             except GitError as exc:
                 self.pending.keep(sha)  # the next attempt pushes it again if it would say the same
                 if any(d["event"] == "finished" for d in drafts):
-                    exc.hint = f"the job's result is kept in {self.spool.path} and pushed by the next run"
+                    exc.hint = (
+                        f"the job's result is kept in {self.spool.path} and pushed by the next run"
+                    )
                 raise
             if published:
                 self.push_seconds = time.monotonic() - began
@@ -148,7 +174,7 @@ class Publisher:
             # As many slots as runners push here (those with claims in the book, and this one), doubling
             # with the losses up to that: more only leaves the CPUs idle while the others are done.
             pushing = len(self.book.holders.keys() - {self.runner_name}) + 1
-            wait = random.uniform(0, slot * min(2 ** attempt, RETRY_SLOTS, max(2, pushing)))
+            wait = random.uniform(0, slot * min(2**attempt, RETRY_SLOTS, max(2, pushing)))
             left = self._lease_left(drafts)
             if left is not None:
                 # A result must land within its run's lease (else any runner may close the run `lost` and
@@ -157,15 +183,25 @@ class Publisher:
             time.sleep(wait)
             tried = time.monotonic()
             self.refresh(fetch=True)
-        raise GitError(f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
-                       hint="another process keeps moving the branch; run again")
+        raise GitError(
+            f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
+            hint="another process keeps moving the branch; run again",
+        )
 
     def _lease_left(self, drafts: list[dict[str, Any]]) -> float | None:
         """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no result)."""
         ends = []
         for d in drafts:
-            started = self.book.started.get((str(d.get("path")), str(d.get("blob")))) if d["event"] == "finished" else None
-            lease = started.get("lease") if started is not None and started.get("run_id") == d.get("run_id") else None
+            started = (
+                self.book.started.get((str(d.get("path")), str(d.get("blob"))))
+                if d["event"] == "finished"
+                else None
+            )
+            lease = (
+                started.get("lease")
+                if started is not None and started.get("run_id") == d.get("run_id")
+                else None
+            )
             until = audit.parse_time(lease.get("until")) if isinstance(lease, dict) else None
             if until is not None:
                 ends.append(until)
@@ -182,20 +218,32 @@ class Publisher:
             self.branch.refresh()
         tip, records = self.branch.tips()
         if not self.repo.is_ancestor(self.judged, tip):
-            raise IntegrityError(f"approved was rewritten during this pass: {self.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)")
+            raise IntegrityError(
+                f"approved was rewritten during this pass: {self.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)"
+            )
         checked = self.end.commit
         if records != checked:
             self.others = True
             # Another runner's push added a few commits: walked in-process (git asked only where the walk cannot say).
-            added = None if records is None or checked is None else self.repo.chain(checked, records)
-            if records is None or (checked is not None and added is None and not self.repo.is_ancestor(checked, records)):
-                raise IntegrityError(f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
-                                     f"{(checked or '')[:12]} (force-push?)")
+            added = (
+                None if records is None or checked is None else self.repo.chain(checked, records)
+            )
+            if records is None or (
+                checked is not None
+                and added is None
+                and not self.repo.is_ancestor(checked, records)
+            ):
+                raise IntegrityError(
+                    f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
+                    f"{(checked or '')[:12]} (force-push?)"
+                )
             if added is None:
                 spec = records if checked is None else f"{checked}..{records}"
                 added = self.repo.out("rev-list", "--reverse", "--topo-order", spec).split()
             if tip != self.checker.approved_tip:
-                self.checker = self.checker.moved_to(tip)  # (its memo of approved's line: of that tip)
+                self.checker = self.checker.moved_to(
+                    tip
+                )  # (its memo of approved's line: of that tip)
             self.checker.check(added)
             if checked is None:
                 self.end = LogEnd.read(self.repo, records, audit.read_tail(self.repo, records))
@@ -213,22 +261,36 @@ class Publisher:
         keep = []
         for d in drafts:
             run_id = d.get("run_id")
-            if d["event"] == "finished" and isinstance(run_id, str) and run_id in self.book.finished:
-                self.repo.warnings.append(f"run {run_id} of {d.get('path')} was closed by another runner first (lease expired); "
-                                          f"its result here ({d.get('status')}) is not recorded")
+            if (
+                d["event"] == "finished"
+                and isinstance(run_id, str)
+                and run_id in self.book.finished
+            ):
+                self.repo.warnings.append(
+                    f"run {run_id} of {d.get('path')} was closed by another runner first (lease expired); "
+                    f"its result here ({d.get('status')}) is not recorded"
+                )
                 self.spool.drop({run_id})
                 continue
             keep.append(d)
         return keep
 
-    def _claim_dropped(self, claim: Decision, attempt: int, parent: str | None) -> tuple[str, str] | None:
+    def _claim_dropped(
+        self, claim: Decision, attempt: int, parent: str | None
+    ) -> tuple[str, str] | None:
         """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), a veto,
         or (a retry) a change of its file on approved that the commit will say it judged."""
         judged = self._trailer(parent)
         if attempt > 1 and judged != self.judged:
             # The commit will say it judged a newer tip than planning did: the retry must stand there too
             # (the rule verify applies to it).
-            why = late_refusal(claim, Standing(judged, self.repo.file_blob(judged, claim.path), self.checker.policy_at(judged)), attempt)
+            why = late_refusal(
+                claim,
+                Standing(
+                    judged, self.repo.file_blob(judged, claim.path), self.checker.policy_at(judged)
+                ),
+                attempt,
+            )
             if why is not None:
                 return "rejected", why
         earlier = self.book.taken(claim.path, claim.blob, claim.commit, attempt)
@@ -243,7 +305,11 @@ class Publisher:
     def _trailer(self, parent: str | None) -> str:
         """The approved tip this commit says it judged: the pass's, or a newer one another runner already named."""
         before = audit_branch.approved_of(self.repo.commit(parent)) if parent is not None else None
-        if before is not None and before != self.judged and self.repo.is_ancestor(self.judged, before):
+        if (
+            before is not None
+            and before != self.judged
+            and self.repo.is_ancestor(self.judged, before)
+        ):
             return before
         return self.judged
 
@@ -257,8 +323,10 @@ class Publisher:
         if policy.runners:
             check = self.checker.assessor.signature(self.repo.commit(sha), policy.runner_keys())
             if not check.ok:
-                raise UsageError(f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
-                                 hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy")
+                raise UsageError(
+                    f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
+                    hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy",
+                )
         self.checker.check_commit(sha)
         self.own_checked = judged
 
@@ -268,17 +336,27 @@ def _leases(drafts: list[dict[str, Any]]) -> dict[str, datetime]:
     found = {}
     for d in drafts:
         lease = d.get("lease")
-        until = audit.parse_time(lease.get("until")) if d["event"] == "started" and isinstance(lease, dict) else None
+        until = (
+            audit.parse_time(lease.get("until"))
+            if d["event"] == "started" and isinstance(lease, dict)
+            else None
+        )
         if until is not None and isinstance(d.get("run_id"), str):
             found[d["run_id"]] = until
     return found
 
 
-def _later_leases(drafts: list[dict[str, Any]], leases: Mapping[str, datetime], late: float) -> list[dict[str, Any]]:
+def _later_leases(
+    drafts: list[dict[str, Any]], leases: Mapping[str, datetime], late: float
+) -> list[dict[str, Any]]:
     """`drafts` with each claim's lease moved on by `late` seconds (the time since it was stamped)."""
     moved = []
     for d in drafts:
-        until = leases.get(d["run_id"]) if d["event"] == "started" and isinstance(d.get("run_id"), str) else None
+        until = (
+            leases.get(d["run_id"])
+            if d["event"] == "started" and isinstance(d.get("run_id"), str)
+            else None
+        )
         if until is not None:
             later = (until + timedelta(seconds=late)).isoformat().replace("+00:00", "Z")
             d = {**d, "lease": {**d["lease"], "until": later}}

@@ -75,14 +75,22 @@ class Entry:
         """Whether nothing of this run can still be running: neither its runner nor its job."""
         if self.done:
             return True
-        if self.runner is not None and self.runner.alive() and self.runner != ProcessId.of(os.getpid()):
+        if (
+            self.runner is not None
+            and self.runner.alive()
+            and self.runner != ProcessId.of(os.getpid())
+        ):
             return False
         return self.job is None or not (self.job.alive() or self.job.group_alive())
 
     def as_json(self) -> dict[str, Any]:
-        return {"record": self.record, "job": self.job and self.job.as_json(),
-                "runner": self.runner and self.runner.as_json(), "done": self.done,
-                **({"folders": [list(f) for f in self.folders]} if self.folders else {})}
+        return {
+            "record": self.record,
+            "job": self.job and self.job.as_json(),
+            "runner": self.runner and self.runner.as_json(),
+            "done": self.done,
+            **({"folders": [list(f) for f in self.folders]} if self.folders else {}),
+        }
 
 
 @dataclass
@@ -113,8 +121,11 @@ class Spool:
             self._live, self._lines = {}, 0
             return []
         except OSError as exc:
-            raise StateError(f"cannot read the spool: {exc.strerror or exc}", file=str(self.path),
-                             hint="the runner keeps results it has not pushed there; check its permissions") from None
+            raise StateError(
+                f"cannot read the spool: {exc.strerror or exc}",
+                file=str(self.path),
+                hint="the runner keeps results it has not pushed there; check its permissions",
+            ) from None
         live: dict[str | None, Entry] = {}
         bad: list[tuple[int, bytes]] = []
         lines = 0
@@ -131,7 +142,9 @@ class Spool:
             if entry is None:
                 bad.append((number, line))
             else:
-                live.pop(entry.run_id, None)  # its latest state goes last, as a rewrite would put it
+                live.pop(
+                    entry.run_id, None
+                )  # its latest state goes last, as a rewrite would put it
                 live[entry.run_id] = entry
         self._live, self._lines = live, lines
         if bad:
@@ -147,7 +160,10 @@ class Spool:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
-            raise StateError(f"cannot set aside unreadable spool lines: {exc.strerror or exc}", file=str(self.corrupt_path)) from None
+            raise StateError(
+                f"cannot set aside unreadable spool lines: {exc.strerror or exc}",
+                file=str(self.corrupt_path),
+            ) from None
         self.write(entries)
         lines = ", ".join(str(n) for n, _ in bad)
         self.warnings.append(
@@ -180,8 +196,11 @@ class Spool:
         self._lines = len(entries)
 
     def _unwritable(self, exc: OSError) -> StateError:
-        return StateError(f"cannot write the spool: {exc.strerror or exc}", file=str(self.path),
-                          hint="free disk space or fix the permissions; the runner claims nothing it cannot record here")
+        return StateError(
+            f"cannot write the spool: {exc.strerror or exc}",
+            file=str(self.path),
+            hint="free disk space or fix the permissions; the runner claims nothing it cannot record here",
+        )
 
     def put(self, entry: Entry, *, sync: bool = True) -> None:
         """Keep `entry`, replacing an earlier one of the same run (`sync`: see above for what needs it)."""
@@ -189,6 +208,7 @@ class Spool:
 
     def put_many(self, entries: list[Entry], *, sync: bool = True) -> None:
         """Keep `entries` (one append, synced unless told), replacing earlier ones of the same runs."""
+
         def apply(live: dict[str | None, Entry]) -> None:
             for entry in entries:
                 live.pop(entry.run_id, None)  # its latest state goes last
@@ -199,14 +219,21 @@ class Spool:
 
     def drop(self, run_ids: set[Any]) -> None:
         """Forget these runs (their results are pushed, or their claims never were); not synced (see above)."""
+
         def apply(live: dict[str | None, Entry]) -> None:
             for run_id in run_ids:
                 live.pop(run_id, None)
 
         if run_ids:
-            self._change(apply, json.dumps({"dropped": sorted(map(str, run_ids))}).encode() + b"\n", sync=False)
+            self._change(
+                apply,
+                json.dumps({"dropped": sorted(map(str, run_ids))}).encode() + b"\n",
+                sync=False,
+            )
 
-    def _change(self, apply: Callable[[dict[str | None, Entry]], None], line: bytes, *, sync: bool) -> None:
+    def _change(
+        self, apply: Callable[[dict[str | None, Entry]], None], line: bytes, *, sync: bool
+    ) -> None:
         with self._lock:
             if self._live is None:
                 self.read()
@@ -227,14 +254,18 @@ class Spool:
             self._lines += line.count(b"\n")
             try:
                 view = memoryview(line)
-                while view:  # a full disk or a file size limit writes part of it: the rest, or an error
+                while (
+                    view
+                ):  # a full disk or a file size limit writes part of it: the rest, or an error
                     written = os.write(fd, view)
                     if written <= 0:
                         raise OSError(28, "no space left on device")
                     view = view[written:]
             except OSError as exc:
                 os.close(fd)
-                self._live = None  # read again next time: a torn line is set aside and the rest rewritten
+                self._live = (
+                    None  # read again next time: a torn line is set aside and the rest rewritten
+                )
                 raise self._unwritable(exc) from None
         try:  # outside the lock: jobs in parallel sync their own lines at once
             if sync:
@@ -271,14 +302,31 @@ def _parse(line: bytes) -> Entry | None:
     if "record" not in value and value.get("event") == "finished":
         value = {"record": value}  # written by 0.1, before entries named processes
     record = value.get("record")
-    if not isinstance(record, dict) or record.get("event") != "finished" or not isinstance(record.get("run_id"), str):
+    if (
+        not isinstance(record, dict)
+        or record.get("event") != "finished"
+        or not isinstance(record.get("run_id"), str)
+    ):
         return None
-    done = value.get("done") is True or "runner" not in value  # 0.1 entries carry no process to wait for
+    done = (
+        value.get("done") is True or "runner" not in value
+    )  # 0.1 entries carry no process to wait for
     folders = value.get("folders")
     held = tuple((f[0], f[1]) for f in folders if _folder(f)) if isinstance(folders, list) else ()
-    return Entry(record, ProcessId.from_json(value.get("job")), ProcessId.from_json(value.get("runner")), done, held)
+    return Entry(
+        record,
+        ProcessId.from_json(value.get("job")),
+        ProcessId.from_json(value.get("runner")),
+        done,
+        held,
+    )
 
 
 def _folder(value: object) -> bool:
-    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int)
-            and not isinstance(value[1], bool))
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    )

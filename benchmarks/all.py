@@ -1,4 +1,5 @@
-"""Rerun every figure of docs/performance.md: each benchmark script in turn, as that page lists them.
+"""Rerun every figure of docs/performance.md: each benchmark script in turn, as that page lists
+them.
 
 Each script writes its own section (notes below a section's end marker are kept). A script that
 fails is reported and the others still run; the exit code is 1 if any failed. Run it on a quiet

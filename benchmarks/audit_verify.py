@@ -11,7 +11,8 @@
 3. It writes the section "## audit verify, 100,000 records" of
    docs/performance.md (notes below the end marker are kept).
 
-Usage: python benchmarks/audit_verify.py [--records 100000] [--repeat 5] [--commits 1] [--no-docs] [--keep]
+Usage: python benchmarks/audit_verify.py [--records 100000] [--repeat 5] [--commits 1] [--no-docs]
+[--keep]
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
     )
     repo = Repo(remote)
     files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
-    # Where each record ends: (its file, the offset after its line), to cut the files as each commit left them.
+    # Where each record ends: (its file, the offset after its line), to cut the files as each commit
+    # left them.
     ends: list[tuple[str, int]] = []
     for path, data in files.items():
         offset = 0
@@ -108,9 +110,11 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
             )
         )
     fast_import(remote, b"".join(stream))
-    # fast-import stores each log file as a delta of the one before (50 deep), a layout no gate has: an
+    # fast-import stores each log file as a delta of the one before (50 deep), a layout no gate has:
+    # an
     # audit branch grows by pushes (loose objects) that gc, or the host, repacks with deltas chosen
-    # afresh. Repacked once so, reading the 100 files costs git about 120 ms of CPU less (av8, session 8).
+    # afresh. Repacked once so, reading the 100 files costs git about 120 ms of CPU less (av8,
+    # session 8).
     git(remote, "repack", "-adfq")
     return remote, len(sealed), sum(len(data) for data in files.values())
 
@@ -122,7 +126,8 @@ SELF_RSS = (
     "try:\n"
     "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
     "finally:\n"
-    "    open(os.environ['MG_SELF_RSS'], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "    open(os.environ['MG_SELF_RSS'], "
+    "'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
 )
 
 
@@ -136,13 +141,15 @@ class Run(NamedTuple):
 
     wall: float  # seconds
     own: int  # peak RSS of the Python process itself (bytes)
-    total: int  # GNU time's %M: the peak RSS of the largest of it and the children it waited for (bytes)
+    # GNU time's %M: the peak RSS of the largest of it and the children it waited for (bytes)
+    total: int
     out: str  # its stdout
     cpu: float  # user + system seconds of it and every child it waited for (workers, git)
 
 
 def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Run:
-    """Wall seconds, own peak RSS, peak RSS with children (bytes), stdout and CPU seconds of one process.
+    """Wall seconds, own peak RSS, peak RSS with children (bytes), stdout and CPU seconds of one
+    process.
 
     Peaks: GNU time's %M (`/usr/bin/time`) is the process and every child it
     waited for (git, for mergegate; a job's process for a runner). For argv
@@ -174,7 +181,8 @@ def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | Non
         own = int(self_file.read_text()) * 1024 if self_file.exists() else total
     if done.returncode != 0:
         raise RuntimeError(
-            f"{' '.join(argv[:5])} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-800:]}"
+            f"{' '.join(argv[:5])} failed ({done.returncode}): "
+            f"{done.stderr.decode(errors='replace')[-800:]}"
         )
     return Run(wall, own, total, done.stdout.decode(errors="replace"), float(user) + float(system))
 
@@ -212,7 +220,8 @@ def tree_memory(
         err = proc.stderr.read() if proc.stderr else b""
     if proc.wait() != 0:
         raise RuntimeError(
-            f"{' '.join(argv[:5])} failed ({proc.returncode}): {err.decode(errors='replace')[-800:]}"
+            f"{' '.join(argv[:5])} failed ({proc.returncode}): "
+            f"{err.decode(errors='replace')[-800:]}"
         )
     return python, everything, most
 
@@ -302,9 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         peaks, totals = [r.own for r in runs], [r.total for r in runs]
         median, fastest = statistics.median(walls), min(walls)
         print(
-            f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, min {fastest:.2f} s, "
+            f"audit verify, {records} records ({size / 2**20:.1f} MiB): median {median:.2f} s, min "
+            f"{fastest:.2f} s, "
             f"CPU median {statistics.median(cpus):.2f} s, peak RSS {max(peaks) / 2**20:.1f} MiB, "
-            f"Python processes' peak PSS {python_pss / 2**20:.1f} MiB (with git {all_pss / 2**20:.1f} MiB)"
+            f"Python processes' peak PSS {python_pss / 2**20:.1f} MiB (with git "
+            f"{all_pss / 2**20:.1f} MiB)"
         )
         lines = [
             *header(
@@ -313,24 +324,34 @@ def main(argv: list[str] | None = None) -> int:
                 load,
             ),
             f"- Log: {records} records in {len(range(0, records, audit.RECORDS_PER_FILE))} files, "
-            f"{size / 2**20:.1f} MiB, {'one commit' if args.commits == 1 else f'{args.commits} commits'} on {AUDIT_BRANCH} "
+            f"{size / 2**20:.1f} MiB, "
+            f"{'one commit' if args.commits == 1 else f'{args.commits} commits'} on {AUDIT_BRANCH} "
             f"(built in {built:.1f} s).",
-            "- Each run is `python -m mergegate audit verify --json` as a subprocess, which checks the log files in "
-            "forked workers (one per CPU); CPU is user + system time of it, its workers and its git processes "
-            "(GNU time); peak RSS is the main Python process's own ru_maxrss; PSS (proportional: a page shared by "
-            "the workers and their parent counted once in all) is sampled every 5 ms over the whole process tree "
+            "- Each run is `python -m mergegate audit verify --json` as a subprocess, which checks "
+            "the log files in "
+            "forked workers (one per CPU); CPU is user + system time of it, its workers and its "
+            "git processes "
+            "(GNU time); peak RSS is the main Python process's own ru_maxrss; PSS (proportional: a "
+            "page shared by "
+            "the workers and their parent counted once in all) is sampled every 5 ms over the "
+            "whole process tree "
             f"in one more run (at most {processes} processes at once).",
             f"- {compiled}",
             "",
             "| measurement | median | min | runs | goal |",
             "|---|---:|---:|---:|---|",
             f"| wall time | {median:.2f} s | {fastest:.2f} s | {len(walls)} | at most 1 s |",
-            f"| CPU time, with workers and git | {statistics.median(cpus):.2f} s | {min(cpus):.2f} s | {len(cpus)} | |",
-            f"| peak RSS, main process | {statistics.median(peaks) / 2**20:.1f} MiB | {min(peaks) / 2**20:.1f} MiB | "
+            f"| CPU time, with workers and git | {statistics.median(cpus):.2f} s | {min(cpus):.2f} "
+            f"s | {len(cpus)} | |",
+            f"| peak RSS, main process | {statistics.median(peaks) / 2**20:.1f} MiB | "
+            f"{min(peaks) / 2**20:.1f} MiB | "
             f"{len(peaks)} | at most 60 MiB |",
-            f"| peak PSS, all its Python processes (main and workers) | {python_pss / 2**20:.1f} MiB | | 1 | at most 60 MiB |",
-            f"| peak PSS, with its git processes | {all_pss / 2**20:.1f} MiB | | 1 | (git maps the pack) |",
-            f"| peak RSS of the largest process, git included (GNU time) | {statistics.median(totals) / 2**20:.1f} MiB | "
+            f"| peak PSS, all its Python processes (main and workers) | {python_pss / 2**20:.1f} "
+            "MiB | | 1 | at most 60 MiB |",
+            f"| peak PSS, with its git processes | {all_pss / 2**20:.1f} MiB | | 1 | (git maps the "
+            "pack) |",
+            "| peak RSS of the largest process, git included (GNU time) | "
+            f"{statistics.median(totals) / 2**20:.1f} MiB | "
             f"{min(totals) / 2**20:.1f} MiB | {len(totals)} | |",
         ]
         finish(no_docs=args.no_docs, docs=DOCS, section=SECTION, end_marker=END_MARKER, lines=lines)

@@ -179,7 +179,8 @@ def seed(bin_dir: Path, mode: str, work: Path, *args: object) -> dict[str, Any]:
 def policy(public_key: str, programs: list[str]) -> bytes:
     rules = "".join(f"  - program: {p}\n" for p in programs)
     return (
-        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
+        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: "
+        f"{json.dumps(public_key)}\n"
         f"approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n{rules}"
     ).encode()
 
@@ -265,7 +266,8 @@ def row_audit(tmp: Path, bin_dir: Path, n: int) -> list[dict[str, Any]]:
             "ours": ours.cpu,
             "seed": theirs.cpu,
             "unit": "s",
-            "note": "user + system, children included (mergegate: its workers and git), best-time run",
+            "note": "user + system, children included (mergegate: its workers and git), best-time "
+            "run",
         },
         {
             "row": f"audit verify, {records} records: peak RSS",
@@ -384,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             load.sample()
             for row in found:
                 print(
-                    f"{row['row']}: mergegate {row['ours']:.2f} {row['unit']}, seed {row['seed']:.2f} {row['unit']}, "
+                    f"{row['row']}: mergegate {row['ours']:.2f} {row['unit']}, seed "
+                    f"{row['seed']:.2f} {row['unit']}, "
                     f"seed/mergegate {row['seed'] / row['ours']:.1f}x",
                     flush=True,
                 )
@@ -392,8 +395,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += found
         lines = [
             *header(command, load),
-            f"- Seed: `{SEED}` installed with pip into a temporary virtual environment, driven through its "
-            "own API (`JobStore.submit/approve/work_once`) and CLI (`agent-safe audit-verify`, `agent-safe run "
+            f"- Seed: `{SEED}` installed with pip into a temporary virtual environment, driven "
+            "through its "
+            "own API (`JobStore.submit/approve/work_once`) and CLI (`agent-safe audit-verify`, "
+            "`agent-safe run "
             "--execute`); mergegate as `python -m mergegate` subprocesses.",
             f"- {compiled}",
             "",

@@ -8,11 +8,13 @@ every job exactly one `started` and one `finished` (all `succeeded`), every runn
 exit 0.
 
 Cases (the issue's goals): 100 trivial jobs (`echo`), 1 runner vs 4 (4 no slower);
-20 jobs of 2 s (`sleep 2`), 1 runner vs 4 (4 at least 3.5x faster). For each, also the bound: the same
+20 jobs of 2 s (`sleep 2`), 1 runner vs 4 (4 at least 3.5x faster). For each, also the bound: the
+same
 jobs dealt over R gates of their own, one runner alone on each, all started at once (nothing to race
 for: what no claim protocol can beat on this machine). CPU is that of every runner and its git.
 
-Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] (0: leave that case out) [--slow-seconds 2] [--runners 1,4]
+Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] (0: leave that case out)
+[--slow-seconds 2] [--runners 1,4]
                                   [--repeat 1] [--no-docs] [--keep]
 
 The figures go to "## Many runners" in docs/performance.md.
@@ -77,14 +79,17 @@ def race(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str)
 
 
 def _cpu() -> float:
-    """CPU seconds (user + system) of every child process waited for so far: the runners and their git."""
+    """CPU seconds (user + system) of every child process waited for so far: the runners and their
+    git."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def apart(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str) -> dict[str, Any]:
-    """The bound no claim protocol can beat on this machine: `runners` runners started at once, each alone
-    on a gate of its own holding its share of `jobs` (nothing to race for), wall until the last exits."""
+    """The bound no claim protocol can beat on this machine: `runners` runners started at once, each
+    alone
+    on a gate of its own holding its share of `jobs` (nothing to race for), wall until the last
+    exits."""
     names = sorted(jobs)
     shares = [{name: jobs[name] for name in names[k::runners]} for k in range(runners)]
     gates = [gate(tmp, f"{label}-{k}", key, share) for k, share in enumerate(shares)]
@@ -117,7 +122,8 @@ def apart(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str
     cpu = _cpu() - before
     if any(p.returncode for p in procs):
         raise RuntimeError(
-            f"runner exit codes {[p.returncode for p in procs]}: {[err[-500:] for _, err in outputs]}"
+            f"runner exit codes {[p.returncode for p in procs]}: "
+            f"{[err[-500:] for _, err in outputs]}"
         )
     for k, share in enumerate(shares):
         check_once_each(records(tmp / f"{label}-{k}.git"), len(share))
@@ -208,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                     "load": os.getloadavg()[0],
                 }
                 print(
-                    f"{title}, {runners} runner(s): {wall:.2f} s ({row['speedup']:.2f}x the first), CPU {row['cpu']:.2f} s, jobs per runner "
+                    f"{title}, {runners} runner(s): {wall:.2f} s ({row['speedup']:.2f}x the "
+                    f"first), CPU {row['cpu']:.2f} s, jobs per runner "
                     f"{row['per_runner']}, {row['pushes']} audit commits, load {row['load']:.1f}",
                     flush=True,
                 )
@@ -232,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     "load": os.getloadavg()[0],
                 }
                 print(
-                    f"{row['case']}, {runners} runners: {wall:.2f} s ({row['speedup']:.2f}x the first), CPU {row['cpu']:.2f} s, "
+                    f"{row['case']}, {runners} runners: {wall:.2f} s ({row['speedup']:.2f}x the "
+                    f"first), CPU {row['cpu']:.2f} s, "
                     f"{row['pushes']} audit commits, load {row['load']:.1f}",
                     flush=True,
                 )
@@ -240,18 +248,25 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             *header(command, load),
             f"- {compiled}",
-            "- Each figure: one signed merge adding the jobs to a fresh gate (local bare remote), then that many "
-            "`python -m mergegate run --once` started at once, each in its own clone with its own `--runner-name`; "
-            "wall clock until the last exits. Checked: every job exactly one `started` and one `finished`, every "
+            "- Each figure: one signed merge adding the jobs to a fresh gate (local bare remote), "
+            "then that many "
+            "`python -m mergegate run --once` started at once, each in its own clone with its own "
+            "`--runner-name`; "
+            "wall clock until the last exits. Checked: every job exactly one `started` and one "
+            "`finished`, every "
             "runner exit 0.",
-            "- *split over R gates*: the same jobs dealt over R gates of their own, one runner alone on each, all started "
-            "at once: nothing to race for, so no claim protocol can beat it on this machine (the start-ups and the jobs "
+            "- *split over R gates*: the same jobs dealt over R gates of their own, one runner "
+            "alone on each, all started "
+            "at once: nothing to race for, so no claim protocol can beat it on this machine (the "
+            "start-ups and the jobs "
             "share the same CPUs).",
             "",
-            "| jobs | runners | wall | vs 1 runner | CPU (all runners and their git) | jobs run per runner | audit commits | load avg (1 min) |",
+            "| jobs | runners | wall | vs 1 runner | CPU (all runners and their git) | jobs run "
+            "per runner | audit commits | load avg (1 min) |",
             "|---|---:|---:|---:|---:|---|---:|---:|",
             *(
-                f"| {r['case']} | {r['runners']} | {r['wall']:.2f} s | {r['speedup']:.2f}x | {r['cpu']:.2f} s | "
+                f"| {r['case']} | {r['runners']} | {r['wall']:.2f} s | {r['speedup']:.2f}x | "
+                f"{r['cpu']:.2f} s | "
                 f"{', '.join(map(str, r['per_runner']))} | {r['pushes']} | {r['load']:.1f} |"
                 for r in rows
             ),

@@ -44,7 +44,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_WRITER = (
     "import sys\n"
-    "line = b'2024-05-01T12:00:00Z INFO build-step: compiling src/module_a.c -> obj/module_a.o [ok=1]\\n'\n"
+    "line = b'2024-05-01T12:00:00Z INFO build-step: compiling src/module_a.c -> obj/module_a.o "
+    "[ok=1]\\n'\n"
     "block = line * (1048576 // len(line) + 1)\n"
     "left = int(sys.argv[1])\n"
     "while left > 0:\n"
@@ -124,10 +125,12 @@ def render(rows: list[dict[str, object]], size: int) -> list[str]:
     lines = [
         f"Measured by `python benchmarks/output_memory.py` on {machine()}.",
         "",
-        f"`executor.run()` with max_output_bytes=65536, no sandbox, on a job printing {size / 2**30:g} GiB",
+        "`executor.run()` with max_output_bytes=65536, no sandbox, on a job printing "
+        f"{size / 2**30:g} GiB",
         "to stdout. RSS is the runner's own; the job is a child process and is not counted.",
         "",
-        "| job output | bytes read | wall time | throughput | runner RSS before | peak RSS during | growth |",
+        "| job output | bytes read | wall time | throughput | runner RSS before | peak RSS during "
+        "| growth |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -57,11 +57,14 @@ def machine_line() -> str:
 
 
 class LoadWatch:
-    """Was the CPU quiet? The CPU time other processes took during the run, and the 1-minute load average.
+    """Was the CPU quiet? The CPU time other processes took during the run, and the 1-minute load
+    average.
 
     The load average counts the benchmark's own processes too (four runners make a load of 2 on an
-    idle machine) and lags by a minute, so quiet is judged by what the machine's busy time (/proc/stat)
-    exceeds the CPU time of this process and every child it waited for: work that is not the benchmark's.
+    idle machine) and lags by a minute, so quiet is judged by what the machine's busy time
+    (/proc/stat)
+    exceeds the CPU time of this process and every child it waited for: work that is not the
+    benchmark's.
     """
 
     def __init__(self) -> None:
@@ -72,7 +75,8 @@ class LoadWatch:
         self.samples.append(_load())
 
     def others(self) -> float:
-        """The share of the machine's CPU time, since this watch began, spent by processes not the benchmark's."""
+        """The share of the machine's CPU time, since this watch began, spent by processes not the
+        benchmark's."""
         cpus = os.cpu_count() or 1
         span = (time.monotonic() - self.began) * cpus
         return max(0.0, (_busy() - self.busy) - (_own() - self.own)) / span if span > 0 else 0.0
@@ -81,11 +85,18 @@ class LoadWatch:
         self.sample()
         low, high, cpus = min(self.samples), max(self.samples), os.cpu_count() or 1
         others = self.others()
-        load = f"load average {low:.1f} to {high:.1f} on {cpus} CPUs, the benchmark's own processes included"
+        load = (
+            f"load average {low:.1f} to {high:.1f} on {cpus} CPUs, the benchmark's own "
+            "processes included"
+        )
         if others <= 0.1:
-            return f"CPU quiet during the run: other processes took {others:.0%} of the CPU time ({load})."
+            return (
+                f"CPU quiet during the run: other processes took {others:.0%} of the CPU time "
+                f"({load})."
+            )
         return (
-            f"**Taken on a shared machine**: other processes took {others:.0%} of the CPU time ({load}), "
+            f"**Taken on a shared machine**: other processes took {others:.0%} of the CPU time "
+            f"({load}), "
             "so times are upper bounds; ratios measured side by side hold better."
         )
 
@@ -126,7 +137,8 @@ def _read(path: str) -> str:
 
 
 def header(command: str, load: LoadWatch) -> list[str]:
-    """The first lines of a generated section: the command, when, the machine and how loaded it was."""
+    """The first lines of a generated section: the command, when, the machine and how loaded it
+    was."""
     note = load.note()
     print(note)
     return [

@@ -189,7 +189,8 @@ class Gate:
         return "refs/mergegate/seen/origin/approved"
 
     def reset(self, tip: str) -> None:
-        """approved on the remote at `tip`, and the runner as if its last pass had ended at pristine."""
+        """approved on the remote at `tip`, and the runner as if its last pass had ended at
+        pristine."""
         git(self.remote, "update-ref", "refs/heads/approved", tip)
         git(self.runner, "update-ref", "refs/remotes/origin/approved", self.pristine)
         git(self.runner, "update-ref", self.seen_ref, self.pristine)
@@ -324,7 +325,8 @@ def build_gate(
     commit_graph: bool = False,
     last_pass: int = 0,
 ) -> Gate:
-    """A remote whose approved holds n processed jobs (n=0: just the trust root), and a runner clone.
+    """A remote whose approved holds n processed jobs (n=0: just the trust root), and a runner
+    clone.
 
     With `last_pass` K, the audit branch ends as a pass that ran the last K jobs leaves it: one
     commit per job (its `started` and `finished`), then one with the `scanned` record.
@@ -418,11 +420,13 @@ def build_gate(
 
 def _pass_commits(sealed: Sequence[audit.Record], k: int, merges: list[str]) -> bytes:
     """fast-import commands for the audit branch: everything before the last k jobs in one commit,
-    then one commit per job (2 records) and one with the final `scanned` record, as a pass writes them."""
+    then one commit per job (2 records) and one with the final `scanned` record, as a pass writes
+    them."""
     lines = [r.line() for r in sealed]
 
     def files_upto(count: int, only_last: bool) -> dict[str, bytes]:
-        # Rotation as audit.append does it for these records (about 800 bytes each: the record count decides).
+        # Rotation as audit.append does it for these records (about 800 bytes each: the record count
+        # decides).
         out = {}
         first = (
             0 if not only_last else ((count - 1) // audit.RECORDS_PER_FILE) * audit.RECORDS_PER_FILE
@@ -476,7 +480,8 @@ def _audit_blobs(remote: Path, commit: str) -> list[str]:
 
 
 def new_approved_job(gate: Gate, key: Path, count: int = 1) -> str:
-    """A proposal by bob adding `count` jobs, merged with a merge signed by alice; returns the merge."""
+    """A proposal by bob adding `count` jobs, merged with a merge signed by alice; returns the
+    merge."""
     ids = []
     with tempfile.TemporaryDirectory(prefix="poll-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -609,7 +614,8 @@ def poll_nothing_new(gate: Gate, repeat: int) -> Timing:
 
 
 def poll_first_idle(gate: Gate, repeat: int) -> Timing:
-    """(a) without the clone's quiet memory (idle.py): the full pass the first idle poll after any change makes."""
+    """(a) without the clone's quiet memory (idle.py): the full pass the first idle poll after any
+    change makes."""
 
     def setup() -> None:
         gate.reset(gate.pristine)
@@ -659,7 +665,8 @@ def poll_after_pass(gate: Gate, key: Path, jobs: int, repeat: int) -> tuple[Timi
         return elapsed
 
     timing = measure(
-        f"(a1) run --once, nothing new, right after a pass that ran {jobs} jobs, {gate.jobs} past jobs",
+        f"(a1) run --once, nothing new, right after a pass that ran {jobs} jobs, {gate.jobs} past "
+        "jobs",
         repeat,
         lambda: None,
         once,
@@ -689,9 +696,12 @@ def startup(repeat: int, cwd: Path) -> Timing:
 
 
 def precompile() -> str:
-    """Compile mergegate's modules to bytecode first, as an installed copy has them (pip compiles a wheel
-    on install; an editable install writes them on first import). Where PYTHONDONTWRITEBYTECODE is set,
-    every process would compile all of mergegate from source again (about 0.2 s of CPU for `run`)."""
+    """Compile mergegate's modules to bytecode first, as an installed copy has them (pip compiles a
+    wheel
+    on install; an editable install writes them on first import). Where PYTHONDONTWRITEBYTECODE is
+    set,
+    every process would compile all of mergegate from source again (about 0.2 s of CPU for
+    `run`)."""
     import compileall
 
     import mergegate
@@ -704,7 +714,8 @@ def precompile() -> str:
         else "as Python would on first import"
     )
     return (
-        f"Bytecode: mergegate's modules compiled once before measuring ({how}; an installed package "
+        f"Bytecode: mergegate's modules compiled once before measuring ({how}; an installed "
+        "package "
         f"has them){'' if ok else ' (some failed to compile)'}."
     )
 
@@ -799,7 +810,8 @@ def verdict(big: Timing, fresh: Timing) -> tuple[bool, str]:
     ratio = big.median / fresh.median if fresh.median else float("inf")
     return (
         close,
-        f"{big.median:.2f} s vs {fresh.median:.2f} s ({ratio:.1f}x, {big.median - fresh.median:+.2f} s)",
+        f"{big.median:.2f} s vs {fresh.median:.2f} s ({ratio:.1f}x, "
+        f"{big.median - fresh.median:+.2f} s)",
     )
 
 
@@ -914,7 +926,8 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     fresh = build_gate(tmp, "fresh", 0, public_key, commit_graph=args.commit_graph)
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in big.build_seconds.items())
     print(
-        f"built in {build_total:.1f} s ({steps}); audit: {big.audit_records} records in {big.audit_files} "
+        f"built in {build_total:.1f} s ({steps}); audit: {big.audit_records} records in "
+        f"{big.audit_files} "
         f"files, {human_bytes(big.audit_bytes)}; remote .git {human_bytes(dir_bytes(big.remote))}",
         flush=True,
     )
@@ -967,12 +980,18 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
     a1 = verdict(big_a1, fresh_a)
     goal = "met" if a1[0] and a[0] and max(big_a.median, big_a1.median) <= 0.150 else "NOT met"
     summary = interpretation(big.jobs, a, b) + (
-        f" (a) is the idle poll as a polling clone sees it: after one settled pass (the untimed warm-up) it asks "
-        f"`ls-remote` and stops (idle.py); (a1) is the idle poll right after a pass that ran {after} jobs "
-        f"({pass_seconds:.1f} s, untimed), which leaves the same memory: {a1[1]} against (a) on the fresh gate. "
-        f"The goal (at most 1.2x a fresh gate and at most 150 ms, also right after a pass that ran hundreds of "
-        f"jobs): {big_a.median * 1000:.0f} ms (a) and {big_a1.median * 1000:.0f} ms (a1), {goal}. The first poll "
-        f"after a change with nothing to run for this runner (a0: no memory, a full pass) takes {a0[1]} on the fresh gate."
+        " (a) is the idle poll as a polling clone sees it: after one settled pass (the untimed "
+        "warm-up) it asks "
+        "`ls-remote` and stops (idle.py); (a1) is the idle poll right after a pass that ran "
+        f"{after} jobs "
+        f"({pass_seconds:.1f} s, untimed), which leaves the same memory: {a1[1]} against (a) on "
+        "the fresh gate. "
+        "The goal (at most 1.2x a fresh gate and at most 150 ms, also right after a pass that ran "
+        "hundreds of "
+        f"jobs): {big_a.median * 1000:.0f} ms (a) and {big_a1.median * 1000:.0f} ms (a1), {goal}. "
+        "The first poll "
+        "after a change with nothing to run for this runner (a0: no memory, a full pass) takes "
+        f"{a0[1]} on the fresh gate."
     )
     print()
     print("\n".join(table(rows)))
@@ -984,21 +1003,33 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
 
     generated = [
         f"Generated by `python benchmarks/poll_scale.py --jobs {args.jobs} --repeat {args.repeat}"
-        f" --last-pass {args.last_pass}{' --commit-graph' if args.commit_graph else ''}` on {info['date']}.",
+        f" --last-pass {args.last_pass}{' --commit-graph' if args.commit_graph else ''}` on "
+        f"{info['date']}.",
         "",
-        f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['os']}, Python {info['python']}, {info['git']}.",
+        f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {info['os']}, Python {info['python']}, "
+        f"{info['git']}.",
         f"- {load.note()}",
         f"- Gate: a bare remote and a runner clone; `approved` holds N = {big.jobs} past jobs "
-        f"({2 * big.jobs + 1} commits: root, {big.jobs} side commits and merges); mergegate/audit ends as a pass "
-        f"that ran the last {min(args.last_pass, big.jobs)} jobs leaves it (one commit per job, then the scanned record), "
-        "built with `git fast-import` (one pack, "
-        f"{'with a commit-graph file and changed-path Bloom filters' if args.commit_graph else 'no commit-graph file'}).",
+        f"({2 * big.jobs + 1} commits: root, {big.jobs} side commits and merges); mergegate/audit "
+        "ends as a pass "
+        f"that ran the last {min(args.last_pass, big.jobs)} jobs leaves it (one commit per job, "
+        "then the scanned record), "
+        "built with `git fast-import` (one pack, "(
+            "with a commit-graph file and changed-path Bloom filters)."
+            if args.commit_graph
+            else "no commit-graph file)."
+        ),
         f"- Build time (d): {build_total:.1f} s ({steps}).",
-        f"- Audit: {big.audit_records} records in {big.audit_files} files, {human_bytes(big.audit_bytes)}.",
-        "- Each figure is the wall clock of `python -m mergegate ...` as a subprocess, after one untimed "
-        "warm-up; (b) adds a fresh job per run (a proposal by a non-approver and a merge ssh-signed by the "
-        "approver) on top of the same state, and includes running the job (`echo`) and pushing its records; "
-        f"(a1) follows one real pass that ran {after} new jobs of one merge ({pass_seconds:.1f} s).",
+        f"- Audit: {big.audit_records} records in {big.audit_files} files, "
+        f"{human_bytes(big.audit_bytes)}.",
+        "- Each figure is the wall clock of `python -m mergegate ...` as a subprocess, after one "
+        "untimed "
+        "warm-up; (b) adds a fresh job per run (a proposal by a non-approver and a merge "
+        "ssh-signed by the "
+        "approver) on top of the same state, and includes running the job (`echo`) and pushing its "
+        "records; "
+        f"(a1) follows one real pass that ran {after} new jobs of one merge "
+        f"({pass_seconds:.1f} s).",
         f"- {compiled}",
         "",
         *table(rows),

@@ -253,7 +253,8 @@ def _fi_commit(
 def build_gate(
     base: Path, n: int, key_file: Path, *, records: bool = True
 ) -> tuple[Path, str, dict[str, float]]:
-    """A bare repository whose `approved` holds `n` signed approvals; returns (path, trust root, timings)."""
+    """A bare repository whose `approved` holds `n` signed approvals; returns (path, trust root,
+    timings)."""
     timings = {}
     remote = base / f"gate-{n}.git"
     run("git", "init", "-q", "--bare", str(remote))
@@ -419,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-records",
         action="store_true",
-        help="leave mergegate/audit empty (by default it holds the records of every job having run)",
+        help="leave mergegate/audit empty "
+        "(by default it holds the records of every job having run)",
     )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.approvals.split(",") if n.strip()]
@@ -447,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 # every merge judged and approved, every record checked, or the figure means nothing
                 raise RuntimeError(
-                    f"verify approved {approvals} of {n} jobs; {report['records']} records; {report['violations'][:3]}"
+                    f"verify approved {approvals} of {n} jobs; {report['records']} records; "
+                    f"{report['violations'][:3]}"
                 )
             load.sample()
             verify_rows.append((n, median, fastest, timings))
@@ -469,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "",
             "In-process is `signatures.verify_signature` (de-armour, parse, match the policy key, "
-            "`cryptography` verify, lifetime); ssh-keygen is the former path (temporary allowed-signers "
+            "`cryptography` verify, lifetime); ssh-keygen is the former path (temporary "
+            "allowed-signers "
             "file, one `ssh-keygen -Y verify` process per signature).",
             "",
             "`mergegate verify` over N signed approvals (whole process, "

@@ -75,11 +75,13 @@ def render(result: dict[str, object], head: list[str]) -> list[str]:
     lines = [
         *head,
         "",
-        f"`python -m pytest -n auto` on {cores} cores (tests/conftest.py: 3 workers for 2 cores): {result['summary']}.",
+        f"`python -m pytest -n auto` on {cores} cores (tests/conftest.py: 3 workers for 2 cores): "
+        f"{result['summary']}.",
         "",
         "| wall | CPU (user + sys) | CPU / cores: the wall time's floor |",
         "|---:|---:|---:|",
-        f"| {float(result['wall']):.0f} s | {cpu:.0f} s ({float(result['user']):.0f} + {float(result['sys']):.0f}) "  # type: ignore[arg-type]
+        f"| {float(result['wall']):.0f} s | {cpu:.0f} s ({float(result['user']):.0f} + "  # type: ignore[arg-type]
+        f"{float(result['sys']):.0f}) "
         f"| {cpu / cores:.0f} s |",
         "",
         f"The {SLOWEST} slowest test phases (pytest `--durations`):",

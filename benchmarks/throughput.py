@@ -42,8 +42,10 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 
 def policy(public_key: str) -> bytes:
     return (
-        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: {json.dumps(public_key)}\n"
-        "approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n  - program: echo\n  - program: sleep\n"
+        f"version: 1\napprovers:\n  - name: {ALICE[0]}\n    email: {ALICE[1]}\n    key: "
+        f"{json.dumps(public_key)}\n"
+        "approvals_required: 1\nlimits:\n  max_timeout_seconds: 600\ncommands:\n  - program: "
+        "echo\n  - program: sleep\n"
     ).encode()
 
 
@@ -55,7 +57,8 @@ def gate(
     *,
     policy_for: Callable[[str], bytes] = policy,
 ) -> tuple[Path, str]:
-    """A remote whose approved is the policy (`policy_for(alice's public key)`), then one merge signed
+    """A remote whose approved is the policy (`policy_for(alice's public key)`), then one merge
+    signed
     by alice adding `jobs`; a runner clone."""
     remote, runner = base / f"{name}.git", base / f"{name}-runner"
     git(base, "init", "-q", "--bare", str(remote))
@@ -129,9 +132,11 @@ def check_once_each(found: list[dict[str, Any]], n: int) -> None:
 
 
 def flatness(found: list[dict[str, Any]]) -> float:
-    """The time the last 10% of jobs took to be claimed over the time the first 10% took (1.0: flat).
+    """The time the last 10% of jobs took to be claimed over the time the first 10% took (1.0:
+    flat).
 
-    Claims go in batches, so this spans whole batches: the first tenth includes the batch ramp-up."""
+    Claims go in batches, so this spans whole batches: the first tenth includes the batch
+    ramp-up."""
     times = sorted(
         datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp()
         for r in found
@@ -143,8 +148,10 @@ def flatness(found: list[dict[str, Any]]) -> float:
 
 
 def workspace_fs() -> str:
-    """Where the runner makes its jobs' workspaces (TMPDIR): the file system, and for ext4 whether it
-    has a journal. Without one, each new file or folder walks past the inodes freed in the last minute
+    """Where the runner makes its jobs' workspaces (TMPDIR): the file system, and for ext4 whether
+    it
+    has a journal. Without one, each new file or folder walks past the inodes freed in the last
+    minute
     or more (ext4's recently_deleted), so a figure depends on what was removed just before it."""
     where = os.path.realpath(tempfile.gettempdir())
     best = ("", "?", "?")
@@ -166,7 +173,8 @@ def workspace_fs() -> str:
         except OSError:
             return text
         text += (
-            ", without a journal: every new file or folder walks past the inodes freed in the last minute"
+            ", without a journal: every new file or folder walks past the inodes freed in the last "
+            "minute"
             if task == "<none>"
             else ", with a journal"
         )
@@ -183,7 +191,8 @@ def one_run(tmp: Path, key: Path, n: int, parallel: int, label: str) -> dict[str
     proc = subprocess.run(argv, cwd=runner, capture_output=True, text=True, env=dict(os.environ))
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # The runner and everything it waited for: its git processes, its spawner and the jobs the spawner reaped.
+    # The runner and everything it waited for: its git processes, its spawner and the jobs the
+    # spawner reaped.
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         try:
@@ -244,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                 "load": os.getloadavg()[0],
             }
             print(
-                f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job ({row['cpu_ms']:.1f} ms of CPU), "
+                f"--parallel {parallel}: {wall:.2f} s, {row['per_job_ms']:.1f} ms/job "
+                f"({row['cpu_ms']:.1f} ms of CPU), "
                 f"last/first {row['flat']:.2f}, "
                 f"{row['pushes']} audit commits, load {row['load']:.1f}",
                 flush=True,
@@ -254,18 +264,25 @@ def main(argv: list[str] | None = None) -> int:
             *header(command, load),
             f"- {compiled}",
             f"- Job workspaces (TMPDIR): {workspace_fs()} (see the notes).",
-            f"- Work: one signed merge adding {args.jobs} trivial jobs (`echo`), one `python -m mergegate run --once` "
-            "in a fresh runner clone (local bare remote), wall clock including interpreter start; every job exactly "
+            f"- Work: one signed merge adding {args.jobs} trivial jobs (`echo`), one `python -m "
+            "mergegate run --once` "
+            "in a fresh runner clone (local bare remote), wall clock including interpreter start; "
+            "every job exactly "
             "one `started` and one `finished` (checked).",
-            "- last/first: the time the last 10% of jobs took (from their `finished` records' times) over the time the first 10% took.",
-            "- CPU per job: user + system time of the runner and every process it waited for (git, its spawner "
+            "- last/first: the time the last 10% of jobs took (from their `finished` records' "
+            "times) over the time the first 10% took.",
+            "- CPU per job: user + system time of the runner and every process it waited for (git, "
+            "its spawner "
             "and the jobs), over the jobs; two CPUs can at best halve it in wall time.",
             "",
-            "| runner | wall | per job | CPU per job | last/first | audit commits | load avg (1 min) |",
+            "| runner | wall | per job | CPU per job | last/first | audit commits | load avg (1 "
+            "min) |",
             "|---|---:|---:|---:|---:|---:|---:|",
             *(
-                f"| {'sequential' if r['parallel'] == 1 else '--parallel ' + str(r['parallel'])} | {r['wall']:.2f} s | "
-                f"{r['per_job_ms']:.1f} ms | {r['cpu_ms']:.1f} ms | {r['flat']:.2f} | {r['pushes']} | {r['load']:.1f} |"
+                f"| {'sequential' if r['parallel'] == 1 else '--parallel ' + str(r['parallel'])} | "
+                f"{r['wall']:.2f} s | "
+                f"{r['per_job_ms']:.1f} ms | {r['cpu_ms']:.1f} ms | {r['flat']:.2f} | "
+                f"{r['pushes']} | {r['load']:.1f} |"
                 for r in rows
             ),
         ]

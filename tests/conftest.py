@@ -131,7 +131,8 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _git_template
     home = tmp_path / "home"
     home.mkdir()
     gitconfig = home / ".gitconfig"
-    # No automatic gc or maintenance: each is one more git process after every fetch, push and commit
+    # No automatic gc or maintenance: each is one more git process after every fetch, push and
+    # commit
     # (about a tenth of a test's processes), and packing is not what any test here checks.
     # The template (_git_template): no hook samples copied into every repository.
     # core.alternateRefsCommand: receive-pack checks a push's objects with `rev-list --not --all
@@ -140,7 +141,8 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _git_template
     # of the seven a push costs). `true` lists none: the same check, a far cheaper process. No
     # test uses real alternates.
     gitconfig.write_text(
-        f'[init]\n\tdefaultBranch = main\n\ttemplateDir = "{_git_template}"\n[advice]\n\tdetachedHead = false\n'
+        "[init]\n\tdefaultBranch = main\n\ttemplateDir = "
+        f'"{_git_template}"\n[advice]\n\tdetachedHead = false\n'
         "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n[receive]\n\tautogc = false\n"
         "[core]\n\talternateRefsCommand = true\n"
     )
@@ -169,7 +171,8 @@ def world(tmp_path: Path) -> World:
 
 @pytest.fixture
 def fake() -> Iterator[FakeGitHub]:
-    """A loopback GitHub API (127.0.0.1, an ephemeral port); tests feed it pull requests and faults."""
+    """A loopback GitHub API (127.0.0.1, an ephemeral port); tests feed it pull requests and
+    faults."""
     with FakeGitHub() as server:
         yield server
 

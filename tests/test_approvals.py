@@ -157,7 +157,8 @@ def test_openpgp_approval_counts(world: World, gpg_homes: list[Path]) -> None:
 def test_openpgp_revoked_key_does_not_count(world: World, gpg_homes: list[Path]) -> None:
     home, signer_home = gpg_homes
     dave = make_gpg_key(home, "dave", "dave@example.com")
-    # dave still holds the key unrevoked (as a thief of it would); the policy carries the revocation.
+    # dave still holds the key unrevoked (as a thief of it would); the policy carries the
+    # revocation.
     shutil.copytree(home, signer_home, dirs_exist_ok=True, ignore=shutil.ignore_patterns("S.*"))
     revoked = revoke_gpg_key(home, dave)
     home = signer_home
@@ -418,7 +419,8 @@ def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:
     world.signed_merge("p", world.bob)
     good = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
     assert good.code == 0, good.err
-    # An unsigned commit appending a record that chains correctly: only the signature rule can catch it
+    # An unsigned commit appending a record that chains correctly: only the signature rule can catch
+    # it
     # (a copied line would stop at the seq check instead, and the rule would be executed nowhere).
     _append_record(world, {"event": "rejected", "reason": "forged"})
     world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
@@ -573,15 +575,18 @@ def test_approve_merge_command(world: World) -> None:
 
 
 def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: World) -> None:
-    """Two approvals needed, none yet: bob's signed merge alone would be a final `rejected` record."""
+    """Two approvals needed, none yet: bob's signed merge alone would be a final `rejected`
+    record."""
     _two_person(world)
     world.propose("p", JOB, who=world.alice)
     world.signing_clone("bob-clone", world.bob)
     result = _refused_merge(world, "bob-clone")
     error, hint = result.err.splitlines()
     assert error.startswith(
-        "error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml "
-        "for good: not approved: 1 of 2 approvals: needs 2 approvals (approvals_required); counted: bob"
+        "error: refusing to merge origin/p: with your signature the runner would reject "
+        "jobs/j.yaml "
+        "for good: not approved: 1 of 2 approvals: needs 2 approvals (approvals_required); "
+        "counted: bob"
     )
     assert hint.startswith(
         "hint: a rejected revision is final: first the approval commits it lacks"
@@ -596,10 +601,13 @@ def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: W
 
 
 def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(world: World) -> None:
-    """carol approved the job and its script; alice then changed the script. bob's merge would give the
+    """carol approved the job and its script; alice then changed the script. bob's merge would give
+    the
     job its quorum (carol and bob) but leave the script with one (carol's vote is stale): the runner
-    rejects the job for good ('holds changes that no signed approval covers'). approve --merge refused
-    only jobs short of their own quorum, so it signed and pushed that merge; now it refuses, as check says."""
+    rejects the job for good ('holds changes that no signed approval covers'). approve --merge
+    refused
+    only jobs short of their own quorum, so it signed and pushed that merge; now it refuses, as
+    check says."""
     _two_person(world)
     world.propose(
         "p",
@@ -618,7 +626,8 @@ def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(wo
     world.signing_clone("bob-clone", world.bob)
     result = _refused_merge(world, "bob-clone")
     assert result.err.startswith(
-        "error: refusing to merge origin/p: with your signature the runner would reject jobs/j.yaml for "
+        "error: refusing to merge origin/p: with your signature the runner would reject "
+        "jobs/j.yaml for "
         "good: the tree at the merge holds changes that no signed approval covers: scripts/x.sh"
     ), result.err
     # Once carol approves the script as it is now, the same merge goes through and the job runs.
@@ -633,9 +642,12 @@ def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(wo
 def test_approve_merge_refuses_a_merge_that_would_leave_other_files_without_their_quorum(
     world: World,
 ) -> None:
-    """A policy change that also brings a script carol wrote: carol's approval counts for the policy (she
-    did not write it) but not for her own script, so bob's merge would adopt the policy and leave the
-    script without its two approvals, refusing every later job in the tree until a merge with them."""
+    """A policy change that also brings a script carol wrote: carol's approval counts for the policy
+    (she
+    did not write it) but not for her own script, so bob's merge would adopt the policy and leave
+    the
+    script without its two approvals, refusing every later job in the tree until a merge with
+    them."""
     approvers = [
         world.bob.approver_entry(),
         world.carol.approver_entry(),
@@ -664,7 +676,8 @@ def test_approve_merge_refuses_a_merge_that_would_leave_other_files_without_thei
     world.signing_clone("bob-clone", world.bob)
     result = _refused_merge(world, "bob-clone")
     assert result.err.startswith(
-        "error: refusing to merge origin/p: with your signature scripts/x.sh would be left without the "
+        "error: refusing to merge origin/p: with your signature scripts/x.sh would be left without "
+        "the "
         "approvals other files need"
     ), result.err
 
@@ -693,7 +706,8 @@ def test_approve_merge_refuses_a_policy_change_short_of_the_policy_quorum(world:
     world.signing_clone("bob-clone", world.bob)
     result = _refused_merge(world, "bob-clone")
     assert result.err.startswith(
-        "error: refusing to merge origin/p: its policy change would not be adopted with your signature: "
+        "error: refusing to merge origin/p: its policy change would not be adopted with your "
+        "signature: "
     )
 
 
@@ -918,8 +932,10 @@ def test_verify_judges_a_key_as_the_runner_did_after_it_expires(
 def test_verify_judges_a_commit_at_the_time_its_runner_judged_it_not_at_its_record_time(
     world: World,
 ) -> None:
-    """A pass judges every commit at its start and claims them one after another: a job claimed after
-    another's 2 s has its `started` record written after carol's key ran out (valid_before), though the
+    """A pass judges every commit at its start and claims them one after another: a job claimed
+    after
+    another's 2 s has its `started` record written after carol's key ran out (valid_before), though
+    the
     pass judged it before. verify must judge at the pass's time (`judged`), not at the record's."""
     import time
     from datetime import UTC, datetime, timedelta
@@ -1171,8 +1187,10 @@ def test_veto_command_stops_the_job(world: World) -> None:
 def test_a_veto_of_a_revision_that_already_started_says_it_stops_only_what_has_not(
     world: World,
 ) -> None:
-    """Found by the new-user walk-through: a veto of a job that had already run printed 'signed veto ...
-    pushed' and nothing else, as if it had stopped it. It is still pushed (it stops a later attempt),
+    """Found by the new-user walk-through: a veto of a job that had already run printed 'signed veto
+    ...
+    pushed' and nothing else, as if it had stopped it. It is still pushed (it stops a later
+    attempt),
     with a warning naming the `started` record; a veto before the start warns of nothing."""
     world.setup(
         policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE])
@@ -1186,7 +1204,8 @@ def test_a_veto_of_a_revision_that_already_started_says_it_stops_only_what_has_n
     assert late.code == 0, late.err
     assert "signed veto" in late.out
     assert (
-        f"warning: jobs/j.yaml at {started['blob'][:7]} already started (seq {started['seq']}, runner "
+        f"warning: jobs/j.yaml at {started['blob'][:7]} already started (seq {started['seq']}, "
+        "runner "
         f"{started['runner']}): a veto stops only what has not started" in late.err
     ), late.err
     world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
@@ -1245,7 +1264,8 @@ def test_key_file_swapped_by_an_unapproved_push_is_not_adopted_later(world: Worl
 
 
 def test_forged_record_time_cannot_revive_an_expired_key(world: World) -> None:
-    """Record times count only when runners sign the audit, and without runners no key may have a lifetime
+    """Record times count only when runners sign the audit, and without runners no key may have a
+    lifetime
     (issue 8, bypass 2): a forged, unsigned record time has nothing to revive."""
     old = make_ssh_key(world.tmp / "keys", "xold")
     approvers = [
@@ -1313,7 +1333,8 @@ def test_author_who_pushed_straight_to_approved_still_does_not_count(
     assert authored
     if runner_saw_it:
         world.run_once()
-    # ...then has someone outside the policy re-add the same bytes, and merges that with bob's approval.
+    # ...then has someone outside the policy re-add the same bytes, and merges that with bob's
+    # approval.
     eve = Person("eve", "eve@example.com", world.mallory.key)
     world.propose("back", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=eve)
     world.approval_commit(
@@ -1437,9 +1458,12 @@ def test_runner_with_a_key_the_policy_does_not_list_pushes_nothing(world: World)
 def test_a_runner_with_a_key_the_policy_does_not_list_refuses_with_nothing_to_run(
     world: World,
 ) -> None:
-    """Set up with the wrong ssh key (an approver's, or a passphrase-protected key of someone else), a
-    runner stops at its first pass, exit 2, naming the key, not only once a job gives it something to
-    record; the runner's own key, also behind a passphrase (its public half is in the clear), passes."""
+    """Set up with the wrong ssh key (an approver's, or a passphrase-protected key of someone else),
+    a
+    runner stops at its first pass, exit 2, naming the key, not only once a job gives it something
+    to
+    record; the runner's own key, also behind a passphrase (its public half is in the clear),
+    passes."""
     runner_key, other = (
         make_ssh_key(world.tmp / "keys", "runner"),
         make_ssh_key(world.tmp / "keys", "other"),
@@ -1462,7 +1486,8 @@ def test_a_runner_with_a_key_the_policy_does_not_list_refuses_with_nothing_to_ru
             ["ssh-keygen", "-lf", str(wrong)], capture_output=True, text=True, check=True
         ).stdout.split()[1]
         assert (
-            f"error: --signing-key does not make a signature the policy accepts from a runner: {wrong} is the key "
+            "error: --signing-key does not make a signature the policy accepts from a runner: "
+            f"{wrong} is the key "
             f"{fingerprint}, which policy/policy.yaml at " in result.err
         ), result.err
         assert re.search(r"at [0-9a-f]{7} does not list under runners\n", result.err), result.err
@@ -1587,7 +1612,8 @@ def test_merge_of_many_files_does_not_crash(world: World) -> None:
     assert result.code == 0, result.err
     world.propose("p", JOB, who=world.alice)
     world.signed_merge("p", world.bob)
-    # v1 was never approved and the reviewed diff started from it: the files stay unapproved (issue 8, bypass 6).
+    # v1 was never approved and the reviewed diff started from it: the files stay unapproved (issue
+    # 8, bypass 6).
     job = _only_job(world)
     assert job["status"] == "rejected" and "no signed approval covers: vendor/" in str(
         job["reason"]
@@ -1649,7 +1675,8 @@ def test_require_signed_proposals_covers_policy_files_and_scripts(world: World) 
 
 
 def test_check_says_each_vote_once_on_the_approvals_line(world: World) -> None:
-    """An approval short of the quorum: check listed 'counted: carol (...)' twice and began with 'not approved:'."""
+    """An approval short of the quorum: check listed 'counted: carol (...)' twice and began with
+    'not approved:'."""
     _two_person(world)
     world.propose("p", JOB, who=world.alice)
     _reviewer(world, "carol-clone", world.carol)
@@ -1661,5 +1688,6 @@ def test_check_says_each_vote_once_on_the_approvals_line(world: World) -> None:
     )
     assert approvals.count("counted: carol") == 1, approvals
     assert approvals.endswith(
-        "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
+        "; a signed merge, or a review on GitHub, by an approver who did not write it counts as "
+        "one more"
     )

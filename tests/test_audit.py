@@ -159,7 +159,8 @@ def test_the_unapproved_map_is_kept_by_reference_and_checked_on_reading(tmp_path
 def test_the_whole_log_is_streamed_one_file_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """audit verify never holds the whole log: records come file by file, each file's links checked first."""
+    """audit verify never holds the whole log: records come file by file, each file's links checked
+    first."""
     monkeypatch.setattr(audit, "RECORDS_PER_FILE", 2)
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
@@ -200,7 +201,8 @@ def test_the_whole_log_is_streamed_one_file_at_a_time(
 def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scanned(
     tmp_path: Path,
 ) -> None:
-    """In a fresh clone: few commits, whatever the history's length (audit verify checks them all)."""
+    """In a fresh clone: few commits, whatever the history's length (audit verify checks them
+    all)."""
     from mergegate.facts.audit_commits import unchecked
 
     repo = _repo(tmp_path)
@@ -282,7 +284,8 @@ def _canonical_file() -> bytes:
 
 
 def _resealed(lines: list[bytes], transform: object) -> bytes:
-    """Each line's value re-hashed correctly, then written by `transform` (value -> bytes, without newline)."""
+    """Each line's value re-hashed correctly, then written by `transform` (value -> bytes, without
+    newline)."""
     out = []
     for line in lines:
         value = json.loads(line)
@@ -292,7 +295,8 @@ def _resealed(lines: list[bytes], transform: object) -> bytes:
 
 
 def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_accepts() -> None:
-    """`_checked_fast` (audit verify's path for canonical files) against parse_file + check_links over
+    """`_checked_fast` (audit verify's path for canonical files) against parse_file + check_links
+    over
     a corpus: the canonical file, every single-byte change of it, and files written in other JSON
     spellings whose hashes are right for their content (the reference accepts those: the fast path
     must hand them over rather than refuse them)."""
@@ -358,7 +362,8 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
         audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None
     )  # the link to the file before
     assert audit._checked_fast(good, prev_seq=4, prev_hash="f" * 64) is None
-    # Other spellings with right hashes (the BOM and duplicate-key ones aside) the reference accepts:
+    # Other spellings with right hashes (the BOM and duplicate-key ones aside) the reference
+    # accepts:
     # the fast path hands them over, and iter_all reads them the reference way.
     accepted = [data for data in others if not isinstance(_slow(data, 4, "e" * 64), str)]
     assert len(accepted) >= 5 and all(
@@ -367,8 +372,10 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
 
 
 def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
-    """Lines written by `write` (value -> bytes, keys sorted) whose hash is that of their own body bytes:
-    what a forger would write. The reference (which re-encodes canonically) refuses any of them that is
+    """Lines written by `write` (value -> bytes, keys sorted) whose hash is that of their own body
+    bytes:
+    what a forger would write. The reference (which re-encodes canonically) refuses any of them that
+    is
     not canonical; so must the fast path."""
     import hashlib
 
@@ -380,10 +387,13 @@ def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
 
 
 def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() -> None:
-    """The orjson stage of `_checked_fast` (and the json stage after it) return values only for a file
-    whose every line is json.dumps-canonical, and then exactly json.loads' values: over the corpus of
+    """The orjson stage of `_checked_fast` (and the json stage after it) return values only for a
+    file
+    whose every line is json.dumps-canonical, and then exactly json.loads' values: over the corpus
+    of
     the test above plus lines orjson writes unlike json.dumps (small and huge floats, big integers),
-    hashed over their own bytes so that only the canonical test stands between them and acceptance."""
+    hashed over their own bytes so that only the canonical test stands between them and
+    acceptance."""
     orjson = pytest.importorskip("orjson")
     good = _canonical_file()
     assert (
@@ -450,7 +460,8 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
                 r.fields for r in reference
             ]
     assert reached >= 8  # the canonical traps (5.0, 0.25, integers, the string) go through orjson
-    # The forged small float in orjson's spelling: orjson alone would take it; the screen hands it to json, which refuses.
+    # The forged small float in orjson's spelling: orjson alone would take it; the screen hands it
+    # to json, which refuses.
     forged = _own_hashed([{**v, "trap": 1.5e-05} for v in base], sorted_orjson)
     assert b"0.000015" in forged and isinstance(_slow(forged, 4, "e" * 64), str)
     assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
@@ -502,7 +513,8 @@ def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it()
 
 
 def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
-    """`_holds_float_forms` sends a file to json's reading for any float orjson may spell unlike repr()
+    """`_holds_float_forms` sends a file to json's reading for any float orjson may spell unlike
+    repr()
     (the test above holds orjson to that), but not for text that merely holds `e-` (`one-time`)."""
     for spelled in (b"1e-7", b"-1.5e-07", b"1e+16", b"2.5E+300".lower(), b"0.000015", b"-0.00001"):
         assert audit._holds_float_forms(b'{"x":' + spelled + b"}") and audit._holds_float_forms(
@@ -515,7 +527,8 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
         b"0.000",
     ):
         assert not audit._holds_float_forms(text), text
-    # A canonical file whose text holds `e-` goes through orjson; a forged 1e-07 next to that text does not.
+    # A canonical file whose text holds `e-` goes through orjson; a forged 1e-07 next to that text
+    # does not.
     good = _canonical_file().replace(b"jobs/j.yaml", b"jobs/one-time.yaml")
     good = _resealed(
         good.splitlines(),
@@ -568,7 +581,8 @@ def _replaced(repo: Repo, tip: str, number: int, data: bytes) -> str:
 
 
 def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_hash: str) -> bytes:
-    """Log file `number`'s records sealed again after (after_seq, after_hash): right in itself, wrong as a link."""
+    """Log file `number`'s records sealed again after (after_seq, after_hash): right in itself,
+    wrong as a link."""
     data = repo.read_file(tip, f"audit/log-{number:06d}.jsonl")
     assert data is not None
     drafts = [
@@ -583,7 +597,8 @@ def _resealed_file(repo: Repo, tip: str, number: int, *, after_seq: int, after_h
 def _outcome(
     repo: Repo, tip: str, workers: int
 ) -> list[tuple[str, str, int, int | None, object]] | tuple[str, str, str | None, int | None]:
-    """What each file yields (and what audit verify keeps of the chain), or the error, with `workers` workers."""
+    """What each file yields (and what audit verify keeps of the chain), or the error, with
+    `workers` workers."""
     from mergegate.audit import chain as audit_chain
     from mergegate.operations import audit_verify as audit_check
 
@@ -603,8 +618,10 @@ def _outcome(
 def test_the_chain_checked_in_workers_is_the_chain_checked_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """check_chain in 2 or 3 forked workers yields what the serial reading yields (files, counts, first seqs,
-    the facts audit verify keeps), and proves canonical files in the workers (the reference reading, here,
+    """check_chain in 2 or 3 forked workers yields what the serial reading yields (files, counts,
+    first seqs,
+    the facts audit verify keeps), and proves canonical files in the workers (the reference reading,
+    here,
     is never needed for them)."""
     repo, tip = _many_files(tmp_path, monkeypatch)
     serial = _outcome(repo, tip, 1)
@@ -629,8 +646,10 @@ def test_the_chain_checked_in_workers_is_the_chain_checked_here(
 def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, tamper: str
 ) -> None:
-    """Files checked by different workers: a file right in itself but not linked to the one before (its prev
-    or its seq), an edited record, and a run finished twice across files are the same error, file and line,
+    """Files checked by different workers: a file right in itself but not linked to the one before
+    (its prev
+    or its seq), an edited record, and a run finished twice across files are the same error, file
+    and line,
     with 1, 2 or 3 workers."""
     repo, tip = _many_files(tmp_path, monkeypatch)
     before = audit.read_all(repo, tip)[2 * (number - 1) - 1]  # the last record of the file before
@@ -646,7 +665,8 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
         data = data.replace(b'"exit_code":0', b'"exit_code":1')
     if tamper != "two finished":
         bad = _replaced(repo, tip, number, data)
-    else:  # the file's `finished` record takes the run id of the file before's, in a log sealed again
+    # the file's `finished` record takes the run id of the file before's, in a log sealed again
+    else:
         drafts = [
             {k: v for k, v in r.fields.items() if k not in ("seq", "prev", "hash")}
             for r in audit.read_all(repo, tip)
@@ -697,7 +717,8 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
 def test_a_worker_that_dies_or_fails_fails_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    """A worker killed by a signal, raising, or exiting without answering for its files: never a pass, but an
+    """A worker killed by a signal, raising, or exiting without answering for its files: never a
+    pass, but an
     IntegrityError naming the first file not verified; no worker is left running."""
     import os
     import signal
@@ -742,8 +763,8 @@ def test_a_worker_that_dies_or_fails_fails_the_check(
         "exits": "stopped answering",
     }[how]
     assert (
-        f"audit/log-000007.jsonl and the files after it were not verified: the process checking them {words}"
-        in str(caught.value)
+        "audit/log-000007.jsonl and the files after it were not verified: the process checking "
+        f"them {words}" in str(caught.value)
     )
     assert len(forked) == 2
     for pid in forked:
@@ -773,8 +794,10 @@ def test_a_missing_log_blob_is_the_same_git_error_in_a_worker(
 def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only_when_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """audit verify starts the workers before its other checks (a rewritten branch, the trust root): when one
-    of those fails, closing the check ends its workers; an audit tree with a stray says so only when read."""
+    """audit verify starts the workers before its other checks (a rewritten branch, the trust root):
+    when one
+    of those fails, closing the check ends its workers; an audit tree with a stray says so only when
+    read."""
     import os
 
     from mergegate.audit import chain as audit_chain
@@ -812,8 +835,10 @@ def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only
 def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One `git cat-file --batch` serves every worker (in a pack a log file is a delta of the one before: one git
-    per worker would rebuild the others' files too), and the files go to whichever worker is free: while one
+    """One `git cat-file --batch` serves every worker (in a pack a log file is a delta of the one
+    before: one git
+    per worker would rebuild the others' files too), and the files go to whichever worker is free:
+    while one
     is held up on its first file, the other checks every other file."""
     import os
     import subprocess as sp
@@ -851,7 +876,8 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
 
 
 def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
-    """Repo.blob_feed, read in turn by two processes, gives each blob's bytes (one larger than a pipe, an empty
+    """Repo.blob_feed, read in turn by two processes, gives each blob's bytes (one larger than a
+    pipe, an empty
     one) as Repo.blobs does, and the same GitError for a missing object or a tree."""
     import os
 
@@ -887,8 +913,10 @@ def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
 
 
 def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path) -> None:
-    """The `cat-file --batch` that Repo.blobs and Repo.blob_feed read log files from caps git's cache of rebuilt
-    delta bases (git's default, 96 MiB, only cost fresh pages: a fifth of its CPU and 60 MiB at 100,000 records)."""
+    """The `cat-file --batch` that Repo.blobs and Repo.blob_feed read log files from caps git's
+    cache of rebuilt
+    delta bases (git's default, 96 MiB, only cost fresh pages: a fifth of its CPU and 60 MiB at
+    100,000 records)."""
     repo = _repo(tmp_path)
     for start in (repo._blob_batch, lambda: repo.blob_feed().proc):
         proc = start()
@@ -914,8 +942,10 @@ def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path
 
 
 def test_finished_runs_added_a_file_at_a_time_meet_the_first_problem_add_run_meets() -> None:
-    """FinishedTwice.add_runs (one update for a log file's run ids) says what add_run one by one says: nothing for
-    new, distinct ids; the first run finished twice, in order, within the file or with an earlier file."""
+    """FinishedTwice.add_runs (one update for a log file's run ids) says what add_run one by one
+    says: nothing for
+    new, distinct ids; the first run finished twice, in order, within the file or with an earlier
+    file."""
     from mergegate.operations.audit_verify import FinishedTwice
 
     def one_by_one(batches: list[list[tuple[str, int]]]) -> tuple[str | None, dict[str, int]]:

@@ -1,4 +1,5 @@
-"""Records live on mergegate/audit: the runner never writes approved, and the audit branch only grows."""
+"""Records live on mergegate/audit: the runner never writes approved, and the audit branch only
+grows."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def _append_record(world: World, fields: dict[str, object], *, where: str = "mal
 
 
 def test_git_pull_after_a_pass_is_a_fast_forward_and_the_next_job_runs(world: World) -> None:
-    """The sequence that broke 0.1: merge, run, a second merge on the local approved, git pull, push, run."""
+    """The sequence that broke 0.1: merge, run, a second merge on the local approved, git pull,
+    push, run."""
     _gate(world)
     bob = world.clone("bob")
     for key, value in (
@@ -145,7 +147,8 @@ def test_two_runners_creating_the_audit_branch_at_once_make_one_chain(world: Wor
     hook = world.remote / "hooks" / "pre-receive"
     hook.write_text(
         '#!/bin/sh\nwhile read old new ref; do case "$old $ref" in '
-        "0000000000000000000000000000000000000000\\ refs/heads/mergegate/audit) sleep 2;; esac; done; exit 0\n"
+        "0000000000000000000000000000000000000000\\ refs/heads/mergegate/audit) sleep 2;; esac; "
+        "done; exit 0\n"
     )
     hook.chmod(0o755)
     procs = [
@@ -179,7 +182,8 @@ def test_two_runners_creating_the_audit_branch_at_once_make_one_chain(world: Wor
 
 
 def test_a_runner_rebases_onto_records_another_runner_pushed_meanwhile(world: World) -> None:
-    """While runner a's job runs, runner b pushes records: a's push is refused, a fetches, checks b's commit, rebases."""
+    """While runner a's job runs, runner b pushes records: a's push is refused, a fetches, checks
+    b's commit, rebases."""
     _gate(world)
     other = world.clone("runner-b")
     nested = f"{sys.executable} -m mergegate run --once --runner-name b --repo {other}"
@@ -201,7 +205,8 @@ def test_a_runner_rebases_onto_records_another_runner_pushed_meanwhile(world: Wo
 
 
 def test_a_veto_merged_while_an_earlier_job_runs_stops_the_next_claim(world: World) -> None:
-    """Before each claim the runner looks at both branches again: a veto already on approved wins."""
+    """Before each claim the runner looks at both branches again: a veto already on approved
+    wins."""
     _gate(world)
     a2 = job_yaml("a2", ["echo", "two"])
     blob = subprocess.run(
@@ -292,7 +297,8 @@ def _evidence_misnamed(world: World) -> str:
     target = world.checkout_audit() / "audit/evidence" / ("0" * 64 + ".json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("{}\n")
-    # Appending a copy of a record line keeps the log an append (the shape rule), so the evidence rule decides.
+    # Appending a copy of a record line keeps the log an append (the shape rule), so the evidence
+    # rule decides.
     log = world.clone("mallory") / "audit/log-000001.jsonl"
     log.write_text(log.read_text() + log.read_text().splitlines(keepends=True)[-1])
     return world.commit_audit(message="evidence")
@@ -345,8 +351,10 @@ def test_tampering_with_the_audit_branch_stops_every_command(world: World, case:
 
 
 def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(world: World) -> None:
-    """audit verify proves most versions of a log file by hashing prefixes of the last one (audit_branch.Tips):
-    a version that edited records, or cut them and a later commit put them back, is no prefix, or is shorter
+    """audit verify proves most versions of a log file by hashing prefixes of the last one
+    (audit_branch.Tips):
+    a version that edited records, or cut them and a later commit put them back, is no prefix, or is
+    shorter
     than the version before it, and is read and named as before."""
     _gate(world)
     _run_job(world)
@@ -363,7 +371,8 @@ def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(wor
         and f"audit commit {edited[:12]} on mergegate/audit rewrites existing audit records"
         in result.err
     ), result.err
-    # A cut that the next commit restores: both versions are prefixes of the tip's file, the cut one shorter.
+    # A cut that the next commit restores: both versions are prefixes of the tip's file, the cut one
+    # shorter.
     world.git("mallory", "push", "-q", "-f", "origin", f"{edited}~1:refs/heads/mergegate/audit")
     log = world.checkout_audit() / "audit/log-000001.jsonl"
     log.write_text("".join(original.splitlines(keepends=True)[:2]))
@@ -379,8 +388,10 @@ def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(wor
 
 
 def test_a_file_number_skipped_and_filled_in_later_is_named(world: World) -> None:
-    """audit verify follows the file numbers commit by commit from the root (no tree listing per commit):
-    a commit adding log-000003.jsonl before log-000002.jsonl exists is named, though the tip is numbered 1..3."""
+    """audit verify follows the file numbers commit by commit from the root (no tree listing per
+    commit):
+    a commit adding log-000003.jsonl before log-000002.jsonl exists is named, though the tip is
+    numbered 1..3."""
     _gate(world)
     _run_job(world)
     clone = world.checkout_audit()
@@ -392,8 +403,8 @@ def test_a_file_number_skipped_and_filled_in_later_is_named(world: World) -> Non
     result = world.mg("audit", "verify")
     assert result.code == 3, result.out + result.err
     assert (
-        f"audit commit {skipped[:12]} on mergegate/audit audit log files are not numbered 1..2: audit/log-000003.jsonl"
-        in result.err
+        f"audit commit {skipped[:12]} on mergegate/audit audit log files are not numbered 1..2: "
+        "audit/log-000003.jsonl" in result.err
     ), result.err
 
 
@@ -404,7 +415,10 @@ def test_an_unsigned_audit_commit_is_tampering_when_runners_are_listed(world: Wo
     _run_job(world, "j", *signing)
     # A record well chained, with a valid trailer: only the signature is missing.
     bad = _append_record(world, {"event": "rejected", "path": "jobs/x.yaml", "reason": "forged"})
-    expected = f"audit commit {bad[:12]} on mergegate/audit is not signed by a runner in policy/policy.yaml"
+    expected = (
+        f"audit commit {bad[:12]} on mergegate/audit is not signed by a runner in "
+        "policy/policy.yaml"
+    )
     world.propose("k", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
     world.signed_merge("k")
     for args, where in (
@@ -426,7 +440,8 @@ def test_a_force_push_of_the_audit_branch_is_seen_by_a_clone_that_saw_the_old_ti
     _run_job(world, "j")
     _run_job(world, "k")
     assert world.mg("verify", where="auditor").code == 0
-    # Rewind the audit branch by one pass: k's records are gone, and so would be the reason not to run it again.
+    # Rewind the audit branch by one pass: k's records are gone, and so would be the reason not to
+    # run it again.
     tip = world.audit_tip()
     older = world.git("admin", "rev-parse", f"{tip}~2")
     world.git("admin", "push", "-q", "-f", "origin", f"{older}:refs/heads/mergegate/audit")
@@ -460,8 +475,8 @@ def test_changing_an_evidence_file_is_tampering(world: World) -> None:
     result = world.run_once()
     assert result.code == 3
     assert (
-        f"audit commit {bad[:12]} on mergegate/audit changes evidence file audit/evidence/{evidence.name}"
-        in result.err
+        f"audit commit {bad[:12]} on mergegate/audit changes evidence file "
+        f"audit/evidence/{evidence.name}" in result.err
     )
 
 
@@ -512,7 +527,8 @@ def test_no_fetch_and_a_repository_without_remote_keep_working(world: World) -> 
     stale = world.run_once("--no-fetch")
     assert stale.code == 0 and stale.json()["jobs"] == []
     assert world.mg("status", "--no-fetch").code == 0
-    # A bare copy without any remote: both branches are local, the runner appends to mergegate/audit.
+    # A bare copy without any remote: both branches are local, the runner appends to
+    # mergegate/audit.
     local = world.tmp / "local.git"
     subprocess.run(["git", "clone", "-q", "--mirror", str(world.remote), str(local)], check=True)
     subprocess.run(["git", "-C", str(local), "remote", "remove", "origin"], check=True)
@@ -587,7 +603,8 @@ def test_a_gate_with_records_on_approved_gets_a_one_line_error(world: World) -> 
 def test_audit_files_on_approved_are_ordinary_content_once_the_audit_branch_exists(
     world: World,
 ) -> None:
-    """No push to approved can stop the runner: a file named like a log is just a file (unapproved until merged)."""
+    """No push to approved can stop the runner: a file named like a log is just a file (unapproved
+    until merged)."""
     _gate(world)
     _run_job(world, "j")
     approver = world.checkout_approved("approver")
@@ -625,11 +642,13 @@ def test_audit_files_on_approved_are_ordinary_content_once_the_audit_branch_exis
 
 
 def _unsigned_push(world: World, count: int) -> str:
-    """An unsigned commit on approved adding `count` files, built with fast-import (no working-tree files)."""
+    """An unsigned commit on approved adding `count` files, built with fast-import (no working-tree
+    files)."""
     clone = world.checkout_approved("pusher")
     tip = world.git(clone, "rev-parse", "HEAD")
     stream = [
-        f"commit refs/heads/approved\ncommitter mallory <mallory@example.com> 1700000000 +0000\ndata 4\nbulk\nfrom {tip}\n"
+        "commit refs/heads/approved\ncommitter mallory <mallory@example.com> 1700000000 "
+        f"+0000\ndata 4\nbulk\nfrom {tip}\n"
     ]
     stream += [
         f"M 100644 inline vendor/file-{i}.txt\ndata {len(str(i)) + 1}\n{i}\n" for i in range(count)
@@ -665,7 +684,8 @@ def test_a_pass_after_an_unsigned_5000_file_push_writes_a_small_scanned_record(
         "admin", "ls-tree", "--name-only", "origin/mergegate/audit", "audit/evidence/"
     ).splitlines()
     assert evidence == [f"audit/evidence/{scanned['unapproved_file']}.json"]
-    # The next pass resumes from the map by reference: the new job is still blocked by the 5,000 files.
+    # The next pass resumes from the map by reference: the new job is still blocked by the 5,000
+    # files.
     world.propose(
         "k", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice, base="origin/approved"
     )
@@ -724,8 +744,10 @@ def test_a_branch_under_the_audit_name_is_named_in_the_error(world: World) -> No
 def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_bad_link(
     world: World,
 ) -> None:
-    """With enough log files `audit verify` checks them in forked workers (audit_chain): the output is the
-    same, and a file right in itself but not linked to the one before (another worker's) is named as before."""
+    """With enough log files `audit verify` checks them in forked workers (audit_chain): the output
+    is the
+    same, and a file right in itself but not linked to the one before (another worker's) is named as
+    before."""
     from mergegate.audit import chain as audit_chain
 
     _gate(world)
@@ -760,8 +782,10 @@ def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_
     result = world.mg("audit", "verify", "--json")
     assert result.code == 0, result.err
     assert (result.json()["records"], result.json()["files"]) == (len(records) + count - 1, count)
-    # Instead (a fresh clone, as the log was never pushed otherwise), log-000007 sealed after a record that is
-    # not log-000006's, and the files after it chained on: each file right in itself, one broken link.
+    # Instead (a fresh clone, as the log was never pushed otherwise), log-000007 sealed after a
+    # record that is
+    # not log-000006's, and the files after it chained on: each file right in itself, one broken
+    # link.
     many = world.git("mallory", "rev-parse", "HEAD")
     world.git("mallory", "reset", "-q", "--hard", "HEAD~1")
     for number in range(2, 7):
@@ -794,8 +818,10 @@ def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_
 def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewed_map(
     world: World,
 ) -> None:
-    """A `scanned` record's `reviewed` map names evidence files without the word "evidence" anywhere in its line:
-    `audit verify` checks them too (as a pass's grep for '"evidence"' or '"reviewed"' finds them), so one that is
+    """A `scanned` record's `reviewed` map names evidence files without the word "evidence" anywhere
+    in its line:
+    `audit verify` checks them too (as a pass's grep for '"evidence"' or '"reviewed"' finds them),
+    so one that is
     not on the branch is an integrity error, not a pass."""
     _gate(world)
     _run_job(world)
@@ -834,7 +860,8 @@ def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewe
 def test_audit_verify_of_a_missing_approved_branch_says_so_though_the_workers_had_started(
     world: World,
 ) -> None:
-    """The workers start on the log before approved's tip is read: an approved branch that does not exist (read
+    """The workers start on the log before approved's tip is read: an approved branch that does not
+    exist (read
     as it is, --no-fetch) is still the one-line error it always was, exit 2."""
     from mergegate.audit import chain as audit_chain
 
@@ -880,9 +907,12 @@ def _imported(result_err: str) -> set[str]:
 
 
 def test_audit_verify_imports_the_judge_only_for_a_commit_check_that_needs_it(world: World) -> None:
-    """`audit verify` makes the commit checks' Assessor (and imports the judge, approvals, GitHub's evidence
-    reading and planning) only when a check asks for it (issue 12: start-up counts). A gate whose policy lists
-    no runners and names no evidence passes without them; one that lists runners imports them to check the
+    """`audit verify` makes the commit checks' Assessor (and imports the judge, approvals, GitHub's
+    evidence
+    reading and planning) only when a check asks for it (issue 12: start-up counts). A gate whose
+    policy lists
+    no runners and names no evidence passes without them; one that lists runners imports them to
+    check the
     signature, accepts the signed commits and still refuses an unsigned one."""
     judge = {
         "mergegate.rules.judge",

@@ -543,8 +543,10 @@ def test_check_exits_2_for_a_deleted_policy(world: World) -> None:
 
 
 def test_policy_change_that_adds_a_key_lifetime_without_runners_is_rejected(world: World) -> None:
-    """Without runner-signed records, a fresh clone judges past changes at today's time: once the keys that
-    adopted a change expired, the removed keys would come back. Lifetimes therefore need `runners`."""
+    """Without runner-signed records, a fresh clone judges past changes at today's time: once the
+    keys that
+    adopted a change expired, the removed keys would come back. Lifetimes therefore need
+    `runners`."""
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
     world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
     bob = world.bob.approver_entry()
@@ -670,7 +672,8 @@ def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
     merge = world.signed_merge("p", world.bob)
     assert _jobs(world)["jobs/j.yaml"]["status"] == "vetoed"
     assert world.mg("verify").code == 0
-    # A well-chained `started` record for the vetoed revision, as a runner that ignored the veto would write.
+    # A well-chained `started` record for the vetoed revision, as a runner that ignored the veto
+    # would write.
     records = world.records()
     fake = {
         "event": "started",
@@ -694,7 +697,8 @@ def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
 
 
 def _forge_started(world: World, *, path: str, blob: str, commit: str, judged: str) -> None:
-    """A well-chained `started` record in an audit commit saying its runner judged approved at `judged`."""
+    """A well-chained `started` record in an audit commit saying its runner judged approved at
+    `judged`."""
     import json
 
     from mergegate.audit.log import record_hash
@@ -752,7 +756,8 @@ def _veto_after_merge(world: World) -> tuple[str, str, str]:
 
 def test_verify_reports_a_job_started_after_a_veto_its_runner_had_seen(world: World) -> None:
     blob, merge, veto = _veto_after_merge(world)
-    # The runner says it judged approved at the veto's commit, and still claimed the vetoed revision.
+    # The runner says it judged approved at the veto's commit, and still claimed the vetoed
+    # revision.
     _forge_started(world, path="jobs/j.yaml", blob=blob, commit=merge, judged=veto)
     result = world.mg("verify")
     assert result.code == 3
@@ -763,7 +768,8 @@ def test_verify_reports_a_job_started_after_a_veto_its_runner_had_seen(world: Wo
 
 def test_verify_accepts_a_start_that_raced_a_later_veto(world: World) -> None:
     blob, merge, _ = _veto_after_merge(world)
-    # Judged at the merge, before the veto landed: a race the runner cannot lose more narrowly than this.
+    # Judged at the merge, before the veto landed: a race the runner cannot lose more narrowly than
+    # this.
     _forge_started(world, path="jobs/j.yaml", blob=blob, commit=merge, judged=merge)
     result = world.mg("verify")
     assert result.code == 0, result.err

@@ -51,7 +51,8 @@ def test_denied_and_invalid_jobs_are_annotated_at_their_line(
     assert "### mergegate check: not allowed" in summary
     row = next(line for line in summary.splitlines() if line.startswith("| ok |"))
     assert "| echo hi | allowed |" in row and "| bob |" in row and "alice, carol" in row
-    # The approvals it still needs say that bob's review counts at the merge (not "no approvals" alone).
+    # The approvals it still needs say that bob's review counts at the merge (not "no approvals"
+    # alone).
     assert (
         "the reviews on this head (bob) count too once it is merged with a merge commit or squash"
         in row

@@ -238,15 +238,18 @@ def test_repository_without_remote_uses_the_local_branch(world: World) -> None:
 
 
 def test_approved_moving_during_a_pass_is_left_alone(world: World) -> None:
-    """While the job runs, someone else pushes to approved: the records go to the audit branch, approved is theirs."""
+    """While the job runs, someone else pushes to approved: the records go to the audit branch,
+    approved is theirs."""
     world.setup(
         policy_yaml([world.bob.approver_entry()], [{"program": "sh", "args_prefix": ["-c"]}])
     )
     other = world.clone("other")
     world.git(other, "checkout", "-q", "-B", "work", "origin/main")
     move = (
-        f"git -C {other} -c user.name=carol -c user.email=carol@example.com pull -q --no-rebase origin approved"
-        f" && git -C {other} -c user.name=carol -c user.email=carol@example.com commit -q --allow-empty -m moved"
+        f"git -C {other} -c user.name=carol -c user.email=carol@example.com pull -q --no-rebase "
+        "origin approved"
+        f" && git -C {other} -c user.name=carol -c user.email=carol@example.com commit -q "
+        "--allow-empty -m moved"
         f" && git -C {other} push -q origin HEAD:approved"
     )
     world.propose(
@@ -306,7 +309,8 @@ def test_bad_policy_is_a_one_line_error_with_line(world: World) -> None:
     assert result.code == 2
     assert (
         result.err.splitlines()[0]
-        == "error: field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program (policy/policy.yaml:5)"
+        == "error: field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, "
+        "network, program (policy/policy.yaml:5)"
     )
 
 
@@ -433,8 +437,10 @@ def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> No
 
 
 def test_the_command_line_freezes_what_is_alive_before_the_process_exits() -> None:
-    """`mergegate` (cli.entry) freezes the objects still alive once the command is done, so Python's exit does not
-    walk them all once more for cycles that die with the process (20 to 35 ms of CPU after `audit verify`), and
+    """`mergegate` (cli.entry) freezes the objects still alive once the command is done, so Python's
+    exit does not
+    walk them all once more for cycles that die with the process (20 to 35 ms of CPU after `audit
+    verify`), and
     exits with the command's code."""
     script = (
         "import atexit, gc, sys\n"

@@ -63,7 +63,8 @@ def test_json_errors_are_json_on_stdout_with_the_same_exit_code(world: World) ->
     assert result.err.startswith("error: field 'commands.0.args': unknown key 'args'")
     data = result.json()
     assert data == {
-        "error": "field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, program",
+        "error": "field 'commands.0.args': unknown key 'args'; allowed keys: args_prefix, network, "
+        "program",
         "file": "policy/policy.yaml",
         "line": 5,
         "hint": "every policy key is in docs/policy.md",
@@ -210,10 +211,11 @@ def test_a_gate_without_a_policy_gets_hints_that_lead_somewhere(world: World) ->
     run = world.mg("run", "--once")
     assert run.code == 2
     assert (
-        "hint: if approved has no policy yet: git switch approved && mergegate init, then git push origin approved"
-        in run.err
+        "hint: if approved has no policy yet: git switch approved && mergegate init, then git push "
+        "origin approved" in run.err
     )
-    # init, where approved is not checked out, says exactly how; it no longer sends the person to status.
+    # init, where approved is not checked out, says exactly how; it no longer sends the person to
+    # status.
     elsewhere = world.mg("init", "--key", world.bob.key.public_line, where="admin")
     assert elsewhere.code == 2 and "has no policy/policy.yaml yet" in elsewhere.err
     assert (

@@ -1,9 +1,13 @@
-"""Who may say when a commit was judged (key lifetimes are judged at that time): only a record appended by
-an audit commit that a runner of the policy in force *before* that commit signed (review redteam7a, F1, F2).
+"""Who may say when a commit was judged (key lifetimes are judged at that time): only a record
+appended by
+an audit commit that a runner of the policy in force *before* that commit signed (review redteam7a,
+F1, F2).
 
 A policy change's own runner keys never date it: else someone who can push both branches, holding an
-approver key whose life has ended (or not begun), merges a change signed with it that lists a runner key of
-theirs, and dates it inside the key's life in an audit commit signed with that key. And the runner and
+approver key whose life has ended (or not begun), merges a change signed with it that lists a runner
+key of
+theirs, and dates it inside the key's life in an audit commit signed with that key. And the runner
+and
 verify take the same record: the first in chain order, not the earliest time.
 """
 
@@ -21,7 +25,10 @@ import pytest
 from mergegate.audit.log import record_hash
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
-UNVOUCHED = "which no runner of the policy in force before it signed: that record cannot say when the commit was judged"
+UNVOUCHED = (
+    "which no runner of the policy in force before it signed: that record cannot say when "
+    "the commit was judged"
+)
 
 
 def _stamp(when: datetime) -> str:
@@ -55,7 +62,8 @@ def test_a_forged_first_record_does_not_adopt_an_expired_policy_change(
     world.signed_merge("j", world.bob)
     assert world.run_once().code == 0
     honest = world.events("scanned")[-1]
-    # carol, whose key ran out yesterday, merges a policy change signed with it (trusting her key for good,
+    # carol, whose key ran out yesterday, merges a policy change signed with it (trusting her key
+    # for good,
     # allowing sh, listing one more runner key: mallory's, which carol holds) ...
     evil = policy_yaml(
         [world.bob.approver_entry(), world.carol.approver_entry()],
@@ -64,8 +72,10 @@ def test_a_forged_first_record_does_not_adopt_an_expired_policy_change(
     )
     world.propose("evil", {"policy/policy.yaml": evil}, who=world.alice)
     change = world.signed_merge("evil", world.carol)
-    # ... and before any runner's pass, appends two records dated before her key ran out, in an audit commit
-    # that says it judged approved at the change and is signed with mallory's key (a runner in the change).
+    # ... and before any runner's pass, appends two records dated before her key ran out, in an
+    # audit commit
+    # that says it judged approved at the change and is signed with mallory's key (a runner in the
+    # change).
     early = _stamp(datetime.now(UTC) + timedelta(days=forged_days))  # inside carol's lifetime
     records = world.records()
     forged = [
@@ -143,7 +153,8 @@ def test_a_forged_first_record_does_not_adopt_an_expired_policy_change(
 
 
 def _forge(world: World, fields: dict[str, object], *, sign: object) -> str:
-    """Append one well-chained record as someone who can push mergegate/audit, signed with `sign`."""
+    """Append one well-chained record as someone who can push mergegate/audit, signed with
+    `sign`."""
     records = world.records()
     record = {
         "job": None,
@@ -179,7 +190,8 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
             policy_approvals_required=1,
         )
     )
-    # carol (whose key ran out yesterday) merges a policy change she signs with it: it trusts her key for
+    # carol (whose key ran out yesterday) merges a policy change she signs with it: it trusts her
+    # key for
     # good, allows sh, and lists one more runner key (mallory's, which carol holds).
     evil = policy_yaml(
         [world.bob.approver_entry(), world.carol.approver_entry()],
@@ -197,8 +209,10 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
 
 
 def _forge_adoption_and_pwn(world: World, change: str, times: dict[str, str]) -> None:
-    """One forged `policy` record saying the change was adopted (with `times`), in an audit commit signed by
-    the runner key the *change itself* lists; then carol's sh job, which only the change would allow."""
+    """One forged `policy` record saying the change was adopted (with `times`), in an audit commit
+    signed by
+    the runner key the *change itself* lists; then carol's sh job, which only the change would
+    allow."""
     _forge(
         world,
         {
@@ -218,7 +232,8 @@ def _forge_adoption_and_pwn(world: World, change: str, times: dict[str, str]) ->
 
 
 def _fresh_runner_refuses(world: World) -> None:
-    """A runner that did not walk the change itself (a fresh clone, as every GitHub Actions run is)."""
+    """A runner that did not walk the change itself (a fresh clone, as every GitHub Actions run
+    is)."""
     fresh = world.mg(
         "run", "--once", "--json", *world.runner_args, "--runner-name", "fresh", where="fresh"
     )
@@ -226,7 +241,8 @@ def _fresh_runner_refuses(world: World) -> None:
         r for r in world.records() if r["event"] == "started" and r.get("path") == "jobs/pwn.yaml"
     ]
     assert ran == [], (
-        f"the forged record revived carol's expired policy change: pwn ran\n{fresh.out}\n{fresh.err}"
+        "the forged record revived carol's expired policy change: pwn "
+        f"ran\n{fresh.out}\n{fresh.err}"
     )
     assert fresh.code == 3, fresh.out + fresh.err
 
@@ -244,7 +260,8 @@ def test_a_forged_early_judged_does_not_revive_an_expired_policy_change_on_a_fre
 
 
 def test_control_the_honest_runner_and_verify_refuse_the_forgery(world: World) -> None:
-    """The same forgery against the runner that walked the change (its judged.json wins) and verify."""
+    """The same forgery against the runner that walked the change (its judged.json wins) and
+    verify."""
     change, _ = _expired_carol_gate(world)
     early = datetime.now(UTC) - timedelta(days=2)
     _forge_adoption_and_pwn(
@@ -352,14 +369,16 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
     )
     ran = [r for r in world.records() if r["event"] == "started" and r["path"] == "jobs/s.yaml"]
     verify = world.mg("verify", where="auditor")
-    # Both take the first record of the change in the chain (rejected, judged after the key ran out), not the
+    # Both take the first record of the change in the chain (rejected, judged after the key ran
+    # out), not the
     # earliest time: the fresh runner refuses s, and verify agrees with everything every runner did.
     assert ran == [], (
         f"fresh ran s ({fresh.code}); verify says:\n{verify.out[-1200:]}{verify.err[-600:]}"
     )
     assert fresh.code == 1 and "denied" in fresh.out, fresh.out + fresh.err
     assert verify.code == 0, verify.out[-1200:] + verify.err[-600:]
-    # And "slow", which judged the change adopted first (its own memory says so) but recorded it second,
+    # And "slow", which judged the change adopted first (its own memory says so) but recorded it
+    # second,
     # now judges as the chain says too: another job only the change allows is refused there as well.
     hook.unlink()
     world.propose("s2", {"jobs/s2.yaml": job_yaml("s2", ["sh", "-c", "echo s2"])}, who=world.alice)
@@ -380,8 +399,10 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
 
 
 def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: World) -> None:
-    """A veto a pass walked while its signer's key was valid is judged as that pass judged it (the policy
-    before it, at the time its first record says), as verify judges it: it does not lapse with the key
+    """A veto a pass walked while its signer's key was valid is judged as that pass judged it (the
+    policy
+    before it, at the time its first record says), as verify judges it: it does not lapse with the
+    key
     (review redteam7a, F3: the runner judged every veto again at the clock now and ran the job)."""
     runners = world.signing_runner()
     until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
@@ -419,7 +440,8 @@ def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: 
     (scanned,) = world.events("scanned")
     if datetime.fromisoformat(scanned["judged"].replace("Z", "+00:00")) >= until:
         pytest.skip(
-            "the pass judged the veto only after carol's key ran out (a machine this loaded cannot reach the rule)"
+            "the pass judged the veto only after carol's key ran out (a machine this loaded cannot "
+            "reach the rule)"
         )
     time.sleep(
         max(0.0, (until - datetime.now(UTC)).total_seconds()) + 1

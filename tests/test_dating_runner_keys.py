@@ -1,12 +1,20 @@
-"""review redteam7b G1: a runner key's lifetime must not undo an adopted policy change on fresh runners.
+"""review redteam7b G1: a runner key's lifetime must not undo an adopted policy change on fresh
+runners.
 
-`audit.first_vouched` (and verify's `_unvouched_dates`) check the audit commit that dates a policy change
-with an Assessor at the clock *now*. Runner keys may carry `valid_before` (docs/threat-model.md: "Set
-valid_before on keys ahead of time"). Once the runner key that signed the pass judging a change has run
-out, its records vouch for nothing: a fresh runner (every GitHub Actions run) judges the change at the
-clock now. If the change's approver key has run out too, the change is rejected, and the policy before it
-is back: the threat-model row "key lifetimes undoing an adopted policy", reopened. Here the change took
-`sh` away; after both keys end, a fresh runner runs an `sh` job. (Before 9a7e5e1 the change was dated by
+`audit.first_vouched` (and verify's `_unvouched_dates`) check the audit commit that dates a policy
+change
+with an Assessor at the clock *now*. Runner keys may carry `valid_before` (docs/threat-model.md:
+"Set
+valid_before on keys ahead of time"). Once the runner key that signed the pass judging a change has
+run
+out, its records vouch for nothing: a fresh runner (every GitHub Actions run) judges the change at
+the
+clock now. If the change's approver key has run out too, the change is rejected, and the policy
+before it
+is back: the threat-model row "key lifetimes undoing an adopted policy", reopened. Here the change
+took
+`sh` away; after both keys end, a fresh runner runs an `sh` job. (Before 9a7e5e1 the change was
+dated by
 its first record whoever signed it, and the job was rejected.)
 Secure outcome: the job is rejected, as by the runner that walked the change.
 """
@@ -35,7 +43,8 @@ def test_a_runner_keys_end_does_not_undo_a_policy_change_it_dated(world: World) 
         "email": world.bob.email,
         "keys": [{"key": world.bob.key.public_line, "valid_before": stamp}],
     }
-    # Runner keys rotated ahead of time, as docs/policy.md says: ci (ending at `until`) and its successor ci2.
+    # Runner keys rotated ahead of time, as docs/policy.md says: ci (ending at `until`) and its
+    # successor ci2.
     runners = [
         {"name": "ci", "keys": [{"key": ci.public_line, "valid_before": stamp}]},
         {"name": "ci2", "key": ci2.public_line},
@@ -45,7 +54,8 @@ def test_a_runner_keys_end_does_not_undo_a_policy_change_it_dated(world: World) 
         policy_yaml(approvers, [ECHO_RULE, SH], runners=runners, policy_approvals_required=1)
     )
     assert world.run_once().code == 0  # signed with ci
-    # bob (key valid until `until`) merges a change that takes sh away; a pass signed with ci adopts it.
+    # bob (key valid until `until`) merges a change that takes sh away; a pass signed with ci adopts
+    # it.
     world.propose(
         "tighten",
         {

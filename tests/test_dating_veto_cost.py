@@ -1,9 +1,12 @@
 """review redteam7b G2: unsigned "veto" commits must not make every pass search the audit branch.
 
-A writer of approved pushes empty commits carrying a `Mergegate-Veto:` trailer, signed by nobody. Such a
-commit can never be a veto, at any time, by any policy. Since ba928b9 the runner judges each one again
+A writer of approved pushes empty commits carrying a `Mergegate-Veto:` trailer, signed by nobody.
+Such a
+commit can never be a veto, at any time, by any policy. Since ba928b9 the runner judges each one
+again
 through `_WalkedView.vetoes` -> `audit.first_covering`: a `git grep` over every log file for every
-`scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search of ls-tree + blob
+`scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search of ls-tree +
+blob
 reads), two more greps and an ssh-keygen per veto commit, on every pass that decides a job.
 The secure outcome: what a pass costs does not grow with the number of such commits.
 Real git (a shim on PATH that logs each call and execs the real git), real keys.
@@ -39,7 +42,8 @@ def _calls(log: Path) -> list[str]:
 
 
 def _logged_pass(world: World, name: str, env: dict[str, str], log: Path) -> list[str]:
-    """Merge job `name`, then one runner pass as a process: the git calls it made (it must succeed)."""
+    """Merge job `name`, then one runner pass as a process: the git calls it made (it must
+    succeed)."""
     world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
     world.signed_merge(name, world.bob)
     _calls(log)
@@ -79,10 +83,12 @@ def test_unsigned_veto_commits_do_not_make_each_pass_grep_the_audit(
         )
     world.git("approver", "push", "-q", "origin", "approved")
     after = _logged_pass(world, "c", env, log)
-    # The next pass, once a `scanned` record covers the junk: each one now also costs an Appenders search.
+    # The next pass, once a `scanned` record covers the junk: each one now also costs an Appenders
+    # search.
     later = _logged_pass(world, "d", env, log)
     print(
-        f"git calls per pass: baseline {len(baseline)}, junk walked {len(after)}, junk covered {len(later)}"
+        f"git calls per pass: baseline {len(baseline)}, junk walked {len(after)}, junk covered "
+        f"{len(later)}"
     )
     greps = [c for c in after + later if " grep " in f" {c} "]
     base_greps = [c for c in baseline if " grep " in f" {c} "]

@@ -12,7 +12,8 @@ def test_demo_runs_the_whole_flow_and_leaves_git_config_alone(tmp_path: Path) ->
     home = Path(os.environ["HOME"])
     config = Path(os.environ["GIT_CONFIG_GLOBAL"])
     config.write_text(
-        "[user]\n\tname = Someone Real\n\temail = real@example.com\n[init]\n\tdefaultBranch = main\n"
+        "[user]\n\tname = Someone Real\n\temail = real@example.com\n[init]\n\tdefaultBranch = "
+        "main\n"
     )
     before = config.read_bytes()
     target = tmp_path / "gate"
@@ -38,7 +39,8 @@ def test_demo_runs_the_whole_flow_and_leaves_git_config_alone(tmp_path: Path) ->
     assert "succeeded  hello" in out
     assert "ok: " in out.split("runner$ mergegate verify")[1]
     assert "\x1b[" not in out  # piped: no colour
-    # The closing line's command runs as printed (here `python -m mergegate`: no mergegate script ran).
+    # The closing line's command runs as printed (here `python -m mergegate`: no mergegate script
+    # ran).
     (look,) = [line for line in out.splitlines() if line.startswith("look around: ")]
     shown = look.removeprefix("look around: ").split("; remove it")[0]
     assert shown == f"cd {target / 'runner'} && {sys.executable} -m mergegate audit log", look

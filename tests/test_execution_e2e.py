@@ -108,7 +108,8 @@ def test_cwd_symlink_out_of_the_export_is_denied_before_start(world: World) -> N
     result = world.run_once()
     (job,) = result.json()["jobs"]
     assert job["status"] == "rejected"
-    # The judge refuses it already (issue 8, bypass 9); the executor's own check stays as a second line.
+    # The judge refuses it already (issue 8, bypass 9); the executor's own check stays as a second
+    # line.
     assert "holds a symlink out -> /tmp, which points outside the workspace" in str(job["reason"])
     assert world.events("started") == []
 
@@ -312,9 +313,12 @@ def test_multi_line_secret_is_redacted_line_by_line(world: World) -> None:
 
 @pytest.fixture
 def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """HOME in a fresh folder the sandbox would not hide but for the runner-home rule (runner._private_paths):
-    not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home, /root,
-    /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide anyway."""
+    """HOME in a fresh folder the sandbox would not hide but for the runner-home rule
+    (runner._private_paths):
+    not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home,
+    /root,
+    /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide
+    anyway."""
     from mergegate.execution.executor import SANDBOX_HIDDEN
 
     hidden = [
@@ -333,7 +337,8 @@ def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
                 shutil.rmtree(home, ignore_errors=True)
             return
     pytest.skip(
-        "no writable folder outside what the sandbox hides for every job: the rule would not be reached"
+        "no writable folder outside what the sandbox hides for every job: the rule would not be "
+        "reached"
     )
 
 
@@ -343,7 +348,10 @@ def test_sandbox_hides_run_and_the_runner_home(world: World, outside_home: Path)
     home = Path(os.environ["HOME"])
     assert home == outside_home
     (home / "secret-key").write_text("PRIVATE\n")
-    script = f"ls -A /run | wc -l; cat {home}/secret-key 2>/dev/null || echo hidden; head -c 400000000 /dev/zero > /tmp/big 2>/dev/null || echo capped"
+    script = (
+        f"ls -A /run | wc -l; cat {home}/secret-key 2>/dev/null || echo hidden; head -c "
+        "400000000 /dev/zero > /tmp/big 2>/dev/null || echo capped"
+    )
     job = _run(world, {"jobs/h.yaml": job_yaml("h", ["sh", "-c", script])})
     assert job["status"] == "succeeded", job
     (finished,) = world.events("finished")
@@ -351,7 +359,8 @@ def test_sandbox_hides_run_and_the_runner_home(world: World, outside_home: Path)
 
 
 def _deep_folders(root: Path, depth: int) -> None:
-    """`depth` nested folders `d` under root, through descriptors (no path that long exists to pass)."""
+    """`depth` nested folders `d` under root, through descriptors (no path that long exists to
+    pass)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     for _ in range(depth):
         os.mkdir("d", dir_fd=fd)
@@ -372,7 +381,8 @@ def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
 
 
 def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
-    """However deep (a tree deeper than one descriptor a level allows is moved up a piece at a time); a
+    """However deep (a tree deeper than one descriptor a level allows is moved up a piece at a
+    time); a
     symlink in the workspace (to a folder or a file outside) is removed, never what it points to."""
     from mergegate.execution.workspaces import CLEAR_DEPTH, remove_tree
 
@@ -414,7 +424,8 @@ def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_a
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A thread per job cost its start and its end on every job, under the lock all threads share
-    (issue 12's `--parallel 8`): a pass of 9 jobs with `--parallel 3` starts 3 job threads, and every
+    (issue 12's `--parallel 8`): a pass of 9 jobs with `--parallel 3` starts 3 job threads, and
+    every
     job still runs once and succeeds."""
     import threading
 
@@ -446,7 +457,8 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The line naming the job's process is written without a sync (spool.py says why a crash of the
-    machine cannot make it matter): one job is the journal's creation (its file, then its folder) with
+    machine cannot make it matter): one job is the journal's creation (its file, then its folder)
+    with
     the claim's provisional result, then the synced line of its real result, and nothing else."""
     from mergegate.runner import spool
 
@@ -467,7 +479,8 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
 def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_around_it(
     world: World,
 ) -> None:
-    """One folder fewer per job (issue 12: every inode made costs on some file systems): the job's cwd is
+    """One folder fewer per job (issue 12: every inode made costs on some file systems): the job's
+    cwd is
     the `mergegate-job-*` folder made in the runner's TMPDIR, mode 0700, holding only the export."""
     import tempfile
 
@@ -490,7 +503,8 @@ def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A job may leave millions of entries in one folder: removal lists LIST_BATCH of them at a time
-    (here 3), files, folders and links alike, and still removes them all, never what a link points to."""
+    (here 3), files, folders and links alike, and still removes them all, never what a link points
+    to."""
     from mergegate.execution import workspaces
 
     monkeypatch.setattr(workspaces, "LIST_BATCH", 3)
@@ -512,5 +526,6 @@ def test_a_folder_of_more_entries_than_one_listing_holds_is_removed_a_batch_at_a
     monkeypatch.setattr(workspaces.os, "scandir", counted)
     workspaces.remove_tree(workspace)
     assert not workspace.exists() and (outside / "keep").is_dir()
-    # The top folder's 30 entries in ten listings and one that finds it empty; each inner folder, two.
+    # The top folder's 30 entries in ten listings and one that finds it empty; each inner folder,
+    # two.
     assert len(calls) == 11 + 10 * 2, len(calls)

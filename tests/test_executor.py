@@ -522,7 +522,8 @@ def test_missing_bwrap_is_denied_not_run_unsandboxed(
 
 
 def test_runner_is_not_dumpable_while_jobs_run(tmp_path: Path) -> None:
-    """A same-user job cannot read the runner's environment (its secrets) from /proc/<pid>/environ."""
+    """A same-user job cannot read the runner's environment (its secrets) from
+    /proc/<pid>/environ."""
     import ctypes
 
     _run(tmp_path, ["true"])
@@ -533,7 +534,8 @@ def test_runner_is_not_dumpable_while_jobs_run(tmp_path: Path) -> None:
 def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_job_gets_a_new_one(
     tmp_path: Path,
 ) -> None:
-    """The job's result is unknown (SpawnerLost: the runner records it lost, never runs it again), its
+    """The job's result is unknown (SpawnerLost: the runner records it lost, never runs it again),
+    its
     process is gone (its parent-death signal), and the next job is started by a new spawner."""
     import threading
 
@@ -574,7 +576,8 @@ def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_
 def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runners_modules(
     tmp_path: Path,
 ) -> None:
-    """Every job is a fork of the spawner, and a fork costs in proportion to the memory its parent has
+    """Every job is a fork of the spawner, and a fork costs in proportion to the memory its parent
+    has
     written (issue 12's `--parallel 8`): the spawner runs `python -S` and imports only the standard
     modules it uses, none of the runner's (typing alone was a fifth of its memory)."""
     import subprocess
@@ -618,7 +621,8 @@ def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runner
 def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standard_modules(
     tmp_path: Path,
 ) -> None:
-    """The watchdog starts once per runner process that runs a job, so four runners started at once on
+    """The watchdog starts once per runner process that runs a job, so four runners started at once
+    on
     two CPUs pay its start four times (issue 9): `python -S -c`, no runpy, and none of pathlib,
     contextlib, typing or the runner's modules (10 ms of CPU of its 25 before)."""
     import subprocess
@@ -630,7 +634,8 @@ def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standa
     assert pid is not None
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert argv[1:4] == [b"-S", b"-c", WATCHDOG_MAIN.encode()], argv
-    # What that command imports, in a process started the same way (stdin at EOF: it returns at once).
+    # What that command imports, in a process started the same way (stdin at EOF: it returns at
+    # once).
     shown = WATCHDOG_MAIN.replace(
         "sys.exit(main())", "main(); print(' '.join(sorted(sys.modules)))"
     )
@@ -675,8 +680,10 @@ def test_a_job_starts_with_no_signal_ignored_caught_or_blocked_whatever_its_runn
         "from pathlib import Path\n"
         "from mergegate.execution import executor\n"
         "ws = Path(sys.argv[1])\n"
-        "r = executor.run(executor.ExecRequest(argv=('cat', '/proc/self/status'), workspace=ws, cwd='', env={'PATH': '/usr/bin:/bin'},\n"
-        "    secrets=(), limits=executor.Limits(timeout_seconds=10), search_path='/usr/bin:/bin', run_id='sig-1'))\n"
+        "r = executor.run(executor.ExecRequest(argv=('cat', '/proc/self/status'), workspace=ws, "
+        "cwd='', env={'PATH': '/usr/bin:/bin'},\n"
+        "    secrets=(), limits=executor.Limits(timeout_seconds=10), search_path='/usr/bin:/bin', "
+        "run_id='sig-1'))\n"
         "print(r.stdout.tail)\n"
     )
     workspace = _workspace(tmp_path)

@@ -1,4 +1,5 @@
-"""Many runners and `--parallel` (issue 9): the claim protocol, real runners racing on one remote."""
+"""Many runners and `--parallel` (issue 9): the claim protocol, real runners racing on one
+remote."""
 
 from __future__ import annotations
 
@@ -78,13 +79,17 @@ def test_four_runners_share_a_merge_each_job_exactly_once_and_everything_verifie
     assert verified.code == 0, verified.err
 
 
-def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_later_runner_nor_stops_it(
+def test_a_merge_landing_mid_run_neither_hides_its_claim_from_a_later_runner_nor_stops_it(
     world: World, tmp_path: Path
 ) -> None:
-    """r2 plans after r1's claim landed: planning leaves that job out of what to run, and the pass still says
-    who has it (the fleet test above met this at random: a runner that planned after r1's claim of j16 landed
-    said nothing of j16). r1 then reads r2's records, judged at a merge that landed after r1 planned: they are
-    not tampering (r1 checked them against its first look at approved's line, and stopped with exit 3)."""
+    """r2 plans after r1's claim landed: planning leaves that job out of what to run, and the pass
+    still says
+    who has it (the fleet test above met this at random: a runner that planned after r1's claim of
+    j16 landed
+    said nothing of j16). r1 then reads r2's records, judged at a merge that landed after r1
+    planned: they are
+    not tampering (r1 checked them against its first look at approved's line, and stopped with exit
+    3)."""
     _gate(world)
     go = tmp_path / "go"
     _merge(world, {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"]})
@@ -111,7 +116,8 @@ def test_a_merge_landing_while_a_runner_runs_neither_hides_its_claim_from_a_late
 
 
 def _side_merge(world: World, name: str) -> str:
-    """A proposal brought up to date with `git merge origin/approved`, signed-merged: its head is a side commit."""
+    """A proposal brought up to date with `git merge origin/approved`, signed-merged: its head is a
+    side commit."""
     p = world.clone("proposer")
     world.git(p, "fetch", "-q", "origin")
     world.git(p, "checkout", "-q", "-B", name, "origin/approved~1")
@@ -126,7 +132,8 @@ def _side_merge(world: World, name: str) -> str:
 
 
 def test_a_side_commit_trailer_pushed_mid_pass_stops_the_pass(world: World, tmp_path: Path) -> None:
-    """The checker re-read for a newer approved (above) still calls a trailer naming a merged side commit tampering."""
+    """The checker re-read for a newer approved (above) still calls a trailer naming a merged side
+    commit tampering."""
     _gate(world)
     go = tmp_path / "go"
     _merge(world, {"slow": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"]})
@@ -162,7 +169,8 @@ def test_a_side_commit_trailer_pushed_mid_pass_stops_the_pass(world: World, tmp_
 def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
     world: World, tmp_path: Path
 ) -> None:
-    """A job claimed ahead of a free slot waits; a veto merged meanwhile stops it before its process starts."""
+    """A job claimed ahead of a free slot waits; a veto merged meanwhile stops it before its process
+    starts."""
     _gate(world)
     go, marker = tmp_path / "go", tmp_path / "victim.ran"
     jobs = {f"a{i:02d}": ["echo", str(i)] for i in range(12)}
@@ -182,7 +190,8 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
     blob = world.blob("approved", "jobs/c13.yaml")
     runner = _start_runner(world, "--once", "--json", "--runner-name", name, where="runner")
     try:
-        # c13 is claimed (its `started` is on the remote) and b12 runs; c13's process has not started.
+        # c13 is claimed (its `started` is on the remote) and b12 runs; c13's process has not
+        # started.
         _until(
             lambda: running.exists() and any(r["job"] == "c13" for r in world.events("started")),
             timeout=180,
@@ -206,7 +215,8 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
         world.git("approver", "push", "-q", "origin", "approved")
         veto = world.git("approver", "rev-parse", "HEAD")
         assert not marker.exists()
-        # The runner's last look at the branches was before b12 started; it looks again before a start
+        # The runner's last look at the branches was before b12 started; it looks again before a
+        # start
         # when that look is older than FRESH_SECONDS (a veto cannot be seen sooner than it lands).
         time.sleep(max(0.0, FRESH_SECONDS + 0.2 - (time.monotonic() - since)))
     finally:
@@ -236,10 +246,9 @@ def test_runners_start_on_different_parts_of_the_runnable_list() -> None:
     )
 
 
-def test_a_runner_that_meets_another_runners_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> (
-    None
-):
-    """Following the other runner it met, a runner would lose every later claim to it (a push each for nothing)."""
+def test_a_runner_meeting_others_claims_jumps_to_the_middle_of_the_longest_free_stretch() -> None:
+    """Following the other runner it met, a runner would lose every later claim to it (a push each
+    for nothing)."""
     from mergegate.runner.claims import jump
 
     items = list(range(12))
@@ -288,8 +297,10 @@ def test_with_more_slots_a_runner_holds_more_claims_so_a_push_claims_as_many_per
 
 
 def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
-    """BatchSize.target's count of runners, kept as records are added (counting it from every record at
-    each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel 8)."""
+    """BatchSize.target's count of runners, kept as records are added (counting it from every record
+    at
+    each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel
+    8)."""
     from mergegate.audit import log as audit
     from mergegate.runner.claims import Book
 
@@ -316,7 +327,8 @@ def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
 def test_parallel_runs_jobs_at_once_with_their_claims_in_one_push(
     world: World, tmp_path: Path
 ) -> None:
-    """Four jobs that each wait until all four have started: only concurrent runs can all succeed."""
+    """Four jobs that each wait until all four have started: only concurrent runs can all
+    succeed."""
     _gate(world)
     meeting = tmp_path / "meeting"
     meeting.mkdir()
@@ -405,7 +417,8 @@ def test_short_jobs_are_claimed_in_growing_batches(world: World) -> None:
     assert result.code == 0, result.err
     _once_each(world, names)
     commits = int(world.git("admin", "rev-list", "--count", "origin/mergegate/audit"))
-    # 1 + 2 + 4 + 8 + 16 + 9 claims and the last results on a quiet machine; one push per job without batches.
+    # 1 + 2 + 4 + 8 + 16 + 9 claims and the last results on a quiet machine; one push per job
+    # without batches.
     assert commits <= 2 * len(names) // 3, commits
 
 
@@ -431,7 +444,8 @@ def test_a_claim_waiting_for_a_slot_has_a_lease_covering_the_jobs_ahead(world: W
 
 
 def test_many_short_jobs_in_parallel_all_succeed(world: World) -> None:
-    """Jobs ending while others are forked: no job's scan reaps (or adopts) another's just-forked main process."""
+    """Jobs ending while others are forked: no job's scan reaps (or adopts) another's just-forked
+    main process."""
     _gate(world)
     names = [f"s{i:02d}" for i in range(40)]
     _merge(world, {name: ["echo", name] for name in names})

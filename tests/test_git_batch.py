@@ -1,4 +1,5 @@
-"""git.py's read-ahead for a walk (Repo.prefetch) answers exactly what git answers one commit at a time."""
+"""git.py's read-ahead for a walk (Repo.prefetch) answers exactly what git answers one commit at a
+time."""
 
 from __future__ import annotations
 
@@ -170,8 +171,10 @@ def _tree_as_written(root: Path) -> dict[str, tuple[str, int, bytes]]:
 def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_index_writes_it(
     tmp_path: Path, umask: int, monkeypatch: Any
 ) -> None:
-    """Up to _TEMPLATE_FILES files, each export copies one checkout-index's output (no git process per job):
-    the same names, kinds, permission bits (executable or not, less the umask), contents and link targets."""
+    """Up to _TEMPLATE_FILES files, each export copies one checkout-index's output (no git process
+    per job):
+    the same names, kinds, permission bits (executable or not, less the umask), contents and link
+    targets."""
     from mergegate.git import repo as git_module
 
     repo_dir = tmp_path / "r"
@@ -180,7 +183,8 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
         [
             "sh",
             "-c",
-            "mkdir -p a/b/c jobs && printf 'x\\r\\n' > a/b/c/deep && printf '#!/bin/sh\\n' > run.sh && chmod +x run.sh "
+            "mkdir -p a/b/c jobs && printf 'x\\r\\n' > a/b/c/deep && printf '#!/bin/sh\\n' > "
+            "run.sh && chmod +x run.sh "
             "&& ln -s run.sh link && ln -s a/b dirlink && echo 'id: j' > jobs/j.yaml && : > empty",
         ],
         cwd=repo_dir,
@@ -244,7 +248,8 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
 
 
 def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Path) -> None:
-    """Repo.blobs: every blob's bytes in the order asked (one larger than a default pipe), the same as
+    """Repo.blobs: every blob's bytes in the order asked (one larger than a default pipe), the same
+    as
     Repo.blob gives one at a time; a missing object or a tree is an error, not empty bytes."""
     from mergegate.errors import GitError
 
@@ -272,7 +277,8 @@ def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Pa
 def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """A job without a sandbox may read the environment of the runner's git children in /proc (T1)."""
+    """A job without a sandbox may read the environment of the runner's git children in /proc
+    (T1)."""
     repo_dir = _history(tmp_path)
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_SECRET")
     monkeypatch.setenv("GIT_CONFIG_COUNT", "2")
@@ -312,7 +318,8 @@ def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header
 def test_the_users_git_config_and_pathspec_variables_do_not_change_what_git_tells_mergegate(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """Invariant 1: a veto found by --grep, a glob pathspec, a root commit's diff are git's defaults' answers."""
+    """Invariant 1: a veto found by --grep, a glob pathspec, a root commit's diff are git's
+    defaults' answers."""
     repo_dir = tmp_path / "r"
     _git(tmp_path, "init", "-q", str(repo_dir))
     (repo_dir / "a.txt").write_text("a\n")
@@ -340,7 +347,8 @@ def _rev_parse(path: Path, commit: str, name: str) -> str | None:
 
 
 def _tree_object(path: Path, entries: list[tuple[str, bytes, str]]) -> str:
-    """A tree written as given (order, duplicates and modes untouched), as a hostile push could carry."""
+    """A tree written as given (order, duplicates and modes untouched), as a hostile push could
+    carry."""
     raw = b"".join(
         mode.encode() + b" " + name + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries
     )
@@ -488,7 +496,8 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
         assert side._touched is not None, (
             shape
         )  # every shape from the diffs, a merge on the side too
-        # The side's commits, oldest first, from the same listing: what `rev-list --reverse` answers.
+        # The side's commits, oldest first, from the same listing: what `rev-list --reverse`
+        # answers.
         assert side.side_commits() == repo.side_commits(first, second), shape
     # The line is read once for every file, not a rev-list per file.
     expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
@@ -503,8 +512,10 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
 
 
 def _random_side(tmp_path: Path, seed: int) -> tuple[Path, str, str, list[str]]:
-    """A history with merges on the merged side (some of approved merged in, some branches of the side), trees
-    written by git, and dates sometimes out of order; (repo, first, second, the paths asked about)."""
+    """A history with merges on the merged side (some of approved merged in, some branches of the
+    side), trees
+    written by git, and dates sometimes out of order; (repo, first, second, the paths asked
+    about)."""
     import random
 
     rnd = random.Random(seed)
@@ -594,8 +605,10 @@ def _random_side(tmp_path: Path, seed: int) -> tuple[Path, str, str, list[str]]:
 def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_does(
     tmp_path: Path, seed: int
 ) -> None:
-    """Sides with merges (approved merged in, branches of the side merged) and clock skew: the commits
-    touching each path, from full diffs against each relevant parent, are git's own, in git's order."""
+    """Sides with merges (approved merged in, branches of the side merged) and clock skew: the
+    commits
+    touching each path, from full diffs against each relevant parent, are git's own, in git's
+    order."""
     from datetime import UTC, datetime
 
     from mergegate.facts.assessor import Assessor, _GitSide
@@ -610,7 +623,8 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
             name,
         )
     assert side._touched is not None  # answered from the diffs, not by git's walk
-    # The side oldest first, from the listing the diffs came from: `rev-list --reverse`'s order, skew and all.
+    # The side oldest first, from the listing the diffs came from: `rev-list --reverse`'s order,
+    # skew and all.
     assert side.side_commits() == repo.side_commits(first, second), seed
     fresh = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
     assert fresh.side_commits() == repo.side_commits(first, second), (
@@ -619,9 +633,12 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
 
 
 def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) -> None:
-    """git's path-limited walk stops at the first entry that sorts after the path: a root tree listing `jobs`
-    after `x` (written with hash-object --literally; a plain bare remote takes it) hides the commit that
-    changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log -- jobs/a.yaml`. Writers are found from
+    """git's path-limited walk stops at the first entry that sorts after the path: a root tree
+    listing `jobs`
+    after `x` (written with hash-object --literally; a plain bare remote takes it) hides the commit
+    that
+    changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log -- jobs/a.yaml`. Writers are found
+    from
     full diffs, on a line and on a side with a merge, and as earlier writers of the same bytes."""
     from datetime import UTC, datetime
 
@@ -687,8 +704,10 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
 def test_a_push_leaves_the_tracking_ref_at_what_it_pushed_with_update_ref_only_where_push_did_not(
     tmp_path: Path, refspec: str
 ) -> None:
-    """Repo.push: the remote-tracking ref is the pushed commit after it, as `update-ref` left it before; `git push`
-    moves it itself where the remote's fetch refspec maps the branch there, and then no update-ref runs."""
+    """Repo.push: the remote-tracking ref is the pushed commit after it, as `update-ref` left it
+    before; `git push`
+    moves it itself where the remote's fetch refspec maps the branch there, and then no update-ref
+    runs."""
     remote, clone = tmp_path / "remote.git", tmp_path / "clone"
     _git(tmp_path, "init", "-q", "--bare", str(remote))
     _git(tmp_path, "clone", "-q", str(remote), str(clone))
@@ -719,7 +738,8 @@ def test_a_push_leaves_the_tracking_ref_at_what_it_pushed_with_update_ref_only_w
 
 
 def _reference_diff(repo: Path, parent: str | None, sha: str) -> object:
-    """What Repo.diff answered before it compared trees itself: `git diff-tree -r -z --no-renames`."""
+    """What Repo.diff answered before it compared trees itself: `git diff-tree -r -z
+    --no-renames`."""
     args = [
         "diff-tree",
         "-r",
@@ -742,24 +762,30 @@ def _reference_diff(repo: Path, parent: str | None, sha: str) -> object:
 def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_tree_says(
     tmp_path: Path,
 ) -> None:
-    """Repo.diff without pathspecs compares the trees itself (no diff-tree process) where it can: every pair of
-    commits and trees of a history with every kind of change (added, deleted, edited, a mode, a type, a file
-    and a folder of one name, names sorting around a folder's), against diff-tree; git answers for gitlinks
+    """Repo.diff without pathspecs compares the trees itself (no diff-tree process) where it can:
+    every pair of
+    commits and trees of a history with every kind of change (added, deleted, edited, a mode, a
+    type, a file
+    and a folder of one name, names sorting around a folder's), against diff-tree; git answers for
+    gitlinks
     and trees not in git's order."""
     from mergegate.git.repo import GitError
 
     repo = _history(tmp_path)
     steps = [
         "ln -sf jobs link2 && echo t > a.txt && mkdir -p a.d && echo 1 > a.d/x && echo 2 > a-b",
-        "rm link2 && echo now-a-file > link2 && chmod -x a && rm -r jobs/j.yaml && echo back > jobs/j.yaml",
-        "rm link && ln -s a.txt link && mkdir -p deep/er/est && echo d > deep/er/est/f && echo e > deep/er/g",
+        "rm link2 && echo now-a-file > link2 && chmod -x a && rm -r jobs/j.yaml && echo back > "
+        "jobs/j.yaml",
+        "rm link && ln -s a.txt link && mkdir -p deep/er/est && echo d > deep/er/est/f && echo e > "
+        "deep/er/g",
         "rm -r deep/er && echo gone > deep/er && echo 3 > a.d/x && chmod +x a.d/x",
     ]
     for number, step in enumerate(steps):
         subprocess.run(["sh", "-c", step], cwd=repo, check=True)
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"more {number}")
-    # The first-parent line in order (each pair a step: --all's order of commits made in one second varies), then the sides.
+    # The first-parent line in order (each pair a step: --all's order of commits made in one second
+    # varies), then the sides.
     line = _git(repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
     commits = line + [
         c for c in _git(repo, "rev-list", "--reverse", "--all").split() if c not in line
@@ -782,7 +808,8 @@ def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_
         "--stdin",
         input=b"100644 b\0" + raw + b"100644 a\0" + raw,
     )
-    # Each step both ways, each from nothing, across the history, between trees and commits, and git's cases.
+    # Each step both ways, each from nothing, across the history, between trees and commits, and
+    # git's cases.
     pairs: list[tuple[str | None, str]] = [(None, c) for c in commits] + list(
         itertools.pairwise(commits)
     )
@@ -834,7 +861,8 @@ def test_the_chain_walk_answers_as_rev_list_and_merge_base_do_or_leaves_it_to_gi
 ) -> None:
     """Repo.chain (an audit branch walked in-process after another runner's push) lists exactly what
     `rev-list --reverse --topo-order old..new` lists wherever it answers, and answers only where
-    `merge-base --is-ancestor old new` says yes; a merge, a root, a malformed commit, a bound, grafts and
+    `merge-base --is-ancestor old new` says yes; a merge, a root, a malformed commit, a bound,
+    grafts and
     a shallow clone are git's to say (None)."""
     repo = _history(tmp_path)
     for number in range(4):
@@ -842,7 +870,10 @@ def test_the_chain_walk_answers_as_rev_list_and_merge_base_do_or_leaves_it_to_gi
     tree = _git(repo, "rev-parse", "HEAD^{tree}")
     head = _git(repo, "rev-parse", "HEAD")
     # A second `parent` line after the author: git reads one parent, a loose reader two.
-    odd = f"tree {tree}\nparent {head}\nauthor t <t@x> 1 +0000\ncommitter t <t@x> 1 +0000\nparent {head}\n\nodd\n"
+    odd = (
+        f"tree {tree}\nparent {head}\nauthor t <t@x> 1 +0000\ncommitter t <t@x> 1 +0000\nparent "
+        f"{head}\n\nodd\n"
+    )
     malformed = _git(
         repo, "hash-object", "-w", "-t", "commit", "--literally", "--stdin", input=odd.encode()
     )

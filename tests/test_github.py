@@ -293,7 +293,8 @@ def _policy(text: str) -> object:
 def test_policy_github_ids_and_merge_keys(tmp_path: Path) -> None:
     key = make_ssh_key(tmp_path, "gh")
     policy = _policy(
-        f"version: 1\napprovers:\n  - name: alice\n    github: 101\n  - name: bob\n    github: [102, 103]\n"
+        "version: 1\napprovers:\n  - name: alice\n    github: 101\n  - name: bob\n    github: "
+        "[102, 103]\n"
         f"github:\n  merge_keys: ['{key.public_line}']\n  allow_unmapped_authors: true\n"
         f"runners:\n  - name: gha\n    key: '{key.public_line}'\n"
     )
@@ -325,7 +326,8 @@ def test_policy_github_bad_input_is_a_config_error(text: str, message: str) -> N
 def test_stored_evidence_keeps_each_pages_link_and_a_left_out_page_is_malformed(
     gate: GithubGate,
 ) -> None:
-    """verify re-reads listings from the evidence: a page its predecessor's Link names must be there."""
+    """verify re-reads listings from the evidence: a page its predecessor's Link names must be
+    there."""
     from dataclasses import replace
 
     from mergegate.github.http import Malformed

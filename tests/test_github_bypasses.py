@@ -96,7 +96,8 @@ def test_f1_squash_refuses_a_duplicate_job_id(gate: GithubGate) -> None:
 
 
 def test_f1_a_policy_change_by_squash_is_judged_like_a_merge(gate: GithubGate) -> None:
-    """With the facts of a merge a squash carries the new policy's files: two eligible reviews adopt it."""
+    """With the facts of a merge a squash carries the new policy's files: two eligible reviews adopt
+    it."""
     w = gate.world
     gate.setup(policy_approvals_required=2)
     policy = w.git("admin", "show", "origin/approved:policy/policy.yaml") + "\nkeep_output: true\n"
@@ -112,7 +113,8 @@ def test_f1_a_policy_change_by_squash_is_judged_like_a_merge(gate: GithubGate) -
 
 
 def _merge_with_extra(gate: GithubGate, pr: PullRequest, extra: dict[str, str]) -> str:
-    """A commit with parents [approved, PR head] (what GitHub takes as the PR's merge) whose tree adds more."""
+    """A commit with parents [approved, PR head] (what GitHub takes as the PR's merge) whose tree
+    adds more."""
     w = gate.world
     where = "approver"
     w.git(where, "fetch", "-q", "origin")
@@ -155,7 +157,8 @@ def test_f2_reviews_do_not_approve_a_script_the_merge_commit_added(gate: GithubG
     assert "holds changes that no signed approval covers: scripts/evil.sh" in reasons(out)["backup"]
 
 
-# --- F3: review approvals need runners (stored evidence is authenticated) ----------------------------
+# --- F3: review approvals need runners (stored evidence is authenticated)
+# ----------------------------
 
 
 def test_f3_github_ids_without_runners_are_a_configuration_error(gate: GithubGate) -> None:
@@ -203,7 +206,8 @@ _ = user
 
 
 def _rotation(gate: GithubGate, tmp_path: Any) -> tuple[Any, Any, str]:
-    """runners [k1]; a job run by k1; then a policy change P, approved by two reviews, rotating k1 -> k2."""
+    """runners [k1]; a job run by k1; then a policy change P, approved by two reviews, rotating k1
+    -> k2."""
     from tests.helpers.keys import make_ssh_key
 
     w = gate.world
@@ -245,7 +249,8 @@ def _rotation(gate: GithubGate, tmp_path: Any) -> tuple[Any, Any, str]:
 def _append_signed(
     gate: GithubGate, key: Any, approved: str, *, about: str, evidence: Any = None
 ) -> None:
-    """One well-chained record appended to the audit branch, in a commit signed by `key` naming `approved`."""
+    """One well-chained record appended to the audit branch, in a commit signed by `key` naming
+    `approved`."""
     from mergegate.audit import log as audit
     from mergegate.git.repo import Repo
 
@@ -351,7 +356,8 @@ def test_a1b_a_removed_runner_key_is_refused_while_the_walk_waits(
 ) -> None:
     """While the walk waits at the rotation P (GitHub's lookup is empty for a pass), a k1-signed
     audit commit naming P, with forged evidence for mallory's later merge E, is not checked by a
-    policy computed without reviews: the check is not yet, and once P is derivable it is tampering."""
+    policy computed without reviews: the check is not yet, and once P is derivable it is
+    tampering."""
     w = gate.world
     k1, k2, p = _rotation(gate, tmp_path)
     head = w.propose("evil", {"jobs/evil.yaml": job_yaml("evil", ["echo", "pwned"])}, who=w.mallory)
@@ -390,13 +396,15 @@ def test_a1_audit_verify_judges_runner_keys_by_review_approved_policy_changes(
     assert forged.code == 3 and "signed" in forged.err, forged.out + forged.err
 
 
-# --- T1: a job without a sandbox cannot read the action's token or signing key from /proc -----------
+# --- T1: a job without a sandbox cannot read the action's token or signing key from /proc
+# -----------
 
 
 def test_t1_the_action_step_leaves_no_process_holding_the_secrets(tmp_path: Any) -> None:
     """The action's own `run` script, with mergegate replaced by a stand-in that runs one job the
     real executor way (sandbox none, harden_runner). As a non-root uid (as on a hosted runner) the
-    job walks its ancestors' /proc/<pid>/environ: no shell may be left holding the token or the key."""
+    job walks its ancestors' /proc/<pid>/environ: no shell may be left holding the token or the
+    key."""
     import os
     import shutil
     import sys
@@ -435,7 +443,8 @@ def _t1_step_with_a_stand_in(work: Any, step: dict[str, str], src: str, site: st
         d.chmod(0o777)
     job = (
         'p=$PPID; while [ "$p" -gt 1 ]; do tr "\\0" "\\n" </proc/$p/environ 2>/dev/null '
-        '| grep -E "^(GITHUB_TOKEN|MG_SIGNING_KEY|GIT_CONFIG_VALUE_0)=" | rev; p=$(cut -d" " -f4 /proc/$p/stat); done'
+        '| grep -E "^(GITHUB_TOKEN|MG_SIGNING_KEY|GIT_CONFIG_VALUE_0)=" | rev; p=$(cut -d" " -f4 '
+        "/proc/$p/stat); done"
     )
     stand_in = work / "venv" / "bin" / "mergegate"
     stand_in.write_text(f"""#!/usr/bin/python3
@@ -444,8 +453,10 @@ from pathlib import Path
 sys.path[:0] = [{src!r}, {site!r}]
 from mergegate.execution import executor
 ws = Path(tempfile.mkdtemp(dir={str(work)!r}))
-req = executor.ExecRequest(argv=("sh", "-c", {job!r}), workspace=ws, cwd="", env={{"PATH": "/usr/bin:/bin"}}, secrets=(),
-                           limits=executor.Limits(timeout_seconds=10), search_path="/usr/bin:/bin", run_id="t1")
+req = executor.ExecRequest(argv=("sh", "-c", {job!r}), workspace=ws, cwd="",
+                           env={{"PATH": "/usr/bin:/bin"}}, secrets=(),
+                           limits=executor.Limits(timeout_seconds=10), search_path="/usr/bin:/bin",
+                           run_id="t1")
 print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
 """)
     stand_in.chmod(0o755)
@@ -490,7 +501,8 @@ print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
     assert (work / "key" / "key").stat().st_mode & 0o777 == 0o600
 
 
-# --- F4: a base change invalidates earlier reviews, as a force-push does ----------------------------
+# --- F4: a base change invalidates earlier reviews, as a force-push does
+# ----------------------------
 
 
 def test_f4_a_review_before_the_base_changed_does_not_count(gate: GithubGate) -> None:
@@ -538,7 +550,8 @@ def test_f4_a_review_before_the_base_changed_does_not_count(gate: GithubGate) ->
     )
 
 
-# --- D1: comment spam neither freezes the gate nor approves --------------------------------------------
+# --- D1: comment spam neither freezes the gate nor approves
+# --------------------------------------------
 
 
 def test_d1_a_timeline_past_fifty_pages_is_read_and_judged(gate: GithubGate) -> None:
@@ -614,7 +627,8 @@ def test_d1_past_the_bounds_a_merge_is_refused_not_waited_for(
     assert again.verdict.refused == result.verdict.refused
 
 
-# --- B1: run --dry-run on a review-approved job -----------------------------------------------------
+# --- B1: run --dry-run on a review-approved job
+# -----------------------------------------------------
 
 
 def test_b1_dry_run_previews_a_review_approved_job(gate: GithubGate) -> None:
@@ -746,7 +760,10 @@ def test_hardening_a_json_true_is_no_github_id() -> None:
 def test_hardening_github_id_written_as_a_float_loads() -> None:
     from mergegate.rules.policy import load_policy
 
-    text = "version: 1\napprovers:\n  - name: a\n    github: 101.0\nrunners:\n  - name: r\n    github: 5\n"
+    text = (
+        "version: 1\napprovers:\n  - name: a\n    github: 101.0\nrunners:\n  - name: r\n    "
+        "github: 5\n"
+    )
     policy = load_policy(
         lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40
     )
@@ -778,7 +795,10 @@ def test_hardening_pages_of_another_repository_are_not_ours() -> None:
 def test_hardening_a_multi_valued_rel_next_is_followed() -> None:
     from mergegate.github.http import Response
 
-    link = '<https://api.github.com/x?page=2>; rel="next last", <https://api.github.com/x?page=1>; rel="first"'
+    link = (
+        '<https://api.github.com/x?page=2>; rel="next last", <https://api.github.com/x?page=1>; '
+        'rel="first"'
+    )
     assert (
         Response("u", 200, "", "", b"", link=link).next_url() == "https://api.github.com/x?page=2"
     )
@@ -828,7 +848,10 @@ def test_hardening_an_empty_commits_listing_is_refused(pr_commits: int | None) -
         ),
         "",
     )
-    text = "version: 1\napprovers:\n  - name: a\n    github: 101\nrunners:\n  - name: r\n    github: 5\n"
+    text = (
+        "version: 1\napprovers:\n  - name: a\n    github: 101\nrunners:\n  - name: r\n    "
+        "github: 5\n"
+    )
     policy = load_policy(
         lambda p: text.encode() if p == "policy/policy.yaml" else None, commit="0" * 40
     )

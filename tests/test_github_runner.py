@@ -248,7 +248,8 @@ def test_verify_rejudges_a_reviewed_merge_of_other_files_from_stored_evidence(
     assert list(scanned["reviewed"]) == [
         readme_merge
     ]  # its evidence goes with the records all the same
-    # A pass finds it too (one grep of the log for the records that name evidence, `reviewed` maps included).
+    # A pass finds it too (one grep of the log for the records that name evidence, `reviewed` maps
+    # included).
     from mergegate.git.repo import Repo
     from mergegate.github import gather as github
 
@@ -365,7 +366,8 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
         job["status"] == "rejected"
         and "put them back to their last approved version (or remove them)" in job["reason"]
     )
-    # Doing what it says: a change that removes the file (it had no approved version), merged as any PR.
+    # Doing what it says: a change that removes the file (it had no approved version), merged as any
+    # PR.
     w.git("proposer", "fetch", "-q", "origin")
     w.git("proposer", "checkout", "-q", "-B", "unreadme", "origin/approved")
     w.git("proposer", "rm", "-q", "README.md")
@@ -396,7 +398,8 @@ def test_a_merged_unapproved_file_is_reported_loudly_and_removing_it_clears_the_
 def test_a_pass_that_runs_a_job_then_waits_names_the_last_commit_it_judged(
     gate: GithubGate,
 ) -> None:
-    """The audit commit's Mergegate-Approved is the last commit judged, never past the one whose evidence is missing."""
+    """The audit commit's Mergegate-Approved is the last commit judged, never past the one whose
+    evidence is missing."""
     w = gate.world
     gate.setup()
     first = gate.reviewed_merge("backup", ALICE)
@@ -418,7 +421,8 @@ def test_a_pass_that_runs_a_job_then_waits_names_the_last_commit_it_judged(
         "origin/mergegate/audit",
     ).strip()
     assert judged == first.merge_commit_sha
-    # A fresh clone checks that commit (its trailer's policy is derivable) and waits at the same commit.
+    # A fresh clone checks that commit (its trailer's policy is derivable) and waits at the same
+    # commit.
     w.clone("fresh")
     result = w.mg("verify", "--json", where="fresh", env=OFFLINE)
     assert result.code == 1, result.out + result.err
@@ -426,7 +430,8 @@ def test_a_pass_that_runs_a_job_then_waits_names_the_last_commit_it_judged(
 
 
 def test_a_runner_without_its_key_asks_github_nothing(gate: GithubGate) -> None:
-    """A policy with runners needs signed audit commits: a keyless runner refuses before any API call."""
+    """A policy with runners needs signed audit commits: a keyless runner refuses before any API
+    call."""
     gate.setup()
     gate.reviewed_merge("backup", ALICE)
     before = len(gate.fake.requests)

@@ -1,4 +1,5 @@
-"""history.History answers what the Assessor asks git about each merge exactly as git does, one question at a time.
+"""history.History answers what the Assessor asks git about each merge exactly as git does, one
+question at a time.
 
 Histories are built with `git fast-import` (committer dates set per commit), so
 each shape is cheap: sides based on the chain, on an older chain commit and on
@@ -40,9 +41,11 @@ def _quote(path: str | bytes) -> bytes:
 def _build(
     repo: Path, commits: list[tuple[str, list[str], int, list[tuple[object, ...]]]], branch: str
 ) -> dict[str, str]:
-    """Commits (name, parent names, committer date, ops) in one fast-import; `branch` points at the last.
+    """Commits (name, parent names, committer date, ops) in one fast-import; `branch` points at the
+    last.
 
-    A commit starts from its first parent's files; a merge from its last parent's (what merging a side
+    A commit starts from its first parent's files; a merge from its last parent's (what merging a
+    side
     based on the first parent gives), or from the files of the commit an op ("TREE", name) names.
     """
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
@@ -102,7 +105,8 @@ def _build(
 def _policy(tmp_path: Path) -> str:
     key = shared_ssh_key(tmp_path / "keys", "alice")
     return (
-        f'version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: "{key.public_line}"\n'
+        "version: 1\napprovers:\n  - name: alice\n    email: alice@example.com\n    key: "
+        f'"{key.public_line}"\n'
         "approvals_required: 1\ncommands:\n  - program: echo\n"
     )
 
@@ -125,7 +129,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
                 ("M", "120000", "link", "a.txt"),
             ],
         ),
-        # M1: a side of two commits on the chain's tip (jobs, content, a policy file, a .yml deeper down).
+        # M1: a side of two commits on the chain's tip (jobs, content, a policy file, a .yml deeper
+        # down).
         ("s1a", ["R"], 1010, [("M", M, "jobs/j2.yaml", JOB.format("j2")), ("M", M, "a.txt", "a1")]),
         (
             "s1b",
@@ -140,7 +145,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
         ("M1", ["R", "s1b"], 1030, []),
         # D1: a direct push.
         ("D1", ["M1"], 1040, [("M", M, "a.txt", "pushed")]),
-        # M2: a side based on an older chain commit; a job file becomes a folder; the merge writes a file itself.
+        # M2: a side based on an older chain commit; a job file becomes a folder; the merge writes a
+        # file itself.
         (
             "s2a",
             ["R"],
@@ -152,7 +158,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
             ],
         ),
         ("M2", ["D1", "s2a"], 1060, [("M", M, "jobs/m2.yaml", JOB.format("m2"))]),
-        # M3: stacked on another side's commit (s1b, off the first-parent line); an escaping symlink.
+        # M3: stacked on another side's commit (s1b, off the first-parent line); an escaping
+        # symlink.
         (
             "s3a",
             ["s1b"],
@@ -185,7 +192,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
         ("s9b", ["s9a"], 1190, [("M", M, "jobs/j9.yaml", JOB.format("j9") + "# b\n")]),
         ("s9c", ["s9b"], 1190, [("M", M, "jobs/j9.yaml", JOB.format("j9"))]),
         ("M9", ["M8", "s9c"], 1200, []),
-        # M10: the content pathspec's edges: a .yaml deep in jobs/ (not content), other files in jobs/ and a
+        # M10: the content pathspec's edges: a .yaml deep in jobs/ (not content), other files in
+        # jobs/ and a
         # folder named like a job file (content), policy/ (not content), a name that is not UTF-8.
         ("s10a", ["M9"], 1210, [("M", M, "jobs/deep/a/b.yaml", JOB.format("b"))]),
         (
@@ -205,7 +213,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
 
 
 CHAIN = ["M1", "D1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10"]
-# Merges the history answers itself (the others are git's: a merge inside the side, an orphan, an octopus).
+# Merges the history answers itself (the others are git's: a merge inside the side, an orphan, an
+# octopus).
 ANSWERED = {"M1", "M2", "M3", "M4", "M6", "M9", "M10"}
 
 
@@ -223,7 +232,8 @@ def _all_paths(repo: Repo, shas: dict[str, str]) -> set[str]:
 
 
 def _agree(repo: Repo, shas: dict[str, str], chain_names: list[str], root: str = "R") -> set[str]:
-    """Every answer of the history about every merge of the chain, against git's: the merges it answered."""
+    """Every answer of the history about every merge of the chain, against git's: the merges it
+    answered."""
     chain = repo.first_parent_chain(shas[root], shas[chain_names[-1]])
     assert chain == [shas[n] for n in chain_names]
     history = History.read(repo, shas[root], chain)
@@ -266,7 +276,8 @@ def _agree(repo: Repo, shas: dict[str, str], chain_names: list[str], root: str =
                     path: answer[path] for path, answer in singles.items() if answer is not None
                 }
                 ties = {path for path, answer in singles.items() if answer is None}
-                # s9a and s9c wrote one job's bytes at one date (merged at M9): git's walk decides their order.
+                # s9a and s9c wrote one job's bytes at one date (merged at M9): git's walk decides
+                # their order.
                 assert ties == {"jobs/j9.yaml"} and CHAIN.index(name) >= CHAIN.index("M9"), (
                     name,
                     ties,
@@ -290,7 +301,8 @@ def test_every_answer_about_every_merge_is_gits(shapes: tuple[Repo, dict[str, st
 def test_history_before_the_trust_root_counts_for_earlier_writers_and_a_base_there_is_gits(
     tmp_path: Path,
 ) -> None:
-    """The trust root has a past: bytes written there count as written before (producers), and a side based
+    """The trust root has a past: bytes written there count as written before (producers), and a
+    side based
     before the root (its base off the chain, reached from the root only) is left to git."""
     M = "100644"
     before = [
@@ -323,7 +335,8 @@ def test_an_assessor_reading_the_history_gathers_the_facts_git_gives_it(
     unapproved = {"a.txt": shas["D1"]}
     for sha in chain:
         assert fast.facts(sha, policy, unapproved) == slow.facts(sha, policy, unapproved)
-    # And the whole walk (its own `known`, what stays unapproved, every verdict and reason) is the same.
+    # And the whole walk (its own `known`, what stays unapproved, every verdict and reason) is the
+    # same.
     walks = [
         Walk(
             Assessor(repo, at=at, history=h),
@@ -340,7 +353,8 @@ def test_an_assessor_reading_the_history_gathers_the_facts_git_gives_it(
 
 def test_clock_skew_anywhere_leaves_every_merge_to_git(tmp_path: Path) -> None:
     commits = _shapes(_policy(tmp_path))
-    # s3a is older than its parent s1b: git's date-ordered walks need not list what reachability says.
+    # s3a is older than its parent s1b: git's date-ordered walks need not list what reachability
+    # says.
     commits = [(n, p, 1015 if n == "s3a" else d, ops) for n, p, d, ops in commits]
     shas = _build(tmp_path / "skew.git", commits, "approved")
     repo = Repo(tmp_path / "skew.git")
@@ -373,7 +387,8 @@ def test_verify_reads_the_history_in_a_few_processes_and_reports_what_git_would(
         for line in trace.read_text().splitlines()
         if "trace: built-in: git" in line
     ]
-    # Only the two merges the history cannot answer (a merge inside the side, an orphan) ask git, as before.
+    # Only the two merges the history cannot answer (a merge inside the side, an orphan) ask git, as
+    # before.
     bases = [
         v.split()[1:] for v in verbs if v.startswith("merge-base ") and "--is-ancestor" not in v
     ]
@@ -431,7 +446,8 @@ NAMES = [
 
 
 def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Path) -> None:
-    """Every name in one tree, and git's diff-tree of it with CONTENT_PATHSPEC: the names git lists are
+    """Every name in one tree, and git's diff-tree of it with CONTENT_PATHSPEC: the names git lists
+    are
     exactly those history._content says are content."""
     from mergegate.facts.history import CONTENT_PATHSPEC, _content
 
@@ -474,7 +490,8 @@ def test_a_side_with_a_glob_character_in_a_name_is_left_to_git(tmp_path: Path) -
 def test_a_pathspec_variable_in_the_environment_leaves_every_merge_to_git(
     shapes: tuple[Repo, dict[str, str]], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """git reads them for every pathspec it matches (the content pathspec, each literal path): its answers then
+    """git reads them for every pathspec it matches (the content pathspec, each literal path): its
+    answers then
     are the environment's, and only git knows them."""
     repo, shas = shapes
     chain = repo.first_parent_chain(shas["R"], shas["M10"])

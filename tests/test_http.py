@@ -1,4 +1,5 @@
-"""The one HTTP client against the loopback GitHub: timeouts, bounds, rate limits, no token leaks."""
+"""The one HTTP client against the loopback GitHub: timeouts, bounds, rate limits, no token
+leaks."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_retry_after_429_is_honoured(fake: FakeGitHub) -> None:
 
 
 def test_retry_after_as_an_http_date_is_honoured(fake: FakeGitHub) -> None:
-    """Retry-After may be a date (RFC 9110): read with email.utils, which http.py imports only then."""
+    """Retry-After may be a date (RFC 9110): read with email.utils, which http.py imports only
+    then."""
     fake.fail("/pulls/1", "rate", status=429, reset_in=5, header="retry-after-date")
     with client(fake) as c:
         assert c.get(f"/repos/{REPOSITORY}/pulls/1").status == 200
@@ -142,7 +144,8 @@ def test_link_next_parsing() -> None:
         request_id="",
         at="",
         body=b"[]",
-        link='<https://api.github.com/x?page=3>; rel="last", <https://api.github.com/x?page=2>; rel="next"',
+        link='<https://api.github.com/x?page=3>; rel="last", <https://api.github.com/x?page=2>; '
+        'rel="next"',
     )
     assert r.next_url() == "https://api.github.com/x?page=2"
     assert Response(url="u", status=200, request_id="", at="", body=b"[]").next_url() is None

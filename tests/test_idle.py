@@ -1,4 +1,5 @@
-"""An idle `run --once` after a quiet pass asks the remote (`ls-remote`) and nothing else (idle.py, issue 12).
+"""An idle `run --once` after a quiet pass asks the remote (`ls-remote`) and nothing else (idle.py,
+issue 12).
 
 Real repositories and signed merges; which git commands ran is read from GIT_TRACE.
 """
@@ -148,7 +149,8 @@ def test_the_quiet_ends_when_a_retry_falls_due(world: World, tmp_path: Path) -> 
 def test_a_pass_after_the_idle_check_goes_on_with_its_repository(
     world: World, tmp_path: Path
 ) -> None:
-    """The idle check opens the clone (one `rev-parse`) and, when a pass must run, the pass goes on with
+    """The idle check opens the clone (one `rev-parse`) and, when a pass must run, the pass goes on
+    with
     it: four runners started at once on two CPUs each paid a second `rev-parse` (issue 9)."""
     root = _gate(world)
     _merge(world, "hello", {"jobs/hello.yaml": job_yaml("hello", ["echo", "hi"])})
@@ -161,7 +163,8 @@ def test_a_pass_after_the_idle_check_goes_on_with_its_repository(
 
 
 def _full_pass_is_quiet(world: World, tmp: Path, root: str) -> dict[str, object]:
-    """What the memory stands for, checked: without it, a full pass finds nothing, writes nothing, warns of
+    """What the memory stands for, checked: without it, a full pass finds nothing, writes nothing,
+    warns of
     nothing and leaves the same memory (the reference the cheap poll is held to)."""
     memory = idle.path(world.clone("runner") / ".git", "runner")
     kept = json.loads(memory.read_text())
@@ -239,10 +242,15 @@ def _until(done: Callable[[], bool], seconds: float = 30.0) -> None:
 
 
 def _slow_jobs(tmp: Path, *names: str) -> dict[str, str]:
-    """Jobs that say they started (a file outside the export), then take 1.5 s (longer than a runner's look at
-    the branches stays fresh) and wait until the test says go (`tmp/go`, at most 30 s): what the test does
+    """Jobs that say they started (a file outside the export), then take 1.5 s (longer than a
+    runner's look at
+    the branches stays fresh) and wait until the test says go (`tmp/go`, at most 30 s): what the
+    test does
     while a job runs lands before the job ends, however loaded the machine."""
-    wait = f"sleep 1.5; i=0; while [ ! -e {tmp / 'go'} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+    wait = (
+        f"sleep 1.5; i=0; while [ ! -e {tmp / 'go'} ] && [ $i -lt 600 ]; do sleep 0.05; "
+        "i=$((i+1)); done"
+    )
     return {
         f"jobs/{n}.yaml": job_yaml(n, ["sh", "-c", f"touch {tmp / n}.started; {wait}"])
         for n in names
@@ -269,7 +277,8 @@ def test_no_memory_when_approved_moved_while_the_pass_ran(world: World, tmp_path
 
 
 def _foreign_claim(world: World, commit: str, seconds: float) -> str:
-    """Another runner's claim (a `started` record with a lease) appended to the audit branch; its run id."""
+    """Another runner's claim (a `started` record with a lease) appended to the audit branch; its
+    run id."""
     run_id = "f0" * 16
     lease = {
         "holder": "other",
@@ -355,7 +364,8 @@ def test_the_quiet_ends_with_a_spooled_result_a_pending_commit_or_another_trust_
     assert "fetch" in verbs
     spool.unlink(missing_ok=True)
     _traced(world, tmp_path, "--trust-root", root)
-    # A pending commit of this runner (a push the remote refused): a full pass, which pushes it again or drops it.
+    # A pending commit of this runner (a push the remote refused): a full pass, which pushes it
+    # again or drops it.
     world.git(
         "runner",
         "update-ref",
@@ -368,7 +378,8 @@ def test_the_quiet_ends_with_a_spooled_result_a_pending_commit_or_another_trust_
     _traced(world, tmp_path, "--trust-root", root)
     _, verbs = _traced(world, tmp_path, "--trust-root", root)
     assert "fetch" not in verbs
-    # The trust root named another way (another commit, or the environment's): planned from there, a full pass.
+    # The trust root named another way (another commit, or the environment's): planned from there, a
+    # full pass.
     _, verbs = _traced(world, tmp_path, "--trust-root", merge)
     assert "fetch" in verbs
     _traced(world, tmp_path, "--trust-root", root)
@@ -398,9 +409,12 @@ def test_a_full_pass_with_nothing_new_walks_back_to_the_trust_root_once(
 def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(
     world: World, tmp_path: Path
 ) -> None:
-    """The trust root's ancestry and the policy log from it are walks of all history; between two commit
-    ids their answers never change, so a second full pass at the same commits walks neither. A new commit
-    is a new question (a policy change after it is found), and what the clone kept cannot say yes to a no."""
+    """The trust root's ancestry and the policy log from it are walks of all history; between two
+    commit
+    ids their answers never change, so a second full pass at the same commits walks neither. A new
+    commit
+    is a new question (a policy change after it is found), and what the clone kept cannot say yes to
+    a no."""
     from mergegate.runner.plan import policy_changes
 
     root = _gate(world)
@@ -439,8 +453,10 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(
 def test_the_quiet_ends_when_a_key_of_an_open_commit_reaches_the_end_of_its_lifetime(
     world: World, tmp_path: Path
 ) -> None:
-    """A job queued for a runner with its labels keeps its commit open: the next pass judges it again, at its
-    time. When the approver's key stops being valid, that pass rejects the job; the memory wakes for it."""
+    """A job queued for a runner with its labels keeps its commit open: the next pass judges it
+    again, at its
+    time. When the approver's key stops being valid, that pass rejects the job; the memory wakes for
+    it."""
     runners = world.signing_runner()
     ends = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
     bob = world.bob.approver_entry()

@@ -147,7 +147,8 @@ def test_unique_ids_across_directories() -> None:
 
 _DEEP = "a: " + "[" * 65 + "]" * 65 + "\n"
 _DEEP_BLOCK = "".join("  " * i + "- \n" for i in range(64)) + "  " * 64 + "- [x]\n"
-# Each has more than one problem, or one near another: the one-pass reading must report what the two-pass one does.
+# Each has more than one problem, or one near another: the one-pass reading must report what the
+# two-pass one does.
 _READINGS = [
     "id: x\ncommand: [echo, '1']\n",
     "a: &x 1\nb: *x\n",
@@ -172,7 +173,8 @@ _READINGS = [
     "\ufeffa: 1\n",
     "a: 'unterminated\n",
     "? [a]\n: 1\n",
-    # The scanner's look-ahead decides which comes first, a bad character or the depth (see test_yaml_reading.py):
+    # The scanner's look-ahead decides which comes first, a bad character or the depth (see
+    # test_yaml_reading.py):
     *(f"a: {'[' * 70}{' ' * n}b, @\n" for n in (990, 1100)),
 ]
 
@@ -196,7 +198,8 @@ def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_do
         except yaml.YAMLError as exc:
             return (type(exc).__name__, str(exc))
 
-    # The reference as it was: PyYAML's own SafeLoader (config._Loader is held to it in test_yaml_reading.py).
+    # The reference as it was: PyYAML's own SafeLoader (config._Loader is held to it in
+    # test_yaml_reading.py).
     assert outcome(config._compose_checked) == outcome(
         lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader)
     )
@@ -340,8 +343,10 @@ def _line(rng: random.Random) -> str:
 
 
 def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> None:
-    """config._compose_simple against yaml.compose over generated files (and the real job files of the
-    examples): wherever it reads a file at all, the same tree of nodes, tags, values, styles and start marks."""
+    """config._compose_simple against yaml.compose over generated files (and the real job files of
+    the
+    examples): wherever it reads a file at all, the same tree of nodes, tags, values, styles and
+    start marks."""
     import yaml
 
     from mergegate.rules import config
@@ -383,7 +388,8 @@ def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> N
 
 
 def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
-    """config._scalar builds only the constructor of a SafeLoader: every value (and every error) as before."""
+    """config._scalar builds only the constructor of a SafeLoader: every value (and every error) as
+    before."""
     import yaml
 
     from mergegate.rules import config
@@ -475,7 +481,8 @@ def _job_data(rng: random.Random) -> dict[str, object]:
 
 
 def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
-    """config._surely_valid is one-sided: whatever it accepts, jsonschema (the reference) finds no error
+    """config._surely_valid is one-sided: whatever it accepts, jsonschema (the reference) finds no
+    error
     in; it may leave anything to jsonschema. Over generated jobs of every field's edge values."""
     import jsonschema
 
@@ -498,7 +505,8 @@ def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
 
 
 def _policy_data(rng: random.Random) -> dict[str, object]:
-    """A policy of every key's edge values: mostly valid values (the first two of each), else any."""
+    """A policy of every key's edge values: mostly valid values (the first two of each), else
+    any."""
 
     def pick(options: list[object]) -> object:
         return rng.choice(options[:2] if rng.random() < 0.8 else options)
@@ -598,8 +606,10 @@ def _policy_data(rng: random.Random) -> dict[str, object]:
 
 
 def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
-    """config._verdict reads policy.schema.json's keywords too ($ref, oneOf, anyOf, not, const, enum):
-    every True is valid to jsonschema (the reference) and every False invalid (oneOf and not decide by
+    """config._verdict reads policy.schema.json's keywords too ($ref, oneOf, anyOf, not, const,
+    enum):
+    every True is valid to jsonschema (the reference) and every False invalid (oneOf and not decide
+    by
     it), over generated policies of every key's edge values; None leaves it to jsonschema."""
     import jsonschema
 
@@ -620,7 +630,8 @@ def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
 
 
 def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path: Path) -> None:
-    """The reason for the quick check: jsonschema costs about 0.2 s of CPU to import, in every runner."""
+    """The reason for the quick check: jsonschema costs about 0.2 s of CPU to import, in every
+    runner."""
     from tests.helpers.repos import ECHO_RULE, policy_yaml
 
     policy = policy_yaml(
@@ -648,9 +659,11 @@ def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path
     code = (
         "import sys; from pathlib import Path; from mergegate.rules import config\n"
         "for name in ('policy', 'job'):\n"
-        "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), file=name, schema=name), schema=name)\n"
+        "    config.validate(config.load(Path(sys.argv[1], name + '.yaml').read_bytes(), "
+        "file=name, schema=name), schema=name)\n"
         "assert 'jsonschema' not in sys.modules, 'imported'\n"
-        "config.validate(config.load(b'id: x\\ncommand: [1]\\n', file='bad', schema='job'), schema='job')\n"
+        "config.validate(config.load(b'id: x\\ncommand: [1]\\n', file='bad', schema='job'), "
+        "schema='job')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False

@@ -41,7 +41,8 @@ def test_each_problem_is_one_line_with_file_and_line(world: World) -> None:
             "jobs/wrong-id.yaml": "id: other\ncommand: [echo]\n",
             "jobs/dup.yaml": "id: dup\ncommand: [echo]\ncommand: [rm]\n",
             "jobs/escape.yaml": "id: escape\ncommand: [echo]\ncwd: ../..\n",
-            "jobs/secret.yaml": "id: secret\ncommand: [curl, -H, 'Authorization: Bearer ghp_0123456789abcdefghijABCDEFGHIJ012345']\n",
+            "jobs/secret.yaml": "id: secret\ncommand: [curl, -H, 'Authorization: Bearer "
+            "ghp_0123456789abcdefghijABCDEFGHIJ012345']\n",
             "job/misplaced.yaml": job_yaml("misplaced", ["echo"]),
         },
     )
@@ -80,7 +81,8 @@ def test_invalid_policy_names_the_field(world: World) -> None:
     world.write(
         "admin",
         {
-            "policy/policy.yaml": "version: 1\napprovers: []\ncommands:\n  - program: echo\n    args: [x]\n"
+            "policy/policy.yaml": "version: 1\napprovers: []\ncommands:\n  - program: echo\n    "
+            "args: [x]\n"
         },
     )
     code, out, err = lint(world, "policy/policy.yaml", "--json")
@@ -153,7 +155,8 @@ def test_policy_errors_end_with_a_hint_that_leads_somewhere(world: World) -> Non
 
 
 def test_the_worked_example_policies_of_the_docs_are_valid(world: World) -> None:
-    """A reader copies a worked example from docs/policy.md as their policy: each must lint clean."""
+    """A reader copies a worked example from docs/policy.md as their policy: each must lint
+    clean."""
     section = (ROOT / "docs/policy.md").read_text().split("## Worked examples", 1)[1]
     examples = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert len(examples) == 3

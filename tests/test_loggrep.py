@@ -1,5 +1,7 @@
-"""The pass-start greps of the audit log read only what is new (loggrep.py, issue 12), and say what a grep of
-the whole log says: the closed log files' part comes from the clone's memory only when it is of exactly those files."""
+"""The pass-start greps of the audit log read only what is new (loggrep.py, issue 12), and say what
+a grep of
+the whole log says: the closed log files' part comes from the clone's memory only when it is of
+exactly those files."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from tests.test_audit import _append, _repo
 
 
 def _whole_log(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, object]]]:
-    """The reference: one grep of every log file (as before the memory): run ids started, finished, evidence-naming records."""
+    """The reference: one grep of every log file (as before the memory): run ids started, finished,
+    evidence-naming records."""
     out = repo.run(
         "grep",
         "-a",
@@ -111,20 +114,23 @@ def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives
         _greps(trace)
         files = [name for name, _ in loggrep.log_files(repo, tip)]
         assert all(g for g in greps) and greps, greps
-        # After the first pass over a log of several files, only the files after the remembered ones are grepped.
+        # After the first pass over a log of several files, only the files after the remembered ones
+        # are grepped.
         if number >= 2:
             assert all(
                 g == [f"audit/{n}" for n in files[-len(g) :]] and len(g) <= 2 for g in greps
             ), (greps, files)
     assert len(files) == 4
-    # The quirks of the grep's pairing are kept (a `started` with no run id pairs with the next run id, c3).
+    # The quirks of the grep's pairing are kept (a `started` with no run id pairs with the next run
+    # id, c3).
     assert ours[0] - ours[1] == {"c3", "e5", "ef6"}
     assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == [
         "e5",
         "ef6",
     ]  # (c3 has no started record to read)
     assert [r.get("seq") for r in github._naming(repo, tip, remember=True)] == [3, 10]
-    # A closed file that is not the one remembered (a rewrite; here the memory is of another branch): all files again.
+    # A closed file that is not the one remembered (a rewrite; here the memory is of another
+    # branch): all files again.
     other = _repo(tmp_path / "other")
     other_tip = other.rev("HEAD")
     assert other_tip is not None
@@ -149,7 +155,8 @@ def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives
 
 
 def test_evidence_files_are_not_records_to_the_open_runs_grep(tmp_path: Path) -> None:
-    """A file under audit/evidence/ that looks like records neither opens nor closes a run (it did, before)."""
+    """A file under audit/evidence/ that looks like records neither opens nor closes a run (it did,
+    before)."""
     repo = _repo(tmp_path)
     tip = repo.rev("HEAD")
     assert tip is not None

@@ -20,7 +20,8 @@ def call(
     where: str = "proposer",
     extra: tuple[str, ...] = (),
 ) -> tuple[list[str], list[tuple[bool, Any]]]:
-    """Start `mergegate mcp` in clone `where`, list its tools, call each step; (tool names, [(is_error, JSON)])."""
+    """Start `mergegate mcp` in clone `where`, list its tools, call each step; (tool names,
+    [(is_error, JSON)])."""
     # Imported here, not at the top: every xdist worker collects this module, and the SDK's
     # imports (anyio, pydantic, httpx) cost about 1 s of CPU in each; only the worker that runs
     # these tests needs them.
@@ -139,7 +140,8 @@ def test_mcp_no_push_server_refuses_push(world: World) -> None:
 def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(
     world: World, tmp_path: Path
 ) -> None:
-    """The hint installs the SDK into mergegate's own environment; never `mergegate[mcp]` from an index,
+    """The hint installs the SDK into mergegate's own environment; never `mergegate[mcp]` from an
+    index,
     where that name is not mergegate's (it is installed from a checkout)."""
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     blocked = tmp_path / "no-sdk" / "mcp"

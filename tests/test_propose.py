@@ -189,7 +189,8 @@ def test_push_rejected_is_one_line_with_a_hint(world: World) -> None:
     assert result.code == 2
     assert (
         result.err.splitlines()[0]
-        == "error: push rejected: origin/propose/hello moved since it was fetched (someone else pushed to it)"
+        == "error: push rejected: origin/propose/hello moved since it was fetched (someone else "
+        "pushed to it)"
     )
     assert result.err.splitlines()[1].startswith("hint: git fetch origin propose/hello")
 
@@ -203,8 +204,10 @@ def test_signing_failures_are_one_line_with_a_hint(world: World) -> None:
     missing = world.mg("propose", "hello", "--", "echo", "hi", where="proposer")
     assert missing.code == 2
     assert missing.err.splitlines() == [
-        f"error: git could not sign: the signing key file {world.tmp / 'no-such-key'} does not exist",
-        "hint: point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls ~/.ssh/*.pub lists yours)",
+        f"error: git could not sign: the signing key file {world.tmp / 'no-such-key'} does not "
+        "exist",
+        "hint: point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls "
+        "~/.ssh/*.pub lists yours)",
     ]
     world.git("proposer", "config", "--unset", "gpg.format")
     world.git("proposer", "config", "user.signingkey", str(world.alice.key.private) + ".pub")

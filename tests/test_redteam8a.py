@@ -1,4 +1,5 @@
-"""Red team, session 8 (redteam8a): the in-process audit-chain walk, the publisher's backoff, and the
+"""Red team, session 8 (redteam8a): the in-process audit-chain walk, the publisher's backoff, and
+the
 removal of a dead runner's workspaces. Real git, real runners, real processes."""
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
     world: World,
 ) -> None:
     """A spool line that parses (a dead runner's run, `folders` a path holding U+0000) must not fail
-    every later pass: os.lstat raises ValueError there, not OSError, and `_spool_load` runs first thing
-    in each pass. The spool sets unreadable lines aside; a readable one must not be a standing stop."""
+    every later pass: os.lstat raises ValueError there, not OSError, and `_spool_load` runs first
+    thing
+    in each pass. The spool sets unreadable lines aside; a readable one must not be a standing
+    stop."""
     _gate(world)
     _merge_jobs(world, "p", {"hi": ["echo", "hi"]})
     first = world.run_once("--runner-name", "ci")
@@ -50,9 +53,12 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
 def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_never_made(
     world: World,
 ) -> None:
-    """Whoever can write the spool (the runner's user, a job without a sandbox) names any folder of the
-    runner's user with its inode (`stat` gives it): the next pass removed it, whatever it was. The runner
-    only ever names its own `mergegate-job-*` and `mergegate-index-*` folders: nothing else is removed."""
+    """Whoever can write the spool (the runner's user, a job without a sandbox) names any folder of
+    the
+    runner's user with its inode (`stat` gives it): the next pass removed it, whatever it was. The
+    runner
+    only ever names its own `mergegate-job-*` and `mergegate-index-*` folders: nothing else is
+    removed."""
     _gate(world)
     _merge_jobs(world, "p", {"hi": ["echo", "hi"]})
     assert world.run_once("--runner-name", "ci").code == 0
@@ -73,10 +79,14 @@ def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_nev
 
 
 def _remove_as_a_user(folder: Path) -> None:
-    """workspaces.remove_tree as a runner runs it: not as root (whose CAP_DAC_OVERRIDE ignores mode bits).
+    """workspaces.remove_tree as a runner runs it: not as root (whose CAP_DAC_OVERRIDE ignores mode
+    bits).
     As root, the removal runs in a process of its own as `nobody`, the owner of `folder`."""
     src = str(Path(__file__).resolve().parents[1] / "src")
-    code = f"import sys; sys.path.insert(0, {src!r}); from pathlib import Path; from mergegate.execution.workspaces import remove_tree; remove_tree(Path({str(folder)!r}))"
+    code = (
+        f"import sys; sys.path.insert(0, {src!r}); from pathlib import Path; from "
+        f"mergegate.execution.workspaces import remove_tree; remove_tree(Path({str(folder)!r}))"
+    )
     if os.geteuid() != 0:
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
         return
@@ -102,7 +112,8 @@ def _remove_as_a_user(folder: Path) -> None:
 
 
 def _closed_workspaces(cases: dict[str, tuple[str, int, int | None]]) -> list[str]:
-    """Each case a workspace with folder `sub` (mode `inner`) holding a file, the workspace itself given
+    """Each case a workspace with folder `sub` (mode `inner`) holding a file, the workspace itself
+    given
     mode `top`; removed as a runner removes it; the cases whose workspace is left."""
     scratch = Path(tempfile.mkdtemp(prefix="rt8a-", dir="/tmp"))
     left = []
@@ -128,8 +139,10 @@ def _closed_workspaces(cases: dict[str, tuple[str, int, int | None]]) -> list[st
 def test_a_job_cannot_keep_its_workspace_by_taking_its_own_permissions_away() -> None:
     """A job owns its workspace and may chmod what it made in it (`chmod 000 d`, `chmod 500 d`, even
     `chmod 500 .`): the runner's, the watchdog's and the next pass's removal (and `rm -rf`, its
-    fallback) then failed with EACCES and the workspace, with what the job wrote and the export of the
-    approving commit, stayed for good. The runner owns every folder in it: it gives itself the rights
+    fallback) then failed with EACCES and the workspace, with what the job wrote and the export of
+    the
+    approving commit, stayed for good. The runner owns every folder in it: it gives itself the
+    rights
     back, on the folder it holds open, never through a path a job could swap."""
     cases = {
         "closed": ("d", 0o000, None),
@@ -149,12 +162,15 @@ def test_a_job_cannot_keep_its_workspace_with_a_closed_folder_deeper_than_the_de
 def _racing_remote(
     world: World, armed: Path, count: Path, losses: int, seconds: float, landed: Path | None = None
 ) -> None:
-    """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first `losses`
-    races: receive-pack says what it says when another runner's push took the ref first. (`landed`: when
+    """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first
+    `losses`
+    races: receive-pack says what it says when another runner's push took the ref first. (`landed`:
+    when
     the push after them was let through.)"""
     hook = world.remote / "hooks" / "pre-receive"
     hook.write_text(
-        f'#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ -e {armed} ]; then\n'
+        '#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ '
+        f"-e {armed} ]; then\n"
         f"    sleep {seconds}\n    n=$(cat {count} 2>/dev/null || echo 0)\n"
         f'    if [ "$n" -lt {losses} ]; then echo $((n+1)) > {count}; '
         f"echo 'error: failed to update ref refs/heads/mergegate/audit' >&2; exit 1; fi\n"
@@ -167,11 +183,14 @@ def _racing_remote(
 def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_start(
     world: World,
 ) -> None:
-    """The `started` draft's lease is stamped once, before the first try (until = then + timeout + kill
-    grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential backoff, a sleep
+    """The `started` draft's lease is stamped once, before the first try (until = then + timeout +
+    kill
+    grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential backoff, a
+    sleep
     of up to 16 times what a try took, so six lost races on a remote where a try takes half a second
     start the job well past the slack: its lease runs out while it may still legitimately run, any
-    runner then closes it `lost` (an idempotent job is retried beside it; its own result is dropped)."""
+    runner then closes it `lost` (an idempotent job is retried beside it; its own result is
+    dropped)."""
     _gate(world)
     assert world.run_once("--runner-name", "ci").code == 0
     armed, count, stamp = world.tmp / "armed", world.tmp / "count", world.tmp / "started-at"
@@ -192,9 +211,11 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
 
 
 def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World) -> None:
-    """A job that uses all it may (its timeout, then its kill grace) leaves its result the lease's 5 s of
+    """A job that uses all it may (its timeout, then its kill grace) leaves its result the lease's 5
+    s of
     slack to land in. Five lost races, where a try takes half a second, take that and more with the
-    exponential backoff (each wait up to 16 times a try), so the `finished` record lands after the lease:
+    exponential backoff (each wait up to 16 times a try), so the `finished` record lands after the
+    lease:
     a pass of any other runner meanwhile closes the run `lost` and this result is dropped."""
     _gate(world, limits={"kill_grace_seconds": 1})
     assert world.run_once("--runner-name", "ci").code == 0

@@ -186,7 +186,8 @@ def test_a_tag_named_refs_heads_feature_does_not_shadow_the_reviewed_branch(worl
     evil = world.propose(
         "other", {"jobs/j.yaml": job_yaml("j", ["echo", "EVIL"])}, who=world.mallory
     )
-    # mallory pushes a TAG whose name is `refs/heads/feature` (stored as refs/tags/refs/heads/feature).
+    # mallory pushes a TAG whose name is `refs/heads/feature` (stored as
+    # refs/tags/refs/heads/feature).
     world.git("proposer", "tag", "refs/heads/feature", evil)
     world.git("proposer", "push", "-q", "origin", "refs/tags/refs/heads/feature")
     clone = _signing_clone(world, "bob-clone", world.bob)

@@ -1,4 +1,5 @@
-"""Runner reliability (issue 9): kills, signals, locks, torn state, outages. Real processes, real signals."""
+"""Runner reliability (issue 9): kills, signals, locks, torn state, outages. Real processes, real
+signals."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _merge_jobs(world: World, branch: str, jobs: dict[str, list[str]]) -> str:
 
 
 def _marker() -> str:
-    """A sleep duration no other process on the machine has: how the test finds the job's processes."""
+    """A sleep duration no other process on the machine has: how the test finds the job's
+    processes."""
     return f"300.{uuid.uuid4().int % 10**9:09d}"
 
 
@@ -158,8 +160,10 @@ def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: Wo
 
 
 def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> None:
-    """The runner, its watchdog and its spawner die together (say, an OOM kill of all three): a child
-    of the job survives in the job's process group. The next pass must not close the job while it runs."""
+    """The runner, its watchdog and its spawner die together (say, an OOM kill of all three): a
+    child
+    of the job survives in the job's process group. The next pass must not close the job while it
+    runs."""
     _gate(world)
     marker = _marker()
     _merge_jobs(world, "p", {"stay": ["sh", "-c", f"sleep {marker} & wait"]})
@@ -182,7 +186,8 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
         _until(lambda: not _alive(watchdogs[0]) and not _alive(spawners[0]))
-        # The job's leader dies of the parent-death signal (sent as the spawner exits, acted on when the
+        # The job's leader dies of the parent-death signal (sent as the spawner exits, acted on when
+        # the
         # leader next runs: on a loaded machine a moment later); its child does not.
         _until(lambda: len(_with(marker)) == 1)
         assert len(_with(marker)) == 1
@@ -258,7 +263,8 @@ def test_signal_to_run_once_gives_the_job_its_grace_then_kills_and_records_inter
     assert [(j["job"], j["status"]) for j in json.loads(out)["jobs"]] == [("a-long", "interrupted")]
     lines = [line for line in err.splitlines() if line.startswith("stopped by")]
     assert lines == [
-        f"stopped by {signal.Signals(sig).name}: no more jobs claimed, 1 interrupted, records pushed"
+        f"stopped by {signal.Signals(sig).name}: no more jobs claimed, 1 interrupted, records "
+        "pushed"
     ]
     (finished,) = world.events("finished")
     assert finished["status"] == "interrupted" and "--shutdown-grace=1s" in finished["reason"]
@@ -280,7 +286,8 @@ def test_a_job_that_ends_within_the_grace_keeps_its_real_result(world: World) ->
             "short": [
                 "sh",
                 "-c",
-                f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo done",
+                f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                "echo done",
             ]
         },
     )
@@ -403,8 +410,8 @@ def test_a_seen_ref_that_cannot_be_written_stops_the_pass_before_anything_runs(
     assert result.code == 2
     assert f"({lock})" in result.err and "refs/mergegate/seen/origin/approved" in result.err
     assert (
-        f"hint: another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'"
-        in result.err
+        "hint: another git process may be using the repository; if none is (one was killed), "
+        f"remove it: rm '{lock}'" in result.err
     )
     assert world.events("started") == []
     lock.unlink()
@@ -435,8 +442,8 @@ def test_a_torn_spool_line_is_set_aside_with_a_warning_and_the_pass_goes_on(worl
     assert result.code == 0, result.err
     assert [j["status"] for j in result.json()["jobs"]] == ["succeeded"]
     assert (
-        f"warning: spool {path}: line(s) 1 could not be read (a torn write?); moved to {path}.corrupt"
-        in result.err
+        f"warning: spool {path}: line(s) 1 could not be read (a torn write?); moved to "
+        f"{path}.corrupt" in result.err
     )
     assert b'"status": "fai' in Path(f"{path}.corrupt").read_bytes()
     assert not path.exists()
@@ -499,8 +506,10 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
 def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state(
     tmp_path: Path,
 ) -> None:
-    """A full disk (here a file size limit) writes part of a line: that is an error naming the spool, not a
-    line torn in silence that the next append is glued to (and both set aside: the real result lost)."""
+    """A full disk (here a file size limit) writes part of a line: that is an error naming the
+    spool, not a
+    line torn in silence that the next append is glued to (and both set aside: the real result
+    lost)."""
     script = f"""
 import os, resource, signal
 from pathlib import Path
@@ -733,7 +742,8 @@ def test_an_idle_poll_writes_nothing_and_a_moved_ref_is_still_seen(world: World)
                 or (git_dir / "FETCH_HEAD").exists()
             )
         )
-        # Counted, not slept: at three ls-remote calls, two polls at least began after the first pass.
+        # Counted, not slept: at three ls-remote calls, two polls at least began after the first
+        # pass.
         _until(lambda: _git_calls(trace, "ls-remote") >= 3)
         before = _snapshot(git_dir)
         polls = _git_calls(trace, "ls-remote")
@@ -852,7 +862,10 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     if shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv: no unprivileged user to run the runner as")
     # The interpreter must also start itself as that user (the watchdog is `sys.executable -m ...`).
-    check = "import subprocess, sys, mergegate.execution.executor, tests.helpers.escape_job; subprocess.run([sys.executable, '-c', ''], check=True)"
+    check = (
+        "import subprocess, sys, mergegate.execution.executor, tests.helpers.escape_job; "
+        "subprocess.run([sys.executable, '-c', ''], check=True)"
+    )
     for python in (os.path.realpath(sys.executable), "/usr/bin/python3"):
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python]
         probe = subprocess.run([*prefix, "-c", check], env=env, cwd="/tmp", capture_output=True)
@@ -863,7 +876,8 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
 
 @pytest.fixture
 def helper_workspace() -> Iterator[Path]:
-    """The helper's job workspace, removed after the test however the helper ended (killed, it could not).
+    """The helper's job workspace, removed after the test however the helper ended (killed, it could
+    not).
     Under /tmp, owned by the helper's uid: pytest's tmp_path is not reachable for uid 65534."""
     import tempfile
 
@@ -923,7 +937,8 @@ def test_a_setsid_grandchild_of_an_unprivileged_job_dies_with_its_killed_runner(
     try:
         _until(lambda: _sleeping(marker))
         (escaped,) = _sleeping(marker)
-        # Reparented to the job's main process (a subreaper), not to init: still the job's descendant.
+        # Reparented to the job's main process (a subreaper), not to init: still the job's
+        # descendant.
         _until(
             lambda: (
                 int(Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[1]) != 1
@@ -995,10 +1010,12 @@ def test_no_helper_of_an_unprivileged_runner_shows_a_job_the_runners_environment
 
 
 def _refusing_remote(world: World, block: Path, tally: Path) -> None:
-    """A pre-receive hook that refuses every push to the audit branch while `block` exists, counting each refusal."""
+    """A pre-receive hook that refuses every push to the audit branch while `block` exists, counting
+    each refusal."""
     hook = world.remote / "hooks" / "pre-receive"
     hook.write_text(
-        f'#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ -e {block} ]; then\n'
+        '#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ '
+        f"-e {block} ]; then\n"
         f"    echo refused >> {tally}; echo 'remote is read-only' >&2; exit 1\n  fi\ndone\n"
     )
     hook.chmod(0o755)
@@ -1055,7 +1072,8 @@ def test_a_refused_result_push_reuses_one_pending_commit_so_disk_stays_bounded(
 
 def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world: World) -> None:
     """A claim is never reused (its lease counts from the push); each new attempt's commit
-    replaces the refused one, whose objects are deleted: one full copy of the log, not one per poll."""
+    replaces the refused one, whose objects are deleted: one full copy of the log, not one per
+    poll."""
     _gate(world)
     _merge_jobs(world, "p", {f"j{i}": ["echo", str(i)] for i in range(20)})  # a log of some size
     assert world.run_once().code == 0
@@ -1071,7 +1089,8 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
         _until(
             lambda: _refusals(tally) >= 8, timeout=60
         )  # each attempt a new claim: +4 objects each without the fix
-        # At most one attempt's commit more than before (the one being pushed when counted): bounded,
+        # At most one attempt's commit more than before (the one being pushed when counted):
+        # bounded,
         # where six more attempts would have left 24 more objects.
         assert _loose_objects(clone) <= early + 5
         block.unlink()

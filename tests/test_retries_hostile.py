@@ -1,4 +1,5 @@
-"""Retries, labels and reopened commits against hostile or awkward histories (red-team review of issue 9's job half).
+"""Retries, labels and reopened commits against hostile or awkward histories (red-team review of
+issue 9's job half).
 
 Each test is a finding of that review, reproduced with real git, real signed merges and real runner
 passes; each failed before its fix.
@@ -68,7 +69,8 @@ def test_deleting_a_failing_job_stops_its_retries(world: World) -> None:
 def test_a_replaced_revision_is_not_retried_after_its_replacement(
     world: World, tmp_path: Path
 ) -> None:
-    """deploy v1 fails, v2 is approved: v1's retry must never run (it would roll production back)."""
+    """deploy v1 fails, v2 is approved: v1's retry must never run (it would roll production
+    back)."""
     _gate(world, max_retries=1, retry_backoff_seconds=0)
     log = tmp_path / "deployed"
     _merge(
@@ -93,7 +95,8 @@ def test_a_replaced_revision_is_not_retried_after_its_replacement(
 
 
 def test_verify_flags_a_retry_started_after_its_file_changed(world: World) -> None:
-    """A runner that retried an older revision anyway (records written through the runner's own code path)."""
+    """A runner that retried an older revision anyway (records written through the runner's own code
+    path)."""
     _gate(world, max_retries=1, retry_backoff_seconds=0)
     _merge(world, "v1", {"jobs/deploy.yaml": job_yaml("deploy", ["sh", "-c", "exit 1"], retries=1)})
     world.run_once()
@@ -131,7 +134,8 @@ def test_a_job_queued_for_labels_does_not_run_after_its_file_was_deleted(world: 
 
 
 def test_the_same_revision_at_two_commits_in_one_pass_starts_once(world: World) -> None:
-    """Add, remove, re-add the same bytes while no runner ran; --parallel 2 would claim both in one push."""
+    """Add, remove, re-add the same bytes while no runner ran; --parallel 2 would claim both in one
+    push."""
     _gate(world)
     text = job_yaml("x", ["echo", "x"])
     first = _merge(world, "add", {"jobs/x.yaml": text})
@@ -144,7 +148,8 @@ def test_the_same_revision_at_two_commits_in_one_pass_starts_once(world: World) 
     assert _verify(world)["ok"] is True
 
 
-# -- a tightened policy reaches pending retries -----------------------------------------------------
+# -- a tightened policy reaches pending retries
+# -----------------------------------------------------
 
 
 def test_lowering_max_retries_stops_a_pending_retry(world: World) -> None:
@@ -184,7 +189,8 @@ def test_lowering_max_retries_stops_a_pending_retry(world: World) -> None:
     assert [s["attempt"] for s in _starts(world, "jobs/f.yaml")] == [1]
 
 
-# -- forged records cannot make a job run again ------------------------------------------------------
+# -- forged records cannot make a job run again
+# ------------------------------------------------------
 
 
 def test_retries_without_runners_are_a_configuration_error_naming_the_field(world: World) -> None:
@@ -204,7 +210,8 @@ def test_retries_without_runners_are_a_configuration_error_naming_the_field(worl
 
 
 def _forge(world: World, drafts: list[dict[str, Any]]) -> None:
-    """Well-chained records appended by someone who can push mergegate/audit (a gate without runners)."""
+    """Well-chained records appended by someone who can push mergegate/audit (a gate without
+    runners)."""
     _append(world, drafts, where="mallory", sign=False)
 
 
@@ -301,8 +308,10 @@ def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succee
     world: World,
 ) -> None:
     runners = world.signing_runner()
-    # The merge must be judged while bob's key is valid; the test then waits for it to expire. At load
-    # 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the policy's
+    # The merge must be judged while bob's key is valid; the test then waits for it to expire. At
+    # load
+    # 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the
+    # policy's
     # time has no fraction, and a truncated one would take up to a second off it).
     until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
     bob = {
@@ -335,13 +344,15 @@ def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succee
     ]
 
 
-# -- found by a new user's walk-through (notes/newuser9.md) ------------------------------------------
+# -- found by a new user's walk-through (notes/newuser9.md)
+# ------------------------------------------
 
 
 def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_removed(
     world: World,
 ) -> None:
-    """`run --once --job` writes no scanned record: its `started` must not hide the next attempt's refusal."""
+    """`run --once --job` writes no scanned record: its `started` must not hide the next attempt's
+    refusal."""
     _gate(world, max_retries=2, retry_backoff_seconds=0)
     _merge(world, "x", {"jobs/x.yaml": job_yaml("x", ["sh", "-c", "exit 1"], retries=2)})
     leg = world.run_once("--job", "jobs/x.yaml", "--runner-name", "leg-0")

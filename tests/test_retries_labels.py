@@ -1,4 +1,5 @@
-"""Labels (`runs_on`, `run --label`) and retries (`retries`, `max_retries`, `idempotent`) (issue 9, job half).
+"""Labels (`runs_on`, `run --label`) and retries (`retries`, `max_retries`, `idempotent`) (issue 9,
+job half).
 
 Real repositories, real signed merges, real runner processes; records read back from the remote.
 """
@@ -49,7 +50,8 @@ def _last_scanned(world: World) -> dict[str, Any]:
 
 
 def _fails_once(tmp: Path, name: str, code: int = 3) -> list[str]:
-    """A command that fails the first time it runs and succeeds after (state outside the clean export)."""
+    """A command that fails the first time it runs and succeeds after (state outside the clean
+    export)."""
     marker = tmp / f"{name}.ran"
     return [
         "sh",
@@ -82,7 +84,8 @@ def test_a_job_runs_only_on_a_runner_that_has_all_its_labels_and_waits_queued_sa
     )
     assert "waiting for a runner with labels gpu, linux" in world.mg("status").out
     assert [e["commit"] for e in _last_scanned(world)["open"]] == [merge]
-    # Later merges are run by any runner; the labelled job still waits (another runner, another clone).
+    # Later merges are run by any runner; the labelled job still waits (another runner, another
+    # clone).
     _merge(world, "other", {"jobs/plain.yaml": job_yaml("plain", ["echo", "plain"])})
     later = world.mg(
         "run",
@@ -197,7 +200,8 @@ def test_a_failed_attempt_is_retried_after_its_backoff_each_attempt_its_own_run(
         and retried
         and datetime.fromisoformat(retried[0]["judged"].replace("Z", "+00:00")) >= due
     ):
-        second = early  # (a machine so loaded that this pass began after the backoff: it ran the retry, rightly)
+        # (a machine so loaded that this pass began after the backoff: it ran the retry, rightly)
+        second = early
     else:
         assert early.code == 0 and early.json()["jobs"] == []
         assert len(world.events("started")) == 1
@@ -320,7 +324,8 @@ def test_the_backoff_doubles_per_attempt_and_is_capped() -> None:
 
 
 def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) -> None:
-    # One judge-approved decision, its recorded attempts, and two moments: before and after the backoff.
+    # One judge-approved decision, its recorded attempts, and two moments: before and after the
+    # backoff.
     from mergegate.rules.job import parse_job
     from mergegate.rules.judge import Decision
     from mergegate.rules.policy import load_policy
@@ -354,8 +359,10 @@ def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) 
 def _append(
     world: World, drafts: list[dict[str, Any]], *, where: str = "runner", sign: bool = True
 ) -> None:
-    """Records appended through the runner's own code path (as a runner that broke the rules would, with its
-    key; or, `sign=False`, as anyone who can push mergegate/audit of a gate that lists no runners)."""
+    """Records appended through the runner's own code path (as a runner that broke the rules would,
+    with its
+    key; or, `sign=False`, as anyone who can push mergegate/audit of a gate that lists no
+    runners)."""
     clone = world.clone(where)
     repo = Repo(clone)
     world.git(where, "fetch", "-q", "origin")
@@ -414,8 +421,8 @@ def test_verify_flags_a_retry_of_a_succeeded_attempt(world: World) -> None:
     verified = world.mg("verify")
     assert verified.code == 3
     assert (
-        "attempt 2 retried an attempt that ended succeeded (only failed and timed_out attempts are retried)"
-        in verified.err + verified.out
+        "attempt 2 retried an attempt that ended succeeded (only failed and timed_out attempts are "
+        "retried)" in verified.err + verified.out
     )
 
 
@@ -460,8 +467,8 @@ def test_verify_flags_a_lost_attempt_retried_without_idempotent(world: World) ->
     verified = world.mg("verify")
     assert verified.code == 3
     assert (
-        "attempt 3 retried an attempt that ended lost (a lost attempt is retried only when the job says idempotent: true)"
-        in verified.err + verified.out
+        "attempt 3 retried an attempt that ended lost (a lost attempt is retried only when the job "
+        "says idempotent: true)" in verified.err + verified.out
     )
 
 
@@ -556,8 +563,10 @@ def test_plan_json_is_a_matrix_of_the_runnable_jobs_and_run_job_claims_exactly_t
 
 
 def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: World) -> None:
-    # As the fan-out workflow does it: plan, then one `run --once --job` per entry, each in a clone of
-    # its own with a name of its own, all at once, every entry twice (a re-run of the workflow), then a sweep.
+    # As the fan-out workflow does it: plan, then one `run --once --job` per entry, each in a clone
+    # of
+    # its own with a name of its own, all at once, every entry twice (a re-run of the workflow),
+    # then a sweep.
     _gate(world)
     names = [f"j{i}" for i in range(4)]
     _merge(world, "many", {f"jobs/{n}.yaml": job_yaml(n, ["echo", n]) for n in names})
@@ -597,7 +606,8 @@ def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: Wor
     )
     assert world.events("scanned") == []  # entries record only their job
     swept = world.run_once()
-    # The sweep runs nothing and accounts for every job of the merge it walked: each entry's runner has it.
+    # The sweep runs nothing and accounts for every job of the merge it walked: each entry's runner
+    # has it.
     holders = {s["job"]: s["runner"] for s in started}
     assert swept.code == 0 and sorted(
         (j["job"], j["status"], j["reason"]) for j in swept.json()["jobs"]

@@ -1,5 +1,7 @@
-"""Repo.rev and Repo.is_ancestor(x, x) answer without a git process where they can: held to git's own answers
-(rev-parse ^{commit}, merge-base) over every shape a ref or an id can have (from the session-6 review)."""
+"""Repo.rev and Repo.is_ancestor(x, x) answer without a git process where they can: held to git's
+own answers
+(rev-parse ^{commit}, merge-base) over every shape a ref or an id can have (from the session-6
+review)."""
 
 from __future__ import annotations
 
@@ -193,7 +195,8 @@ def test_rev_of_a_ref_to_a_missing_object_or_a_pattern_answers_as_rev_parse(
 def test_a_64_hex_name_in_a_sha1_repository_is_a_ref_name_not_an_id(
     shapes: tuple[Path, dict[str, str]],
 ) -> None:
-    """cat-file --batch-command resolves any name: in a SHA-1 clone 64 hex digits are no object id but may be a tag."""
+    """cat-file --batch-command resolves any name: in a SHA-1 clone 64 hex digits are no object id
+    but may be a tag."""
     repo, ids = shapes
     name = "ab" * 32
     _git(repo, "tag", name, ids["c1"])  # anyone who may push tags can make one; clones fetch tags
@@ -208,9 +211,12 @@ def test_a_64_hex_name_in_a_sha1_repository_is_a_ref_name_not_an_id(
 def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_that_reads_it_whole(
     tmp_path: Path,
 ) -> None:
-    """Checker.moved_to reads only the new first-parent commits when the later tip continues the line it
-    read (approved moved during a pass: merges landed); held to a checker that reads the later tip's whole
-    line, also where it must not take the shortcut (a line that joins through a second parent; a rewind)."""
+    """Checker.moved_to reads only the new first-parent commits when the later tip continues the
+    line it
+    read (approved moved during a pass: merges landed); held to a checker that reads the later tip's
+    whole
+    line, also where it must not take the shortcut (a line that joins through a second parent; a
+    rewind)."""
     from mergegate.facts.audit_commits import Checker
 
     repo = tmp_path / "r"
@@ -239,7 +245,8 @@ def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_
     moved = checker.moved_to(later)
     assert moved._line  # the shortcut was taken: the line is known before anyone asks for it
     assert moved._first_parent_line() == fresh(later) and len(fresh(later)) == 4
-    # A tip whose first parent is the root and whose second parent is the old tip: its line skips `first`.
+    # A tip whose first parent is the root and whose second parent is the old tip: its line skips
+    # `first`.
     joined = _git(repo, "commit-tree", "-p", root, "-p", first, "-m", "joins", f"{root}^{{tree}}")
     moved = checker.moved_to(joined)
     assert not moved._line and moved._first_parent_line() == fresh(joined) == {joined: 0, root: 1}
@@ -251,7 +258,8 @@ def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_
 def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(
     shapes: tuple[Path, dict[str, str]], replaced: bool
 ) -> None:
-    """Repo.revs (the four refs a pass starts from, one for-each-ref) is held to rev-parse as Repo.rev is,
+    """Repo.revs (the four refs a pass starts from, one for-each-ref) is held to rev-parse as
+    Repo.rev is,
     also for names that are a prefix of another ref (for-each-ref matches those as patterns)."""
     repo, ids = shapes
     if replaced:
@@ -285,8 +293,10 @@ def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(
 def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(
     shapes: tuple[Path, dict[str, str]],
 ) -> None:
-    """Repo.rev reads a `refs/...` name from its loose file or its packed-refs line (no for-each-ref process)
-    where the files say what git says; every shape a ref's files can have, against for-each-ref + rev-parse."""
+    """Repo.rev reads a `refs/...` name from its loose file or its packed-refs line (no for-each-ref
+    process)
+    where the files say what git says; every shape a ref's files can have, against for-each-ref +
+    rev-parse."""
     from mergegate.git.repo import _ASK_GIT
 
     repo, ids = shapes
@@ -448,7 +458,8 @@ def _reference_ls_tree(repo: Path, commit: str, prefix: str) -> object:
 
 
 def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_path: Path) -> None:
-    """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape of tree and
+    """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape
+    of tree and
     prefix against `git ls-tree -r`, and git asked where the walk could differ."""
     from mergegate.git.repo import GitError
 
@@ -548,7 +559,8 @@ def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_pa
         assert r._ls_tree_objects(unordered, "") is None and r._ls_tree_objects(tag, "") is None
     finally:
         r.close()
-    # ls_tree_flat: one folder's entries (trees too, their mode as ls-tree prints it), against `ls-tree <commit>:<dir>`.
+    # ls_tree_flat: one folder's entries (trees too, their mode as ls-tree prints it), against
+    # `ls-tree <commit>:<dir>`.
     for name in (commit, tree, jobs_tree, tag, blob, unordered, "HEAD", "0" * 40):
         for directory in [
             "",
@@ -587,7 +599,8 @@ def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_pa
 
 
 def _reference_ls_flat(repo: Path, commit: str, directory: str) -> list[tuple[str, str, str]]:
-    """What Repo.ls_tree_flat answered before it read trees itself: `git ls-tree -z <commit>:<directory>`."""
+    """What Repo.ls_tree_flat answered before it read trees itself: `git ls-tree -z
+    <commit>:<directory>`."""
     proc = subprocess.run(
         ["git", "-C", str(repo), "ls-tree", "-z", f"{commit}:{directory}" if directory else commit],
         capture_output=True,

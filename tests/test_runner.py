@@ -231,7 +231,8 @@ def test_no_approved_branch_is_a_usage_error(world: World) -> None:
 
 
 def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
-    """approved fast-forwarded to a branch that merged approved into itself: first parents change."""
+    """approved fast-forwarded to a branch that merged approved into itself: first parents
+    change."""
     _gate(world)
     world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "x"])})
     world.signed_merge("j")
@@ -252,7 +253,8 @@ def test_fast_forward_to_a_foxtrot_merge_stops_the_runner(world: World) -> None:
 
 
 def test_result_that_could_not_be_pushed_is_kept_and_pushed_next_time(world: World) -> None:
-    """No record is lost: the remote refuses the push after the job ran; the next pass delivers it."""
+    """No record is lost: the remote refuses the push after the job ran; the next pass delivers
+    it."""
     world.setup(policy_yaml([world.bob.approver_entry()], [{"program": "touch"}]))
     block = world.tmp / "block"
     hook = world.remote / "hooks" / "pre-receive"

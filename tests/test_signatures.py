@@ -621,8 +621,10 @@ def test_real_secret_key_block_is_refused(gpg_home: Path, gpg_keys: dict[str, Gp
 
 
 def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_path: Path) -> None:
-    """ssh_key_file_blob (the runner's check of --signing-key before a pass): for OpenSSH private keys of
-    every kind, behind a passphrase too, and public key files, the blob of the .pub ssh-keygen wrote; for
+    """ssh_key_file_blob (the runner's check of --signing-key before a pass): for OpenSSH private
+    keys of
+    every kind, behind a passphrase too, and public key files, the blob of the .pub ssh-keygen
+    wrote; for
     what does not show it (PEM, garbage, a torn or lying file), None, never an exception."""
     import base64
 
@@ -657,7 +659,10 @@ def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_pa
     data = base64.b64decode(body)
 
     def armoured(raw: bytes) -> str:
-        return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{base64.b64encode(raw).decode()}\n-----END OPENSSH PRIVATE KEY-----\n"
+        return (
+            f"-----BEGIN OPENSSH PRIVATE KEY-----\n{base64.b64encode(raw).decode()}\n-----END "
+            "OPENSSH PRIVATE KEY-----\n"
+        )
 
     (tmp_path / "again").write_text(armoured(data))
     assert ssh_key_file_blob(str(tmp_path / "again")) == ssh_key_file_blob(

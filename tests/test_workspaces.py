@@ -1,7 +1,8 @@
 """A runner leaves nothing in TMPDIR: job workspaces (an export of the approving commit and whatever
 the job wrote) and its export folder go when the job ends, when a pass fails, when the runner is
 stopped, and when it is killed (its watchdog removes them; if the watchdog died too, the pass that
-closes the run does). Real runners, real jobs, real signals; each runner's TMPDIR is the test's own."""
+closes the run does). Real runners, real jobs, real signals; each runner's TMPDIR is the test's
+own."""
 
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ def _left(scratch: Path) -> list[str]:
 
 
 def _planting_job(marker: str, outside: Path) -> list[str]:
-    """A job that writes into its workspace, plants symlinks to a folder and a file outside it, then sleeps."""
+    """A job that writes into its workspace, plants symlinks to a folder and a file outside it, then
+    sleeps."""
     return [
         "sh",
         "-c",
-        f"echo secret > out && ln -s {outside} to-folder && ln -s {outside}/keep to-file && mkdir -p a/b "
+        f"echo secret > out && ln -s {outside} to-folder && ln -s {outside}/keep to-file && mkdir "
+        "-p a/b "
         f"&& ln -s {outside} a/b/up && sleep {marker}",
     ]
 
@@ -86,9 +89,12 @@ def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_fo
 
 
 def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: World) -> None:
-    """Jobs that succeed, fail, are denied before they start; a pass that fails after preparing a job
-    (a signing key the policy does not list, in a PEM file: its public half shows only in the signature of
-    the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM while its job runs."""
+    """Jobs that succeed, fail, are denied before they start; a pass that fails after preparing a
+    job
+    (a signing key the policy does not list, in a PEM file: its public half shows only in the
+    signature of
+    the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM while its job
+    runs."""
     runner_key = make_ssh_key(world.tmp / "keys", "runner")
     other = world.tmp / "keys" / "other_pem"
     subprocess.run(
@@ -144,7 +150,8 @@ def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: Worl
 def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_folders(
     world: World,
 ) -> None:
-    """The runner, its watchdog and its spawner killed together (an OOM kill of all three): the spool
+    """The runner, its watchdog and its spawner killed together (an OOM kill of all three): the
+    spool
     names the run's workspace and export folder. A pass leaves them while a process of the job still
     runs, and removes them in the pass that closes the run."""
     _gate(world)
@@ -155,8 +162,10 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
     runner = _start_runner(world, "--once", env={"TMPDIR": str(scratch)})
     try:
         _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
-        # The spool names the job's process once the runner hears it started (not synced: a line written
-        # survives the runner). Killed before that, a pass cannot know the job runs (docs/execution.md).
+        # The spool names the job's process once the runner hears it started (not synced: a line
+        # written
+        # survives the runner). Killed before that, a pass cannot know the job runs
+        # (docs/execution.md).
         _until(lambda: _spooled_process(world))
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}
         watchdogs = [

@@ -1,11 +1,14 @@
-"""The fast reading of simple YAML (config._compose_checked) against the reference reading, and values
+"""The fast reading of simple YAML (config._compose_checked) against the reference reading, and
+values
 PyYAML tags but cannot construct (from a differential review; notes/yamlrt.md).
 
 * test_a_value_pyyaml_cannot_construct_is_a_config_error_*: a ValueError escaped parse_yaml (not a
   ConfigError naming file and line), so one such file stopped `lint` of the files after it.
-* test_fast_reading_matches_reference_*: a guard that fails as soon as the fast reading reads any of these
+* test_fast_reading_matches_reference_*: a guard that fails as soon as the fast reading reads any of
+these
   inputs differently from PyYAML (none found by 80,000 fuzzed files).
-* test_the_linear_scanner_*, test_a_deep_flow_collection_*: config._Loader, the scanner the depth guard
+* test_the_linear_scanner_*, test_a_deep_flow_collection_*: config._Loader, the scanner the depth
+guard
   reads with, against PyYAML's own (quadratic in the depth of a flow collection).
 """
 
@@ -17,7 +20,8 @@ import yaml
 from mergegate.errors import ConfigError
 from mergegate.rules import config
 
-# S1: the resolver tags these int/timestamp (or an explicit tag asks for one), SafeConstructor then raises
+# S1: the resolver tags these int/timestamp (or an explicit tag asks for one), SafeConstructor then
+# raises
 # ValueError (not yaml.YAMLError), which config._scalar does not catch.
 _UNCONSTRUCTIBLE = [
     b"k: 0b_\n",  # fast path: int regex [-+]?0b[0-1_]+, int('', 2)
@@ -50,7 +54,8 @@ def test_a_value_pyyaml_cannot_construct_is_a_config_error_for_a_job_file() -> N
         )
 
 
-# Guard: inputs at the edge of the fast grammar (quotes, escapes, YAML 1.1 words, comments, markers).
+# Guard: inputs at the edge of the fast grammar (quotes, escapes, YAML 1.1 words, comments,
+# markers).
 _EDGE = [
     b'id: hello\ncommand: [echo, "hello from mergegate"]\ntimeout_seconds: 10\n',
     b"k: 'a''b'\n",
@@ -125,7 +130,8 @@ def test_fast_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
     assert _outcome(config._compose_checked, decoded) == _outcome(reference, decoded)
 
 
-# config._Loader: PyYAML's SafeLoader with its scanner's possible simple keys kept in linear time (the
+# config._Loader: PyYAML's SafeLoader with its scanner's possible simple keys kept in linear time
+# (the
 # depth guard had to scan `[` * 3000 with a cost quadratic in the depth before refusing it). Held to
 # PyYAML's own SafeLoader: after every event, the same event, the scanner at the same place with the
 # same tokens read ahead (what decides whether a later error or the depth is reported first), or the
@@ -133,9 +139,11 @@ def test_fast_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
 _LOOKAHEAD = [
     *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)),
     *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
-    # 70 keys pending (at indexes 3 to 72), and `b` then a bad character: none, some or all of the keys
+    # 70 keys pending (at indexes 3 to 72), and `b` then a bad character: none, some or all of the
+    # keys
     # stale when `b` is read, so the guard refuses the depth before the scanner reaches `@`, or not.
-    # (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between tokens.)
+    # (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between
+    # tokens.)
     *(
         f"a: {'[' * 70}{' ' * n}b, @\n"
         for n in (900, 954, 955, 956, 990, 1022, 1023, 1024, 1025, 1100)
@@ -215,16 +223,20 @@ def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
         assert verdict == _depth_verdict(yaml.SafeLoader, text), text[:80]
         verdicts.add(verdict[0])
     assert verdicts == {"ok", "config", "yaml"}
-    # The corpus reaches both of the scanner's rules it keeps differently: a required key gone stale,
-    # and keys pending up to 1,024 characters (the depth refused, or an error found first, by the same
+    # The corpus reaches both of the scanner's rules it keeps differently: a required key gone
+    # stale,
+    # and keys pending up to 1,024 characters (the depth refused, or an error found first, by the
+    # same
     # look-ahead).
     assert any("could not find expected ':'" in str(e) for e in errors)
     assert any("cannot start any token" in str(e) for e in errors)
 
 
 def test_a_deep_flow_collection_costs_the_linear_scanner_time_linear_in_its_depth() -> None:
-    """Lines of the scanner run (counted, not timed) to read `[` * n: twice the depth, about twice the lines
-    (PyYAML's own scanner: about four times; 3,000 levels took it 0.4 s of CPU before the guard refused them)."""
+    """Lines of the scanner run (counted, not timed) to read `[` * n: twice the depth, about twice
+    the lines
+    (PyYAML's own scanner: about four times; 3,000 levels took it 0.4 s of CPU before the guard
+    refused them)."""
     import sys
 
     def lines(depth: int) -> int:

@@ -88,7 +88,8 @@ def _trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
         envvar="MERGEGATE_TRUST_ROOT",
         default=None,
         metavar="COMMIT",
-        help="Pinned trust root, or MERGEGATE_TRUST_ROOT (default: the first commit of approved with a policy, with a warning).",
+        help="Pinned trust root, or MERGEGATE_TRUST_ROOT (default: the first commit of approved "
+        "with a policy, with a warning).",
     )(f)
 
 
@@ -158,7 +159,8 @@ def cli() -> None:
     default=5.0,
     show_default=True,
     metavar="SECONDS",
-    help="On SIGINT/SIGTERM, let the job in flight run this long before its process tree is killed.",
+    help="On SIGINT/SIGTERM, let the job in flight run this long "
+    "before its process tree is killed.",
 )
 @click.option(
     "--lock-wait",
@@ -194,7 +196,8 @@ def cli() -> None:
     "job",
     default=None,
     metavar="PATH",
-    help="With --once: claim and run only this job's runnable revision (a matrix entry of `mergegate plan`).",
+    help="With --once: claim and run only this job's runnable revision (a matrix entry of "
+    "`mergegate plan`).",
 )
 @click.option(
     "--parallel",
@@ -288,12 +291,14 @@ def run(
     "labels",
     multiple=True,
     metavar="LABEL",
-    help="Only jobs a runner with these labels may claim (repeatable; default: every runnable job).",
+    help="Only jobs a runner with these labels may claim "
+    "(repeatable; default: every runnable job).",
 )
 @click.option(
     "--github",
     is_flag=True,
-    help="Also write matrix=, count= and more= to $GITHUB_OUTPUT (automatic when GITHUB_ACTIONS=true).",
+    help="Also write matrix=, count= and more= to $GITHUB_OUTPUT (automatic when "
+    "GITHUB_ACTIONS=true).",
 )
 @click.option(
     "--limit",
@@ -301,7 +306,8 @@ def run(
     default=256,
     show_default=True,
     metavar="N",
-    help="At most N entries (GitHub refuses a matrix of more than 256); the rest wait for the next plan.",
+    help="At most N entries (GitHub refuses a matrix of more than 256); the rest wait for the next "
+    "plan.",
 )
 def plan(
     repo: Path,
@@ -422,7 +428,8 @@ def status(
 @click.option(
     "--github",
     is_flag=True,
-    help="Also write Actions annotations, a step summary and outputs (automatic when GITHUB_ACTIONS=true).",
+    help="Also write Actions annotations, a step summary and outputs (automatic when "
+    "GITHUB_ACTIONS=true).",
 )
 def check(
     ref: str,
@@ -536,7 +543,8 @@ def approve(
     type=click.IntRange(min=0, max=100),
     default=None,
     metavar="N",
-    help="retries of the job: run again up to N times after a failed or timed-out attempt (at most the policy's max_retries).",
+    help="retries of the job: run again up to N times after a failed or timed-out attempt (at most "
+    "the policy's max_retries).",
 )
 @click.option(
     "--idempotent",
@@ -823,7 +831,8 @@ def audit_log(
     "--fan-out",
     "fan_out",
     is_flag=True,
-    help="With --github: the runner workflow fans each merge out over a matrix, one entry per job (docs/github.md).",
+    help="With --github: the runner workflow fans each merge out over a matrix, one entry per job "
+    "(docs/github.md).",
 )
 @_json_option
 def init(
@@ -1056,7 +1065,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         # A bad flag or argument is an error like any other: one line, and a hint that leads on.
         ctx = getattr(exc, "ctx", None)
-        hint = f"{ctx.command_path if ctx is not None else 'mergegate'} --help shows how to call it, with an example"
+        hint = (
+            f"{ctx.command_path if ctx is not None else 'mergegate'} --help shows how to call "
+            "it, with an example"
+        )
         click.echo(f"error: {exc.format_message()}", err=True)
         click.echo(f"hint: {hint}", err=True)
         _json_error(exc.format_message(), hint=hint)
@@ -1088,8 +1100,10 @@ def _json_error(
 
 def entry() -> None:
     code = main()
-    # The process ends now. Left to itself, Python's exit would walk every object still tracked once more
-    # (20 to 35 ms of CPU after `audit verify`, every command alike) to free cycles that die with the
+    # The process ends now. Left to itself, Python's exit would walk every object still tracked once
+    # more
+    # (20 to 35 ms of CPU after `audit verify`, every command alike) to free cycles that die with
+    # the
     # process anyway; frozen, they are not walked (issue 12).
     gc.freeze()
     sys.exit(code)

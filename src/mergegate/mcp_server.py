@@ -75,17 +75,21 @@ def build(gate: Gate) -> Any:
         "mergegate",
         version=__version__,
         instructions=(
-            "Propose automation as mergegate jobs; a person approves it with a signed merge before it runs. "
-            + NO_APPROVAL
+            "Propose automation as mergegate jobs; a person approves it with a signed merge before "
+            "it runs. " + NO_APPROVAL
         ),
     )
 
     @server.tool(
         description=(
-            "Propose a job: writes jobs/<job_id>.yaml running `command` (an argument vector, no shell) on a branch "
-            "from approved, after validating it against the job schema and judging it exactly as `mergegate check` "
-            "would (refused if invalid or denied by the policy in force; nothing is written then). Credentials in "
-            "arguments are refused. Proposing the same content again returns the existing branch. With push, the "
+            "Propose a job: writes jobs/<job_id>.yaml running `command` (an argument vector, no "
+            "shell) on a branch "
+            "from approved, after validating it against the job schema and judging it exactly as "
+            "`mergegate check` "
+            "would (refused if invalid or denied by the policy in force; nothing is written then). "
+            "Credentials in "
+            "arguments are refused. Proposing the same content again returns the existing branch. "
+            "With push, the "
             "branch is pushed (never forced). Returns the branch, commit and check verdict. "
             + NO_APPROVAL
         )
@@ -138,9 +142,10 @@ def build(gate: Gate) -> Any:
 
     @server.tool(
         description=(
-            "Check a proposal branch or commit (ref) as a pull request check does: every job and policy file it adds "
-            "or changes, judged by the policy in force on approved, with the approvals it still needs. Read-only. "
-            + NO_APPROVAL
+            "Check a proposal branch or commit (ref) as a pull request check does: every job and "
+            "policy file it adds "
+            "or changes, judged by the policy in force on approved, with the approvals it still "
+            "needs. Read-only. " + NO_APPROVAL
         )
     )
     def check_proposal(ref: str) -> dict[str, Any]:
@@ -167,7 +172,8 @@ def build(gate: Gate) -> Any:
         return _guard(call)
 
     @server.tool(
-        description="List every job on approved with its state (queued, running, succeeded, failed, "
+        description="List every job on approved with its state (queued, running, succeeded, "
+        "failed, "
         "timed_out, rejected, vetoed, not run). Read-only. " + NO_APPROVAL
     )
     def list_jobs() -> dict[str, Any]:
@@ -191,7 +197,8 @@ def build(gate: Gate) -> Any:
         return _guard(call)
 
     @server.tool(
-        description="Everything about one job: its file, its revisions on approved with the votes that "
+        description="Everything about one job: its file, its revisions on approved with the votes "
+        "that "
         "counted and why others did not, its records, and what happens next. Read-only. "
         + NO_APPROVAL
     )

@@ -1,4 +1,5 @@
-"""Run one job through the real executor, as a runner would: the job double-forks and calls setsid().
+"""Run one job through the real executor, as a runner would: the job double-forks and calls
+setsid().
 
     python -m tests.helpers.escape_job MODE MARKER WORKSPACE
 

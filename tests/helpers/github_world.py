@@ -18,7 +18,8 @@ class GithubGate:
         self.world = world
         self.fake = fake
         self.numbers = 0
-        # Review approvals need runners (stored evidence is only as good as the audit commits' signatures).
+        # Review approvals need runners (stored evidence is only as good as the audit commits'
+        # signatures).
         self.runner_key = shared_ssh_key(world.tmp / "keys", "runner")
         self.runners = [{"name": "gha", "key": self.runner_key.public_line}]
 

@@ -56,7 +56,8 @@ def policy_yaml(
 
 ECHO_RULE = {"program": "echo", "args_prefix": []}
 
-# Paths `fast-import` takes as they are and `git add -A` stores as they are: no part starts with a dot
+# Paths `fast-import` takes as they are and `git add -A` stores as they are: no part starts with a
+# dot
 # (so no .gitignore or .gitattributes that `add` would obey), no space, quote or non-ASCII byte.
 _SHA = re.compile(r"[0-9a-f]{40}")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -134,7 +135,8 @@ class World:
 
     @staticmethod
     def _fetch_config(clone: Path) -> bytes:
-        """What could change a fetch's refspec, remote or behaviour: the clone's config and the global one."""
+        """What could change a fetch's refspec, remote or behaviour: the clone's config and the
+        global one."""
         parts = [clone / ".git" / "config", Path(os.environ.get("GIT_CONFIG_GLOBAL", os.devnull))]
         return b"\0".join(p.read_bytes() if p.is_file() else b"-" for p in parts)
 
@@ -170,7 +172,8 @@ class World:
     def commit_tree(
         self, where: str, base: str, files: dict[str, str], *, who: Person, message: str
     ) -> str:
-        """A commit on `base` adding or replacing `files`, made with `git fast-import`: no work tree.
+        """A commit on `base` adding or replacing `files`, made with `git fast-import`: no work
+        tree.
 
         Thousands of files cost one process and no file on disk; the commit is
         the one `git add` + `git commit` would make (mode 100644, author and
@@ -235,9 +238,13 @@ class World:
         """
         admin = self.clone("admin")
         now = int(time.time())
-        stamp = f"{self.alice.name} <{self.alice.email}> {now} {time.strftime('%z', time.localtime(now))}"
+        stamp = (
+            f"{self.alice.name} <{self.alice.email}> {now} "
+            f"{time.strftime('%z', time.localtime(now))}"
+        )
         body = [
-            f"commit refs/heads/main\nmark :1\nauthor {stamp}\ncommitter {stamp}\ndata 15\ninitial policy\n".encode()
+            f"commit refs/heads/main\nmark :1\nauthor {stamp}\ncommitter {stamp}\ndata 15\ninitial "
+            "policy\n".encode()
         ]
         for path in files:
             data = (admin / path).read_bytes()  # what `add` would read
@@ -301,7 +308,8 @@ class World:
         config: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> str:
-        """An empty commit on the proposal carrying Mergegate-Approve trailers (signed by `sign` or `config`)."""
+        """An empty commit on the proposal carrying Mergegate-Approve trailers (signed by `sign` or
+        `config`)."""
         where = "reviewer"
         self.fetch(where)
         self.git(where, "checkout", "-q", "-B", branch, f"origin/{branch}")
@@ -363,7 +371,8 @@ class World:
         return self.clone(where)
 
     def checkout_audit(self, where: str = "mallory") -> Path:
-        """`where` on the remote's audit branch, to commit to it directly (as anyone with push access could)."""
+        """`where` on the remote's audit branch, to commit to it directly (as anyone with push
+        access could)."""
         self.fetch(where)
         self.git(where, "checkout", "-q", "-B", "audit", "origin/mergegate/audit")
         return self.clone(where)
@@ -377,7 +386,8 @@ class World:
         push: bool = True,
         parents: list[str] | None = None,
     ) -> str:
-        """Commit what changed in `where`'s audit checkout, carrying the tip's Mergegate-Approved trailer
+        """Commit what changed in `where`'s audit checkout, carrying the tip's Mergegate-Approved
+        trailer
         (so that only the rule a test aims at is broken), and push it without force."""
         approved = self.git(
             where, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "HEAD"
@@ -417,8 +427,10 @@ class World:
         env: dict[str, str] | None = None,
         process: bool = False,
     ) -> Result:
-        """`mergegate ARGS` in the clone `where`: in this process (see `mergegate_in_process`), or with
-        `process` (or MERGEGATE_TEST_PROCESSES=1) as `python -m mergegate`, for what is about processes."""
+        """`mergegate ARGS` in the clone `where`: in this process (see `mergegate_in_process`), or
+        with
+        `process` (or MERGEGATE_TEST_PROCESSES=1) as `python -m mergegate`, for what is about
+        processes."""
         cwd = self.clone(where)
         if not process and not os.environ.get("MERGEGATE_TEST_PROCESSES"):
             return mergegate_in_process(list(args), cwd=cwd, env=env or {})
@@ -448,7 +460,8 @@ class World:
         return clone
 
     def signing_runner(self) -> list[dict[str, str]]:
-        """A runner key for this world: every run_once signs with it; the `runners` entry for the policy."""
+        """A runner key for this world: every run_once signs with it; the `runners` entry for the
+        policy."""
         key = shared_ssh_key(self.tmp / "keys", "runner")
         self.runner_args = ["--signing-key", str(key.private)]
         return [{"name": "ci", "key": key.public_line}]
@@ -520,7 +533,8 @@ class World:
         return [r for r in self.records() if r.get("event") == event]
 
     def audit_ref(self) -> str:
-        """The remote's audit branch tip ("" before there is one), read in the bare remote: no fetch."""
+        """The remote's audit branch tip ("" before there is one), read in the bare remote: no
+        fetch."""
         return self.git(
             self.remote,
             "rev-parse",
@@ -531,7 +545,8 @@ class World:
         )
 
     def until_records(self, what: Callable[[], T], *, timeout: float = 30.0) -> T:
-        """Wait until `what()`, a question about the records (`events`, `records`), is truthy; return it.
+        """Wait until `what()`, a question about the records (`events`, `records`), is truthy;
+        return it.
 
         It is asked again only when the remote's audit branch has moved, since the records cannot
         have changed otherwise: a poll costs one rev-parse, not a fetch and a read of the whole log.

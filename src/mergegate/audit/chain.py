@@ -6,7 +6,8 @@ record's hash). So the checks of each file alone (`audit._proven`: canonical
 lines, every hash, the seqs and prevs inside the file) run in forked worker
 processes, which read the files from one shared `git cat-file --batch` in chain
 order, each taking the next file when it is free, while this process checks the
-links between files in chain order. What a worker cannot prove (a file not as mergegate writes it) or a link
+links between files in chain order. What a worker cannot prove (a file not as mergegate writes it)
+or a link
 that fails is read here the reference way (`parse_file` + `check_links`, with the
 real previous record), so every error names the file and line `audit.iter_files`
 names. A worker that dies, stops answering sensibly or fails fails the check:
@@ -34,19 +35,22 @@ from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git.repo import BlobFeed, Repo
 
 T = TypeVar("T")
-# What the caller makes of one checked file, from its bytes and its records' fields (as parsed, in order).
+# What the caller makes of one checked file, from its bytes and its records' fields (as parsed, in
+# order).
 Summarise = Callable[[bytes, Sequence[Mapping[str, Any]]], T]
 
 # Fewer files than this are checked here: two forks and two git processes cost more than they save.
 PARALLEL_FROM_FILES = 8
 _FRAME = struct.Struct("<Q")
-# One read of answers: an answer is a few dozen KiB; a 1 MiB read would allocate (and fault in) 1 MiB each time.
+# One read of answers: an answer is a few dozen KiB; a 1 MiB read would allocate (and fault in) 1
+# MiB each time.
 _READ = 1 << 16
 
 
 @dataclass(frozen=True)
 class Checked(Generic[T]):
-    """One log file, checked and linked to the one before: its place, its count and what `summarise` made of it."""
+    """One log file, checked and linked to the one before: its place, its count and what `summarise`
+    made of it."""
 
     path: str
     blob: str
@@ -96,8 +100,10 @@ class ChainCheck(Generic[T]):
             self.files, self.error = [], exc
             return
         count = _workers(len(self.files)) if workers is None else workers
-        # Forking while other threads run could leave a worker waiting on a lock one of them held: then
-        # the files are checked here, unless the caller asked for workers (tests, whose runner may keep a thread).
+        # Forking while other threads run could leave a worker waiting on a lock one of them held:
+        # then
+        # the files are checked here, unless the caller asked for workers (tests, whose runner may
+        # keep a thread).
         if (
             count < 2
             or not self.files
@@ -171,7 +177,8 @@ class ChainCheck(Generic[T]):
                     yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
                     prev_seq, prev_hash = proof.last_seq, proof.last_hash
                     continue
-                # Not proven, or not linked: the reference reading, here, which says what is wrong (or that nothing is).
+                # Not proven, or not linked: the reference reading, here, which says what is wrong
+                # (or that nothing is).
                 data = self.repo.blob(blob)
                 records = audit.parse_file(data, path)
                 audit.check_links(
@@ -211,7 +218,8 @@ def _first_seq(records: Sequence[audit.Record]) -> int | None:
 
 @dataclass(frozen=True)
 class _Proof(Generic[T]):
-    """What a worker proved of one file alone (`audit._proven`): all but the link to the file before."""
+    """What a worker proved of one file alone (`audit._proven`): all but the link to the file
+    before."""
 
     records: int
     first: dict[str, Any]  # the seq and prev of its first record (the link this process checks)
@@ -233,14 +241,17 @@ def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
     )
 
 
-# How many blobs git is asked for ahead of the one being read: it inflates the next while this one is read.
+# How many blobs git is asked for ahead of the one being read: it inflates the next while this one
+# is read.
 _AHEAD = 2
 _TURN = struct.Struct("<Q")  # the token: the index of the next file to read
 
 
 class _Worker:
-    """A forked process checking files of the log, one answer frame per message on a pipe: "took" when it takes
-    a file (its turn to read it), then "file" with the proof or "error" with what it met; "done" at the end."""
+    """A forked process checking files of the log, one answer frame per message on a pipe: "took"
+    when it takes
+    a file (its turn to read it), then "file" with the proof or "error" with what it met; "done" at
+    the end."""
 
     def __init__(self, pid: int, answers: int) -> None:
         self.pid = pid
@@ -286,7 +297,8 @@ class _Worker:
         return cls(pid, read_end)
 
     def frames(self) -> list[tuple[Any, ...]] | None:
-        """The whole frames that have arrived (one read), or None at the end of its answers (it exited or died)."""
+        """The whole frames that have arrived (one read), or None at the end of its answers (it
+        exited or died)."""
         chunk = os.read(self.answers, _READ)
         if not chunk:
             return None
@@ -331,7 +343,8 @@ class _Worker:
 
 
 class _Answers:
-    """The workers' answers, gathered as they come (from whichever worker has one) and handed out in chain order."""
+    """The workers' answers, gathered as they come (from whichever worker has one) and handed out in
+    chain order."""
 
     def __init__(self, pool: list[_Worker], paths: list[str]) -> None:
         self.pool, self.paths = pool, paths
@@ -343,8 +356,10 @@ class _Answers:
         self.taken: set[int] = set()  # every file taken (each is taken once)
 
     def proof(self, index: int) -> _Proof[Any] | None:
-        """The proof of file `index` (None: not proven there), once it has come; the error of the first file
-        not verified if its worker failed or died, or if every worker that could still read it is gone."""
+        """The proof of file `index` (None: not proven there), once it has come; the error of the
+        first file
+        not verified if its worker failed or died, or if every worker that could still read it is
+        gone."""
         while index not in self.proofs:
             if index in self.failures:
                 raise self.failures[index]
@@ -364,7 +379,8 @@ class _Answers:
         return self.proofs.pop(index)
 
     def finish(self) -> None:
-        """The end: every worker says it is done and exits 0, or the check fails (naming the last file)."""
+        """The end: every worker says it is done and exits 0, or the check fails (naming the last
+        file)."""
         while live := [w for w in self.pool if not w.closed]:
             self._gather(live)
         for worker in self.pool:
@@ -490,7 +506,8 @@ def _forwarded(
     ):
         return cls(message, file=file, line=line, hint=hint)
     return IntegrityError(
-        f"{path} and the files after it were not verified: the process checking them failed ({message})",
+        f"{path} and the files after it were not verified: the process checking them failed "
+        f"({message})",
         file=path,
         hint="nothing unverified is reported as verified; run `mergegate audit verify` again",
     )

@@ -35,7 +35,8 @@ def _path(repo: Repo) -> Path:
 
 
 def log_files(repo: Repo, commit: str) -> list[tuple[str, str]]:
-    """(name, blob id) of the log files at `commit`, in path order, read through the batch process."""
+    """(name, blob id) of the log files at `commit`, in path order, read through the batch
+    process."""
     root = repo.tree_entries(repo.commit(commit).tree)
     if "audit" not in root:
         return []
@@ -59,10 +60,13 @@ def folded(
     input: bytes | None = None,
     remember: bool = True,
 ) -> State:
-    """`fold(state, lines)` over the output of `git grep ARGS <commit> -- <log file>`, one log file at a time in
-    path order, from `start`; the closed files' part from this clone's memory when it is of exactly those files.
+    """`fold(state, lines)` over the output of `git grep ARGS <commit> -- <log file>`, one log file
+    at a time in
+    path order, from `start`; the closed files' part from this clone's memory when it is of exactly
+    those files.
 
-    `args` must print each match on a line of its own without the file name (the name is added here to split
+    `args` must print each match on a line of its own without the file name (the name is added here
+    to split
     the output); `dump`/`load` turn a state into JSON and back.
     """
     files = log_files(repo, commit)

@@ -24,7 +24,9 @@ from json.scanner import make_scanner
 from types import MappingProxyType
 from typing import Any
 
-try:  # a declared dependency; without it (an environment not reinstalled yet) the json reading, as exact and slower
+# a declared dependency; without it (an environment not reinstalled yet) the json reading, as exact
+# and slower
+try:
     import orjson
 except ImportError:  # pragma: no cover
     orjson = None  # type: ignore[assignment]
@@ -157,7 +159,8 @@ def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
     for mode, _, path in repo.ls_tree_flat(commit):
         if path != "audit" or mode != "040000":
             raise IntegrityError(
-                f"unexpected file {path} on the audit branch at {commit[:12]}: its tree holds only audit/",
+                f"unexpected file {path} on the audit branch at {commit[:12]}: its tree holds only "
+                "audit/",
                 file=path,
             )
     entries = []
@@ -167,7 +170,8 @@ def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
             continue
         if not _FILE.match(path) or mode != "100644":
             raise IntegrityError(
-                f"unexpected audit file {path} at {commit[:12]}: log files are named audit/log-NNNNNN.jsonl",
+                f"unexpected audit file {path} at {commit[:12]}: log files are named "
+                "audit/log-NNNNNN.jsonl",
                 file=path,
             )
         entries.append((path, blob))
@@ -247,7 +251,8 @@ def check_links(
 _SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # what json.loads runs, without its per-call wrapping
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 # orjson spells a float unlike repr() (so unlike json.dumps) only in exponent forms and below 1e-4
-# (`1e-7` for 1e-07, `0.000015` for 1.5e-05); a file holding any of these forms is read the json way.
+# (`1e-7` for 1e-07, `0.000015` for 1.5e-05); a file holding any of these forms is read the json
+# way.
 _ORJSON_FLOAT_FORMS = (b"e-", b"e+", b"0.0000")
 
 
@@ -282,7 +287,8 @@ def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record]
 
 
 def linked(first: Mapping[str, Any], *, prev_seq: int, prev_hash: str) -> bool:
-    """Whether a proven file's first record (`_proven`: its seq an int) follows (prev_seq, prev_hash)."""
+    """Whether a proven file's first record (`_proven`: its seq an int) follows (prev_seq,
+    prev_hash)."""
     return bool(first["seq"] == prev_seq + 1 and first["prev"] == prev_hash)
 
 
@@ -342,7 +348,8 @@ _SHA256 = hashlib.sha256()  # copied per line: cheaper than a new hash object (n
 
 
 def _digests(lines: list[bytes]) -> list[str] | None:
-    """The SHA-256 of each line less its first `"hash":"<64 characters>",` (None if a line has no `"hash":"`)."""
+    """The SHA-256 of each line less its first `"hash":"<64 characters>",` (None if a line has no
+    `"hash":"`)."""
     digests = []
     for line in lines:
         cut = line.find(b'"hash":"')
@@ -380,7 +387,8 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
     try:
         values = [loads(line) for line in lines]
         written, joined = orjson.dumps(values, option=orjson.OPT_SORT_KEYS), b",".join(lines)
-        # written == b"[" + joined + b"]", without two more copies of the file (orjson writes a list in brackets)
+        # written == b"[" + joined + b"]", without two more copies of the file (orjson writes a list
+        # in brackets)
         if (
             len(written) != len(joined) + 2
             or not written.startswith(joined, 1)
@@ -394,7 +402,8 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
 
 def _canonical_values_json(data: bytes, lines: list[bytes]) -> list[Any] | None:
     """json's own reading: json.loads' scanner per line (from `{` to the newline) and one canonical
-    encoding of the whole file, which equals the lines joined exactly when every line is canonical."""
+    encoding of the whole file, which equals the lines joined exactly when every line is
+    canonical."""
     try:
         text = data.decode(
             "utf-8"
@@ -528,7 +537,8 @@ def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
 
 
 def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Record]:
-    """Records at `commit` whose line contains any of `needles`: one git grep for all (as `grep`)."""
+    """Records at `commit` whose line contains any of `needles`: one git grep for all (as
+    `grep`)."""
     patterns = sorted(set(needles))
     if commit is None or not patterns:
         return []
@@ -551,7 +561,8 @@ def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Rec
 
 
 def records_of(lines: Iterable[bytes]) -> list[Record]:
-    """The records among grepped log lines (a line that is no record object is skipped: grep is not the chain check)."""
+    """The records among grepped log lines (a line that is no record object is skipped: grep is not
+    the chain check)."""
     records = []
     for line in lines:
         try:
@@ -572,7 +583,8 @@ def attempt_of(record: Record) -> int:
 def started_before(
     repo: Repo, commit: str | None, path: str, blob: str, *, attempt: int = 1
 ) -> Record | None:
-    """The first `started` record for this job revision (of `attempt` or a later one), if there is one."""
+    """The first `started` record for this job revision (of `attempt` or a later one), if there is
+    one."""
     for record in grep(repo, commit, blob):
         if (
             record.get("event") == "started"
@@ -637,12 +649,14 @@ def parse_time(value: object) -> datetime | None:
 
 
 def judged_time(record: Record) -> datetime | None:
-    """The time the runner judged the commit a record names at: its `judged` (the clock at the start of
+    """The time the runner judged the commit a record names at: its `judged` (the clock at the start
+    of
     the pass that wrote it), else its `time` (records from before runners wrote `judged`).
 
     A pass judges every commit at its start and writes the records later: judging a key's lifetime
     at the record's own time would differ from the runner whenever a lifetime ended in between.
-    A `judged` after the record's own time, or unreadable, is no runner's (verify reports it): then its time.
+    A `judged` after the record's own time, or unreadable, is no runner's (verify reports it): then
+    its time.
     """
     when = parse_time(record.get("time"))
     judged = parse_time(record.get("judged"))
@@ -652,10 +666,13 @@ def judged_time(record: Record) -> datetime | None:
 
 
 class Appenders:
-    """Which audit commit appended a record: a binary search over the audit branch's line by the last seq
-    of each commit's newest log file, confirmed by the record's own hash (in the commit, not in its parent).
+    """Which audit commit appended a record: a binary search over the audit branch's line by the
+    last seq
+    of each commit's newest log file, confirmed by the record's own hash (in the commit, not in its
+    parent).
 
-    Anything unexpected (an unreadable log file, a record not where the search leads) answers None: a
+    Anything unexpected (an unreadable log file, a record not where the search leads) answers None:
+    a
     record whose audit commit is not known vouches for nothing."""
 
     def __init__(self, repo: Repo, tip: str) -> None:
@@ -720,10 +737,14 @@ def first_covering(
     appenders: Appenders,
     vouched: Callable[[str, datetime], bool],
 ) -> datetime | None:
-    """When a runner judged `sha`, an empty commit on approved's first-parent line `line` (commit -> place,
-    0 for the tip; a veto: no record but `scanned` ones names such a commit), as verify dates it: the first
-    of the `scanned` records (in chain order) whose range holds it, counting only one an audit commit
-    `vouched` accepts appended (judging the signer's key at the record's time). None: no such record."""
+    """When a runner judged `sha`, an empty commit on approved's first-parent line `line` (commit ->
+    place,
+    0 for the tip; a veto: no record but `scanned` ones names such a commit), as verify dates it:
+    the first
+    of the `scanned` records (in chain order) whose range holds it, counting only one an audit
+    commit
+    `vouched` accepts appended (judging the signer's key at the record's time). None: no such
+    record."""
     place = line.get(sha)
     if place is None:
         return None
@@ -743,11 +764,16 @@ def first_covering(
 def first_vouched(
     repo: Repo, commit: str | None, sha: str, vouched: Callable[[str, datetime], bool]
 ) -> datetime | None:
-    """When the runner judged `sha`, as the first record naming it (in chain order) says, counting only
-    records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy in
-    force before `sha`, its key judged at the record's time, as approver keys are (a runner key that ended
-    since still vouched then). A record in a commit only `sha`'s own policy would trust cannot date `sha`
-    (it would vouch for itself: an expired approver's policy change, dated inside the key's life by a runner
+    """When the runner judged `sha`, as the first record naming it (in chain order) says, counting
+    only
+    records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy
+    in
+    force before `sha`, its key judged at the record's time, as approver keys are (a runner key that
+    ended
+    since still vouched then). A record in a commit only `sha`'s own policy would trust cannot date
+    `sha`
+    (it would vouch for itself: an expired approver's policy change, dated inside the key's life by
+    a runner
     key the change itself adds). None: no such record."""
     if commit is None:
         return None
@@ -817,7 +843,8 @@ def is_evidence_path(path: str) -> str | None:
 
 
 def read_evidence(repo: Repo, commit: str | None, sha256: str) -> bytes:
-    """The bytes of evidence file `sha256` at `commit`; IntegrityError if missing or not what its name says."""
+    """The bytes of evidence file `sha256` at `commit`; IntegrityError if missing or not what its
+    name says."""
     path = f"{EVIDENCE_DIR}{sha256}.json"
     data = (
         repo.read_file(commit, path)

@@ -57,7 +57,8 @@ class LogEnd:
         )
 
     def advance(self, repo: Repo, commit: str) -> tuple[LogEnd, list[audit.Record]]:
-        """The end at `commit` (a descendant, its commits checked) and the records appended since."""
+        """The end at `commit` (a descendant, its commits checked) and the records appended
+        since."""
         if commit == self.commit:
             return self, []
         audit_tree, evidence_tree = _trees(repo, commit)
@@ -108,7 +109,8 @@ class LogEnd:
         author: tuple[str, str],
         signing: Signing | None,
     ) -> tuple[str, list[audit.Record], LogEnd]:
-        """Seal `drafts` after the end, write the commit (not pushed) and return it with the end it makes."""
+        """Seal `drafts` after the end, write the commit (not pushed) and return it with the end it
+        makes."""
         sealed = audit.seal(drafts, after_seq=self.last_seq, after_hash=self.last_hash)
         path, count, data = self.last_file, self.file_records, self.data
         files: dict[str, bytes] = {}

@@ -44,7 +44,8 @@ def main(
         return 0
     for f in result.report.files:
         output.line(f"{output.state(f.state, 8)} {f.path}: {f.reason}")
-    # Full ids: what was signed, and the proposal commit it approves, leave no room for a look-alike.
+    # Full ids: what was signed, and the proposal commit it approves, leave no room for a
+    # look-alike.
     output.line(
         f"signed {result.kind} {result.commit} of {result.report.head} pushed to {result.pushed_to}"
     )

@@ -34,7 +34,8 @@ def main(
         event = r.event
         shown = str(r.get("status")) if event == "finished" else event
         output.line(
-            f"{r.seq:>6} {str(r['time'])[:19]} {output.state(shown, 10)} {output.brief(describe(r))}"
+            f"{r.seq:>6} {str(r['time'])[:19]} {output.state(shown, 10)} "
+            f"{output.brief(describe(r))}"
         )
     if not chosen:
         output.line("no records" + (" match" if records else " yet"))

@@ -24,6 +24,7 @@ def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) ->
         )
     else:
         output.line(
-            f"ok: {report.records} records in {report.files} file(s) verified at {report.tip[:12]} (mergegate/audit)"
+            f"ok: {report.records} records in {report.files} file(s) verified at {report.tip[:12]} "
+            "(mergegate/audit)"
         )
     return 0

@@ -33,13 +33,15 @@ def main(*, directory: Path | None) -> int:
         f"remove it with rm -rf {shlex.quote(str(root))}"
     )
     output.line(
-        "your own git config was not read or changed: every command ran with HOME set inside the demo."
+        "your own git config was not read or changed: every command ran with HOME set inside the "
+        "demo."
     )
     return 0
 
 
 def _this_mergegate() -> str:
-    """How a shell reaches this mergegate: `mergegate` when that is the one on PATH, else its path (after the
+    """How a shell reaches this mergegate: `mergegate` when that is the one on PATH, else its path
+    (after the
     quick start it is `.venv/bin/mergegate`, not on PATH), else `python -m mergegate`."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     found = shutil.which("mergegate")

@@ -31,7 +31,8 @@ def main(
         )
     if github and action is None:
         raise UsageError(
-            "init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows run, pinned",
+            "init --github needs --action OWNER/REPO@COMMIT: the mergegate action the workflows "
+            "run, pinned",
             hint=PIN_HINT,
         )
     if action is not None and not github:
@@ -40,7 +41,8 @@ def main(
             hint="mergegate init --github --action OWNER/REPO@COMMIT",
         )
     if github and action is not None and is_gate(repo, branch):
-        # An existing gate: the workflows are a change to propose and approve, never a commit onto approved.
+        # An existing gate: the workflows are a change to propose and approve, never a commit onto
+        # approved.
         written, removed = add_workflows(repo_path=repo, action=action, fan_out=fan_out)
         if as_json:  # (nothing committed: the workflows are a change to propose)
             output.emit(
@@ -57,12 +59,16 @@ def main(
             output.line(f"wrote {path}")
         for path in removed:
             output.line(
-                f"removed {path}: a gate runs one runner workflow (commit its removal with the rest)"
+                f"removed {path}: a gate runs one runner workflow (commit its removal with the "
+                "rest)"
             )
         output.line(
-            f"next: {branch} already has a policy, so commit these on a branch from {branch} and propose them "
-            f"(git switch -c add-workflows origin/{branch} && git add -A .github/workflows && git commit -m 'GitHub workflows' "
-            "&& git push origin add-workflows); they need the approvals the policy demands of other files"
+            f"next: {branch} already has a policy, so commit these on a branch from {branch} and "
+            "propose them "
+            f"(git switch -c add-workflows origin/{branch} && git add -A .github/workflows && git "
+            "commit -m 'GitHub workflows' "
+            "&& git push origin add-workflows); they need the approvals the policy demands of "
+            "other files"
         )
         return 0
     result = run_init(
@@ -92,28 +98,37 @@ def main(
     output.line(f"created branch {result.branch} at {result.commit[:12]}")
     output.line(f"trust root: {result.commit}")
     output.line(
-        "  every run, status, check and verify trusts the policy of this commit; pin it so that a rewritten"
+        "  every run, status, check and verify trusts the policy of this commit; pin it so that a "
+        "rewritten"
     )
     output.line(f"  history cannot swap it: --trust-root {result.commit}")
     output.line(
-        f"  or once for all commands: export MERGEGATE_TRUST_ROOT={result.commit}  (in CI: a repository variable)"
+        f"  or once for all commands: export MERGEGATE_TRUST_ROOT={result.commit}  (in CI: a "
+        "repository variable)"
     )
     if not github:
         output.line(
-            f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID -- COMMAND...) and "
-            "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo shows the whole flow"
+            f"next: git push origin HEAD {result.branch}; then propose jobs (mergegate propose ID "
+            "-- COMMAND...) and "
+            "approve them with signed merges (mergegate approve BRANCH --merge); mergegate demo "
+            "shows the whole flow"
         )
     else:
         output.line(
-            f"next: git push origin HEAD {result.branch}; then propose jobs as pull requests into {result.branch} "
-            "(mergegate propose ID --open-pr -- COMMAND...), reviewed by the policy's approvers and merged with "
+            f"next: git push origin HEAD {result.branch}; then propose jobs as pull requests into "
+            f"{result.branch} "
+            "(mergegate propose ID --open-pr -- COMMAND...), reviewed by the policy's approvers "
+            "and merged with "
             "a merge commit or squash"
         )
         output.line(
             f"next on GitHub: make {result.branch} the default branch, set the repository variable "
-            f"MERGEGATE_TRUST_ROOT={result.commit}, put the runner's private ssh key (its public key under "
-            f"runners: in the policy) in the secret MERGEGATE_RUNNER_KEY of the environment {ENVIRONMENT} "
-            f"(deployment branches: {result.branch} only), and protect {result.branch} and mergegate/audit "
+            f"MERGEGATE_TRUST_ROOT={result.commit}, put the runner's private ssh key (its public "
+            "key under "
+            "runners: in the policy) in the secret MERGEGATE_RUNNER_KEY of the environment "
+            f"{ENVIRONMENT} "
+            f"(deployment branches: {result.branch} only), and protect {result.branch} and "
+            "mergegate/audit "
             "(docs/github.md)"
         )
     return 0

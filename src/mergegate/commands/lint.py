@@ -28,7 +28,8 @@ def main(*, files: tuple[Path, ...], root: Path, as_json: bool, quiet: bool) -> 
 
 
 def _toplevel(start: Path) -> Path:
-    """The working tree holding `start` (paths are judged as jobs/ and policy/ there), else `start`."""
+    """The working tree holding `start` (paths are judged as jobs/ and policy/ there), else
+    `start`."""
     for candidate in (start, *start.parents):
         if (candidate / ".git").exists():
             return candidate

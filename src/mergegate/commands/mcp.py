@@ -1,4 +1,5 @@
-"""`mergegate mcp`: the stdio MCP server for agents (propose and read; never approve, veto or run)."""
+"""`mergegate mcp`: the stdio MCP server for agents (propose and read; never approve, veto or
+run)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ def emit(data: Any) -> None:
 
 
 def emit_line(data: Any) -> None:
-    """One JSON object on one line (keys sorted): for streams of objects, such as the poll loop's."""
+    """One JSON object on one line (keys sorted): for streams of objects, such as the poll
+    loop's."""
     click.echo(json.dumps(data, sort_keys=True, ensure_ascii=False))
 
 
@@ -82,7 +83,8 @@ def state(text: str, width: int = 0) -> str:
 
 
 class Progress:
-    """`what done/total` on one rewritten stderr line, only on a terminal (never piped, never with --json)."""
+    """`what done/total` on one rewritten stderr line, only on a terminal (never piped, never with
+    --json)."""
 
     def __init__(self, what: str, *, enabled: bool = True, every: float = 0.1) -> None:
         self.what = what

@@ -36,7 +36,8 @@ def main(
 ) -> int:
     branch = branch_name(branch, remote)
     github = github or os.environ.get("GITHUB_ACTIONS") == "true"
-    # For a matrix, the entries are for legs started with these same labels (none: a plain runner), so
+    # For a matrix, the entries are for legs started with these same labels (none: a plain runner),
+    # so
     # every entry is one its leg can claim; without --github and --label, what any runner may claim.
     runner = Runner(
         Options(
@@ -53,7 +54,8 @@ def main(
     # Planning signs nothing: the fan-out's plan step has no key, and needs none.
     output.warn([w for w in preview.warnings if not w.endswith("a real pass needs --signing-key")])
     if preview.waiting is not None:
-        # Not an empty plan: what comes after this commit is not judged yet (the next plan asks again).
+        # Not an empty plan: what comes after this commit is not judged yet (the next plan asks
+        # again).
         commit, why = preview.waiting
         output.warn([f"stopped at {commit[:12]}: {why}; jobs from there on are not planned yet"])
         if github:
@@ -73,18 +75,21 @@ def main(
         labels_text = f"  runs_on: {', '.join(item['runs_on'])}" if item["runs_on"] else ""
         retry = f"  attempt {item['attempt']}" if item["attempt"] > 1 else ""
         output.line(
-            f"{output.state('runnable', 10)} {item['path']}  ({item['commit'][:7]}){retry}{labels_text}"
+            f"{output.state('runnable', 10)} {item['path']}  "
+            f"({item['commit'][:7]}){retry}{labels_text}"
         )
     if len(runnable) > len(include):
         output.line(
-            f"{len(runnable) - len(include)} more runnable: left for the next plan (at most {limit} at once)"
+            f"{len(runnable) - len(include)} more runnable: left for the next plan (at most "
+            f"{limit} at once)"
         )
     if not include:
         output.line("nothing to run now")
     # What is approved but not runnable now, and why (labels, a retry's backoff, a run elsewhere).
     for waiting in runner.plan.queued if runner.plan is not None else ():
         output.line(
-            f"{output.state(waiting.state, 10)} {waiting.decision.path}  ({waiting.decision.commit[:7]}): {waiting.reason}"
+            f"{output.state(waiting.state, 10)} {waiting.decision.path}  "
+            f"({waiting.decision.commit[:7]}): {waiting.reason}"
         )
     return 0
 
@@ -102,7 +107,8 @@ def entry(job: Planned) -> dict[str, Any]:
 
 
 def write_outputs(matrix: dict[str, Any], *, left: int) -> None:
-    """`matrix=<one line of JSON>`, `count=N` and `more=N` in $GITHUB_OUTPUT, for `fromJSON(needs.plan.outputs.matrix)`."""
+    """`matrix=<one line of JSON>`, `count=N` and `more=N` in $GITHUB_OUTPUT, for
+    `fromJSON(needs.plan.outputs.matrix)`."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         return

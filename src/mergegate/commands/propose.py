@@ -1,4 +1,5 @@
-"""`mergegate propose ID -- ARGV...`: a job on a branch from approved, judged as `check` judges it."""
+"""`mergegate propose ID -- ARGV...`: a job on a branch from approved, judged as `check` judges
+it."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def main(
         )
     else:
         output.line(
-            f"already proposed: {result.path} with this content is on branch {result.branch} ({result.commit[:12]})"
+            f"already proposed: {result.path} with this content is on branch {result.branch} "
+            f"({result.commit[:12]})"
         )
     if result.pushed_to:
         output.line(f"pushed to {result.pushed_to}")
@@ -75,7 +77,8 @@ def main(
         verb = "opened" if result.pull_created else "already open:"
         output.line(f"{verb} pull request #{result.pull} {result.pull_url}")
         output.line(
-            f"next: an approver reviews pull request #{result.pull} and merges it (merge commit or squash)"
+            f"next: an approver reviews pull request #{result.pull} and merges it (merge commit or "
+            "squash)"
         )
     elif result.pushed_to:
         output.line(

@@ -141,7 +141,8 @@ def main(
                 err=True,
             )
         output.line(
-            f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s apart); "
+            f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s "
+            "apart); "
             f"results not yet pushed are kept in {runner.spool.path}",
             err=True,
         )
@@ -224,7 +225,8 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
     for commit, state, why in result.policy_changes:
         # A rejected policy change says why: the reason is what the approvers must fix.
         output.line(
-            f"policy    {output.state(state)} ({commit[:7]}){': ' + why if state == 'rejected' and why else ''}"
+            f"policy    {output.state(state)} "
+            f"({commit[:7]}){': ' + why if state == 'rejected' and why else ''}"
         )
     for o in result.outcomes:
         reason = ": " + o.reason if o.reason and o.status != "succeeded" else ""
@@ -239,7 +241,8 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
 
 
 def _not_run(runner: Runner, result: PassResult, path: str, *, as_json: bool) -> int:
-    """`run --once --job PATH` found nothing of PATH to claim: say why (exit 0 when another runner has it)."""
+    """`run --once --job PATH` found nothing of PATH to claim: say why (exit 0 when another runner
+    has it)."""
     code, state, reason = why_not(
         runner.plan, runner.repo, result.tip, path, labels=runner.options.labels or ()
     )
@@ -294,7 +297,8 @@ def why_not(
     return (
         0,
         "done",
-        "nothing to run: this revision already ran, is running, or was recorded (see mergegate status)",
+        "nothing to run: this revision already ran, is running, or was recorded (see mergegate "
+        "status)",
     )
 
 
@@ -310,7 +314,8 @@ def dry_run(
     signing_key: str | None,
     labels: tuple[str, ...] = (),
 ) -> int:
-    """One pass's plan: the same planning and refusals as a pass, stopping before the first claim."""
+    """One pass's plan: the same planning and refusals as a pass, stopping before the first
+    claim."""
     from mergegate.rules.job import runner_labels
     from mergegate.runner.one_pass import Options, Runner
 
@@ -346,7 +351,8 @@ def dry_run(
     for j in preview.jobs:
         what = " ".join(j.command) if j.status == "would run" else (j.reason or "")
         output.line(
-            f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): {output.brief(what)}"
+            f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): "
+            f"{output.brief(what)}"
         )
     events = [str(r.get("event")) for r in preview.records]
     counts = ", ".join(f"{events.count(e)} {e}" for e in dict.fromkeys(events))

@@ -39,7 +39,8 @@ def main(
     )
     for r in d.revisions:
         output.line(
-            f"  {r.commit[:7]} {output.state('approved' if r.approved else 'rejected', 8)} {r.blob[:7]}: {output.brief(r.reason)}"
+            f"  {r.commit[:7]} {output.state('approved' if r.approved else 'rejected', 8)} "
+            f"{r.blob[:7]}: {output.brief(r.reason)}"
         )
         for v in r.votes:
             mark = "counted" if v["counted"] else f"not counted: {v['why']}"

@@ -34,7 +34,10 @@ def main(
     for j in jobs:
         reason = "  " + output.brief(j.reason) if j.reason and j.state != "succeeded" else ""
         if j.state == "running":
-            reason = f"  runner {j.runner}, {j.age_seconds}s, lease until {j.lease_until or 'none'}{reason}"
+            reason = (
+                f"  runner {j.runner}, {j.age_seconds}s, lease until "
+                f"{j.lease_until or 'none'}{reason}"
+            )
         output.line(f"{output.state(j.state, 10)} {j.job:<30} {j.path}{reason}")
     if not report.jobs:
         output.line("no jobs on approved")

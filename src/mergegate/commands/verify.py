@@ -58,7 +58,8 @@ def main(
             output.line(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
             for j in c.jobs:
                 output.line(
-                    f"        {output.state('approved' if j['approved'] else 'rejected')} {j['path']}: {j['reason']}"
+                    f"        {output.state('approved' if j['approved'] else 'rejected')} "
+                    f"{j['path']}: {j['reason']}"
                 )
     else:
         # A short summary; every commit's verdict is one --verbose (or --json) away.
@@ -73,7 +74,8 @@ def main(
             )
         )
         output.line(
-            f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected (--verbose lists every commit)"
+            f"job revisions judged: {approved} approved, {len(jobs) - approved} rejected "
+            "(--verbose lists every commit)"
         )
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
@@ -83,11 +85,13 @@ def main(
         # An auditor reads "ok" as "everything checked": a walk that stopped early says so.
         sha, why, left = report.incomplete
         output.line(
-            f"incomplete: stopped at {sha[:12]} ({why}); {left} commit{'s' if left != 1 else ''} of approved not verified",
+            f"incomplete: stopped at {sha[:12]} ({why}); {left} commit{'s' if left != 1 else ''} "
+            "of approved not verified",
             err=True,
         )
         output.line(
-            "hint: the runner records GitHub evidence once it has it; run verify again after its next pass "
+            "hint: the runner records GitHub evidence once it has it; run verify again after its "
+            "next pass "
             "(a squash's PR head comes with a fetch: drop --no-fetch)",
             err=True,
         )

@@ -21,7 +21,8 @@ def main(
         first = result.started[0]
         output.warn(
             [
-                f"{result.path} at {result.blob[:7]} already started (seq {first.seq}, runner {holder(first)}): "
+                f"{result.path} at {result.blob[:7]} already started (seq {first.seq}, runner "
+                f"{holder(first)}): "
                 "a veto stops only what has not started; this one stops any later attempt (a retry)"
             ]
         )
@@ -37,6 +38,7 @@ def main(
         )
         return 0
     output.line(
-        f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to {result.pushed_to}"
+        f"signed veto {result.commit[:12]} of {result.path} at {result.blob[:7]} pushed to "
+        f"{result.pushed_to}"
     )
     return 0

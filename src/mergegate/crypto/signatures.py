@@ -194,7 +194,8 @@ def _verify_ssh(
     # The SSHSIG blob carries the signer's public key: it is named and matched
     # here, then sshsig checks the cryptography in-process, as ssh-keygen -Y
     # verify would (tests hold the two to the same verdict).
-    # Imported here: cryptography's import costs ~50 ms, which a pass with nothing new to check need not pay.
+    # Imported here: cryptography's import costs ~50 ms, which a pass with nothing new to check need
+    # not pay.
     from mergegate.crypto import sshsig
 
     try:

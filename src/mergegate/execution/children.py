@@ -42,7 +42,8 @@ class Child:
     lost: bool = False  # the spawner died before it could say how the job ended
 
     def poll(self) -> int | None:
-        """The exit code (negative: killed by that signal) once the main process is gone, else None."""
+        """The exit code (negative: killed by that signal) once the main process is gone, else
+        None."""
         if self.returncode is None and select.select([self.status], [], [], 0)[0]:
             self._read()
         return self.returncode
@@ -89,7 +90,8 @@ class Spawner(OnePerProcess):
             self._sock.close()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # both close-on-exec
         try:
-            # Its own session: Ctrl-C and a CI's signals reach the runner, which decides about its jobs.
+            # Its own session: Ctrl-C and a CI's signals reach the runner, which decides about its
+            # jobs.
             self._proc = subprocess.Popen(
                 [sys.executable, "-S", "-m", "mergegate.execution.spawner", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
@@ -105,19 +107,23 @@ class Spawner(OnePerProcess):
         self._sock = ours
         atexit.register(self._stop)
         ours.settimeout(60)
-        try:  # it says it is ready: one that cannot start (no mergegate to import) is an error now, not a lost job
+        # it says it is ready: one that cannot start (no mergegate to import) is an error now, not a
+        # lost job
+        try:
             ready = ours.recv(1)
         except OSError:
             ready = b""
         if ready != b"R":
             raise OSError(
-                f"the job spawner ({sys.executable} -S -m mergegate.execution.spawner) did not start"
+                f"the job spawner ({sys.executable} -S -m mergegate.execution.spawner) did not "
+                "start"
             )
         ours.settimeout(None)
         return ours
 
     def _stop(self) -> None:
-        """At the runner's exit: close the socket and reap the spawner (its CPU counts as the runner's)."""
+        """At the runner's exit: close the socket and reap the spawner (its CPU counts as the
+        runner's)."""
         with self._lock:
             if self._sock is not None:
                 self._sock.close()

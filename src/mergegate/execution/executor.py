@@ -364,7 +364,8 @@ def _pump_loop(
             time.sleep(0.02)
         for key, _ in sel.select(0.02) if sel.get_map() else ():
             if key.fd not in pipes:
-                said = True  # the status pipe: the main process exited; it is read at the top of the loop
+                # the status pipe: the main process exited; it is read at the top of the loop
+                said = True
                 continue
             data = os.read(key.fd, _CHUNK)
             if data:
@@ -394,7 +395,10 @@ def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) 
         return f"{text}: exceeded max_file_size_mb={limits.max_file_size_mb}"
     if limits.max_file_size_mb is not None and (said := _FSIZE_TEXT.search(output)):
         # Programs that ignore SIGXFSZ (Python does) get EFBIG instead.
-        return f"{text}; max_file_size_mb={limits.max_file_size_mb} may have been exceeded (output says {said[0]})"
+        return (
+            f"{text}; max_file_size_mb={limits.max_file_size_mb} may have been exceeded (output "
+            f"says {said[0]})"
+        )
     if limits.max_memory_mb is not None:
         said = _MEMORY_TEXT.search(output)
         if said or sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL):
@@ -441,7 +445,8 @@ _HARDENED: list[
 
 
 def run(request: ExecRequest) -> ExecResult:
-    """Run the job; raises errors.Denied (nothing started) when program or cwd leave the workspace."""
+    """Run the job; raises errors.Denied (nothing started) when program or cwd leave the
+    workspace."""
     if _HARDENED != [
         os.getpid()
     ]:  # once per process (a fork is a new one): two system calls per job otherwise

@@ -59,7 +59,8 @@ def make_cgroup(run_id: str, max_processes: int | None) -> Path | None:
         with contextlib.suppress(OSError):
             group.mkdir()
             try:
-                # Opened, never created: in a plain directory (no cgroup file system there) there is none.
+                # Opened, never created: in a plain directory (no cgroup file system there) there is
+                # none.
                 fd = os.open(group / "pids.max", os.O_WRONLY)
                 try:
                     os.write(fd, str(max_processes or "max").encode())
@@ -100,7 +101,8 @@ _HELPER_ENV = (
 
 def helper_env() -> dict[str, str]:
     """The environment of the runner's helper processes (the watchdog, the spawner): they import
-    mergegate from where this process did, however it found it (an install, PYTHONPATH, sys.path)."""
+    mergegate from where this process did, however it found it (an install, PYTHONPATH,
+    sys.path)."""
     env = {name: os.environ[name] for name in _HELPER_ENV if name in os.environ}
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(
@@ -357,9 +359,12 @@ class Watchdog(OnePerProcess):
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
-            # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it. Without site
-            # (-S, as the spawner: it imports standard modules only, and helper_env's PYTHONPATH finds it) and
-            # without runpy (-c, not -m: runpy imports contextlib and importlib.util), it costs little more
+            # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it.
+            # Without site
+            # (-S, as the spawner: it imports standard modules only, and helper_env's PYTHONPATH
+            # finds it) and
+            # without runpy (-c, not -m: runpy imports contextlib and importlib.util), it costs
+            # little more
             # than the interpreter's own start.
             self._proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", WATCHDOG_MAIN],
@@ -379,7 +384,8 @@ class Watchdog(OnePerProcess):
             self._write(line)
 
     def keep(self, folder: Path) -> None:
-        """A folder of the runner's (a job's workspace, the export indexes): the watchdog removes it if the
+        """A folder of the runner's (a job's workspace, the export indexes): the watchdog removes it
+        if the
         runner dies before `forget`. Starts the watchdog (OSError when it cannot be started)."""
         name = str(folder)
         if (

@@ -55,7 +55,10 @@ class Shutdown:
 
     def describe(self) -> str:
         what = self.signal_name or "a stop request"
-        return f"the runner was stopped ({what}); the job had --shutdown-grace={self.grace:g}s to finish, then its process tree was killed"
+        return (
+            f"the runner was stopped ({what}); the job had --shutdown-grace={self.grace:g}s to "
+            "finish, then its process tree was killed"
+        )
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[Shutdown]:

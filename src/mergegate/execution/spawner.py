@@ -12,7 +12,8 @@ What the job's main process gets is what it got before: its own session and proc
 group, the runner's limits (never above the runner's hard ones), its cgroup joined
 before exec, a parent-death signal (SIGKILL when the spawner dies, and the spawner
 dies with the runner), the child-subreaper flag, every signal at its default (none
-ignored, none caught) and none blocked, and stdin from /dev/null. The spawner tells the runner's watchdog of the job's process
+ignored, none caught) and none blocked, and stdin from /dev/null. The spawner tells the runner's
+watchdog of the job's process
 group **before** the job may exec, so a runner killed at any moment after the fork
 leaves nothing of the job running (the runner's own Tracker tells it later of every
 process it sees).
@@ -64,7 +65,8 @@ HEAD = 16  # bytes of the first word on a job's status pipe: `P<pid>` or `E<errn
 # The terminal's and CI's signals are for the runner: the spawner catches them with a handler that
 # does nothing (caught, not ignored: execve sets a caught signal back to its default, as it does
 # SIGCHLD's handler, so the job needs no call for them). Python ignores SIGPIPE and SIGXFSZ, and an
-# ignored signal stays ignored across execve: the job's process sets those two back itself. Each call
+# ignored signal stays ignored across execve: the job's process sets those two back itself. Each
+# call
 # between fork and exec costs the job's start a copy of the memory it touches (issue 12).
 _DEAF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -205,7 +207,8 @@ def _deaf(*_: object) -> None:
 def main() -> int:
     for sig in _DEAF:
         signal.signal(sig, _deaf)
-    # Whatever the runner's thread blocked, the jobs (forked from this thread) start with nothing blocked.
+    # Whatever the runner's thread blocked, the jobs (forked from this thread) start with nothing
+    # blocked.
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     try:
         libc: Any = ctypes.CDLL(None, use_errno=True)

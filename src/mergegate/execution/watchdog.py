@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # (as in spawner.py: nothing imported for annotations at run 
 
 
 class _suppress:
-    """contextlib.suppress, without importing contextlib (its import alone costs more than this process's work)."""
+    """contextlib.suppress, without importing contextlib (its import alone costs more than this
+    process's work)."""
 
     def __init__(self, *kinds: type[BaseException]) -> None:
         self.kinds = kinds
@@ -147,7 +148,8 @@ class Jobs:
         return stopped
 
     def remove_folders(self, killed: set[int]) -> None:
-        """Once the killed processes are gone (none writes into a folder any more), remove the folders,
+        """Once the killed processes are gone (none writes into a folder any more), remove the
+        folders,
         never following a symlink a job planted in them (workspaces.remove_tree)."""
         deadline = time.monotonic() + 5
         while killed and time.monotonic() < deadline:
@@ -155,7 +157,8 @@ class Jobs:
             killed = {pid for pid in killed if pid in table and table[pid][2] not in (b"Z", b"X")}
             if killed:
                 time.sleep(0.01)
-        # Imported only now (pathlib, subprocess...): a watchdog with nothing to remove never needs them.
+        # Imported only now (pathlib, subprocess...): a watchdog with nothing to remove never needs
+        # them.
         from pathlib import Path
 
         from mergegate.execution.workspaces import remove_tree

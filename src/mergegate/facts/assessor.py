@@ -74,7 +74,8 @@ __all__ = [
 
 
 class Assessor:
-    """Reads the facts of first-parent commits and hands them to the judge; caches signature checks."""
+    """Reads the facts of first-parent commits and hands them to the judge; caches signature
+    checks."""
 
     def __init__(
         self,
@@ -185,7 +186,8 @@ class Assessor:
         commit = self.repo.commit(sha)
         first = commit.parents[0] if commit.parents else None
         changes = self.repo.diff(first, sha)
-        # A merge's parents as git reads them: a header a looser reader reads differently is malformed.
+        # A merge's parents as git reads them: a header a looser reader reads differently is
+        # malformed.
         malformed = (
             commit.malformed
             or (
@@ -249,7 +251,8 @@ class Assessor:
         unapproved: Mapping[str, str],
         merger: str | None,
     ) -> CommitFacts:
-        """The facts of the merge of `head` into `base_tip` that `approve --merge` would sign (tree `tree`)."""
+        """The facts of the merge of `head` into `base_tip` that `approve --merge` would sign (tree
+        `tree`)."""
         person = policy.person(merger) if merger else None
         author = (merger or "", person.emails[0] if person and person.emails else "")
         return self._merge_facts(
@@ -389,7 +392,8 @@ class Assessor:
     def _approvals(
         self, reads: Reads, base: str | None, paths: set[str], policy: Policy
     ) -> list[ApprovalFacts]:
-        """The signed approval commits between `first` and `second`, and what each approves of `paths`.
+        """The signed approval commits between `first` and `second`, and what each approves of
+        `paths`.
 
         `Mergegate-Approve: <path> [<mode>] <blob>` approves one file's mode and bytes;
         `Mergegate-Approve-Tree: <tree>` (the approval commit's own tree) approves every
@@ -436,7 +440,8 @@ class Assessor:
         )
 
     def _tree(self, commit: str) -> dict[str, Entry]:
-        """Every file of a commit (or tree), by tree: a merge's result, its side and the next merge's
+        """Every file of a commit (or tree), by tree: a merge's result, its side and the next
+        merge's
         base are mostly one tree, listed once."""
         tree = self.repo.tree_of(commit)
         if tree not in self._trees:
@@ -467,7 +472,8 @@ class Assessor:
         return self._tree(parents[0]).get(path, ABSENT) if parents else ABSENT
 
     def _target(self, blob: str) -> bytes:
-        """A symlink's target (one read per blob: a long walk meets the same links in every tree)."""
+        """A symlink's target (one read per blob: a long walk meets the same links in every
+        tree)."""
         if blob not in self._targets:
             self._targets[blob] = self.repo.blob(blob)
         return self._targets[blob]
@@ -484,7 +490,8 @@ class Assessor:
 
 
 class Reads(Protocol):
-    """What the facts of a merge of `second` into `first` need from git (history.Side answers the same)."""
+    """What the facts of a merge of `second` into `first` need from git (history.Side answers the
+    same)."""
 
     @property
     def base(self) -> str | None: ...
@@ -507,7 +514,8 @@ class _GitSide:
         self._listed: list[list[str]] | None = None
 
     def _side(self) -> list[list[str]]:
-        """`rev-list --parents first..second`: each commit of the side with its parents, newest first."""
+        """`rev-list --parents first..second`: each commit of the side with its parents, newest
+        first."""
         if self._listed is None:
             self._listed = [
                 line.split()
@@ -518,8 +526,10 @@ class _GitSide:
         return self._listed
 
     def side_commits(self) -> list[str]:
-        # `rev-list --reverse first..second` (Repo.side_commits): the same walk in the same order (--parents
-        # only prints, without a pathspec), so the listing the touched paths need answers it too, a git
+        # `rev-list --reverse first..second` (Repo.side_commits): the same walk in the same order
+        # (--parents
+        # only prints, without a pathspec), so the listing the touched paths need answers it too, a
+        # git
         # process less per merge.
         return [item[0] for item in reversed(self._side())]
 
@@ -531,20 +541,25 @@ class _GitSide:
         return [sha for sha, names in side if wanted in names]
 
     def _touched_side(self) -> list[tuple[str, frozenset[bytes]]] | None:
-        """The merged side as (commit, every path it changes and each folder above one), in rev-list's
+        """The merged side as (commit, every path it changes and each folder above one), in
+        rev-list's
         order; None if git's diffs could not be read (git then answers each path, as before).
 
-        The writers of `path` on the side: a root that holds it; a commit that differs on it from one
+        The writers of `path` on the side: a root that holds it; a commit that differs on it from
+        one
         of its parents on the side, or, with no parent on the side, from one of its parents. That is
         `rev-list --full-history first..second -- :(literal)path` but at its edges (redteam8b): git
-        also counts the bottom `first` as a relevant parent, so it lists a merge of main into the side
+        also counts the bottom `first` as a relevant parent, so it lists a merge of main into the
+        side
         that differs on the path only from main (it wrote none of those bytes), and with some dates
         leaves out an octopus merge that did change it; here every commit that put bytes of the path
         on the side is a writer, which is what the self-approval rule asks, for the runner and
         `verify` alike. Computed from full diffs (`diff-tree` against each such parent): one
-        `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list` each
+        `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list`
+        each
         (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
-        walk misses in a tree not in git's order (an entry after one that sorts later ends that walk):
+        walk misses in a tree not in git's order (an entry after one that sorts later ends that
+        walk):
         such a tree cannot hide who wrote a job (an author approving her own job)."""
         if self._touched is False:
             self._touched = None

@@ -96,7 +96,8 @@ class Tampering(IntegrityError):
             f"audit commit {sha[:12]} on {AUDIT_BRANCH} {what}: tampering",
             file=file,
             line=line,
-            hint=f"records are only ever appended by runners; inspect it with `git show {sha[:12]}`",
+            hint="records are only ever appended by runners; "
+            f"inspect it with `git show {sha[:12]}`",
         )
 
 
@@ -112,29 +113,36 @@ class Checker:
     assessor: Signer  # an Assessor (or what makes one when first asked: audit verify)
     approved_tip: str
     policy_at: Callable[[str], Policy]
-    # approved's first-parent line from approved_tip, read once (a trailer must name a commit on it):
+    # approved's first-parent line from approved_tip, read once (a trailer must name a commit on
+    # it):
     # commit -> its place, 0 for the tip (an older commit has a larger place). Not an init field, so
-    # that `replace(checker, approved_tip=newer)` reads the newer tip's line: a copy of the old one made
+    # that `replace(checker, approved_tip=newer)` reads the newer tip's line: a copy of the old one
+    # made
     # another runner's records, judged at a merge that landed during this pass, look like tampering.
     _line: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
-    # (seq of the first record a checked commit appended, the approved tip it says it judged), in order:
+    # (seq of the first record a checked commit appended, the approved tip it says it judged), in
+    # order:
     # what each record's runner had judged when it pushed the record (verify's veto rule reads it).
     judged: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
-    # (that seq, the audit commit), in the same order: which commit appended a record (verify's dating rule).
+    # (that seq, the audit commit), in the same order: which commit appended a record (verify's
+    # dating rule).
     appended: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
     # Log-file blobs already read and chain-checked whole (blob -> seq of its first record):
     # a commit that adds one need not read it again (audit verify reads the chain first).
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     _tips: list[Tips] = field(default_factory=list, compare=False, repr=False)
-    # The numbers of the log files at the last commit checked, when known (a check from the branch's root):
+    # The numbers of the log files at the last commit checked, when known (a check from the branch's
+    # root):
     # a commit that adds a file is then checked to continue the numbering without listing its tree.
     _logs: list[set[int]] = field(default_factory=list, compare=False, repr=False)
 
     def check(self, shas: Sequence[str], *, shapes: bool = True) -> None:
-        """Check `shas` (oldest first, each the parent of the next) and the last one's place on approved.
+        """Check `shas` (oldest first, each the parent of the next) and the last one's place on
+        approved.
 
-        Without `shapes`, only the signatures (the shapes were checked already, before anything read the records).
+        Without `shapes`, only the signatures (the shapes were checked already, before anything read
+        the records).
         """
         if shapes and len(shas) > 1:
             self._tips[:] = [
@@ -185,7 +193,8 @@ class Checker:
         ):
             raise Tampering(
                 sha,
-                f"says it judged approved at {approved[:12]}, which is not on approved's first-parent line "
+                f"says it judged approved at {approved[:12]}, which is not on approved's "
+                "first-parent line "
                 f"(runners judge approved's tip, never a merged side commit)",
             )
         policy = self.policy_at(approved)
@@ -240,7 +249,8 @@ class Checker:
         logs: set[int] | None = None,
     ) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
-        first record the commit appends (None if it cannot be read: the chain check reports that)."""
+        first record the commit appends (None if it cannot be read: the chain check reports
+        that)."""
         commit = repo.commit(sha)
         if len(commit.parents) > 1:
             raise Tampering(sha, "is a merge (the audit branch is linear)")
@@ -252,7 +262,8 @@ class Checker:
             before = approved_of(repo.commit(parent))
             if before is None:
                 raise Tampering(parent, f"carries no valid {APPROVED_TRAILER}: <commit> trailer")
-            # Both on approved's first-parent line: ancestry is their order on it (no git process per commit).
+            # Both on approved's first-parent line: ancestry is their order on it (no git process
+            # per commit).
             if line is not None and before in line and approved in line:
                 descends = line[before] >= line[approved]
             else:
@@ -260,7 +271,8 @@ class Checker:
             if not descends:
                 raise Tampering(
                     sha,
-                    f"says it judged approved at {approved[:12]}, which does not descend from {before[:12]}, "
+                    f"says it judged approved at {approved[:12]}, which does not descend from "
+                    f"{before[:12]}, "
                     "judged by the commit before it",
                 )
         return cls._only_appends(repo, sha, parent, verified or {}, tips, logs)
@@ -372,7 +384,9 @@ class Checker:
         }
         if (
             numbers is not None
-        ):  # the files before this commit are known (every commit since the root passed these rules)
+            # the files before this commit are known (every commit since the root passed these
+            # rules)
+        ):
             numbers |= added
             if numbers == set(range(1, len(numbers) + 1)):
                 return first
@@ -394,13 +408,18 @@ class Checker:
                 and self.repo.is_ancestor(approved, self.approved_tip)
             )
         ):
-            return  # (the line is approved_tip's first parents, read once: no merge-base process a push)
+            # (the line is approved_tip's first parents, read once: no merge-base process a push)
+            return
         # Both branches come from one fetch, so records never judged an approved this clone lacks:
-        # approved lost commits a runner judged (a force-push a fresh clone sees too), or the trailer is forged.
+        # approved lost commits a runner judged (a force-push a fresh clone sees too), or the
+        # trailer is forged.
         raise IntegrityError(
-            f"audit commit {sha[:12]} on {AUDIT_BRANCH} says a runner judged approved at {approved[:12]}, which is not in the "
-            f"history of approved at {self.approved_tip[:12]}: approved was rewritten (force-push?) or the records are forged",
-            hint="investigate before trusting either branch; if this clone fetched only one of them, run again with a fetch",
+            f"audit commit {sha[:12]} on {AUDIT_BRANCH} says a runner judged approved at "
+            f"{approved[:12]}, which is not in the "
+            f"history of approved at {self.approved_tip[:12]}: approved was rewritten "
+            "(force-push?) or the records are forged",
+            hint="investigate before trusting either branch; if this clone fetched only one of "
+            "them, run again with a fetch",
         )
 
 
@@ -428,7 +447,8 @@ class Tips:
         ] = {}  # versions of `path` proven to be prefixes of `data`, by size
 
     def prefix(self, path: str, blob: str) -> int | None:
-        """The size of version `blob` of `path` if it is the first bytes of that file at the tip, else None."""
+        """The size of version `blob` of `path` if it is the first bytes of that file at the tip,
+        else None."""
         tip_blob = self.blobs.get(path)
         if tip_blob is None or len(blob) != 40:
             return None
@@ -476,7 +496,8 @@ def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail
 def explain(
     repo: Repo, tip: str, seen: str | None, error: IntegrityError, *, limit: int = 200
 ) -> IntegrityError:
-    """The commit that broke the log, when reading it failed: the newest one (after `seen`) that breaks a rule."""
+    """The commit that broke the log, when reading it failed: the newest one (after `seen`) that
+    breaks a rule."""
     for sha in repo.out(
         "rev-list",
         f"--max-count={limit}",
@@ -496,7 +517,8 @@ def explain(
 
 
 def every_commit(repo: Repo, tip: str | None) -> list[str]:
-    """Every commit of the audit branch, oldest first (a merge's other side included, to be reported)."""
+    """Every commit of the audit branch, oldest first (a merge's other side included, to be
+    reported)."""
     return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
 
 
@@ -513,7 +535,8 @@ def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:
 
 
 def _first_seq(data: bytes, offset: int, known: int | None) -> int | None:
-    """The smaller of `known` and the seq of the record starting at `offset` (None when unreadable)."""
+    """The smaller of `known` and the seq of the record starting at `offset` (None when
+    unreadable)."""
     end = data.find(b"\n", offset)
     try:
         seq = json.loads(data[offset:end])["seq"]

@@ -1,4 +1,5 @@
-"""The two branches of a gate: `approved` (people merge into it) and `mergegate/audit` (runners append to it).
+"""The two branches of a gate: `approved` (people merge into it) and `mergegate/audit` (runners
+append to it).
 
 The runner reads `approved` and never writes it; it appends records to the
 audit branch. Both are read from one fetch, both are covered by the seen
@@ -54,7 +55,8 @@ class Branch:
         return f"refs/mergegate/seen/{self.remote or 'local'}/{AUDIT_BRANCH}"
 
     def look(self) -> tuple[str, str | None, Seen]:
-        """approved's tip, the audit branch's (None before the first pass) and what this clone last saw
+        """approved's tip, the audit branch's (None before the first pass) and what this clone last
+        saw
         of both: the four refs a pass starts from, read with one git process."""
         refs = self.repo.revs([self.ref, self.audit_ref, self.seen_ref, self.seen_audit_ref])
         tip = refs[self.ref]
@@ -63,7 +65,8 @@ class Branch:
         return tip, refs[self.audit_ref], Seen(refs[self.seen_ref], refs[self.seen_audit_ref])
 
     def tips(self) -> tuple[str, str | None]:
-        """approved's tip and the audit branch's, read with one git process (every look during a pass)."""
+        """approved's tip and the audit branch's, read with one git process (every look during a
+        pass)."""
         refs = self.repo.revs([self.ref, self.audit_ref])
         tip = refs[self.ref]
         return tip if tip is not None else self.tip(), refs[self.audit_ref]
@@ -76,8 +79,10 @@ class Branch:
         seen = seen or Seen(self.repo.rev(self.seen_ref), self.repo.rev(self.seen_audit_ref))
         if seen.approved is not None and not self.repo.is_ancestor(seen.approved, tip):
             raise IntegrityError(
-                f"{self.ref} was rewritten: this clone last saw {seen.approved[:12]}, which is not an ancestor of the new tip {tip[:12]} (force-push?)",
-                hint=f"investigate before trusting it; to accept the new history: git update-ref -d {self.seen_ref}",
+                f"{self.ref} was rewritten: this clone last saw {seen.approved[:12]}, which is not "
+                f"an ancestor of the new tip {tip[:12]} (force-push?)",
+                hint="investigate before trusting it; to accept the new history: git update-ref "
+                f"-d {self.seen_ref}",
             )
         if seen.records is not None and (
             records is None or not self.repo.is_ancestor(seen.records, records)
@@ -88,8 +93,10 @@ class Branch:
                 else f"is now at {records[:12]}, which does not descend from it"
             )
             raise IntegrityError(
-                f"the audit branch {AUDIT_BRANCH} was rewritten: this clone last saw {seen.records[:12]}, and {self.audit_ref} {now} (force-push?)",
-                hint=f"records are never rewritten; investigate before trusting it; to accept the new history: git update-ref -d {self.seen_audit_ref}",
+                f"the audit branch {AUDIT_BRANCH} was rewritten: this clone last saw "
+                f"{seen.records[:12]}, and {self.audit_ref} {now} (force-push?)",
+                hint="records are never rewritten; investigate before trusting it; to accept the "
+                f"new history: git update-ref -d {self.seen_audit_ref}",
             )
         return seen
 
@@ -121,14 +128,17 @@ class Branch:
                     hint=exc.hint
                     or "the runner detects a rewritten branch with it; fix the cause and run again",
                 ) from None
-            # Another process (a `verify`, a `status`) moved it meanwhile: fine if along the same line.
+            # Another process (a `verify`, a `status`) moved it meanwhile: fine if along the same
+            # line.
             now = self.repo.rev(ref)
             if now is not None and self.repo.is_ancestor(new, now):
                 return
             if now is not None and not self.repo.is_ancestor(now, new):
                 raise IntegrityError(
-                    f"{ref} moved to {now[:12]}, which is not an ancestor of {new[:12]}: a branch was rewritten (force-push?)",
-                    hint=f"investigate before trusting it; to accept the new history: git update-ref -d {ref}",
+                    f"{ref} moved to {now[:12]}, which is not an ancestor of {new[:12]}: a branch "
+                    "was rewritten (force-push?)",
+                    hint="investigate before trusting it; to accept the new history: git "
+                    f"update-ref -d {ref}",
                 )
             old = now
         raise StateError(
@@ -160,14 +170,16 @@ class Branch:
         return self.repo.update_ref(self.ref, sha, old)
 
     def publish_records(self, sha: str, old: str | None) -> bool:
-        """Append an audit commit: a plain push (or compare-and-swap); None creates the branch, create-only."""
+        """Append an audit commit: a plain push (or compare-and-swap); None creates the branch,
+        create-only."""
         if self.remote is not None:
             return self.repo.push(self.remote, sha, AUDIT_BRANCH)
         return self.repo.update_ref(self.audit_ref, sha, old)
 
 
 def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
-    """origin/approved and origin/mergegate/audit after one fetch; the local branches without that remote."""
+    """origin/approved and origin/mergegate/audit after one fetch; the local branches without that
+    remote."""
     if repo.has_remote(remote):
         result = Branch(repo, f"refs/remotes/{remote}/{branch}", remote, branch)
         if fetch:
@@ -203,9 +215,11 @@ def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
     ]
     if old:
         raise UsageError(
-            f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on approved",
+            f"approved holds audit records: records now live on the branch {AUDIT_BRANCH}, not on "
+            "approved",
             file=f"audit/{old[0]}",
-            hint="a gate made by mergegate 0.1, which kept records on approved (git show approved:audit/log-000001.jsonl reads them); this version cannot run it",
+            hint="a gate made by mergegate 0.1, which kept records on approved (git show "
+            "approved:audit/log-000001.jsonl reads them); this version cannot run it",
         )
 
 
@@ -216,7 +230,8 @@ def trust_root(
     (`remember`: a runner's pass; the clone keeps the yes of that walk through all history.)"""
     given = given or os.environ.get("MERGEGATE_TRUST_ROOT") or None
     if given is None:
-        # Imported here: policy.py brings the schemas, which `audit verify` imports only after its workers start.
+        # Imported here: policy.py brings the schemas, which `audit verify` imports only after its
+        # workers start.
         from mergegate.rules.policy import POLICY_FILE
 
         root = repo.root_commit(tip)
@@ -226,7 +241,8 @@ def trust_root(
             introduced = repo.first_parent_adding(tip, POLICY_FILE)
             root = introduced or root
         return root, [
-            f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"
+            f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a "
+            f"policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"
         ]
     sha = repo.rev(given)
     if sha is None:
@@ -236,8 +252,10 @@ def trust_root(
         )
     if not repo.is_ancestor(sha, tip, remember=remember):
         raise IntegrityError(
-            f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was rewritten or the wrong root is pinned",
-            hint="pin the commit `mergegate init` printed as the trust root; if that is the one pinned, "
+            f"trust root {sha[:12]} is not an ancestor of approved at {tip[:12]}: history was "
+            "rewritten or the wrong root is pinned",
+            hint="pin the commit `mergegate init` printed as the trust root; if that is the one "
+            "pinned, "
             "approved was rewritten (force-push?): investigate before trusting it",
         )
     return sha, []
@@ -251,7 +269,8 @@ def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) 
     (`<git dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last
     scanned commit until a new one is walked.
     """
-    # (Imported here: policy.py brings in YAML and the schemas, which audit verify imports after its workers start.)
+    # (Imported here: policy.py brings in YAML and the schemas, which audit verify imports after its
+    # workers start.)
     from mergegate.rules.policy import POLICY_DIR
 
     key = f"{root}..{upto}"

@@ -63,7 +63,8 @@ _PATHSPEC_ENV = (
     "GIT_NOGLOB_PATHSPECS",
     "GIT_ICASE_PATHSPECS",
 )
-# wildmatch's special characters: a name holding one could match a pattern literally (git's own rules then).
+# wildmatch's special characters: a name holding one could match a pattern literally (git's own
+# rules then).
 _GLOB = re.compile(rb"[*?\[\\]")
 
 
@@ -114,7 +115,8 @@ class History:
     def read(cls, repo: Repo, root: str, chain: Sequence[str]) -> History | None:
         """The history up to the chain's last commit, or None where it could not answer as git does.
 
-        Also tells `repo` the chain's parents and first-parent diffs (what `Repo.prefetch` reads)."""
+        Also tells `repo` the chain's parents and first-parent diffs (what `Repo.prefetch`
+        reads)."""
         if not chain or any(name in os.environ for name in _PATHSPEC_ENV):
             return None  # git would match pathspecs as the environment says: let it
         graph = repo.graph(chain[-1])
@@ -135,7 +137,8 @@ class History:
             for sha, _, p, _ in graph
             if intro[sha] > 0 and sha not in on_line
         ]
-        # git processes at once (two cores): the chain's diffs in two halves (each compares whole trees
+        # git processes at once (two cores): the chain's diffs in two halves (each compares whole
+        # trees
         # of folders that grow with the history: most of git's work), while the commits stream in.
         pairs = [(line[k], sha) for k, sha in enumerate(chain)]
         half = len(pairs) // 2
@@ -152,7 +155,8 @@ class History:
             return None
         chain_diffs = [*halves[0], *halves[1]]
         diffs = dict(zip(chain, chain_diffs, strict=True))
-        # A diff is its two trees': a side's commit with the trees of a chain commit and its parent (a
+        # A diff is its two trees': a side's commit with the trees of a chain commit and its parent
+        # (a
         # proposal of one commit on approved's tip, merged as it is) has that diff, read once.
         by_trees = {
             (trees[line[k]], trees[sha]): changes
@@ -174,7 +178,8 @@ class History:
             {sha: parents[sha] for sha in chain},
             {(line[k], sha): diffs[sha] for k, sha in enumerate(chain)},
         )
-        # The job and policy files the walk reads, streamed by one process rather than a round trip each.
+        # The job and policy files the walk reads, streamed by one process rather than a round trip
+        # each.
         repo.preload(
             [
                 c.new_blob
@@ -187,7 +192,8 @@ class History:
         return cls(repo, root, chain, graph, diffs, root_tree)
 
     def side(self, merge: str, first: str, second: str) -> Side | None:
-        """What the merge of `second` into `first` (the chain commit `merge`) brought, or None: ask git."""
+        """What the merge of `second` into `first` (the chain commit `merge`) brought, or None: ask
+        git."""
         k = self.position.get(merge)
         if k is None or k == 0 or self.parents.get(merge) != (first, second):
             return None
@@ -208,7 +214,8 @@ class History:
 
     # -- entries -----------------------------------------------------------------------
     def _reachable(self, sha: str) -> bool:
-        """Whether entries at `sha` can be read from the diffs: on the line, or a few first parents off it."""
+        """Whether entries at `sha` can be read from the diffs: on the line, or a few first parents
+        off it."""
         for _ in range(_REACH):
             if sha in self.position:
                 return True
@@ -230,7 +237,8 @@ class History:
         return entries[at] if at >= 0 else self.root_tree.get(path, ABSENT)
 
     def touches(self, sha: str, path: str) -> bool:
-        """Whether `sha`'s diff touches `:(literal)path` (the path itself, or anything under it as a folder)."""
+        """Whether `sha`'s diff touches `:(literal)path` (the path itself, or anything under it as a
+        folder)."""
         touched = self._touched.get(sha)
         if touched is None:
             names = {path_bytes(c.path) for c in self.diffs[sha]}
@@ -262,8 +270,10 @@ class History:
 
     # -- earlier writers of the same bytes -------------------------------------------------
     def writers(self, k: int, files: Mapping[str, str]) -> dict[str, list[str]] | None:
-        """`Repo.producers(line[k], files)`: every non-merge commit reaching line[k] that set a path to its
-        blob, newest first; None when two of them share a date (git's order between them is the walk's)."""
+        """`Repo.producers(line[k], files)`: every non-merge commit reaching line[k] that set a path
+        to its
+        blob, newest first; None when two of them share a date (git's order between them is the
+        walk's)."""
         if self._writers is None:
             self._writers = self._all_writers()
             if self._writers is None:
@@ -280,7 +290,8 @@ class History:
         return found
 
     def _all_writers(self) -> dict[tuple[str, str], list[str]] | None:
-        # The commits the root reaches are read only now: verify needs them only for bytes seen before.
+        # The commits the root reaches are read only now: verify needs them only for bytes seen
+        # before.
         older = [
             (p[0] if p else None, sha) for sha, p in self.parents.items() if self.intro[sha] == 0
         ]
@@ -329,18 +340,21 @@ class Side:
         return self.history.writers(self.k, files)
 
     def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]:
-        """The job paths of the merge's tree (`tree` is the merge) with one of `stems`, in path order."""
+        """The job paths of the merge's tree (`tree` is the merge) with one of `stems`, in path
+        order."""
         assert tree == self.history.line[self.k]
         return self.history.job_paths(self.k, stems)
 
     def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]:
-        """(path, blob) of every symlink in the merge's tree (`tree` is the merge), in path order."""
+        """(path, blob) of every symlink in the merge's tree (`tree` is the merge), in path
+        order."""
         assert tree == self.history.line[self.k]
         return self.history.symlinks(self.k)
 
 
 def _content(name: bytes) -> bool:
-    """Whether CONTENT_PATHSPEC matches the file `name` (no glob characters in it), as git matches it:
+    """Whether CONTENT_PATHSPEC matches the file `name` (no glob characters in it), as git matches
+    it:
     everything but `policy` and what is under it (a literal prefix), and the paths the two
     `:(exclude,glob)` patterns match (wildmatch with WM_PATHNAME: `jobs/`, any folders, then a last
     component ending in `.yaml` or `.yml`)."""
@@ -350,7 +364,8 @@ def _content(name: bytes) -> bool:
 
 
 def _introductions(line: Sequence[str], parents: Mapping[str, tuple[str, ...]]) -> dict[str, int]:
-    """For every commit, the position of the first commit of `line` that reaches it (0: the root does)."""
+    """For every commit, the position of the first commit of `line` that reaches it (0: the root
+    does)."""
     intro: dict[str, int] = {}
     for k, sha in enumerate(line):
         stack = [sha]

@@ -53,7 +53,8 @@ QUIET_WRITES = (
 # How receive-pack says another push updated (or created) the ref first.
 _IN_THE_WAY = re.compile(r"'(refs/[^']+)' exists; cannot create")
 _LOST_RACE = re.compile(
-    r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ but"
+    r"failed to update ref|cannot lock ref|reference already exists|but expected|is at [0-9a-f]+ "
+    r"but"
 )
 
 
@@ -100,7 +101,8 @@ def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
         error = GitError(
             f"{what} failed: a lock is in the way",
             file=lock,
-            hint=f"another git process may be using the repository; if none is (one was killed), remove it: rm '{lock}'",
+            hint="another git process may be using the repository; if none is (one was killed), "
+            f"remove it: rm '{lock}'",
         )
     else:
         said = [
@@ -137,7 +139,8 @@ _PINNED = (
     "grep.extendedRegexp=false",
     "-c",
     "core.quotePath=true",
-    # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on stdout
+    # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on
+    # stdout
     # before each signed commit of `git log --format=%H`: words read as commit ids.)
     "-c",
     "log.showSignature=false",
@@ -239,8 +242,10 @@ class Signing:
 
     def args(self) -> list[str]:
         if os.path.exists(self.key):
-            # Absolute: git reads a user.signingkey that starts with `ssh-` or `key::` as a literal key, not a
-            # file, so a key file named `ssh-runner` passed the runner's check (`_can_sign`) and then did not sign.
+            # Absolute: git reads a user.signingkey that starts with `ssh-` or `key::` as a literal
+            # key, not a
+            # file, so a key file named `ssh-runner` passed the runner's check (`_can_sign`) and
+            # then did not sign.
             return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={os.path.abspath(self.key)}"]
         return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.key}"]
 
@@ -273,7 +278,8 @@ class _Objects:
         return self._proc.stdin, self._proc.stdout
 
     def _ask(self, command: str, sha: str, *, body: bool) -> tuple[str, bytes | int] | None:
-        """(type, contents or size) of object `sha`, or None if the repository has no such object."""
+        """(type, contents or size) of object `sha`, or None if the repository has no such
+        object."""
         if not re.fullmatch(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}", sha):
             return None
         sha = sha.lower()
@@ -332,7 +338,8 @@ class _Objects:
 def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozenset[bytes]) -> None:
     """Write into `dest` what checkout-index wrote into `source`, as it writes it: folders with
     mode 0777 and files with 0666, or 0777 when the tree says 100755 (`executable`: paths from
-    the root), both less the umask; symlinks as symlinks; contents byte for byte, a chunk at a time."""
+    the root), both less the umask; symlinks as symlinks; contents byte for byte, a chunk at a
+    time."""
     with os.scandir(source) as entries:
         for entry in entries:
             target = os.path.join(dest, entry.name)
@@ -347,8 +354,10 @@ def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozense
 
 
 def _copy_file(source: str, target: str, mode: int) -> None:
-    """`source`'s bytes into a new file `target` (mode less the umask), a chunk at a time, with plain
-    descriptors: once per file of every job's export, where file objects cost twice the system calls."""
+    """`source`'s bytes into a new file `target` (mode less the umask), a chunk at a time, with
+    plain
+    descriptors: once per file of every job's export, where file objects cost twice the system
+    calls."""
     src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -423,7 +432,8 @@ class BlobFeed:
         return b"".join(chunks)
 
     def close_ends(self) -> None:
-        """Close this process's ends of the pipes (the readers hold theirs; git ends when the last is closed)."""
+        """Close this process's ends of the pipes (the readers hold theirs; git ends when the last
+        is closed)."""
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -437,7 +447,8 @@ class BlobFeed:
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
-    """End a batch process: close its pipes (it exits on end of input), killed if it does not within 5 s."""
+    """End a batch process: close its pipes (it exits on end of input), killed if it does not within
+    5 s."""
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             with contextlib.suppress(OSError):
@@ -450,7 +461,8 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _locate(path: Path) -> tuple[Path, Path, Path]:
-    """(working tree or git dir, git dir, common dir) of the repository at or above `path`: one rev-parse."""
+    """(working tree or git dir, git dir, common dir) of the repository at or above `path`: one
+    rev-parse."""
     proc = subprocess.run(
         [
             "git",
@@ -505,7 +517,8 @@ class Repo:
         ] = {}
         self._exports_made = 0  # names each index apart, also after drop_exports
         self._index_dir: tempfile.TemporaryDirectory[str] | None = None
-        # Told of that folder as soon as it exists (the runner tells its watchdog, which removes it if the runner dies).
+        # Told of that folder as soon as it exists (the runner tells its watchdog, which removes it
+        # if the runner dies).
         self.on_export_dir: Callable[[Path], None] | None = None
         self._index_lock = threading.Lock()
         self._loaded: dict[str, tuple[str, bytes]] = {}  # objects read ahead by preload
@@ -520,7 +533,8 @@ class Repo:
         )
 
     def close(self) -> None:
-        """End the object-reading process (it is restarted if the Repo is used again); drop export indexes."""
+        """End the object-reading process (it is restarted if the Repo is used again); drop export
+        indexes."""
         self._objects.close()
         self.drop_exports()
 
@@ -563,12 +577,14 @@ class Repo:
         return proc
 
     def _explain(self, stderr: str) -> tuple[str, str] | None:
-        """git's common signing failures as one line a person can act on, and a hint that leads somewhere."""
+        """git's common signing failures as one line a person can act on, and a hint that leads
+        somewhere."""
         missing = re.search(r"Couldn't load public key (.+?): No such file or directory", stderr)
         if missing and not os.path.basename(missing.group(1)).startswith(".git_signing_key_tmp"):
             return (
                 f"git could not sign: the signing key file {missing.group(1)} does not exist",
-                "point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls ~/.ssh/*.pub lists yours)",
+                "point git at your key: git config user.signingkey ~/.ssh/id_ed25519.pub (ls "
+                "~/.ssh/*.pub lists yours)",
             )
         if missing:  # a key line git could not use
             return (
@@ -586,12 +602,14 @@ class Repo:
                 key.startswith(("ssh-", "/", "~", "key::")) or key.endswith(".pub")
             ):
                 return (
-                    f"git could not sign: user.signingkey is an ssh key ({key[:40]}) but gpg.format is unset, so git ran gpg",
+                    f"git could not sign: user.signingkey is an ssh key ({key[:40]}) but "
+                    "gpg.format is unset, so git ran gpg",
                     "git config gpg.format ssh",
                 )
             return (
                 "git could not sign: gpg failed to sign the data",
-                "check the key: gpg --list-secret-keys; for ssh signing: git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519.pub",
+                "check the key: gpg --list-secret-keys; for ssh signing: git config gpg.format ssh "
+                "&& git config user.signingkey ~/.ssh/id_ed25519.pub",
             )
         return None
 
@@ -611,7 +629,8 @@ class Repo:
             if found is None:
                 return None
             if isinstance(found, str):
-                ref = found  # what for-each-ref would have said; its type is the batch process's to say
+                # what for-each-ref would have said; its type is the batch process's to say
+                ref = found
             else:
                 listed = self.run(
                     "for-each-ref",
@@ -629,7 +648,9 @@ class Repo:
                     return None
                 ref, kind = exact[0][0], exact[0][1] if len(exact[0]) > 1 else ""
                 if kind == "commit":
-                    return ref  # a branch names a commit: nothing to peel (a rev-parse a ref read, on every push)
+                    # a branch names a commit: nothing to peel (a rev-parse a ref read, on every
+                    # push)
+                    return ref
         if _FULL_ID.fullmatch(ref) and self._objects.kind(ref) == "commit":
             return (
                 ref  # the batch process answers: no rev-parse for an id this clone has as a commit
@@ -640,8 +661,10 @@ class Repo:
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def revs(self, refs: Sequence[str]) -> dict[str, str | None]:
-        """`rev(ref)` of each full ref name in `refs`, read with one for-each-ref (a pass reads four at
-        its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by `rev`."""
+        """`rev(ref)` of each full ref name in `refs`, read with one for-each-ref (a pass reads four
+        at
+        its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by
+        `rev`."""
         assert all(ref.startswith("refs/") for ref in refs)
         if all(self._ref_from_files(ref) is not _ASK_GIT for ref in refs):
             return {
@@ -670,11 +693,16 @@ class Repo:
         return answers
 
     def _ref_from_files(self, ref: str) -> str | object | None:
-        """The object id ref `ref` holds, read as git's files backend reads it (the loose file, else its
-        line in packed-refs), None if it has none; _ASK_GIT wherever the files alone might not say what
-        for-each-ref says: a name with anything but plain parts, a linked worktree (per-worktree refs), a
-        reftable or case-insensitive repository, a symbolic, broken or unreadable ref, a packed-refs file
-        not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each, 5,000
+        """The object id ref `ref` holds, read as git's files backend reads it (the loose file, else
+        its
+        line in packed-refs), None if it has none; _ASK_GIT wherever the files alone might not say
+        what
+        for-each-ref says: a name with anything but plain parts, a linked worktree (per-worktree
+        refs), a
+        reftable or case-insensitive repository, a symbolic, broken or unreadable ref, a packed-refs
+        file
+        not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each,
+        5,000
         in the test suite); tests/test_rev_equiv.py holds the two to the same answers."""
         if (
             not _PLAIN_REF.fullmatch(ref)
@@ -714,9 +742,12 @@ class Repo:
 
     @staticmethod
     def _packed_ref(packed: bytes, name: bytes) -> str | object | None:
-        """`name`'s id in a packed-refs file as git writes it (its header, then `<id> <name>` lines in
-        strictly increasing order, each followed by at most one `^<id>` peeled line); _ASK_GIT for anything
-        else (git trusts the order it wrote: an unsorted file can hide other refs from it) or a big one."""
+        """`name`'s id in a packed-refs file as git writes it (its header, then `<id> <name>` lines
+        in
+        strictly increasing order, each followed by at most one `^<id>` peeled line); _ASK_GIT for
+        anything
+        else (git trusts the order it wrote: an unsorted file can hide other refs from it) or a big
+        one."""
         if len(packed) > _PACKED_REFS_BYTES or (packed and not packed.endswith(b"\n")):
             return _ASK_GIT
         lines = packed.split(b"\n")[:-1]
@@ -751,7 +782,8 @@ class Repo:
         return found
 
     def fetch(self, remote: str, branch: str, *, also: tuple[str, ...] = ()) -> None:
-        """Fetch `branch` into refs/remotes/<remote>/<branch>, and the branches in `also` if they exist.
+        """Fetch `branch` into refs/remotes/<remote>/<branch>, and the branches in `also` if they
+        exist.
 
         One fetch for all of them, so what is read is one moment of the remote.
         Each of `also` is fetched with a glob refspec (a branch that does not exist
@@ -888,18 +920,22 @@ class Repo:
                 why = failure(f"updating {tracking}", moved.stderr, moved.returncode)
                 self.warnings.append(
                     f"pushed {sha[:12]} to {remote}/{branch}, but {why.message}"
-                    f"{' (' + why.file + ')' if why.file else ''}; {why.hint or 'the next fetch updates it'}"
+                    f"{' (' + why.file + ')' if why.file else ''}; "
+                    f"{why.hint or 'the next fetch updates it'}"
                 )
             return True
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         blocker = _IN_THE_WAY.search(text)
         if blocker:
-            # A ref named like a directory of this one (mergegate/audit/x) makes every push of it fail:
+            # A ref named like a directory of this one (mergegate/audit/x) makes every push of it
+            # fail:
             # not a lost race, and retrying cannot help.
             name = blocker[1].removeprefix("refs/heads/")
             raise GitError(
-                f"git push to {remote} failed: the branch {name} is in the way of {branch} (git cannot have both)",
-                hint=f"delete it on the remote if it is not needed: git push {remote} --delete {name}",
+                f"git push to {remote} failed: the branch {name} is in the way of {branch} (git "
+                "cannot have both)",
+                hint=f"delete it on the remote if it is not needed: git push {remote} --delete "
+                f"{name}",
             )
         if (
             "[rejected]" in text
@@ -922,7 +958,8 @@ class Repo:
         against the tip, then against the last scanned commit, the same one when nothing is new),
         the second is not another walk through all of history. With `remember`, a yes is also kept
         in the clone (`<git dir>/mergegate/ancestors`, the latest 64), for the walks back to the
-        trust root that every pass makes. (Only a yes is kept: a no may be a commit not fetched yet.)
+        trust root that every pass makes. (Only a yes is kept: a no may be a commit not fetched
+        yet.)
         """
         key = (ancestor, descendant)
         full = bool(_FULL_ID.fullmatch(ancestor) and _FULL_ID.fullmatch(descendant))
@@ -931,7 +968,9 @@ class Repo:
         ):
             return True
         if full and ancestor == descendant and self._objects.kind(ancestor) == "commit":
-            return True  # (each look at the branches asks it of approved's unchanged tip: no merge-base for that)
+            # (each look at the branches asks it of approved's unchanged tip: no merge-base for
+            # that)
+            return True
         answer = (
             self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode
             == 0
@@ -967,13 +1006,19 @@ class Repo:
         return roots[-1]
 
     def chain(self, old: str, new: str, *, limit: int = 256) -> list[str] | None:
-        """The commits after `old` up to `new`, oldest first, when `new` reaches `old` through at most `limit`
-        well-formed single-parent commits; None where git must say (a merge, a root, a malformed commit, grafts
-        or a shallow clone, which rev-list honours and the object reader does not, or further back than `limit`).
+        """The commits after `old` up to `new`, oldest first, when `new` reaches `old` through at
+        most `limit`
+        well-formed single-parent commits; None where git must say (a merge, a root, a malformed
+        commit, grafts
+        or a shallow clone, which rev-list honours and the object reader does not, or further back
+        than `limit`).
 
-        What `rev-list --reverse --topo-order old..new` lists, and the proof `merge-base --is-ancestor old new`
-        gives, without their two processes: an audit branch only grows by single-parent commits, and every
-        look at it after another runner's push walks the few it added (held to git in test_git_batch.py)."""
+        What `rev-list --reverse --topo-order old..new` lists, and the proof `merge-base
+        --is-ancestor old new`
+        gives, without their two processes: an audit branch only grows by single-parent commits, and
+        every
+        look at it after another runner's push walks the few it added (held to git in
+        test_git_batch.py)."""
         if not (_FULL_ID.fullmatch(old) and _FULL_ID.fullmatch(new)):
             return None
         if (self.common_dir / "info" / "grafts").exists() or (self.common_dir / "shallow").exists():
@@ -1021,14 +1066,16 @@ class Repo:
         return {path: blob for _, blob, path in self.ls_tree(commit)}
 
     def producers(self, tip: str, files: Mapping[str, str]) -> dict[str, list[str]]:
-        """For each path, every non-merge commit up to `tip` that set it to exactly its blob in `files`."""
+        """For each path, every non-merge commit up to `tip` that set it to exactly its blob in
+        `files`."""
         wanted = {(path, blob) for path, blob in files.items() if blob != ZERO}
         found: dict[str, list[str]] = {path: [] for path, _ in wanted}
         if not wanted:
             return found
         # Every commit's whole diff, not a walk limited to the paths: git's path-limited tree walk
         # stops at the first entry that sorts after the path, so a tree not in git's order (written
-        # with `hash-object --literally`; a plain bare remote takes it) hid its writer from that walk.
+        # with `hash-object --literally`; a plain bare remote takes it) hid its writer from that
+        # walk.
         # For the trees git writes, the non-merge commits that set a path to a blob are the same.
         proc = self.run(
             "log",
@@ -1092,7 +1139,8 @@ class Repo:
         )
 
     def git_parents(self, sha: str) -> tuple[str, ...]:
-        """The parents as git itself reads them (to cross-check the parser on commits that approve)."""
+        """The parents as git itself reads them (to cross-check the parser on commits that
+        approve)."""
         known = self._parents.get(sha)
         if known is not None:
             return known
@@ -1126,8 +1174,10 @@ class Repo:
     def diffs(
         self, pairs: Sequence[tuple[str | None, str]], *pathspecs: str
     ) -> list[list[Change]] | None:
-        """`diff(parent, sha, *pathspecs)` for every (parent, sha) pair (parent None: a root, against
-        the empty tree), in one `diff-tree --stdin`; None if git answered something else than asked."""
+        """`diff(parent, sha, *pathspecs)` for every (parent, sha) pair (parent None: a root,
+        against
+        the empty tree), in one `diff-tree --stdin`; None if git answered something else than
+        asked."""
         if not pairs:
             return []
         # --always: an empty diff still prints its commit line, so every answer is told apart.
@@ -1153,7 +1203,8 @@ class Repo:
         return answers if len(answers) == len(pairs) else None
 
     def graph(self, tip: str) -> list[tuple[str, int, tuple[str, ...], str]]:
-        """(commit, committer date as git's walks order by it, parents and tree as git reads them) of
+        """(commit, committer date as git's walks order by it, parents and tree as git reads them)
+        of
         every commit reachable from `tip`, in one `rev-list`."""
         found = []
         lines = self.out("rev-list", "--timestamp", "--parents", "--format=%T", tip).splitlines()
@@ -1165,7 +1216,8 @@ class Repo:
     def remember(
         self, parents: Mapping[str, tuple[str, ...]], diffs: Mapping[tuple[str, str], list[Change]]
     ) -> None:
-        """What `prefetch` reads, read by the caller (history.History): `git_parents` and `diff` answer from it."""
+        """What `prefetch` reads, read by the caller (history.History): `git_parents` and `diff`
+        answer from it."""
         self._parents.update(parents)
         self._diffs.update(diffs)
 
@@ -1204,7 +1256,8 @@ class Repo:
         return found[1]
 
     def tree_of(self, sha: str) -> str:
-        """The tree of commit `sha`, or `sha` itself when it names a tree (or nothing this reader knows)."""
+        """The tree of commit `sha`, or `sha` itself when it names a tree (or nothing this reader
+        knows)."""
         found = self._commits.get(sha)
         if found is not None:
             return found.tree
@@ -1253,12 +1306,16 @@ class Repo:
             _end(proc)
 
     def _blob_batch(self) -> subprocess.Popen[bytes]:
-        """A `git cat-file --batch` for `blobs` and `blob_feed`, its output pipe widened to hold a log file."""
+        """A `git cat-file --batch` for `blobs` and `blob_feed`, its output pipe widened to hold a
+        log file."""
         env = _without_credentials({**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
         env.pop("GIT_WORK_TREE", None)
-        # Log files are read in chain order, and in a pack each is often a delta of the one before: git keeps
-        # every base it rebuilt (96 MiB by default, for the pack's life), which here only costs fresh pages
-        # (memory and the kernel's time to clear them, about a fifth of git's CPU at 100 files); the few
+        # Log files are read in chain order, and in a pack each is often a delta of the one before:
+        # git keeps
+        # every base it rebuilt (96 MiB by default, for the pack's life), which here only costs
+        # fresh pages
+        # (memory and the kernel's time to clear them, about a fifth of git's CPU at 100 files); the
+        # few
         # bases the next reads need fit in 16 MiB.
         proc = subprocess.Popen(
             [
@@ -1285,7 +1342,8 @@ class Repo:
         return proc
 
     def blob_feed(self) -> BlobFeed:
-        """One `git cat-file --batch` whose two pipes forked processes share (audit verify's workers, issue 12):
+        """One `git cat-file --batch` whose two pipes forked processes share (audit verify's
+        workers, issue 12):
         each blob is inflated once, by one git, however many processes check them. See BlobFeed."""
         return BlobFeed(self, self._blob_batch())
 
@@ -1309,10 +1367,14 @@ class Repo:
         return changes
 
     def _tree_diff(self, parent: str | None, sha: str) -> list[Change] | None:
-        """What `diff-tree -r --no-renames` says between two commits or trees (or `--root`), read through the
-        object process (a pass diffed a commit or three, a process each); None where git must say: not full
-        SHA-1 ids of commits or trees, a tree not in git's own order, deeper than _DIFF_DEPTH, or a gitlink
-        that changed (git may ignore it, as a submodule's config says). Held to diff-tree in test_git_batch.py."""
+        """What `diff-tree -r --no-renames` says between two commits or trees (or `--root`), read
+        through the
+        object process (a pass diffed a commit or three, a process each); None where git must say:
+        not full
+        SHA-1 ids of commits or trees, a tree not in git's own order, deeper than _DIFF_DEPTH, or a
+        gitlink
+        that changed (git may ignore it, as a submodule's config says). Held to diff-tree in
+        test_git_batch.py."""
         try:
             old = self._root_tree(parent) if parent is not None else ""
             new = self._root_tree(sha)
@@ -1323,7 +1385,9 @@ class Repo:
                 or self.commit(sha).parents
                 or (self.common_dir / "info" / "grafts").exists()
             ):
-                return None  # --root compares a commit with its parents (none for a root commit; grafts may add some)
+                # --root compares a commit with its parents (none for a root commit; grafts may add
+                # some)
+                return None
             changes: list[Change] = []
             return changes if self._diff_trees(old, new, b"", changes, 0) else None
         except GitError:
@@ -1339,8 +1403,10 @@ class Repo:
     def _diff_trees(
         self, old: str, new: str, base: bytes, changes: list[Change], depth: int
     ) -> bool:
-        """Append to `changes` what differs between trees `old` and `new` ("" for none) under `base`, in
-        diff-tree's order (both trees' entries merged in tree order: a folder sorts as its name and "/",
+        """Append to `changes` what differs between trees `old` and `new` ("" for none) under
+        `base`, in
+        diff-tree's order (both trees' entries merged in tree order: a folder sorts as its name and
+        "/",
         so a file and a folder of one name are two entries); False where git must say."""
         if old == new or depth > _DIFF_DEPTH:
             return old == new
@@ -1406,8 +1472,10 @@ class Repo:
         return ls_tree_entries(self.run(*args).stdout)
 
     def _ls_tree_objects(self, commit: str, prefix: str) -> list[tuple[str, str, str]] | None:
-        """What `ls-tree -r` lists, read through the object process (a runner pass listed a tree or two,
-        a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a prefix that
+        """What `ls-tree -r` lists, read through the object process (a runner pass listed a tree or
+        two,
+        a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a
+        prefix that
         is not plain folders, a file on the way, a tree not in git's own order. Held to ls-tree in
         tests/test_rev_equiv.py."""
         try:
@@ -1437,7 +1505,8 @@ class Repo:
             return None
 
     def _subtree(self, commit: str, prefix: str) -> tuple[bytes, str] | object | None:
-        """(prefix as bytes, its tree) at commit-or-tree `commit`, read through the object process; _ABSENT if
+        """(prefix as bytes, its tree) at commit-or-tree `commit`, read through the object process;
+        _ABSENT if
         no such folder; None where git must say (see _ls_tree_objects)."""
         if not re.fullmatch(r"[0-9a-f]{40}", commit) or (
             prefix and not _PLAIN_PREFIX.fullmatch(prefix)
@@ -1461,7 +1530,8 @@ class Repo:
         return base, tree
 
     def _ls_flat_objects(self, commit: str, directory: str) -> list[tuple[str, str, str]] | None:
-        """What `ls-tree <commit>:<directory>` lists, read through the object process (a look at the audit
+        """What `ls-tree <commit>:<directory>` lists, read through the object process (a look at the
+        audit
         branch listed two or three trees, a process each); None where git must say."""
         try:
             found = self._subtree(commit, directory)
@@ -1479,7 +1549,8 @@ class Repo:
         ]
 
     def ls_tree_flat(self, commit: str, directory: str = "") -> list[tuple[str, str, str]]:
-        """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`; [] if absent."""
+        """(mode, object, name) of the entries directly in `directory` (e.g. "audit/") at `commit`;
+        [] if absent."""
         key = (commit, directory)
         if key in self._flat:
             return list(self._flat[key])
@@ -1491,14 +1562,16 @@ class Repo:
         )
         entries = ls_tree_entries(proc.stdout) if proc.returncode == 0 else []
         if proc.returncode == 0 and _FULL_ID.fullmatch(commit):
-            # A commit's tree never changes: a look at the audit branch read the same one up to three times.
+            # A commit's tree never changes: a look at the audit branch read the same one up to
+            # three times.
             if len(self._flat) >= _FLAT_CACHE:
                 del self._flat[next(iter(self._flat))]
             self._flat[key] = tuple(entries)
         return entries
 
     def file_blob(self, commit: str, path: str) -> str | None:
-        """The object `path` names at `commit` (what `rev-parse <commit>:<path>` says), or None if absent.
+        """The object `path` names at `commit` (what `rev-parse <commit>:<path>` says), or None if
+        absent.
 
         Read through the object process (a planning pass asks this of every job: a
         process each cost more than the rest of its planning); git answers where the
@@ -1523,7 +1596,8 @@ class Repo:
                 return _ASK_GIT
             sha = self.commit(commit).tree
             if not re.fullmatch(r"[0-9a-f]{40}", sha):
-                return _ASK_GIT  # not a SHA-1 repository (the 40 digits were an abbreviation), or a bad tree line
+                # not a SHA-1 repository (the 40 digits were an abbreviation), or a bad tree line
+                return _ASK_GIT
             return self._walk_tree(sha, parts)
         except GitError:
             return (
@@ -1544,7 +1618,8 @@ class Repo:
         return sha
 
     def _tree_listing(self, tree: str) -> dict[bytes, tuple[bytes, str]] | None:
-        """name -> (mode, object) of tree `tree`; None unless its entries are in git's order, each name once."""
+        """name -> (mode, object) of tree `tree`; None unless its entries are in git's order, each
+        name once."""
         found = self._trees.get(tree)
         if found is not None or tree in self._trees:
             return found
@@ -1660,7 +1735,8 @@ class Repo:
             self.run(
                 "update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)}
             )
-            # The executable bit comes from the tree, not from the file checkout-index wrote (a umask
+            # The executable bit comes from the tree, not from the file checkout-index wrote (a
+            # umask
             # can take the owner's x away from it, and the copy would then drop the others' too).
             small = len(entries) <= _TEMPLATE_FILES
             executable = (
@@ -1673,11 +1749,13 @@ class Repo:
 
     @property
     def export_dir(self) -> Path | None:
-        """The folder of the export indexes and small trees' copies ($TMPDIR/mergegate-index-*), while there is one."""
+        """The folder of the export indexes and small trees' copies ($TMPDIR/mergegate-index-*),
+        while there is one."""
         return None if self._index_dir is None else Path(self._index_dir.name)
 
     def drop_exports(self) -> None:
-        """Remove the export indexes and the small trees' copies (the runner does it after each pass:
+        """Remove the export indexes and the small trees' copies (the runner does it after each
+        pass:
         a daemon would otherwise keep every exported commit's files until it exits)."""
         with self._index_lock:
             if self._index_dir is not None:
@@ -1695,7 +1773,8 @@ class Repo:
         signing: Signing | None,
         sign: bool = False,
     ) -> str:
-        """A commit on `parent` (a root commit if None) that sets `files`, built with a private index
+        """A commit on `parent` (a root commit if None) that sets `files`, built with a private
+        index
         (author None: the person's own)."""
         import tempfile
 
@@ -1745,7 +1824,8 @@ class Repo:
             args.append("-S")
         return self.run(*args, input=message.encode(), env=ident).stdout.decode().strip()
 
-    # -- objects written in-process (the runner's audit commits: no git process per record) ----------
+    # -- objects written in-process (the runner's audit commits: no git process per record)
+    # ----------
     def write_object(self, kind: str, data: bytes) -> str:
         """Store a loose object, as `git hash-object -w` would, without a process: its id.
 
@@ -1810,7 +1890,8 @@ class Repo:
         author: tuple[str, str],
         signing: Signing | None,
     ) -> str:
-        """A commit of `tree` on `parent` by `author` (as committer too); signed through git when `signing`."""
+        """A commit of `tree` on `parent` by `author` (as committer too); signed through git when
+        `signing`."""
         if signing is not None:
             return self.commit_tree(
                 tree=tree,
@@ -1844,7 +1925,8 @@ _DIFF_DEPTH = 64  # folders deeper than this are diff-tree's to compare
 _REGULAR = (b"100644", b"100755")  # one type, two modes: a change between them is an M, not a T
 _PACKED_REFS_BYTES = 65536  # a bigger packed-refs (thousands of tags) is for-each-ref's to search
 _HEX_LINE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
-# Ref names _ref_from_files reads from the files: parts of these characters, none starting with a dot.
+# Ref names _ref_from_files reads from the files: parts of these characters, none starting with a
+# dot.
 _PLAIN_REF = re.compile(
     r"refs/(?:[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*/)*[A-Za-z0-9_+=@-][A-Za-z0-9_.+=@-]*"
 )
@@ -1901,12 +1983,18 @@ def _malformed(lines: list[bytes], names: list[bytes], index: int, id_length: in
         if not _HEX.fullmatch(line[7:]) or len(line) - 7 != id_length:
             return f"header line {number} is not `parent <id>`"
     if index >= len(lines) or not lines[index].startswith(b"author "):
-        return f"header line {index + 1} is not `author`, which git expects right after tree and parents"
+        return (
+            f"header line {index + 1} is not `author`, which git expects right after tree and "
+            "parents"
+        )
     if index + 1 >= len(lines) or not lines[index + 1].startswith(b"committer "):
         return f"header line {index + 2} is not `committer`, which git expects right after author"
     for name in _FIXED:
         if names.count(name) != (index - 1 if name == b"parent" else 1):
-            return f"header `{name.decode()}` appears where git does not read it (misplaced or repeated)"
+            return (
+                f"header `{name.decode()}` appears where git does not read it (misplaced or "
+                "repeated)"
+            )
     for name in _ONCE:
         if names.count(name) > 1:
             return f"header `{name.decode()}` appears more than once"

@@ -153,13 +153,15 @@ class Evidence:
         for exchange in exchanges:
             if hashlib.sha256(exchange.body.encode("utf-8")).hexdigest() != exchange.sha256:
                 raise IntegrityError(
-                    f"evidence file {where}: the body of {exchange.url} does not match its SHA-256: tampering",
+                    f"evidence file {where}: the body of {exchange.url} does not match its "
+                    "SHA-256: tampering",
                     file=where,
                 )
         return evidence
 
     def _is(self, url: str, suffix: str) -> bool:
-        # Exactly this repository's resource: a page of /repos/other/x/pulls/1/reviews is not one of ours.
+        # Exactly this repository's resource: a page of /repos/other/x/pulls/1/reviews is not one of
+        # ours.
         return _path(url) == _path(f"{self.api_url}/repos/{self.repository}{suffix}")
 
     def pages(self, suffix: str) -> list[Any]:
@@ -178,7 +180,8 @@ class Evidence:
                 index + 1 >= len(listing) or listing[index + 1].url != following
             ):
                 raise Malformed(
-                    f"the evidence for {self.commit[:7]} stops before {following}, the page after {exchange.url}",
+                    f"the evidence for {self.commit[:7]} stops before {following}, the page after "
+                    f"{exchange.url}",
                     url=exchange.url,
                     status=exchange.status,
                 )

@@ -33,7 +33,8 @@ if (
 
 DEFAULT_API_URL = "https://api.github.com"
 PER_PAGE = 100
-MAX_PAGES = 50  # 5,000 reviews or commits (GitHub lists at most 250 commits): far beyond a real pull request
+# 5,000 reviews or commits (GitHub lists at most 250 commits): far beyond a real pull request
+MAX_PAGES = 50
 # The timeline also holds every comment, which anyone may add on a public repository.
 MAX_TIMELINE_PAGES = 100
 MAX_EVIDENCE_BYTES = (
@@ -71,7 +72,8 @@ class Settings:
         if problem:
             raise UsageError(
                 f"GITHUB_API_URL={redact_url(api_url)!r} {problem}",
-                hint="GitHub Actions sets it (https://api.github.com, or https://<host>/api/v3 on GitHub Enterprise Server)",
+                hint="GitHub Actions sets it (https://api.github.com, or https://<host>/api/v3 on "
+                "GitHub Enterprise Server)",
             )
         return cls(api_url=api_url, repository=repository, token=token)
 
@@ -79,7 +81,10 @@ class Settings:
         return Client(self.api_url, token=self.token, **options)
 
     def __repr__(self) -> str:  # the token stays out of every repr, log and traceback
-        return f"Settings(api_url={self.api_url!r}, repository={self.repository!r}, token={'***' if self.token else None})"
+        return (
+            f"Settings(api_url={self.api_url!r}, repository={self.repository!r}, "
+            f"token={'***' if self.token else None})"
+        )
 
 
 def merge_facts(
@@ -145,7 +150,8 @@ def _times(raw: bytes) -> tuple[int, int]:
 
 
 def gather_open(settings: Settings, client: Client, number: int, *, now: str) -> Evidence:
-    """What GitHub says about an open pull request (for `check`): the PR, reviews, commits, timeline."""
+    """What GitHub says about an open pull request (for `check`): the PR, reviews, commits,
+    timeline."""
     base = f"/repos/{settings.repository}"
     exchanges: list[Exchange] = []
     _pull(client, base, number, exchanges)
@@ -172,7 +178,8 @@ def _pull(client: Client, base: str, number: int, exchanges: list[Exchange]) -> 
 
 
 def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
-    """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete answer."""
+    """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete
+    answer."""
     base = f"/repos/{settings.repository}"
     exchanges: list[Exchange] = []
     lookup = _listing(client, f"{base}/commits/{commit}/pulls", exchanges)
@@ -310,8 +317,10 @@ def review(
             # A squash is checked against the PR head merged onto the previous tip: without the
             # head this clone cannot tell, which is "not yet", never a verdict either way.
             raise HeadMissing(
-                f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this clone",
-                hint=f"git fetch {remote or 'origin'} '+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'",
+                f"waiting for evidence: the head {head[:7]} of PR #{evidence.pull} is not in this "
+                "clone",
+                hint=f"git fetch {remote or 'origin'} "
+                f"'+refs/pull/{evidence.pull}/head:refs/mergegate/pull/{evidence.pull}'",
             )
     from mergegate.github import reviews
 
@@ -346,7 +355,8 @@ def _named_evidence(record: audit.Record) -> list[tuple[str, str]]:
 
 
 def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Record]:
-    """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log files'
+    """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log
+    files'
     part remembered by the clone (loggrep.py)."""
 
     def more(seen: list[bytes], lines: list[bytes]) -> list[bytes]:
@@ -456,7 +466,8 @@ class ReviewSource:
             if stored is None and self.offline:
                 raise not_yet(f"no stored GitHub evidence for {sha[:7]}")
             if stored is None and self.client is None and self.settings is not None:
-                # One client per pass: its rate-limit wait budget bounds the whole pass, not each commit.
+                # One client per pass: its rate-limit wait budget bounds the whole pass, not each
+                # commit.
                 self.client = self.settings.client()
             try:
                 result = review(

@@ -162,7 +162,8 @@ class Client:
         }
         if token:
             headers["authorization"] = f"Bearer {token}"
-        import httpx  # here, not at the top: an idle pass that asks GitHub nothing never pays its import
+        # here, not at the top: an idle pass that asks GitHub nothing never pays its import
+        import httpx
 
         # follow_redirects=False: a redirect is an answer we refuse, so the token never travels.
         self._http = httpx.Client(
@@ -187,7 +188,8 @@ class Client:
         url = path if "://" in path else urljoin(self.base_url + "/", path.lstrip("/"))
         if _origin(url) != self._origin:
             raise Malformed(
-                f"refusing to send a request to {_origin(url)}, which is not the API's origin {self._origin}",
+                f"refusing to send a request to {_origin(url)}, which is not the API's origin "
+                f"{self._origin}",
                 url=url,
             )
         return url
@@ -299,7 +301,8 @@ def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Resp
         try:
             retry_after = float(value)
         except ValueError:
-            # Imported here: the email package is most of this module's import, and every runner pass
+            # Imported here: the email package is most of this module's import, and every runner
+            # pass
             # imports this module (github.py) while only a rate-limited answer with a date needs it.
             from email.utils import parsedate_to_datetime
 
@@ -331,9 +334,15 @@ def url_problem(url: str) -> str:
     if parts.scheme not in ("https", "http") or not parts.hostname:
         return "is not an http(s) URL"
     if parts.username is not None or parts.password is not None:
-        return "holds credentials (user:password@): the token comes from GITHUB_TOKEN, and URLs are stored in evidence"
+        return (
+            "holds credentials (user:password@): the token comes from GITHUB_TOKEN, and URLs "
+            "are stored in evidence"
+        )
     if parts.scheme == "http" and parts.hostname not in LOOPBACK:
-        return "is plain http to a host that is not loopback: the token would travel in clear text (use https)"
+        return (
+            "is plain http to a host that is not loopback: the token would travel in clear text "
+            "(use https)"
+        )
     return ""
 
 
@@ -364,5 +373,8 @@ def _status_hint(status: int) -> str:
     if status == 401:
         return "GITHUB_TOKEN (or GH_TOKEN) is missing, expired or wrong"
     if status in (403, 404):
-        return "the token cannot read this repository (in Actions: permissions: pull-requests: read, contents: read)"
+        return (
+            "the token cannot read this repository (in Actions: permissions: pull-requests: "
+            "read, contents: read)"
+        )
     return "the next pass asks again"

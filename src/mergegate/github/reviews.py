@@ -54,7 +54,8 @@ class Verdict:
 
 
 def judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: datetime) -> Verdict:
-    """Review votes for `facts.sha` from `evidence`, under `policy` (the one at its first parent)."""
+    """Review votes for `facts.sha` from `evidence`, under `policy` (the one at its first
+    parent)."""
     try:
         return _judge(evidence, facts, policy, now=now)
     except (Malformed, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -95,7 +96,9 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             number,
             "none",
             head,
-            refused=f"PR #{number} merged into {pr['base']['repo']['full_name']}:{pr['base']['ref']}, not {evidence.repository}:approved",
+            refused=f"PR #{number} merged into "
+            f"{pr['base']['repo']['full_name']}:{pr['base']['ref']}, not "
+            f"{evidence.repository}:approved",
         )
     if evidence.truncated:
         return Verdict(
@@ -103,7 +106,8 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             "none",
             head,
             refused=f"GitHub's answers about PR #{number} pass mergegate's bounds "
-            f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed merge",
+            f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed "
+            "merge",
         )
     method = _method(facts, head, evidence.pages(f"/pulls/{number}/commits"))
     if method == "rebase":
@@ -111,7 +115,8 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             number,
             "rebase",
             head,
-            refused=f"{short} is a rebase merge of PR #{number}: rebase merges approve nothing (their commits are not the reviewed ones); use a merge commit or squash",
+            refused=f"{short} is a rebase merge of PR #{number}: rebase merges approve nothing "
+            "(their commits are not the reviewed ones); use a merge commit or squash",
         )
     if method == "none":
         why = (
@@ -132,7 +137,8 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             number,
             method,
             head,
-            refused=f"github.merge_keys is set and {short} is not signed by one: {facts.merge_signature}",
+            refused=f"github.merge_keys is set and {short} is not signed by one: "
+            f"{facts.merge_signature}",
         )
     verdict = on_head(evidence, number, head, policy, pr=pr, empty=facts.empty_commits)
     return Verdict(
@@ -155,7 +161,8 @@ def on_head(
     pr: dict[str, Any] | None = None,
     empty: frozenset[str] = frozenset(),
 ) -> Verdict:
-    """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull request."""
+    """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull
+    request."""
     pr = pr if pr is not None else evidence.one(f"/pulls/{number}")
     commits = evidence.pages(f"/pulls/{number}/commits")
     if type(pr.get("commits")) is not int or pr["commits"] != len(commits) or not commits:
@@ -163,7 +170,8 @@ def on_head(
             number,
             "none",
             head,
-            refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} (it lists at most 250): authorship cannot be checked",
+            refused=f"PR #{number} has {pr.get('commits')} commits, GitHub listed {len(commits)} "
+            "(it lists at most 250): authorship cannot be checked",
         )
     if commits and commits[-1]["sha"] != head:
         return Verdict(
@@ -181,7 +189,8 @@ def on_head(
             "none",
             head,
             excluded=excluded,
-            refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is false)",
+            refused=f"{unmapped}: authorship cannot be checked (github.allow_unmapped_authors is "
+            "false)",
         )
     changed = _head_changed(evidence, number, head)
     votes, blockers = _votes(
@@ -302,7 +311,10 @@ def _votes(
         elif review.get("commit_id") != head:
             why = f"reviewed {str(review.get('commit_id'))[:7]}, not the merged head {head[:7]}"
         elif _epoch(review["submitted_at"]) <= changed:
-            why = f"submitted before the pull request last changed (force-push, base change or new head at {_iso(changed)})"
+            why = (
+                "submitted before the pull request last changed (force-push, base change or new "
+                f"head at {_iso(changed)})"
+            )
         elif name in excluded:
             if policy.allow_self_approval:
                 votes.append(Vote(name, via + f", self-approved: {excluded[name]}", True, ""))

@@ -31,7 +31,8 @@ ENVIRONMENT = "mergegate"  # the GitHub Environment holding MERGEGATE_RUNNER_KEY
 # Where a user gets the full commit id to pin (there may be no tags; an annotated tag's
 # ls-remote line names the tag object, its `^{}` line the commit).
 PIN_HINT = (
-    "pin the full commit id of the mergegate you reviewed: git -C YOUR_MERGEGATE_CHECKOUT rev-parse HEAD, "
+    "pin the full commit id of the mergegate you reviewed: git -C YOUR_MERGEGATE_CHECKOUT "
+    "rev-parse HEAD, "
     "or for a tag: git ls-remote https://github.com/OWNER/mergegate 'refs/tags/TAG^{}'"
 )
 CHECK_PATH = ".github/workflows/mergegate-check.yml"
@@ -260,7 +261,9 @@ def check_action(action: str) -> None:
 
 if (
     __name__ == "__main__"
-):  # python -m mergegate.github.workflows DIR ACTION: what .ci/lint-workflows lints (every workflow)
+    # python -m mergegate.github.workflows DIR ACTION: what .ci/lint-workflows lints (every
+    # workflow)
+):
     import sys
     from pathlib import Path
 

@@ -58,7 +58,8 @@ def parse_since(text: str) -> datetime:
 
 
 def record_time(record: audit.Record) -> datetime:
-    """A record's time; one without a readable, zoned time sorts first (it is shown, never a crash)."""
+    """A record's time; one without a readable, zoned time sorts first (it is shown, never a
+    crash)."""
     return audit.parse_time(record.get("time")) or datetime.min.replace(tzinfo=UTC)
 
 

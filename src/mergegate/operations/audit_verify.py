@@ -43,7 +43,8 @@ def verify_audit(
     *, repo_path: Path, remote: str, branch: str, fetch: bool, trust: str | None = None
 ) -> AuditReport:
     """The chain from seq 1, and every audit commit; IntegrityError at the first violation."""
-    # No cyclic collections while it runs: the imports and the chain's facts (50,000 run ids at 100,000
+    # No cyclic collections while it runs: the imports and the chain's facts (50,000 run ids at
+    # 100,000
     # records) are live until the end, and each collection would walk them all again (issue 12).
     collecting = gc.isenabled()
     gc.disable()
@@ -63,24 +64,31 @@ def _verify_audit(
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     records_tip = source.audit_tip()
     # The workers start on the log files now; nothing they find is looked at before the checks below
-    # (approved's tip, a rewritten branch, an old layout, the trust root) have passed, in the order they
-    # always ran. (approved's tip is read after the fork: two git processes less before the workers start.)
+    # (approved's tip, a rewritten branch, an old layout, the trust root) have passed, in the order
+    # they
+    # always ran. (approved's tip is read after the fork: two git processes less before the workers
+    # start.)
     with audit_chain.ChainCheck(repo, records_tip, _facts) as reading:
         tip = source.tip()
         source.check_not_rewritten(tip, records_tip)
         refuse_old_layout(repo, tip, records_tip)
         root, _ = trust_root(repo, tip, trust)
-        # Imported here, while the workers check the log: what the commit checks need. The judge's modules
-        # (approvals, GitHub's evidence, planning) only if a check asks for them (`_Assessing`, issue 12).
+        # Imported here, while the workers check the log: what the commit checks need. The judge's
+        # modules
+        # (approvals, GitHub's evidence, planning) only if a check asks for them (`_Assessing`,
+        # issue 12).
         from mergegate.facts.audit_commits import Checker, every_commit, policy_lookup
 
         commits = every_commit(repo, records_tip)
         repo.prefetch(
             commits
-        )  # every commit's diff in one diff-tree, not one process per commit; while the workers check
+            # every commit's diff in one diff-tree, not one process per commit; while the workers
+            # check
+        )
 
         def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
-            # Policy changes approved by reviews count as `verify` counts them: from the stored evidence, offline.
+            # Policy changes approved by reviews count as `verify` counts them: from the stored
+            # evidence, offline.
             now = datetime.now(UTC)
 
             def assessor() -> Assessor:
@@ -104,8 +112,10 @@ def _verify_audit(
                 verified=verified,
             )
 
-        # The chain first, streamed: one log file in memory at a time, whatever the length of the log
-        # (issue 12); then the commits, with what the chain's reading already established (the evidence
+        # The chain first, streamed: one log file in memory at a time, whatever the length of the
+        # log
+        # (issue 12); then the commits, with what the chain's reading already established (the
+        # evidence
         # records name, the log files it checked whole). A broken chain is still reported as the
         # commit that broke it: the commits are checked before its error is raised.
         try:
@@ -125,7 +135,8 @@ def _verify_audit(
 def _stored_evidence(
     repo: Repo, records_tip: str | None, naming: list[audit.Record]
 ) -> dict[str, Evidence]:
-    """github.stored_evidence of the records that name evidence (none: nothing to read, nor to import)."""
+    """github.stored_evidence of the records that name evidence (none: nothing to read, nor to
+    import)."""
     if not naming:
         return {}
     from mergegate.github import gather as github
@@ -165,7 +176,8 @@ class Chain:
 
 
 def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
-    """The whole chain, checked, and the facts verify keeps, one file's worth at a time; IntegrityError at the
+    """The whole chain, checked, and the facts verify keeps, one file's worth at a time;
+    IntegrityError at the
     first problem in chain order (a broken link, or a run finished twice)."""
     chain, finished = Chain(), FinishedTwice()
     for log in reading:
@@ -194,7 +206,8 @@ class Facts:
 
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
-    """(As `FinishedTwice.add` and `Unapproved.add` pick their records; a seq as `Record.seq` reads it.)
+    """(As `FinishedTwice.add` and `Unapproved.add` pick their records; a seq as `Record.seq` reads
+    it.)
     Over a thousand records a file, in as few Python steps per record as it takes (issue 12)."""
     events = list(map(operator.itemgetter("event"), records))
     picked = compress(records, map(operator.eq, events, repeat("finished")))
@@ -212,8 +225,10 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
             if fields["event"] == "scanned" and fields.get("unapproved_file")
         ]
     )
-    # The records github.stored_evidence reads references from: those with an `evidence` or a `reviewed` member
-    # (a scanned record's map need not say "evidence" anywhere). Two lookups a record at C speed, not a search
+    # The records github.stored_evidence reads references from: those with an `evidence` or a
+    # `reviewed` member
+    # (a scanned record's map need not say "evidence" anywhere). Two lookups a record at C speed,
+    # not a search
     # of the file's bytes.
     naming: list[dict[str, Any]] = []
     if any(map(operator.contains, records, repeat("evidence"))) or any(
@@ -226,7 +241,8 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
 
 
 class FinishedTwice:
-    """A run has one result: two `finished` records for one run id (two passes at once) contradict."""
+    """A run has one result: two `finished` records for one run id (two passes at once)
+    contradict."""
 
     def __init__(self) -> None:
         self.first: dict[str, int] = {}
@@ -238,7 +254,8 @@ class FinishedTwice:
         return self.add_run(run_id, record.seq)
 
     def add_runs(self, runs: Sequence[tuple[str, int]]) -> str | None:
-        """add_run of each (run id, seq) in order: the same first problem, at C speed when there is none
+        """add_run of each (run id, seq) in order: the same first problem, at C speed when there is
+        none
         (a log file's 500 run ids, new and distinct, are added in one update)."""
         new = dict(runs)
         if len(new) == len(runs) and self.first.keys().isdisjoint(new):
@@ -251,7 +268,10 @@ class FinishedTwice:
 
     def add_run(self, run_id: str, seq: int) -> str | None:
         if run_id in self.first:
-            return f"seq {seq}: run {run_id} has 2 finished records (first at seq {self.first[run_id]})"
+            return (
+                f"seq {seq}: run {run_id} has 2 finished records (first at seq "
+                f"{self.first[run_id]})"
+            )
         self.first[run_id] = seq
         return None
 

@@ -33,7 +33,8 @@ class Place:
 
 
 def locate(read_blob: Callable[[str], bytes]) -> Locate:
-    """The line an annotation points at: the error's own line for an invalid file, else `command:`."""
+    """The line an annotation points at: the error's own line for an invalid file, else
+    `command:`."""
 
     def place(f: FileCheck) -> Place:
         if f.blob == "0" * 40:
@@ -60,7 +61,8 @@ def locate(read_blob: Callable[[str], bytes]) -> Locate:
 
 @dataclass(frozen=True)
 class ReviewState:
-    """Reviews on the pull request's head (from GitHub, when a token allows): who approved, who may."""
+    """Reviews on the pull request's head (from GitHub, when a token allows): who approved, who
+    may."""
 
     votes: tuple[Vote, ...] = ()
     excluded: tuple[str, ...] = ()
@@ -84,7 +86,8 @@ def escape_property(text: str) -> str:
 
 
 def annotation_lines(report: CheckReport, where: Locate) -> list[str]:
-    """`::error` at the line of each invalid or denied file, `::warning` for content still to approve."""
+    """`::error` at the line of each invalid or denied file, `::warning` for content still to
+    approve."""
     lines = []
     for f in report.files:
         if f.state in ("invalid", "denied"):
@@ -94,7 +97,8 @@ def annotation_lines(report: CheckReport, where: Locate) -> list[str]:
         else:
             continue
         lines.append(
-            f"::{level} file={escape_property(f.path)},line={where(f).line},title={escape_property(title)}::{escape_data(f.reason)}"
+            f"::{level} "
+            f"file={escape_property(f.path)},line={where(f).line},title={escape_property(title)}::{escape_data(f.reason)}"
         )
     return lines
 
@@ -107,14 +111,16 @@ def summary(
     out = [
         f"### mergegate check: {'allowed' if allowed else 'not allowed'}",
         "",
-        f"Proposal `{report.head[:12]}` against `{report.base[:12]}`, judged by `policy/policy.yaml` at `{report.policy[:12]}`.",
+        f"Proposal `{report.head[:12]}` against `{report.base[:12]}`, judged by "
+        f"`policy/policy.yaml` at `{report.policy[:12]}`.",
         "",
     ]
     if not report.files:
         out.append("This pull request changes no job, policy or other file the gate guards.")
         return "\n".join(out) + "\n"
     out += [
-        "| job | command | decision | rule | approvals needed | reviews on this head | who may still approve |",
+        "| job | command | decision | rule | approvals needed | reviews on this head | who may "
+        "still approve |",
         "|---|---|---|---|---|---|---|",
     ]
     counted = set(reviews.counted)
@@ -123,8 +129,12 @@ def summary(
         given = ", ".join(sorted(counted)) if not reviews.note else reviews.note
         needed = f.approvals
         if counted and not reviews.note and f.state in ("allowed", "policy"):
-            # The approvals text is the proposal's own (approval commits); reviews count at the merge.
-            needed += f"; the reviews on this head ({given}) count too once it is merged with a merge commit or squash"
+            # The approvals text is the proposal's own (approval commits); reviews count at the
+            # merge.
+            needed += (
+                f"; the reviews on this head ({given}) count too once it is merged with a "
+                "merge commit or squash"
+            )
         out.append(
             "| "
             + " | ".join(

@@ -144,7 +144,8 @@ def run_demo(target: Path | None, *, say: Say, show: Show) -> Path:
     remote = root / "remote.git"
 
     say(
-        f"1. A gate in {root}: a bare remote (standing in for GitHub), and ssh keys for alice (proposes) and bob (approves)"
+        f"1. A gate in {root}: a bare remote (standing in for GitHub), and ssh keys for alice "
+        "(proposes) and bob (approves)"
     )
     for name in ("alice", "bob"):
         demo.run(
@@ -176,7 +177,8 @@ def run_demo(target: Path | None, *, say: Say, show: Show) -> Path:
                 demo.run(name, people[name], "git", "config", key, value)
 
     say(
-        "2. bob writes the policy (who approves, what may run) and creates the approved branch with `mergegate init`"
+        "2. bob writes the policy (who approves, what may run) and creates the approved branch "
+        "with `mergegate init`"
     )
     demo.run("bob", root, "git", "init", "-q", str(people["bob"]))
     demo.run("bob", people["bob"], "git", "remote", "add", "origin", str(remote))
@@ -200,7 +202,8 @@ def run_demo(target: Path | None, *, say: Say, show: Show) -> Path:
     clone("runner")
 
     say(
-        "3. alice (or her AI agent) proposes a job: validated and judged by the policy before anything is pushed"
+        "3. alice (or her AI agent) proposes a job: validated and judged by the policy before "
+        "anything is pushed"
     )
     demo.run(
         "alice",

@@ -149,7 +149,8 @@ def _refs(repo: Repo, prefix: str) -> list[str]:
 
 
 def _may_approve(repo: Repo, report: proposals.CheckReport) -> tuple[str, ...]:
-    """Approvers of the policy in force whose vote would count for every file (not an author or signer)."""
+    """Approvers of the policy in force whose vote would count for every file (not an author or
+    signer)."""
     policy = report.policy_in_force
     if policy is None:
         return ()
@@ -165,7 +166,8 @@ def _may_approve(repo: Repo, report: proposals.CheckReport) -> tuple[str, ...]:
 
 
 def _open_pulls(repo: Repo, remote: str, base: str, fetch: bool) -> dict[str, tuple[int, str]]:
-    """Open pull requests against base: "<remote>/<branch>" for same-repository heads, a fetched ref for forks."""
+    """Open pull requests against base: "<remote>/<branch>" for same-repository heads, a fetched ref
+    for forks."""
     from mergegate.github.http import Client
     from mergegate.github.pulls import DEFAULT_API, repository
 

@@ -12,8 +12,10 @@ from mergegate.git.repo import Repo
 from mergegate.github import workflows
 from mergegate.rules.policy import POLICY_FILE, load_policy
 
-POLICY_TEMPLATE = """\
-# mergegate policy: deny by default. Every key is explained below; `mergegate lint policy/policy.yaml` checks this file.
+POLICY_TEMPLATE = (
+    "# mergegate policy: deny by default. Every key is explained below; "
+    "`mergegate lint policy/policy.yaml` checks this file.\n"
+    """\
 version: 1
 
 # Who may approve: a merge into `approved` signed by one of these keys.
@@ -43,6 +45,7 @@ limits:
 # Runner environment variables a job may receive.
 env_allowlist: [PATH, LANG, HOME]
 """
+)
 
 JOBS_README = """\
 # jobs/
@@ -67,7 +70,8 @@ class InitResult:
 
 
 def is_gate(repo_path: Path, branch: str) -> bool:
-    """Whether `branch` exists here with a policy: init has nothing to create, only workflows to add."""
+    """Whether `branch` exists here with a policy: init has nothing to create, only workflows to
+    add."""
     repo = Repo(repo_path)
     tip = repo.rev(f"refs/heads/{branch}") or repo.rev(f"refs/remotes/origin/{branch}")
     return tip is not None and repo.file_blob(tip, POLICY_FILE) is not None
@@ -103,7 +107,8 @@ def add_workflows(
             raise UsageError(
                 f"{path} exists with other content; not overwritten",
                 file=path,
-                hint=f"move it aside and run again, or compare: mergegate init --github --action {action} in a scratch clone",
+                hint="move it aside and run again, or compare: mergegate init --github --action "
+                f"{action} in a scratch clone",
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -124,7 +129,8 @@ def init(
 ) -> InitResult:
     repo = Repo(repo_path)
     existing_tip = repo.rev(f"refs/heads/{branch}")
-    onto_branch = False  # approved exists without a policy and is checked out: init commits the policy onto it
+    # approved exists without a policy and is checked out: init commits the policy onto it
+    onto_branch = False
     if existing_tip is not None:
         if repo.file_blob(existing_tip, POLICY_FILE) is not None:
             raise UsageError(
@@ -134,7 +140,8 @@ def init(
         if repo.current_branch() != branch:
             raise UsageError(
                 f"branch {branch} exists but has no {POLICY_FILE} yet",
-                hint=f"git switch {branch} && mergegate init: the policy is committed onto it (that commit is the trust root)",
+                hint=f"git switch {branch} && mergegate init: the policy is committed onto it "
+                "(that commit is the trust root)",
             )
         onto_branch = True
     if repo.config("user.email") is None or repo.config("user.name") is None:
@@ -142,7 +149,8 @@ def init(
             "git does not know who you are: init commits the policy as you",
             hint='git config user.name "Your Name" && git config user.email you@example.com',
         )
-    # No audit/ here: records live on the branch mergegate/audit, which the first runner pass creates.
+    # No audit/ here: records live on the branch mergegate/audit, which the first runner pass
+    # creates.
     files = {"jobs/README.md": JOBS_README}
     if github_action is not None:  # init --github: the pull-request check and runner workflows
         files.update(workflows.files(action=github_action, fan_out=fan_out))
@@ -170,11 +178,14 @@ def init(
             )
     else:
         if github_action is not None and key is None and repo.config("user.signingkey") is None:
-            # On GitHub the approvers are their accounts (github: ids) and the runner's key: a policy to write first.
+            # On GitHub the approvers are their accounts (github: ids) and the runner's key: a
+            # policy to write first.
             raise UsageError(
                 f"no {POLICY_FILE} here and no approver key given",
-                hint=f"on GitHub, write {POLICY_FILE} first with your approvers' github: ids and the runner's key "
-                "under runners (docs/github.md §1), then run init again; or pass --key for a key-signed gate",
+                hint=f"on GitHub, write {POLICY_FILE} first with your approvers' github: ids and "
+                "the runner's key "
+                "under runners (docs/github.md §1), then run init again; or pass --key for a "
+                "key-signed gate",
             )
         key_line = _key_line(repo, key)
         name = approver or repo.config("user.name") or "approver"

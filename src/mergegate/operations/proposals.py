@@ -158,7 +158,10 @@ def check(
                 and verdict.refusal == "unapproved"
                 and merger is None
             ):
-                words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
+                words += (
+                    "; a signed merge, or a review on GitHub, by an approver who did not "
+                    "write it counts as one more"
+                )
             reason = (
                 "policy change: needs the policy quorum of the policy in force"
                 if state == "policy"
@@ -251,7 +254,8 @@ def check(
 
 
 def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> FileCheck:
-    """The judge's decision in the words of a check: allowed (perhaps still waiting for its quorum), denied or invalid."""
+    """The judge's decision in the words of a check: allowed (perhaps still waiting for its quorum),
+    denied or invalid."""
     state = _STATES[d.refusal]
     if d.job is None or state != "allowed":
         reason = d.reason.removeprefix("denied by policy: ")  # the state already says denied
@@ -278,7 +282,10 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
         words = d.reason.removeprefix("not approved: ")
         words = words if words.endswith(votes) else f"{words}; {votes}"
     if not d.approved and merger is None:
-        words += "; a signed merge, or a review on GitHub, by an approver who did not write it counts as one more"
+        words += (
+            "; a signed merge, or a review on GitHub, by an approver who did not write it "
+            "counts as one more"
+        )
     return FileCheck(
         d.path,
         d.blob,
@@ -305,8 +312,10 @@ def _unapproved_here(
     patch = repo.patch(since, tip, path) if since else ""
     shown = patch if len(patch) <= 4000 else patch[:4000] + "\n[... cut at 4000 characters]"
     return (
-        f"{path_display(path)} holds content no signed approval covers, since {change[:12]}; merging this proposal "
-        f"does not approve it unless it starts from the last approved version ({last.describe() if last else 'unknown'}); "
+        f"{path_display(path)} holds content no signed approval covers, since {change[:12]}; "
+        "merging this proposal "
+        "does not approve it unless it starts from the last approved version "
+        f"({last.describe() if last else 'unknown'}); "
         f"diff from that version to {tip[:12]}:\n{shown}"
     )
 
@@ -354,7 +363,8 @@ def resolve_proposal(repo: Repo, ref: str, *, remote: str | None, fetch: bool) -
     if not found:
         raise GitError(
             f"{ref} is not a branch or commit here",
-            hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as {remote or 'origin'}/BRANCH; "
+            hint=f"fetch the proposal first (git fetch {remote or 'origin'}), or name it as "
+            f"{remote or 'origin'}/BRANCH; "
             "a proposal is a branch, a remote-tracking branch or a full commit id, never a tag",
         )
     name, head = next(iter(found.items()))
@@ -366,7 +376,8 @@ def _looks_like_job(text: bytes) -> bool:
 
 
 def _base_state(repo: Repo, tip: str, records: str | None, trust: str | None) -> Plan:
-    """The runner's walk of approved up to `tip`: the policy in force and what is unapproved there."""
+    """The runner's walk of approved up to `tip`: the policy in force and what is unapproved
+    there."""
     root, _ = trust_root(repo, tip, trust)
     now = datetime.now(UTC)
     return plan(
@@ -436,7 +447,10 @@ def approve(
             and "\n" not in f.path
             and not f.path.startswith("\0")
         )
-        message = f"mergegate: approve {len(report.files)} file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
+        message = (
+            f"mergegate: approve {len(report.files)} "
+            f"file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
+        )
         sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
         target, old = _branch_name(report.resolved, remote), head
     if has_remote:
@@ -473,7 +487,8 @@ def _can_sign(repo: Repo, what: str = "approvals") -> None:
 
 
 def _would_count(repo: Repo, report: CheckReport) -> str | None:
-    """Refuse to sign an approval that the runner would not count, and say why; the signer, when known."""
+    """Refuse to sign an approval that the runner would not count, and say why; the signer, when
+    known."""
     policy = report.policy_in_force
     assert policy is not None
     person = _signing_person(repo, policy)
@@ -492,7 +507,8 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
         if why is not None:
             raise JobFailed(
                 f"your approval of {f.path} would not count: you ({person}) are the {why}",
-                hint="ask another approver; an author or signer of a change never counts for it (mergegate inbox lists who may approve)",
+                hint="ask another approver; an author or signer of a change never counts for it "
+                "(mergegate inbox lists who may approve)",
             )
     return person
 
@@ -500,8 +516,10 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
 def _merge_would_approve(
     repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str
 ) -> None:
-    """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short of
-    its quorum (or of the policy quorum) would need the file changed before anyone could approve it again."""
+    """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short
+    of
+    its quorum (or of the policy quorum) would need the file changed before anyone could approve it
+    again."""
     report = check(
         repo_path=repo_path,
         ref=branch_name,
@@ -516,20 +534,26 @@ def _merge_would_approve(
     verdict = assessment.policy_verdict
     if verdict is not None and not verdict.adopted:
         raise JobFailed(
-            f"refusing to merge {branch_name}: its policy change would not be adopted with your signature: {verdict.reason}",
-            hint="first the approval commits it lacks: other approvers run mergegate approve BRANCH (without --merge)",
+            f"refusing to merge {branch_name}: its policy change would not be adopted with your "
+            f"signature: {verdict.reason}",
+            hint="first the approval commits it lacks: other approvers run mergegate approve "
+            "BRANCH (without --merge)",
         )
-    # Not runnable, not only not approved: a job with its quorum in a tree holding other files short of
+    # Not runnable, not only not approved: a job with its quorum in a tree holding other files short
+    # of
     # theirs (a script changed after the approval commits) is rejected for good too.
     short = next((d for d in assessment.decisions if not d.runnable), None)
     if short is not None:
         raise JobFailed(
-            f"refusing to merge {branch_name}: with your signature the runner would reject {short.path} "
+            f"refusing to merge {branch_name}: with your signature the runner would reject "
+            f"{short.path} "
             f"for good: {short.reason}",
-            hint="a rejected revision is final: first the approval commits it lacks (other approvers run "
+            hint="a rejected revision is final: first the approval commits it lacks (other "
+            "approvers run "
             "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes",
         )
-    # Other files this merge would leave unapproved (dated by the proposal's head: `judge._unapproved_after`)
+    # Other files this merge would leave unapproved (dated by the proposal's head:
+    # `judge._unapproved_after`)
     # refuse every later job in the tree until a merge with their quorum approves them.
     left = sorted(
         path
@@ -538,9 +562,12 @@ def _merge_would_approve(
     )
     if left:
         raise JobFailed(
-            f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be left without the "
-            f"approvals other files need, and every later job in the tree refused until a merge with them",
-            hint="first the approval commits it lacks (other approvers run mergegate approve BRANCH, without "
+            f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be "
+            "left without the "
+            "approvals other files need, and every later job in the tree refused until a merge "
+            "with them",
+            hint="first the approval commits it lacks (other approvers run mergegate approve "
+            "BRANCH, without "
             "--merge); mergegate check BRANCH shows what each file needs",
         )
 
@@ -630,7 +657,8 @@ def veto(
     )
     if not source.publish(sha, tip):
         raise GitError(f"{branch} moved while vetoing", hint="run the command again")
-    # A veto stops only what has not started: say so when the revision already did (records as of this
+    # A veto stops only what has not started: say so when the revision already did (records as of
+    # this
     # look at the audit branch; a grep, not the chain check: it only words a warning).
     _, records = source.tips()
     started = tuple(

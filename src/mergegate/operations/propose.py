@@ -1,4 +1,5 @@
-"""`mergegate propose`: write a job file on a branch from approved, judged exactly as `check` judges it.
+"""`mergegate propose`: write a job file on a branch from approved, judged exactly as `check` judges
+it.
 
 Nothing is referenced until the judgement is in: the commit is built with
 plumbing (a private index, no working tree touched), handed to
@@ -76,10 +77,12 @@ def parse_env(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 def validate(draft: Draft) -> bytes:
-    """The job file's bytes, validated by the runner's own parser; errors never echo a credential."""
+    """The job file's bytes, validated by the runner's own parser; errors never echo a
+    credential."""
     if draft.description and find_credential(draft.description):
         raise ConfigError(
-            f"--description looks like a {find_credential(draft.description)}; credentials do not belong in a job file",
+            f"--description looks like a {find_credential(draft.description)}; credentials do not "
+            "belong in a job file",
             file=draft.path,
             hint="pass secrets through the runner's environment and the policy's secret_env",
         )
@@ -184,7 +187,8 @@ def pull_body(draft: Draft, made: Proposal) -> str:
             lines.append(f"  - approvals: {f.approvals}")
     lines += [
         "",
-        "A person approves it with a signed merge (or reviews, if the policy uses them); nothing runs before.",
+        "A person approves it with a signed merge (or reviews, if the policy uses them); nothing "
+        "runs before.",
     ]
     return "\n".join(lines)
 
@@ -305,7 +309,8 @@ def _newest(repo: Repo, target: str, local: str | None, published: str | None) -
 
 
 def _refuse(report: proposals.CheckReport, draft: Draft, *, even_if_denied: bool) -> None:
-    # An invalid file is always refused; a denied one only proposed when asked (to go with a policy change).
+    # An invalid file is always refused; a denied one only proposed when asked (to go with a policy
+    # change).
     bad = [
         f
         for f in report.files
@@ -320,7 +325,8 @@ def _refuse(report: proposals.CheckReport, draft: Draft, *, even_if_denied: bool
         )
     raise JobFailed(
         f"the policy in force would deny {draft.path}: {first.reason}",
-        hint="propose what the policy allows, or a policy change that allows it (--even-if-denied proposes this job anyway)",
+        hint="propose what the policy allows, or a policy change that allows it (--even-if-denied "
+        "proposes this job anyway)",
     )
 
 
@@ -345,7 +351,8 @@ def _publish(
         return f"{remote}/{target}"
     if not repo.push(remote, commit, target):
         raise GitError(
-            f"push rejected: {remote}/{target} moved since it was fetched (someone else pushed to it)",
+            f"push rejected: {remote}/{target} moved since it was fetched (someone else pushed to "
+            "it)",
             hint=f"git fetch {remote} {target}, look at what changed, then propose again",
         )
     return f"{remote}/{target}"

@@ -145,7 +145,8 @@ def _revisions(
         return ()
     root, _ = trust_root(repo, tip, trust)
     now = datetime.now(UTC)
-    # With the review evidence the records hold, as status and check walk: a reviewed merge is judged as the runner did.
+    # With the review evidence the records hold, as status and check walk: a reviewed merge is
+    # judged as the runner did.
     walk = Walk(
         Assessor(repo, at=now, reviews=github.recorded(repo, records, now=now)),
         load_policy(lambda p: repo.read_file(root, p), commit=root),
@@ -225,16 +226,20 @@ def _tail(text: Any) -> str:
 
 def _next(state: str, reason: str | None) -> str:
     return {
-        "queued": f"the next runner pass runs it (mergegate run --once, or the next push on GitHub); {reason}"
+        "queued": "the next runner pass runs it (mergegate run --once, or the next push on "
+        f"GitHub); {reason}"
         if reason and "labels" in reason
         else "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
         "retrying": f"the next pass after the backoff runs it again: {reason}",
         "running": "a runner is running it; its finished record follows",
-        "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a reviewed pull request) runs again",
-        "waiting": "the runner judges it once GitHub's review evidence is in (the next pass asks again)",
+        "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a "
+        "reviewed pull request) runs again",
+        "waiting": "the runner judges it once GitHub's review evidence is in (the next pass asks "
+        "again)",
         "failed": "nothing (no retries left): fix it and propose a change to run again",
         "timed_out": "nothing (no retries left): raise timeout_seconds in a change to run again",
         "vetoed": "nothing: it was vetoed; propose a change to run it",
-        "not run": "nothing: it was on approved before the runner's first pass; propose a change to run it",
+        "not run": "nothing: it was on approved before the runner's first pass; propose a change "
+        "to run it",
         "removed": "nothing: the file was removed from approved",
     }.get(state, f"nothing until it is fixed: {reason}" if reason else "nothing")

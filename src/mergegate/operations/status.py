@@ -1,4 +1,5 @@
-"""What state every job on `approved` is in, read from the audit branch and the unprocessed history."""
+"""What state every job on `approved` is in, read from the audit branch and the unprocessed
+history."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ class JobState:
     job: str
     path: str
     blob: str
-    state: str  # queued, retrying, waiting, running, succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run
+    # queued, retrying, waiting, running, succeeded, failed, timed_out, interrupted, lost, rejected,
+    # vetoed, not run
+    state: str
     reason: str | None
     commit: str | None
     time: str | None
@@ -99,7 +102,8 @@ def status(
         found = latest.get((path, blob))
         ready, waits = runnable.get((path, blob)), queued.get((path, blob))
         if ready is not None:
-            # Approved and due, but no runner has claimed it yet: with labels, only a runner that has them all will.
+            # Approved and due, but no runner has claimed it yet: with labels, only a runner that
+            # has them all will.
             retry = f"attempt {ready.attempt} of {1 + ready.retries}; " if ready.attempt > 1 else ""
             jobs.append(
                 JobState(
@@ -160,7 +164,8 @@ def status(
                 )
             )
         elif pending.waiting is not None and repo.file_blob(pending.tip, path) != blob:
-            # Introduced past where the walk stopped for missing evidence: not judged yet, never "not approved".
+            # Introduced past where the walk stopped for missing evidence: not judged yet, never
+            # "not approved".
             commit, why = pending.waiting
             jobs.append(
                 JobState(
@@ -180,7 +185,8 @@ def status(
                     path,
                     blob,
                     "not run",
-                    "present at the trust root or before the runner's first pass; never approved as a change",
+                    "present at the trust root or before the runner's first pass; never approved "
+                    "as a change",
                     None,
                     None,
                 )
@@ -196,7 +202,10 @@ def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime
     lease = record.get("lease")
     reason = None
     if end is not None and end < now:
-        reason = f"lease expired {int((now - end).total_seconds())}s ago: the next runner pass closes it as lost"
+        reason = (
+            f"lease expired {int((now - end).total_seconds())}s ago: the next runner pass "
+            "closes it as lost"
+        )
     return JobState(
         job,
         path,

@@ -89,7 +89,8 @@ def verify_history(
     trust: str | None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
-    """`progress(done, total)` is called once per first-parent commit judged (the CLI shows it on a terminal)."""
+    """`progress(done, total)` is called once per first-parent commit judged (the CLI shows it on a
+    terminal)."""
     repo = Repo(repo_path)
     source = open_branch(repo, remote=remote, branch=branch, fetch=fetch)
     tip = source.tip()
@@ -108,14 +109,18 @@ def verify_history(
     )
     chain = repo.first_parent_chain(root, tip)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # The merged sides, their authors and trees from one read of the whole history, not a few git
-        # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's diff
-        # and parents. Where it cannot answer as git would, git is asked, as a pass does. Mostly git's
+        # The merged sides, their authors and trees from one read of the whole history, not a few
+        # git
+        # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's
+        # diff
+        # and parents. Where it cannot answer as git would, git is asked, as a pass does. Mostly
+        # git's
         # work, so it is read while this thread reads the records.
         reading = pool.submit(History.read, repo, root, chain)
         try:
             records = audit.read_all(repo, records_tip)
-            # Every record is in memory: which job revisions they name is a set, not a git grep per file.
+            # Every record is in memory: which job revisions they name is a set, not a git grep per
+            # file.
             revisions = {r.revision for r in records}
             mentioned = lambda path, blob: blob != ZERO and (path, blob) in revisions  # noqa: E731
             _references(repo, records_tip, records)
@@ -123,7 +128,8 @@ def verify_history(
             violations.append(f"audit: {exc}")
         history = reading.result()
     if history is None:
-        # What the walk asks of each commit of the chain (diff, parents), read in two processes, not two per commit.
+        # What the walk asks of each commit of the chain (diff, parents), read in two processes, not
+        # two per commit.
         repo.prefetch(chain)
     seen = _first_seen(repo, records, chain, root)
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
@@ -134,7 +140,8 @@ def verify_history(
     except IntegrityError as exc:
         violations.append(f"evidence: {exc}")
         stored = {}
-    # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the runner does.
+    # Never asks GitHub; with a fetch it does fetch a squash's PR head from the remote, as the
+    # runner does.
     reviews = github.ReviewSource(
         repo,
         now=now,
@@ -175,7 +182,8 @@ def verify_history(
             assessment = walk.step(sha)
         except NotYet as exc:
             # Without the evidence (none recorded: the runner is still waiting for it) this commit,
-            # and what follows it, cannot be re-derived; a record about any of them is flagged below.
+            # and what follows it, cannot be re-derived; a record about any of them is flagged
+            # below.
             lines.append(CommitLine(sha, "waiting", exc.message))
             incomplete = (sha, exc.message, len(chain) - done + 1)
             if isinstance(exc, github.HeadMissing):
@@ -211,7 +219,8 @@ def verify_history(
             else assessment.kind
         )
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
-    # Every commit of the audit branch, each signed (with runners) by the policy the walk found in force.
+    # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
+    # force.
     assessor = Assessor(repo, at=now, reviews=reviews)
     checker = Checker(
         repo,
@@ -224,7 +233,8 @@ def verify_history(
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     except NotYet as exc:
-        # An audit commit names a tip past where the walk stopped: its policy is not derivable yet either.
+        # An audit commit names a tip past where the walk stopped: its policy is not derivable yet
+        # either.
         if incomplete is None:
             incomplete = (tip, f"audit commits: {exc.message}", 0)
     reached = [r for r in records if r.get("commit") not in unreached]
@@ -274,7 +284,8 @@ def _started_after_veto(
         merged = position.get(str(record.get("commit")))
         if merged is not None and veto[0] < merged:
             problems.append(
-                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
+                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} "
+                "although "
                 f"commit {veto[1][:12]} vetoed it before its approval"
             )
             continue
@@ -282,8 +293,10 @@ def _started_after_veto(
         tip = position.get(judged[at][1]) if at >= 0 else None
         if tip is not None and veto[0] <= tip:
             problems.append(
-                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} although "
-                f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved at {judged[at][1][:12]})"
+                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} "
+                "although "
+                f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved "
+                f"at {judged[at][1][:12]})"
             )
     return problems
 
@@ -295,8 +308,10 @@ def _late_retries(
     policies: dict[str, Policy],
     judged: list[tuple[int, str]],
 ) -> list[str]:
-    """A retry that started although, at the tip of approved its runner had judged, the job's file held
-    another revision (or none), or the policy in force there denied the job (eligibility.late_refusal)."""
+    """A retry that started although, at the tip of approved its runner had judged, the job's file
+    held
+    another revision (or none), or the policy in force there denied the job
+    (eligibility.late_refusal)."""
     firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
@@ -329,7 +344,8 @@ def _judged_later(records: list[audit.Record]) -> list[str]:
         judged, when = audit.parse_time(record.get("judged")), audit.parse_time(record.get("time"))
         if judged is None or (when is not None and judged > when):
             problems.append(
-                f"seq {record.seq}: {record.event} record says it was judged at {str(record.get('judged'))[:40]!r}, "
+                f"seq {record.seq}: {record.event} record says it was judged at "
+                f"{str(record.get('judged'))[:40]!r}, "
                 f"which is {'not a time' if judged is None else 'after its own time'}"
             )
     return problems
@@ -343,10 +359,14 @@ def _unvouched_dates(
     appended: list[tuple[int, str]],
     assessor: Assessor,
 ) -> list[str]:
-    """A commit dated by a record (key lifetimes judged at its time) whose audit commit no runner of the
-    policy in force before that commit signed: only such a runner vouches for when a commit was judged.
-    (A change's own runner keys would vouch for the change: a policy change signed by an expired key,
-    dated inside the key's life in an audit commit signed by a runner key the change adds, is adopted.)"""
+    """A commit dated by a record (key lifetimes judged at its time) whose audit commit no runner of
+    the
+    policy in force before that commit signed: only such a runner vouches for when a commit was
+    judged.
+    (A change's own runner keys would vouch for the change: a policy change signed by an expired
+    key,
+    dated inside the key's life in an audit commit signed by a runner key the change adds, is
+    adopted.)"""
     firsts = [first for first, _ in appended]
     problems = []
     for before, sha in itertools.pairwise(walked):
@@ -361,8 +381,10 @@ def _unvouched_dates(
         ]  # (the runner key judged at the record's time, as approver keys are)
         if commit is None or not assessor.signature(repo.commit(commit), policy.runner_keys()).ok:
             problems.append(
-                f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit {(commit or '?')[:12]}, which no "
-                f"runner of the policy in force before it signed: that record cannot say when the commit was judged"
+                f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit "
+                f"{(commit or '?')[:12]}, which no "
+                "runner of the policy in force before it signed: that record cannot say when the "
+                "commit was judged"
             )
     return problems
 
@@ -371,14 +393,16 @@ def _first_seen(
     repo: Repo, records: list[audit.Record], chain: list[str], root: str
 ) -> dict[str, tuple[datetime, int]]:
     """When the runner judged each commit of `chain` (the commits after `root`), as the first record
-    naming it says (`judged`, else its time), and that record's seq: the time key lifetimes are judged at."""
+    naming it says (`judged`, else its time), and that record's seq: the time key lifetimes are
+    judged at."""
     seen: dict[str, tuple[datetime, int]] = {}
     walked = [root, *chain]
     index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
         when = audit.judged_time(record)
         if when is None:
-            continue  # says nothing about when (an unauthenticated record; a runner always writes a zone)
+            # says nothing about when (an unauthenticated record; a runner always writes a zone)
+            continue
         commits = [record.get("commit")]
         if record.event == "scanned" and record.get("start"):
             start, end = index.get(str(record["start"])), index.get(str(record["commit"]))
@@ -411,15 +435,18 @@ def _cross_check(
         key = (str(record.get("path")), str(record.get("blob")), str(record.get("commit")))
         if key[2] not in chain:
             problems.append(
-                f"seq {record.seq}: started {key[0]} from commit {key[2][:12]}, which is not on approved after the trust root"
+                f"seq {record.seq}: started {key[0]} from commit {key[2][:12]}, which is not on "
+                "approved after the trust root"
             )
         elif key not in valid:
             why = rejected.get(key, "the commit introduces no such job revision")
             problems.append(
-                f"seq {record.seq}: started {key[0]} at {key[1][:7]} without a valid approval: {why}"
+                f"seq {record.seq}: started {key[0]} at {key[1][:7]} without a valid approval: "
+                f"{why}"
             )
         started.setdefault(key[:2], []).append(record)
-    # Several `started` records of one revision are legitimate only as retries the job and the policy allow.
+    # Several `started` records of one revision are legitimate only as retries the job and the
+    # policy allow.
     for attempts in started.values():
         if len(attempts) < 2:
             continue

@@ -127,7 +127,8 @@ class _Loader(yaml.SafeLoader):
 
 
 class _DepthLoader(_Loader):
-    """SafeLoader refusing, as it composes, what `_check_depth` refuses before composing (one pass, not two)."""
+    """SafeLoader refusing, as it composes, what `_check_depth` refuses before composing (one pass,
+    not two)."""
 
     def __init__(self, stream: str, file: str) -> None:
         super().__init__(stream)
@@ -161,7 +162,8 @@ _SINGLE = r"'(?:[ -&(-~]|'')*'"
 _DOUBLE = r'"[ !#-\[\]-~]*"'
 _ITEM = f"{_WORD}|{_SINGLE}|{_DOUBLE}"
 _LINE = re.compile(
-    f"([A-Za-z_][A-Za-z0-9_-]{{0,127}}):( +)(?:({_ITEM})|\\[( *)((?:{_ITEM})(?: *, *(?:{_ITEM}))*)? *\\])"
+    f"([A-Za-z_][A-Za-z0-9_-]{{0,127}}):( +)(?:({_ITEM})|\\[( *)((?:{_ITEM})(?: *, "
+    f"*(?:{_ITEM}))*)? *\\])"
 )
 _TOKEN = re.compile(f"{_ITEM}")
 _PRINTABLE = re.compile(r"[ -~\n]*")
@@ -247,7 +249,8 @@ def _scalar_node(
 
 
 def _compose(text: str, file: str) -> yaml.Node | None:
-    """`_compose_two_pass` in one pass: the same events in the same order, and the depth refused at the
+    """`_compose_two_pass` in one pass: the same events in the same order, and the depth refused at
+    the
     same event; only a composer error (alias, anchor, a second document) could come before a depth
     error that the two-pass reading would report first, so the caller asks that reading then."""
     loader = _DepthLoader(text, file)
@@ -264,7 +267,8 @@ def _compose_checked(text: str, file: str) -> yaml.Node | None:
     try:
         return _compose(text, file)
     except yaml.composer.ComposerError:
-        # An alias or anchor problem: which of a file's problems is reported is the two-pass reading's.
+        # An alias or anchor problem: which of a file's problems is reported is the two-pass
+        # reading's.
         return _compose_two_pass(text, file)
 
 
@@ -278,7 +282,8 @@ def _compose_two_pass(
 
 
 def _check_depth(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) -> None:
-    """ConfigError when collections nest deeper than MAX_YAML_DEPTH (the parser itself does not recurse)."""
+    """ConfigError when collections nest deeper than MAX_YAML_DEPTH (the parser itself does not
+    recurse)."""
     depth = 0
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
@@ -333,7 +338,8 @@ def _convert(
 
 
 def _scalar(node: yaml.Node, file: str) -> Any:
-    # A SafeLoader with only its constructor's state: constructing a scalar reads nothing else (and a
+    # A SafeLoader with only its constructor's state: constructing a scalar reads nothing else (and
+    # a
     # whole loader's reader, scanner and parser, made for every value, cost more than the value).
     loader = yaml.SafeLoader.__new__(yaml.SafeLoader)
     yaml.constructor.SafeConstructor.__init__(loader)
@@ -372,7 +378,8 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 def validate(doc: Document, *, schema: str) -> None:
     if _surely_valid(_schema(schema), doc.data):
-        return  # what jsonschema would say too (no error), at a tenth of its cost, without importing it
+        # what jsonschema would say too (no error), at a tenth of its cost, without importing it
+        return
     import jsonschema
 
     validator = _validator(schema)
@@ -402,13 +409,16 @@ _TYPES: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean
 
 
 def _surely_valid(schema: Any, instance: Any) -> bool:
-    """True only when `instance` satisfies `schema` as jsonschema reads it; False also whenever unsure
-    (then jsonschema decides, and says why not). Held to jsonschema over generated jobs and policies."""
+    """True only when `instance` satisfies `schema` as jsonschema reads it; False also whenever
+    unsure
+    (then jsonschema decides, and says why not). Held to jsonschema over generated jobs and
+    policies."""
     return _verdict(schema, instance, schema) is True
 
 
 def _verdict(schema: Any, instance: Any, root: Any) -> bool | None:
-    """Whether `instance` satisfies `schema` (a part of `root`, for `$ref`): True or False only where
+    """Whether `instance` satisfies `schema` (a part of `root`, for `$ref`): True or False only
+    where
     that is what jsonschema (Draft 2020-12, no format checker) says too; None when unsure.
 
     The keywords of job.schema.json and policy.schema.json, each as jsonschema's own check of it
@@ -450,7 +460,8 @@ def _keyword(
         target = root.get("$defs", {}).get(value[8:]) if isinstance(root, dict) else None
         return None if target is None else _verdict(target, instance, root)
     if keyword == "const":
-        # jsonschema's equality: a bool equals only a bool (True is not 1); strings and ints by value.
+        # jsonschema's equality: a bool equals only a bool (True is not 1); strings and ints by
+        # value.
         return (
             (kind is type(value) and instance == value)
             if kind in (str, int, bool) and type(value) in (str, int, bool)
@@ -524,7 +535,8 @@ def _keyword(
 
 
 def _all(verdicts: Iterable[bool | None]) -> bool | None:
-    """All true: True; any false: False (one failing keyword or item makes it invalid); else None (unsure)."""
+    """All true: True; any false: False (one failing keyword or item makes it invalid); else None
+    (unsure)."""
     unsure = False
     for verdict in verdicts:
         if verdict is False:
@@ -554,7 +566,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
         guess = difflib.get_close_matches(extra[0], list(known), n=1) if extra else []
         hint = f" (did you mean '{guess[0]}'?)" if guess else ""
-        return f"unknown key {', '.join(map(repr, extra))}{hint}; allowed keys: {', '.join(sorted(known))}"
+        return (
+            f"unknown key {', '.join(map(repr, extra))}{hint}; allowed keys: "
+            f"{', '.join(sorted(known))}"
+        )
     if error.validator == "required":
         return str(error.message).replace("is a required property", "is required")
     if error.validator == "pattern":

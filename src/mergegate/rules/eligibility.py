@@ -45,7 +45,8 @@ class Attempt:
 
 @dataclass(frozen=True)
 class History:
-    """What the audit says about one job revision: its attempts and the commits it was refused at."""
+    """What the audit says about one job revision: its attempts and the commits it was refused
+    at."""
 
     attempts: tuple[Attempt, ...] = ()
     closed: tuple[
@@ -193,7 +194,8 @@ def judge_attempts(
     late: bool = False,
     standing: Standing | None = None,
 ) -> Verdict:
-    """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or nothing.
+    """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or
+    nothing.
 
     `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
     A start that is late, or a retry, is checked against `standing` (`late_refusal`).
@@ -211,7 +213,8 @@ def judge_attempts(
         if why is not None:
             return Refused(decision, policy, why)
         if standing.policy.commit != policy.commit:
-            # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets, env),
+            # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets,
+            # env),
             # by the rule that policy allows it with.
             rule = (
                 standing.policy.decide_command(decision.job).rule
@@ -231,7 +234,8 @@ def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | 
     if standing.blob != decision.blob:
         change = "removed" if standing.blob is None else f"changed (now {standing.blob[:7]})"
         return (
-            f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after {decision.commit[:7]} approved it: "
+            f"{decision.path} was {change} on approved (at {standing.tip[:7]}) after "
+            f"{decision.commit[:7]} approved it: "
             f"{what} of the older revision does not start"
         )
     now = standing.policy.decide_command(job)
@@ -253,8 +257,10 @@ def _attempts(decision: Decision, policy: Policy, history: History, *, now: date
                 decision,
                 policy,
                 (
-                    f"this exact revision of {decision.path} already started (seq {first.seq}, approved at "
-                    f"{str(first.commit)[:7]}); a job revision runs at most once: change the file to run it again"
+                    f"this exact revision of {decision.path} already started (seq {first.seq}, "
+                    "approved at "
+                    f"{str(first.commit)[:7]}); a job revision runs at most once: change the file "
+                    "to run it again"
                 ),
             )
         return Runnable(decision, policy, 1)
@@ -279,7 +285,8 @@ def _attempts(decision: Decision, policy: Policy, history: History, *, now: date
             decision,
             policy,
             "retrying",
-            f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is due at {iso_up(due)}",
+            f"attempt {latest.number} of {allowed} {latest.status}; attempt {latest.number + 1} is "
+            f"due at {iso_up(due)}",
             latest.number + 1,
             due,
         )
@@ -287,7 +294,8 @@ def _attempts(decision: Decision, policy: Policy, history: History, *, now: date
 
 
 def for_runner(item: Runnable, labels: frozenset[str] | None) -> Runnable | Queued:
-    """The item itself if a runner with `labels` (None: any runner) may claim it, else why it waits."""
+    """The item itself if a runner with `labels` (None: any runner) may claim it, else why it
+    waits."""
     if labels is None or set(item.runs_on) <= labels:
         return item
     return Queued(
@@ -307,7 +315,8 @@ def waiting_reason(runs_on: Sequence[str], labels: frozenset[str] | None = None)
 
 
 def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
-    """Whether a revision may still need a runner after this pass (its commit is judged again next pass).
+    """Whether a revision may still need a runner after this pass (its commit is judged again next
+    pass).
 
     `outcome` is what this pass did with a runnable item: its attempt's status,
     `claimed` (another runner has it), or None (not claimed in this pass).
@@ -326,7 +335,8 @@ def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
 def check_attempts(
     started: Sequence[Record], finished: dict[str, Record], *, retries: int, idempotent: bool
 ) -> list[str]:
-    """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count, and cause.
+    """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count,
+    and cause.
 
     `started` in chain order; `finished` by run id. Attempt n+1 must follow a
     retriable end of attempt n, recorded before it, and n+1 <= 1 + retries.
@@ -343,13 +353,15 @@ def check_attempts(
         previous = started[index - 1]
         if number != attempt_number(previous) + 1:
             problems.append(
-                f"{where} started twice (first at seq {started[0].seq}): attempt {number} after attempt "
+                f"{where} started twice (first at seq {started[0].seq}): attempt {number} after "
+                "attempt "
                 f"{attempt_number(previous)}"
             )
             continue
         if number > allowed:
             problems.append(
-                f"{where}: attempt {number} exceeds the {allowed} the job allows (retries: {retries})"
+                f"{where}: attempt {number} exceeds the {allowed} the job allows (retries: "
+                f"{retries})"
             )
             continue
         if str(record.get("commit")) != str(previous.get("commit")):
@@ -361,7 +373,8 @@ def check_attempts(
         end = finished.get(str(previous.get("run_id")))
         if end is None or end.seq > record.seq:
             problems.append(
-                f"{where}: attempt {number} started before attempt {number - 1} (seq {previous.seq}) finished"
+                f"{where}: attempt {number} started before attempt {number - 1} (seq "
+                f"{previous.seq}) finished"
             )
             continue
         status = str(end.get("status"))

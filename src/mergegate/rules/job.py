@@ -64,8 +64,10 @@ def runner_labels(values: Iterable[str]) -> tuple[str, ...]:
     for value in values:
         if not LABEL.match(value):
             raise UsageError(
-                f"--label {value!r} is not a label: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64",
-                hint="labels are matched exactly against a job's runs_on, e.g. --label gpu --label linux",
+                f"--label {value!r} is not a label: letters, digits, '.', '_' and '-', starting "
+                "with a letter or digit, at most 64",
+                hint="labels are matched exactly against a job's runs_on, e.g. --label gpu --label "
+                "linux",
             )
         labels.append(value)
     return tuple(sorted(set(labels)))
@@ -158,7 +160,8 @@ def _reject_credentials(doc: config.Document, command: list[str], env: dict[str,
         if shape is not None:
             raise doc.error(
                 ("command", index),
-                f"field 'command': argument {index} looks like a {shape}; credentials do not belong in a job file",
+                f"field 'command': argument {index} looks like a {shape}; credentials do not "
+                "belong in a job file",
                 hint="pass secrets through the runner's environment and the policy's secret_env",
             )
     for name, value in env.items():
@@ -166,7 +169,8 @@ def _reject_credentials(doc: config.Document, command: list[str], env: dict[str,
         if shape is not None:
             raise doc.error(
                 ("env", name),
-                f"field 'env.{name}': value looks like a {shape}; credentials do not belong in a job file",
+                f"field 'env.{name}': value looks like a {shape}; credentials do not belong in a "
+                "job file",
                 hint="pass secrets through the runner's environment and the policy's secret_env",
             )
 

@@ -113,7 +113,9 @@ class ApprovalFacts:
     signature: SignatureCheck  # against the approver keys of the policy in force
     named: Mapping[
         str, str
-    ]  # path -> what its Mergegate-Approve trailer says after the path ("<mode> <blob>" or "<blob>")
+        # path -> what its Mergegate-Approve trailer says after the path ("<mode> <blob>" or
+        # "<blob>")
+    ]
     tree: (
         Mapping[str, Entry] | None
     )  # with a tree trailer naming its own tree: the entry of every path of interest
@@ -336,7 +338,8 @@ def judge_commit(
     votes = {f.path: _votes(facts, policy, f, signer) for f in (*jobs, *policy_files)}
     # 4. A policy change needs the policy quorum of the policy before it.
     verdict = judge_policy_change(facts, policy, policy_files, votes) if policy_files else None
-    # (A proposal still waiting for its merge has its jobs judged all the same, to say what else refuses them.)
+    # (A proposal still waiting for its merge has its jobs judged all the same, to say what else
+    # refuses them.)
     pending = (
         facts.proposal
         and facts.merger is None
@@ -344,7 +347,10 @@ def judge_commit(
         and verdict.refusal == "unapproved"
     )
     if verdict is not None and not verdict.adopted and not pending:
-        reason = f"merge {short} changes {POLICY_DIR} without approval ({verdict.reason}); nothing in it is approved"
+        reason = (
+            f"merge {short} changes {POLICY_DIR} without approval ({verdict.reason}); nothing "
+            "in it is approved"
+        )
         result = _reject_all(facts, policy, jobs, [], content, unapproved, reason, votes=votes)
         return replace(result, policy_changed=True, policy_verdict=verdict)
     # 5. Each job revision.
@@ -489,7 +495,8 @@ def judge_policy_change(
     if facts.policy_drift:
         return rejected(
             "invalid",
-            f"{', '.join(facts.policy_drift)} differ from the policy in force ({policy.where}) but this "
+            f"{', '.join(facts.policy_drift)} differ from the policy in force ({policy.where}) but "
+            "this "
             "merge does not change them, so nobody approved them",
         )
     if policy.require_signed_proposals:
@@ -521,7 +528,8 @@ def read_job(path: str, entry: Entry, text: bytes | None) -> tuple[Job | None, s
     if entry.mode not in REGULAR:
         return (
             None,
-            f"{path_display(path)} is {_MODES.get(entry.mode, 'mode ' + entry.mode)}, not a regular file ({path_display(path)})",
+            f"{path_display(path)} is {_MODES.get(entry.mode, 'mode ' + entry.mode)}, not a "
+            f"regular file ({path_display(path)})",
         )
     if text is None:
         return None, f"its content is not available ({path_display(path)})"
@@ -715,7 +723,10 @@ def _exclude(vote: Vote, excluded: Mapping[str, str], policy: Policy) -> Vote:
 def _unsigned(policy: Policy, f: FileFacts, facts: CommitFacts) -> str:
     for writer in f.writers:
         if writer.signer is None:
-            return f"commit {writer.commit[:7]} that changes {path_display(f.path)} is not signed by a key in {policy.where} ({writer.signature})"
+            return (
+                f"commit {writer.commit[:7]} that changes {path_display(f.path)} is not signed "
+                f"by a key in {policy.where} ({writer.signature})"
+            )
     return ""
 
 
@@ -750,7 +761,8 @@ def _content(
         for writer in writers:
             if writer.signer is None and writer.commit != facts.sha:
                 return False, (
-                    f"require_signed_proposals: commit {writer.commit[:7]} that changes other files is not signed "
+                    f"require_signed_proposals: commit {writer.commit[:7]} that changes other "
+                    "files is not signed "
                     f"by a key in {policy.where}"
                 )
     excluded = {
@@ -812,7 +824,11 @@ def _taint(
     if not tainted or not any(d.runnable for d in decisions):
         return decisions
     shown = ", ".join(f"{path_display(p)} (changed by {unapproved[p][:7]})" for p in tainted[:5])
-    reason = f"the tree at {facts.short} holds changes that no signed approval covers: {shown}; put them back to their last approved version (or remove them), then propose the change again"
+    reason = (
+        f"the tree at {facts.short} holds changes that no signed approval covers: {shown}; "
+        "put them back to their last approved version (or remove them), then propose the change "
+        "again"
+    )
     return tuple(
         replace(d, runnable=False, reason=reason, refusal="denied") if d.runnable else d
         for d in decisions

@@ -61,7 +61,8 @@ class Requirement:
         parts = [f"{count} from {group}" for group, count in self.slots]
         if self.total > sum(c for _, c in self.slots):
             parts.append(
-                f"{self.total} approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}"
+                f"{self.total} "
+                f"approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}"
             )
         return f"{' and '.join(parts) or 'nothing'} ({self.source})"
 
@@ -180,13 +181,15 @@ class Policy:
             return CommandDecision(
                 False,
                 None,
-                f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds {self.limits.max_timeout_seconds} in {self.where}",
+                f"timeout_seconds {job.timeout_seconds} exceeds limits.max_timeout_seconds "
+                f"{self.limits.max_timeout_seconds} in {self.where}",
             )
         if job.retries > self.retries.max_retries:
             return CommandDecision(
                 False,
                 None,
-                f"retries {job.retries} exceeds max_retries {self.retries.max_retries} in {self.where}",
+                f"retries {job.retries} exceeds max_retries {self.retries.max_retries} in "
+                f"{self.where}",
             )
         for name, _ in job.env:
             if forbidden_env_name(name) or self._reserved(name):
@@ -250,7 +253,8 @@ class Policy:
             return Quorum(
                 False,
                 people,
-                f"approvals by {', '.join(people) or 'nobody'} do not fill {requirement.describe()}",
+                f"approvals by {', '.join(people) or 'nobody'} "
+                f"do not fill {requirement.describe()}",
             )
         return Quorum(True, people, f"quorum met: {requirement.describe()} by {', '.join(people)}")
 
@@ -279,7 +283,8 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         raise ConfigError(
             f"no {POLICY_FILE} at {commit[:7]}",
             file=POLICY_FILE,
-            hint="if approved has no policy yet: git switch approved && mergegate init, then git push origin approved",
+            hint="if approved has no policy yet: git switch approved && mergegate init, then git "
+            "push origin approved",
         )
     doc = config.load(text, file=POLICY_FILE, schema="policy")
     data: dict[str, Any] = doc.data
@@ -387,15 +392,18 @@ def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
             )
             if what:
                 message = (
-                    f"key of {person.name} has a lifetime ({what}) but the policy lists no runners: without "
-                    "runner-signed audit records a fresh clone would judge adopted policy changes at today's time"
+                    f"key of {person.name} has a lifetime ({what}) but the policy lists no "
+                    "runners: without "
+                    "runner-signed audit records a fresh clone would judge adopted policy changes "
+                    "at today's time"
                 )
                 file, _, line = key.source.rpartition(":")
                 raise ConfigError(
                     message,
                     file=file or POLICY_FILE,
                     line=int(line) if line.isdigit() else None,
-                    hint="list `runners` and run with --signing-key, or drop the lifetime and remove "
+                    hint="list `runners` and run with --signing-key, or drop the lifetime and "
+                    "remove "
                     "the key with a policy change when it must stop counting (docs/policy.md)",
                 )
 
@@ -411,9 +419,12 @@ def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person
         if person.github_ids:
             raise doc.error(
                 ("approvers", index, "github"),
-                f"field 'approvers': {person.name} has a GitHub id (review approvals) but the policy lists no "
-                "runners: without runner-signed audit commits stored review evidence could be forged",
-                hint="list the runner's public key under `runners` and run with --signing-key (docs/github.md)",
+                f"field 'approvers': {person.name} has a GitHub id (review approvals) but the "
+                "policy lists no "
+                "runners: without runner-signed audit commits stored review evidence could be "
+                "forged",
+                hint="list the runner's public key under `runners` and run with --signing-key "
+                "(docs/github.md)",
             )
 
 
@@ -430,7 +441,8 @@ def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> N
             ("max_retries",),
             "field 'max_retries': retries need runner-signed audit records, but the policy "
             "lists no runners: a forged failed result could make a job run again",
-            hint="list the runner's public key under `runners` and run with --signing-key, or set max_retries: 0",
+            hint="list the runner's public key under `runners` and run with --signing-key, or set "
+            "max_retries: 0",
         )
 
 
@@ -511,8 +523,10 @@ def _unique_github_ids(
                 if uid in owner and owner[uid] != person.name:
                     raise doc.error(
                         (field, index, "github"),
-                        f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and '{person.name}'",
-                        hint=f"one account is one person: keep it under one name (gh api user/{uid} --jq .login shows whose it is)",
+                        f"field '{field}': GitHub id {uid} belongs to both '{owner[uid]}' and "
+                        f"'{person.name}'",
+                        hint="one account is one person: keep it under one name (gh api "
+                        f"user/{uid} --jq .login shows whose it is)",
                     )
                 owner[uid] = person.name
 
@@ -523,7 +537,8 @@ def _unique_names(doc: config.Document, field: str, people: tuple[Person, ...]) 
         if person.name in seen:
             raise doc.error(
                 (field, index, "name"),
-                f"field '{field}': name '{person.name}' appears twice; give one person all their keys",
+                f"field '{field}': name '{person.name}' appears twice; give one person all their "
+                "keys",
             )
         seen.add(person.name)
 

@@ -51,8 +51,10 @@ from mergegate.audit import log as audit
 T = TypeVar("T")
 
 MAX_BATCH = 64
-# With --parallel N a runner may hold this many rounds of its N slots claimed (running or waiting), if
-# more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots, and a
+# With --parallel N a runner may hold this many rounds of its N slots claimed (running or waiting),
+# if
+# more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots, and
+# a
 # merge of a thousand trivial jobs costs about ten pushes with --parallel 8, not twenty (issue 12).
 SLOT_ROUNDS = 16
 SHORT_SECONDS = (
@@ -115,12 +117,14 @@ class Book:
     finished: set[str] = field(default_factory=set)
     # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
     refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
-    # Who holds a `started` record of each revision: runner name -> the revisions (BatchSize.target's count).
+    # Who holds a `started` record of each revision: runner name -> the revisions
+    # (BatchSize.target's count).
     holders: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Iterable[audit.Record]) -> Book:
-        """The book of these records (planning's one `git grep` of the audit for the pass's revisions)."""
+        """The book of these records (planning's one `git grep` of the audit for the pass's
+        revisions)."""
         book = cls()
         book.add(records)
         return book
@@ -147,12 +151,14 @@ class Book:
         return {name for name, held in self.holders.items() if not held.isdisjoint(revisions)}
 
     def claimed(self, path: str, blob: str, attempt: int = 1) -> audit.Record | None:
-        """A `started` record of this revision's attempt `attempt` or a later one, if there is one."""
+        """A `started` record of this revision's attempt `attempt` or a later one, if there is
+        one."""
         record = self.started.get((path, blob))
         return record if record is not None and audit.attempt_of(record) >= attempt else None
 
     def taken(self, path: str, blob: str, commit: str, attempt: int = 1) -> audit.Record | None:
-        """Why this runner must not claim the revision: a `started` record of this attempt (or a later
+        """Why this runner must not claim the revision: a `started` record of this attempt (or a
+        later
         one), or another runner's refusal of it at this commit (a refusal is final too)."""
         return self.claimed(path, blob, attempt) or self.refused.get((path, blob, commit))
 

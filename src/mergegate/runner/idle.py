@@ -1,4 +1,5 @@
-"""A clone's memory of its last settled pass, so that an idle `run --once` costs an `ls-remote` (issue 12).
+"""A clone's memory of its last settled pass, so that an idle `run --once` costs an `ls-remote`
+(issue 12).
 
 A pass that ended settled leaves `<git dir>/mergegate/quiet/<runner>.json`:
 the tips of `approved` and `mergegate/audit` as it fetched and pushed them,
@@ -134,7 +135,8 @@ def still_quiet(
     name = _SAFE.sub("_", runner_name)
     if (repo.git_dir / "mergegate" / "spool" / f"{name}.jsonl").exists():
         return None
-    # This clone's refs, in one for-each-ref: the remote-tracking refs where the pass left them, no pending commit.
+    # This clone's refs, in one for-each-ref: the remote-tracking refs where the pass left them, no
+    # pending commit.
     tracking = {
         f"refs/remotes/{remote}/{ref.removeprefix('refs/heads/')}": ref for ref in quiet.refs
     }

@@ -28,7 +28,8 @@ def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list
     """`started` records at `records` with no `finished` for their run id."""
     if records is None:
         return []
-    # The log files only (evidence files are not records), the closed ones' part remembered (loggrep.py).
+    # The log files only (evidence files are not records), the closed ones' part remembered
+    # (loggrep.py).
     runs = loggrep.folded(
         repo,
         records,

@@ -54,10 +54,12 @@ def pass_lock(common_dir: Path, *, runner_name: str, wait: float = DEFAULT_WAIT)
                 if time.monotonic() >= deadline:
                     holder = _holder(fd)
                     raise Busy(
-                        f"another mergegate pass holds this clone's lock{' (' + holder + ')' if holder else ''}; "
+                        "another mergegate pass holds this clone's "
+                        f"lock{' (' + holder + ')' if holder else ''}; "
                         f"waited {wait:g}s",
                         file=str(path),
-                        hint="one pass at a time per clone: let it finish (or stop it), or give each runner its own clone",
+                        hint="one pass at a time per clone: let it finish (or stop it), or give "
+                        "each runner its own clone",
                     ) from None
                 time.sleep(_POLL)
         since = datetime.now(UTC).isoformat(timespec="seconds")

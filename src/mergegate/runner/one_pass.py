@@ -73,7 +73,10 @@ from mergegate.runner.spool import Entry, Spool
 if TYPE_CHECKING:
     from mergegate.runner.backoff import Backoff
 
-ORPHANED = "the runner stopped while this job ran; it is not run again (at most once) unless the job says idempotent: true and has retries left"
+ORPHANED = (
+    "the runner stopped while this job ran; it is not run again (at most once) unless the "
+    "job says idempotent: true and has retries left"
+)
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
 # plus this much for pushing the result.
 LEASE_SLACK_SECONDS = 5.0
@@ -103,7 +106,8 @@ class _Flight:
 
 
 class _Slots:
-    """Up to `size` threads that each run claimed jobs one after another (`run`), for one claim loop.
+    """Up to `size` threads that each run claimed jobs one after another (`run`), for one claim
+    loop.
 
     A thread per job cost its start (the caller waits until the new thread runs) and its end on
     every job, under the one lock all of them share (issue 12's `--parallel 8`). A job's process
@@ -146,8 +150,10 @@ def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
 
 
 class _WalkedView:
-    """A veto commit as the pass that walked it judged it (and verify does): by the policy in force before
-    it, at the time the first record covering it says (one a runner of that policy vouched for). A veto
+    """A veto commit as the pass that walked it judged it (and verify does): by the policy in force
+    before
+    it, at the time the first record covering it says (one a runner of that policy vouched for). A
+    veto
     valid then stays a veto: judged only at the clock now and by the tip's policy, it lapsed for the
     runner once its signer's key ran out, never for verify (review redteam7a, F3)."""
 
@@ -168,7 +174,8 @@ class _WalkedView:
         if commit.sha in self._found:
             return self._found[commit.sha]
         if self._policy_at is None:
-            # Once a pass: the line, every `scanned` record (one git grep), one binary search's memory.
+            # Once a pass: the line, every `scanned` record (one git grep), one binary search's
+            # memory.
             self._policy_at = policy_lookup(
                 self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records
             )
@@ -236,7 +243,8 @@ class Options:
         tuple[str, ...] | None
     ) = ()  # claim only jobs whose runs_on are all among these (None: any job, for `plan`)
     job: str | None = (
-        None  # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
+        # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
+        None
     )
 
 
@@ -245,7 +253,8 @@ class Outcome:
     job: str | None
     path: str
     commit: str
-    status: str  # succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, claimed (by another runner)
+    # succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, claimed (by another runner)
+    status: str
     reason: str | None
     run_id: str | None = None
     attempt: int | None = None  # of a run this pass started
@@ -389,7 +398,8 @@ class Runner:
         idle.forget(self.repo.git_dir, self.options.runner_name)
         self.pending.forget()
         now = datetime.now(UTC)
-        # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that verify
+        # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that
+        # verify
         # judges key lifetimes at the same time, not at the records' own (later) times.
         self._judged = audit.stamp(now)
         gate = read_gate(
@@ -446,7 +456,8 @@ class Runner:
         for entry in running:
             where = f" as pid {entry.job.pid}" if entry.job else ""
             warnings.append(
-                f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, from a runner "
+                f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, "
+                "from a runner "
                 f"that stopped; it is closed once its process is gone ({self.spool.path})"
             )
         outcomes += [
@@ -462,9 +473,11 @@ class Runner:
         ]
         warnings += _newly_unapproved(work)
         only = self.options.job
-        # `run --job PATH` claims and runs that one revision and records nothing else (the sweep pass does).
+        # `run --job PATH` claims and runs that one revision and records nothing else (the sweep
+        # pass does).
         pending = [*spooled, *self._bookkeeping(work, outcomes)] if only is None else [*spooled]
-        # Every revision with a `started` record, for all the pass's candidates: planning's one grep.
+        # Every revision with a `started` record, for all the pass's candidates: planning's one
+        # grep.
         book = Book.of(work.revisions)
         self._pub = Publisher(
             self.repo,
@@ -526,7 +539,8 @@ class Runner:
             if only is None and (work.new_commits or still != list(work.open_before)):
                 # The unapproved map can hold thousands of paths: it goes into an
                 # evidence file (written once per distinct map), the record names it.
-                # `open` lists commits whose jobs may still need a runner: the next pass judges them again.
+                # `open` lists commits whose jobs may still need a runner: the next pass judges them
+                # again.
                 fields, held = audit.unapproved_fields(work.unapproved)
                 if held is not None:
                     self._files[held.path] = held.data
@@ -620,10 +634,15 @@ class Runner:
             ref: read[prefix + ref.removeprefix("refs/heads/")] or "" for ref in self._watched()
         }
         if list(refs.values()) != [gate.tip, self._pub.checked or ""]:
-            return  # approved moved while the pass ran, or the audit branch is not where its last push left it
-        # A commit still open (a job queued for a runner with its labels, or for its retry) is judged again
-        # by the next pass at its time: a key of its policy starting or ending its lifetime then changes
-        # the verdict, so the memory wakes then too (an OpenPGP key's own expiry is gpg's: no memory).
+            # approved moved while the pass ran, or the audit branch is not where its last push left
+            # it
+            return
+        # A commit still open (a job queued for a runner with its labels, or for its retry) is
+        # judged again
+        # by the next pass at its time: a key of its policy starting or ending its lifetime then
+        # changes
+        # the verdict, so the memory wakes then too (an OpenPGP key's own expiry is gpg's: no
+        # memory).
         keys = [
             key
             for q in work.queued
@@ -651,12 +670,17 @@ class Runner:
         )
 
     def _can_sign(self, policy: Policy, *, key: bool = False) -> None:
-        """A policy that lists runners needs signed audit commits: without a key, refuse before any work.
+        """A policy that lists runners needs signed audit commits: without a key, refuse before any
+        work.
 
-        With `key` (`policy` is the one in force at the tip: the walk got there), an ssh key the policy does not
-        list is refused too, also by a pass with nothing to run: a runner set up with the wrong key must not
-        idle green until its first job. (Not before the walk: a policy change it adopts may list the key.) An
-        OpenPGP key, or an ssh key file that does not show its public half, is judged by the signature of the
+        With `key` (`policy` is the one in force at the tip: the walk got there), an ssh key the
+        policy does not
+        list is refused too, also by a pass with nothing to run: a runner set up with the wrong key
+        must not
+        idle green until its first job. (Not before the walk: a policy change it adopts may list the
+        key.) An
+        OpenPGP key, or an ssh key file that does not show its public half, is judged by the
+        signature of the
         pass's first audit commit (publisher.py)."""
         if policy.runners and self.signing is None:
             raise UsageError(
@@ -668,9 +692,12 @@ class Runner:
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
         if blob is not None and all(ssh_blob(listed) != blob for listed in policy.runner_keys()):
             raise UsageError(
-                f"--signing-key does not make a signature the policy accepts from a runner: {self.signing.key} "
-                f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under runners",
-                hint="use the private key of a key listed under runners in the policy (ssh-keygen -lf KEY shows its fingerprint)",
+                "--signing-key does not make a signature the policy accepts from a runner: "
+                f"{self.signing.key} "
+                f"is the key {ssh_fingerprint(blob)}, which {policy.where} does not list under "
+                "runners",
+                hint="use the private key of a key listed under runners in the policy (ssh-keygen "
+                "-lf KEY shows its fingerprint)",
             )
 
     def _labels(self) -> frozenset[str] | None:
@@ -689,7 +716,8 @@ class Runner:
         )
 
     def preview(self) -> Preview:
-        """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or remembered.
+        """What a pass would claim, run and record (`run --dry-run`): nothing written, pushed or
+        remembered.
 
         The same reading, planning, bookkeeping and refusals as `_pass`; it stops where
         `_pass` would start claiming. No lock, spool, seen ref or judged-times file is touched.
@@ -836,8 +864,10 @@ class Runner:
         for record in work.expired:
             lease = record.get("lease") or {}
             reason = (
-                f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no result; "
-                "the job is not run again (at most once) unless it says idempotent: true and has retries left"
+                f"the lease of {lease.get('holder')} expired at {lease.get('until')} with no "
+                "result; "
+                "the job is not run again (at most once) unless it says idempotent: true and has "
+                "retries left"
             )
             pending.append(
                 {
@@ -881,7 +911,8 @@ class Runner:
         return pending
 
     def _refusal(self, decision: Decision, work: Plan) -> tuple[str, str] | None:
-        # (A revision that already started elsewhere is refused by planning: eligibility.judge_attempts.)
+        # (A revision that already started elsewhere is refused by planning:
+        # eligibility.judge_attempts.)
         if not decision.runnable:
             return "rejected", decision.reason
         veto = self._vetoes(work).get((decision.path, decision.blob))
@@ -923,7 +954,8 @@ class Runner:
         return found
 
     def _lease(self, limits: executor.Limits, wait: float = 0.0) -> dict[str, str]:
-        """Who holds the claim and until when: past `until` with no result, any runner closes it as `lost`.
+        """Who holds the claim and until when: past `until` with no result, any runner closes it as
+        `lost`.
         (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
         seconds = (
             wait
@@ -952,7 +984,8 @@ class Runner:
         )
 
     def _walked_evidence(self, work: Plan, pending: list[dict[str, Any]]) -> dict[str, Any]:
-        """`reviewed: {commit: <sha256>}` for walked commits judged on GitHub's answers that no other
+        """`reviewed: {commit: <sha256>}` for walked commits judged on GitHub's answers that no
+        other
         record names (a reviewed merge of other files only): verify re-judges them offline too."""
         named = {str(d.get("commit")) for d in pending if d.get("evidence")}
         reviewed = {}
@@ -968,7 +1001,8 @@ class Runner:
         return {"reviewed": reviewed} if reviewed else {}
 
     def _evidence(self, commit: str) -> dict[str, Any]:
-        """`evidence: [<sha256>]` for a decision made on GitHub's answers; the file goes with the records."""
+        """`evidence: [<sha256>]` for a decision made on GitHub's answers; the file goes with the
+        records."""
         evidence = self._reviews.evidence_for(commit)
         if evidence is None:
             return {}
@@ -979,7 +1013,8 @@ class Runner:
     def _claim_and_run(
         self, runnable: list[Runnable], pending: list[dict[str, Any]]
     ) -> tuple[list[Outcome], list[dict[str, Any]]]:
-        """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a time.
+        """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a
+        time.
 
         Each push carries the claims of the jobs about to start (more, ahead of a free
         slot, while jobs are short: claims.BatchSize) and the results of those that
@@ -1014,7 +1049,10 @@ class Runner:
                 if (
                     self.shutdown.is_set() and waiting
                 ):  # claimed but not started: never started now, nor ever
-                    reason = f"{self.shutdown.describe().split(';')[0]} before the job started; it was not started"
+                    reason = (
+                        f"{self.shutdown.describe().split(';')[0]} before the job started; it "
+                        "was not started"
+                    )
                     for flight in waiting:
                         finished = self._draft(
                             "finished",
@@ -1069,7 +1107,8 @@ class Runner:
                     flying[flight.run_id] = flight
                     self._launch(flight, done, me, slots)
                 claiming = not stopping and bool(queue_) and len(waiting) < parallel
-                # The fair share only when about to claim: counting it every turn of this loop (each job's end)
+                # The fair share only when about to claim: counting it every turn of this loop (each
+                # job's end)
                 # cost more as the book grew, and job #1,000 more than job #1.
                 room = (
                     (size.target(*self._share(queue_)) if size.short and claiming else size.size)
@@ -1115,7 +1154,8 @@ class Runner:
                                 batch, [*flying.values(), *waiting], parallel, pending, outcomes
                             )
                         except (GitError, StateError) as exc:
-                            # Nothing of this batch was claimed; what runs already finishes and is kept.
+                            # Nothing of this batch was claimed; what runs already finishes and is
+                            # kept.
                             failure = exc
                             for flight in batch:
                                 _discard(flight.tmp)
@@ -1142,11 +1182,14 @@ class Runner:
         return outcomes, pending
 
     def _claimed_before(self, work: Plan, outcomes: list[Outcome]) -> list[Outcome]:
-        """`claimed by <runner>` for each job of a commit this pass walked that another runner started
+        """`claimed by <runner>` for each job of a commit this pass walked that another runner
+        started
         before this pass planned (planning leaves a job another runner holds or finished out of what
-        to run): every runner of a fleet accounts for every job of the merge it walked, not only those
+        to run): every runner of a fleet accounts for every job of the merge it walked, not only
+        those
         it met while claiming (its run may have ended since; `status` says how). A job planning left
-        waiting (a retry that is due later, labels, a run with retries left) is not claimed by anyone:
+        waiting (a retry that is due later, labels, a run with retries left) is not claimed by
+        anyone:
         `status` says why.
         (`run --job PATH` says its one job's state instead: `why_not`.)"""
         if self.options.job is not None:
@@ -1166,7 +1209,8 @@ class Runner:
             ):
                 continue
             told.add((decision.path, decision.commit))
-            # The reason is the one a lost race gives, exactly (`claimed by <runner>`): one status, one wording.
+            # The reason is the one a lost race gives, exactly (`claimed by <runner>`): one status,
+            # one wording.
             found.append(
                 Outcome(
                     _job_id(decision),
@@ -1188,15 +1232,20 @@ class Runner:
         veto = self._pub.vetoes().get((flight.decision.path, flight.decision.blob))
         if veto is None:
             return None
-        return f"vetoed by {veto.person} in commit {veto.commit[:7]} after it was claimed; it was not started"
+        return (
+            f"vetoed by {veto.person} in commit {veto.commit[:7]} after it was claimed; it was "
+            "not started"
+        )
 
     def _share(self, queue_: list[Runnable]) -> tuple[int, int]:
-        """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any of this pass's jobs."""
+        """How many of `queue_` nobody has claimed, and how many runners (this one too) claimed any
+        of this pass's jobs."""
         untaken = sum(1 for item in queue_ if self._taken(item) is None)
         return untaken, len(self._pub.book.runners(self._pass_keys) | {self.options.runner_name})
 
     def _taken(self, item: Runnable) -> audit.Record | None:
-        """Another runner's claim (or refusal) of this item, as of the last look at the audit branch."""
+        """Another runner's claim (or refusal) of this item, as of the last look at the audit
+        branch."""
         decision = item.decision
         return self._pub.book.taken(decision.path, decision.blob, decision.commit, item.attempt)
 
@@ -1216,13 +1265,15 @@ class Runner:
         held: list[tuple[str, int]] = []
 
         def on_start(pid: int) -> None:
-            # Not synced (spool.py): a line written survives the runner's death, and a crash of the machine ends the job too.
+            # Not synced (spool.py): a line written survives the runner's death, and a crash of the
+            # machine ends the job too.
             self.spool.put(
                 Entry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False
             )
 
         try:
-            # A runner that dies from here on leaves its watchdog to remove them, else the pass that closes the run.
+            # A runner that dies from here on leaves its watchdog to remove them, else the pass that
+            # closes the run.
             _keep(tmp)
             held.append(identity(tmp))
             request = self._request(decision, policy, limits, run_id, tmp, on_start)
@@ -1277,7 +1328,8 @@ class Runner:
 
         drafts = []
         for index, flight in enumerate(batch):
-            # A claim beyond the free slots may wait for every job ahead of it (as if one at a time: an upper bound).
+            # A claim beyond the free slots may wait for every job ahead of it (as if one at a time:
+            # an upper bound).
             wait = 0.0 if index < free else span(ahead) + span(batch[:index])
             decision, policy, job = flight.decision, flight.policy, flight.decision.job
             assert job is not None
@@ -1344,7 +1396,10 @@ class Runner:
             except (
                 Exception
             ) as exc:  # the job's result is unknown: it is closed as lost, never run again
-                reason = f"the runner failed while running the job ({type(exc).__name__}: {exc}); it is not run again"
+                reason = (
+                    f"the runner failed while running the job ({type(exc).__name__}: {exc}); "
+                    "it is not run again"
+                )
                 finished = self._draft(
                     "finished",
                     decision,
@@ -1365,7 +1420,8 @@ class Runner:
                 outcome = replace(
                     outcome,
                     retry_at=iso_up(due),
-                    reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt {flight.attempt + 1} is due at {iso_up(due)}",
+                    reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt "
+                    f"{flight.attempt + 1} is due at {iso_up(due)}",
                 )
             self.spool.put(Entry(finished, None, me, done=True))
             done.put((flight, finished, outcome, time.monotonic() - began))
@@ -1426,8 +1482,10 @@ class Runner:
         job = decision.job
         assert job is not None
         # The private folder mkdtemp made is the workspace itself: on a file system where each new
-        # inode costs a search past the recently freed ones (ext4 without a journal, as on the machine of
-        # issue 12), a folder less per job is a sixth of what making a trivial job's workspace costs.
+        # inode costs a search past the recently freed ones (ext4 without a journal, as on the
+        # machine of
+        # issue 12), a folder less per job is a sixth of what making a trivial job's workspace
+        # costs.
         workspace = tmp
         # The other jobs' definitions are not the job's business (the records are on
         # another branch); leaving them out keeps the export proportional to the code.
@@ -1473,7 +1531,8 @@ class Runner:
         )
 
     def _private_paths(self, output_dir: Path | None) -> tuple[Path, ...]:
-        """What a sandboxed job must not see: the runner's repository, home, keys and other jobs' logs."""
+        """What a sandboxed job must not see: the runner's repository, home, keys and other jobs'
+        logs."""
         paths = [self.repo.path, self.repo.git_dir, self.repo.common_dir, self._home, Path.home()]
         if self.options.signing_key and os.path.exists(self.options.signing_key):
             paths.append(Path(self.options.signing_key))
@@ -1589,7 +1648,8 @@ class Runner:
                 quiet = refs if self._settled(refs) else None
                 wake = self.wake  # a retry falling due, another runner's lease running out
                 if any(o.status in RETRIED for o in result.outcomes):
-                    # This pass's plan predates that result: the next one says when its retry is due.
+                    # This pass's plan predates that result: the next one says when its retry is
+                    # due.
                     wake = datetime.now(UTC)
                 self.shutdown.wait(_sleep(interval, wake))
 
@@ -1628,13 +1688,15 @@ _FULL_ID = re.compile(r"[0-9a-f]{40}")
 
 def _keep(folder: Path) -> None:
     """Tell the watchdog of a folder it must remove if this runner dies (kill -9, the OOM killer)
-    before `_discard`. (A watchdog that cannot start fails the job's start later, in the executor.)"""
+    before `_discard`. (A watchdog that cannot start fails the job's start later, in the
+    executor.)"""
     with contextlib.suppress(OSError):
         Watchdog.get().keep(folder)
 
 
 def _discard(folder: Path) -> None:
-    """Remove a job's workspace (never through a symlink it planted), and tell the watchdog it is gone."""
+    """Remove a job's workspace (never through a symlink it planted), and tell the watchdog it is
+    gone."""
     remove_tree(folder)
     Watchdog.get().forget(folder)
 
@@ -1653,8 +1715,10 @@ def _newly_unapproved(work: Plan) -> list[str]:
         f" and {len(new) - 5} more" if len(new) > 5 else ""
     )
     return [
-        f"not approved: {shown} (changed by {work.unapproved[new[0]][:7]}); no job runs in a tree that holds them until they are "
-        "put back to their last approved version or removed (mergegate check on a proposal shows the diff from it)"
+        f"not approved: {shown} (changed by {work.unapproved[new[0]][:7]}); no job runs in a tree "
+        "that holds them until they are "
+        "put back to their last approved version or removed (mergegate check on a proposal shows "
+        "the diff from it)"
     ]
 
 

@@ -35,7 +35,8 @@ _VOLATILE = (
 class Pending:
     repo: Repo
     runner_name: str
-    # The ref as this pass last read or wrote it: only this runner's pass, holding the clone's pass lock,
+    # The ref as this pass last read or wrote it: only this runner's pass, holding the clone's pass
+    # lock,
     # writes it, so one read a pass is enough (`forget` at each pass's start: between passes another
     # `run --once` in this clone may have pushed or replaced it).
     _known: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
@@ -55,7 +56,8 @@ class Pending:
     def reusable(
         self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]
     ) -> tuple[str, list[audit.Record]] | None:
-        """The pending commit and its new records, if pushing it says what `drafts` would on `parent`."""
+        """The pending commit and its new records, if pushing it says what `drafts` would on
+        `parent`."""
         sha = self.get()
         if sha is None or any(d.get("event") == "started" for d in drafts):
             return None
@@ -68,7 +70,8 @@ class Pending:
         return sha, records
 
     def keep(self, sha: str) -> None:
-        """`sha`'s push was refused: it is the pending commit now (the one it replaces is discarded)."""
+        """`sha`'s push was refused: it is the pending commit now (the one it replaces is
+        discarded)."""
         old = self.get()
         self._known.pop(self.ref, None)  # (read again if the write fails halfway)
         self.repo.set_ref(self.ref, sha)
@@ -89,7 +92,8 @@ class Pending:
 
 
 def new_records(repo: Repo, sha: str, last_seq: int) -> list[audit.Record]:
-    """The records at `sha` after seq `last_seq` (from the last log files, newest first until reached)."""
+    """The records at `sha` after seq `last_seq` (from the last log files, newest first until
+    reached)."""
     found: list[audit.Record] = []
     for path, blob in reversed(audit.log_files(repo, sha)):
         records = audit.parse_file(repo.blob(blob), path)

@@ -72,7 +72,8 @@ class Walk:
         # Bytes merged back after an earlier life on approved (a job revision this walk
         # or the audit has seen, a file an unapproved commit changed) get their full
         # authorship checked; searching all history for every file would cost seconds.
-        # (The audit names job revisions only: asking it about other files is a wasted git grep each.)
+        # (The audit names job revisions only: asking it about other files is a wasted git grep
+        # each.)
         # `mentioned` answers audit.mentions from records already read (verify has them all).
         mentions = mentioned or (
             lambda path, blob: audit.mentions(assessor.repo, records, path, blob)
@@ -169,13 +170,15 @@ def plan(
         scanned = str(tail.scanned["commit"])
         if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
             raise IntegrityError(
-                f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of approved at {tip[:12]}: history was rewritten (force-push?)"
+                f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of "
+                f"approved at {tip[:12]}: history was rewritten (force-push?)"
             )
         if repo.is_ancestor(root, scanned, remember=remember):
             start, unapproved = scanned, audit.read_unapproved(repo, records, tail.scanned)
         elif not repo.is_ancestor(scanned, root):
             raise IntegrityError(
-                f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on different histories"
+                f"trust root {root[:12]} and the last processed commit {scanned[:12]} are on "
+                "different histories"
             )
     # 2. The policy in force at the start comes from the history itself (the
     #    trust root and every policy change adopted since), never from a claim
@@ -196,13 +199,16 @@ def plan(
     chain = repo.first_parent_chain(start, tip)
     if chain and repo.commit(chain[0]).parents[:1] != (start,):
         raise IntegrityError(
-            f"the first-parent history of approved at {tip[:12]} no longer passes through {start[:12]}, where the last pass stopped",
-            hint="approved was fast-forwarded to a branch that merged approved into itself; approvals are merges into approved (git merge --no-ff)",
+            f"the first-parent history of approved at {tip[:12]} no longer passes through "
+            f"{start[:12]}, where the last pass stopped",
+            hint="approved was fast-forwarded to a branch that merged approved into itself; "
+            "approvals are merges into approved (git merge --no-ff)",
         )
     result.tip = start
     if len(chain) > 1:
         # What the walk asks of each commit (its diff, its parents as git reads them), in two git
-        # processes for the chain instead of two per commit, as verify reads it (a pass after downtime).
+        # processes for the chain instead of two per commit, as verify reads it (a pass after
+        # downtime).
         repo.prefetch(chain)
     for sha in chain:
         judged_by = walk.policy
@@ -254,7 +260,8 @@ def _reopen(
     at: datetime,
     reviews: ReviewSource | None,
 ) -> list[tuple[Decision, Policy, dict[str, str] | None]]:
-    """Judge again the commits the last `scanned` record lists as open, each by the policy in force before it.
+    """Judge again the commits the last `scanned` record lists as open, each by the policy in force
+    before it.
 
     Trust stays with the history: the record only says which commits to look at
     again, and each must be on approved's first-parent line after the trust root.
@@ -278,13 +285,15 @@ def _reopen(
         ):
             # On approved before a trust root pinned since: that root is where judging starts now.
             repo.warnings.append(
-                f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still open "
+                f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still "
+                "open "
                 "(waiting for a runner, or for a retry) are not judged again"
             )
             continue
         if not isinstance(sha, str) or sha not in line:
             raise IntegrityError(
-                f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it is not "
+                f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it "
+                "is not "
                 f"on the first-parent history of approved after the trust root {root[:12]}"
             )
         unapproved = _open_unapproved(repo, records, tail.scanned, entry)
@@ -423,7 +432,8 @@ def policy_in_force(
     remember: bool = False,
     changes: list[str] | None = None,
 ) -> Policy:
-    """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when the
+    """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when
+    the
     caller has read them: `policy_changes`).
 
     Costs one judgement per policy change, not per commit. Key lifetimes are
@@ -445,9 +455,12 @@ def policy_in_force(
     for sha in policy_changes(repo, root, upto, remember=remember) if changes is None else changes:
         at = dated.get(sha) if policy.runners else None
         if at is None and policy.runners:
-            # Only a record a runner of the policy before the change appended dates it (audit.first_vouched);
-            # the first such record, once there, is every clone's date (the audit only grows): before this
-            # clone's own memory, so a runner whose record of the change landed second judges as the rest.
+            # Only a record a runner of the policy before the change appended dates it
+            # (audit.first_vouched);
+            # the first such record, once there, is every clone's date (the audit only grows):
+            # before this
+            # clone's own memory, so a runner whose record of the change landed second judges as the
+            # rest.
             at = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
             if at is not None and remember:
                 remember_judged(repo, [sha], at, _DATED)
@@ -458,7 +471,8 @@ def policy_in_force(
 
 
 def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, datetime], bool]:
-    """Whether an audit commit is signed by a runner of `policy`, the key judged at `when` (its record's time)."""
+    """Whether an audit commit is signed by a runner of `policy`, the key judged at `when` (its
+    record's time)."""
     keys = policy.runner_keys()
 
     def vouched(commit: str, when: datetime) -> bool:

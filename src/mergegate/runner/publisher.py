@@ -35,7 +35,8 @@ from mergegate.runner.spool import Spool
 # rebuilt on the new one. After a lost race a runner waits a random moment so that
 # runners pushing in lockstep fall out of step: binary exponential backoff whose slot
 # is what one try took here (a look at the branches, a commit, a push), up to one slot
-# per runner pushing (at most RETRY_SLOTS). Retrying at once, the losers of a race met again at the next push
+# per runner pushing (at most RETRY_SLOTS). Retrying at once, the losers of a race met again at the
+# next push
 # (four runners on one merge lost two pushes of three).
 MAX_PUSH_ATTEMPTS = 40
 RETRY_JITTER_SECONDS = 0.02  # the least slot
@@ -74,7 +75,8 @@ class Publisher:
     push_seconds: float = (
         0.0  # how long the last push that landed took (batches grow while jobs are shorter)
     )
-    others: bool = False  # whether another runner's audit commits came in during the pass (idle.py: not settled)
+    # whether another runner's audit commits came in during the pass (idle.py: not settled)
+    others: bool = False
 
     def __post_init__(self) -> None:
         self.veto_tip = self.veto_tip or self.judged
@@ -89,21 +91,26 @@ class Publisher:
         *,
         claims: Mapping[Key, tuple[Decision, int]] | None = None,
     ) -> dict[Key, tuple[str, str]]:
-        """Push `drafts`; with `claims` (their `started` drafts among them, each with its attempt), what was dropped and why:
-        {key: ("claimed", "claimed by <runner>") or ("vetoed", reason)}. A `vetoed` record replaces a
+        """Push `drafts`; with `claims` (their `started` drafts among them, each with its attempt),
+        what was dropped and why:
+        {key: ("claimed", "claimed by <runner>") or ("vetoed", reason)}. A `vetoed` record replaces
+        a
         claim a veto now stops; the other drafts are pushed without the dropped claims."""
         claims = dict(claims or {})
         dropped: dict[Key, tuple[str, str]] = {}
         held: set[tuple[str, str]] = set()
         for key in list(claims):
-            # At most once within one push too: one claim per revision (planning makes one; this is the backstop).
+            # At most once within one push too: one claim per revision (planning makes one; this is
+            # the backstop).
             if key[:2] in held:
                 dropped[key] = ("claimed", f"claimed by {self.runner_name} in the same push")
                 del claims[key]
                 drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
             held.add(key[:2])
-        # A claim's lease counts from its push, not from its draft: lost races and the backoff between
-        # them would otherwise spend the few seconds of slack, and the job, started late, outlive its lease.
+        # A claim's lease counts from its push, not from its draft: lost races and the backoff
+        # between
+        # them would otherwise spend the few seconds of slack, and the job, started late, outlive
+        # its lease.
         drafted, leases = time.monotonic(), _leases(drafts)
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
@@ -171,25 +178,30 @@ class Publisher:
             else:
                 self.repo.discard(sha)
             slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
-            # As many slots as runners push here (those with claims in the book, and this one), doubling
+            # As many slots as runners push here (those with claims in the book, and this one),
+            # doubling
             # with the losses up to that: more only leaves the CPUs idle while the others are done.
             pushing = len(self.book.holders.keys() - {self.runner_name}) + 1
             wait = random.uniform(0, slot * min(2**attempt, RETRY_SLOTS, max(2, pushing)))
             left = self._lease_left(drafts)
             if left is not None:
-                # A result must land within its run's lease (else any runner may close the run `lost` and
-                # this result is dropped): the waits leave room for the next tries in what is left of it.
+                # A result must land within its run's lease (else any runner may close the run
+                # `lost` and
+                # this result is dropped): the waits leave room for the next tries in what is left
+                # of it.
                 wait = min(wait, max(0.0, (left - slot) / 2))
             time.sleep(wait)
             tried = time.monotonic()
             self.refresh(fetch=True)
         raise GitError(
-            f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts (other pushes kept landing first)",
+            f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts "
+            "(other pushes kept landing first)",
             hint="another process keeps moving the branch; run again",
         )
 
     def _lease_left(self, drafts: list[dict[str, Any]]) -> float | None:
-        """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no result)."""
+        """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no
+        result)."""
         ends = []
         for d in drafts:
             started = (
@@ -208,7 +220,8 @@ class Publisher:
         return (min(ends) - datetime.now(UTC)).total_seconds() if ends else None
 
     def fresh(self) -> None:
-        """Look at both branches again if the last look is older than FRESH_SECONDS (before choosing claims)."""
+        """Look at both branches again if the last look is older than FRESH_SECONDS (before choosing
+        claims)."""
         if time.monotonic() - self.fetched > FRESH_SECONDS:
             self.refresh(fetch=self.fetch)
 
@@ -219,12 +232,14 @@ class Publisher:
         tip, records = self.branch.tips()
         if not self.repo.is_ancestor(self.judged, tip):
             raise IntegrityError(
-                f"approved was rewritten during this pass: {self.judged[:12]} is not an ancestor of the new tip {tip[:12]} (force-push?)"
+                f"approved was rewritten during this pass: {self.judged[:12]} is not an ancestor "
+                f"of the new tip {tip[:12]} (force-push?)"
             )
         checked = self.end.commit
         if records != checked:
             self.others = True
-            # Another runner's push added a few commits: walked in-process (git asked only where the walk cannot say).
+            # Another runner's push added a few commits: walked in-process (git asked only where the
+            # walk cannot say).
             added = (
                 None if records is None or checked is None else self.repo.chain(checked, records)
             )
@@ -234,7 +249,8 @@ class Publisher:
                 and not self.repo.is_ancestor(checked, records)
             ):
                 raise IntegrityError(
-                    f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer descends from "
+                    f"the audit branch {AUDIT_BRANCH} was rewritten during this pass: it no longer "
+                    "descends from "
                     f"{(checked or '')[:12]} (force-push?)"
                 )
             if added is None:
@@ -257,7 +273,8 @@ class Publisher:
         self.fetched = time.monotonic()
 
     def _not_closed_yet(self, drafts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Drafts less `finished` ones whose run another runner closed meanwhile (its lease ran out): one result per run."""
+        """Drafts less `finished` ones whose run another runner closed meanwhile (its lease ran
+        out): one result per run."""
         keep = []
         for d in drafts:
             run_id = d.get("run_id")
@@ -267,7 +284,8 @@ class Publisher:
                 and run_id in self.book.finished
             ):
                 self.repo.warnings.append(
-                    f"run {run_id} of {d.get('path')} was closed by another runner first (lease expired); "
+                    f"run {run_id} of {d.get('path')} was closed by another runner first (lease "
+                    "expired); "
                     f"its result here ({d.get('status')}) is not recorded"
                 )
                 self.spool.drop({run_id})
@@ -278,11 +296,13 @@ class Publisher:
     def _claim_dropped(
         self, claim: Decision, attempt: int, parent: str | None
     ) -> tuple[str, str] | None:
-        """Why the claim must not be pushed now: another runner's claim (of this attempt or a later one), a veto,
+        """Why the claim must not be pushed now: another runner's claim (of this attempt or a later
+        one), a veto,
         or (a retry) a change of its file on approved that the commit will say it judged."""
         judged = self._trailer(parent)
         if attempt > 1 and judged != self.judged:
-            # The commit will say it judged a newer tip than planning did: the retry must stand there too
+            # The commit will say it judged a newer tip than planning did: the retry must stand
+            # there too
             # (the rule verify applies to it).
             why = late_refusal(
                 claim,
@@ -303,7 +323,8 @@ class Publisher:
         return None
 
     def _trailer(self, parent: str | None) -> str:
-        """The approved tip this commit says it judged: the pass's, or a newer one another runner already named."""
+        """The approved tip this commit says it judged: the pass's, or a newer one another runner
+        already named."""
         before = audit_branch.approved_of(self.repo.commit(parent)) if parent is not None else None
         if (
             before is not None
@@ -314,9 +335,11 @@ class Publisher:
         return self.judged
 
     def _check_own_commit(self, sha: str, judged: str) -> None:
-        """A commit the next pass would call tampering is never pushed: it would stop the gate for good.
+        """A commit the next pass would call tampering is never pushed: it would stop the gate for
+        good.
 
-        Checked in full once per trailer: the next commits are built the same way, with the same key."""
+        Checked in full once per trailer: the next commits are built the same way, with the same
+        key."""
         if self.own_checked == judged:
             return
         policy = self.checker.policy_at(judged)
@@ -324,8 +347,10 @@ class Publisher:
             check = self.checker.assessor.signature(self.repo.commit(sha), policy.runner_keys())
             if not check.ok:
                 raise UsageError(
-                    f"--signing-key does not make a signature the policy accepts from a runner: {check.reason}",
-                    hint="use the private key (or OpenPGP key id) of a key listed under runners in the policy",
+                    "--signing-key does not make a signature the policy accepts from a runner: "
+                    f"{check.reason}",
+                    hint="use the private key (or OpenPGP key id) of a key listed under runners in "
+                    "the policy",
                 )
         self.checker.check_commit(sha)
         self.own_checked = judged
@@ -349,7 +374,8 @@ def _leases(drafts: list[dict[str, Any]]) -> dict[str, datetime]:
 def _later_leases(
     drafts: list[dict[str, Any]], leases: Mapping[str, datetime], late: float
 ) -> list[dict[str, Any]]:
-    """`drafts` with each claim's lease moved on by `late` seconds (the time since it was stamped)."""
+    """`drafts` with each claim's lease moved on by `late` seconds (the time since it was
+    stamped)."""
     moved = []
     for d in drafts:
         until = (

@@ -31,7 +31,8 @@ process (the runner's included); only a crash of the machine loses it, and that 
 the job's process too (the next pass sees a runner and a job of another boot: nothing
 of the run is left, and it is closed as lost, as it would be with the line). A
 `dropped` line is not synced either: lost in a crash, the next pass finds the result
-on the audit branch (or no claim there) and drops the entry anyway. A crash leaves each run's entry as of
+on the audit branch (or no claim there) and drops the entry anyway. A crash leaves each run's entry
+as of
 its last complete line. A line that cannot be read (a write torn by a crash, a disk
 error, an edit) is moved to `<runner>.jsonl.corrupt` and named in a warning; it
 never stops a pass. A write that fails stops the pass (StateError naming the file):
@@ -62,7 +63,8 @@ class Entry:
     job: ProcessId | None = None
     runner: ProcessId | None = None
     done: bool = False  # the record is the job's real result, not the provisional one
-    # What the run holds in TMPDIR, (path, inode): if its runner dies (and its watchdog with it), the pass
+    # What the run holds in TMPDIR, (path, inode): if its runner dies (and its watchdog with it),
+    # the pass
     # that finds the run gone removes them (workspaces.remove_stale).
     folders: tuple[tuple[str, int], ...] = ()
 
@@ -167,12 +169,14 @@ class Spool:
         self.write(entries)
         lines = ", ".join(str(n) for n, _ in bad)
         self.warnings.append(
-            f"spool {self.path}: line(s) {lines} could not be read (a torn write?); moved to {self.corrupt_path}. "
+            f"spool {self.path}: line(s) {lines} could not be read (a torn write?); moved to "
+            f"{self.corrupt_path}. "
             "A run they belonged to is closed like any orphan."
         )
 
     def write(self, entries: list[Entry]) -> None:
-        """Replace the whole spool with `entries` (atomic: the old spool or the new one survives a crash)."""
+        """Replace the whole spool with `entries` (atomic: the old spool or the new one survives a
+        crash)."""
         try:
             if not entries:
                 self.path.unlink(missing_ok=True)
@@ -199,15 +203,18 @@ class Spool:
         return StateError(
             f"cannot write the spool: {exc.strerror or exc}",
             file=str(self.path),
-            hint="free disk space or fix the permissions; the runner claims nothing it cannot record here",
+            hint="free disk space or fix the permissions; the runner claims nothing it cannot "
+            "record here",
         )
 
     def put(self, entry: Entry, *, sync: bool = True) -> None:
-        """Keep `entry`, replacing an earlier one of the same run (`sync`: see above for what needs it)."""
+        """Keep `entry`, replacing an earlier one of the same run (`sync`: see above for what needs
+        it)."""
         self.put_many([entry], sync=sync)
 
     def put_many(self, entries: list[Entry], *, sync: bool = True) -> None:
-        """Keep `entries` (one append, synced unless told), replacing earlier ones of the same runs."""
+        """Keep `entries` (one append, synced unless told), replacing earlier ones of the same
+        runs."""
 
         def apply(live: dict[str | None, Entry]) -> None:
             for entry in entries:
@@ -218,7 +225,8 @@ class Spool:
             self._change(apply, b"".join(_line(e) for e in entries), sync=sync)
 
     def drop(self, run_ids: set[Any]) -> None:
-        """Forget these runs (their results are pushed, or their claims never were); not synced (see above)."""
+        """Forget these runs (their results are pushed, or their claims never were); not synced (see
+        above)."""
 
         def apply(live: dict[str | None, Entry]) -> None:
             for run_id in run_ids:

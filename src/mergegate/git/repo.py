@@ -79,10 +79,6 @@ def path_arg(path: str) -> str:
     return os.fsdecode(bytes.fromhex(path[1:])) if path.startswith("\0") else path
 
 
-def path_display(path: str) -> str:
-    return f"<name not UTF-8: {path[1:]}>" if path.startswith("\0") else path
-
-
 def literal(path: str) -> str:
     return ":(literal)" + path_arg(path)
 

@@ -14,7 +14,7 @@ from mergegate.crypto.signatures import parse_public_key
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.facts.assessor import APPROVE_TRAILER, APPROVE_TREE_TRAILER, VETO_TRAILER, Assessor
 from mergegate.facts.branches import open_branch, trust_root
-from mergegate.git.repo import ZERO, Repo, path_display
+from mergegate.git.repo import ZERO, Repo
 from mergegate.github import gather as github
 from mergegate.rules.job import is_job_path
 from mergegate.rules.judge import (
@@ -29,6 +29,7 @@ from mergegate.rules.judge import (
 )
 from mergegate.rules.policy import POLICY_DIR, Policy
 from mergegate.runner.plan import Plan, plan
+from mergegate.text import path_display
 
 
 @dataclass(frozen=True)

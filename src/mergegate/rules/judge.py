@@ -28,9 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from mergegate.crypto.signatures import SignatureCheck
-from mergegate.git.repo import ZERO, path_display
+from mergegate.git.repo import ZERO
 from mergegate.rules.job import Job, is_job_path, job_stem, parse_job
 from mergegate.rules.policy import POLICY_DIR, CommandRule, Person, Policy, Requirement, load_policy
+from mergegate.text import path_display
 
 Kind = Literal["approval", "veto", "unapproved", "other"]
 # Why a revision does not run: "" it runs; "unapproved" only its quorum is missing (or

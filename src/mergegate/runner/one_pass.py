@@ -49,7 +49,7 @@ from mergegate.execution.workspaces import identity, remove_stale, remove_tree
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
 from mergegate.facts.branches import AUDIT_BRANCH
-from mergegate.git.repo import Commit, Repo, Signing, path_display
+from mergegate.git.repo import Commit, Repo, Signing
 from mergegate.github import gather as github
 from mergegate.rules.eligibility import RETRIED, Runnable, iso_up, retriable
 from mergegate.rules.job import is_job_path
@@ -69,6 +69,7 @@ from mergegate.runner.plan import (
 )
 from mergegate.runner.publisher import Publisher
 from mergegate.runner.spool import Entry, Spool
+from mergegate.text import path_display
 
 if TYPE_CHECKING:
     from mergegate.runner.backoff import Backoff

@@ -30,10 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-
-if TYPE_CHECKING:
-    from mergegate.execution.children import Child
+from typing import Any, ClassVar, Protocol, TypeVar
 
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
@@ -162,6 +159,19 @@ _LIVE_LOCK = threading.Lock()
 SPAWNING = threading.Lock()
 
 
+class MainProcess(Protocol):
+    """A job's main process as the tracker needs it (children.Child is one).
+
+    A protocol, not an import of children.py: children imports this module, and the wings
+    allow no import circle, type-only ones included.
+    """
+
+    pid: int
+    cpu: float
+
+    def poll(self) -> int | None: ...
+
+
 class Tracker:
     """Everything the job started: its process group, descendants seen in /proc, its cgroup.
 
@@ -171,7 +181,7 @@ class Tracker:
 
     def __init__(
         self,
-        child: Child,
+        child: MainProcess,
         cgroup: Path | None,
         sandboxed: bool,
         *,

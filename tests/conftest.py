@@ -51,7 +51,7 @@ def _rewrite_tests(config: pytest.Config) -> None:
     except (ImportError, AttributeError, KeyError):
         return
     here = Path(__file__).parent
-    for module in sorted([here / "conftest.py", *here.glob("test_*.py")]):
+    for module in sorted([here / "conftest.py", *here.rglob("test_*.py")]):
         cached = rewrite.get_cache_dir(module) / (module.name[:-3] + rewrite.PYC_TAIL)
         if rewrite._read_pyc(module, cached, state.trace) is None and rewrite.try_makedirs(
             cached.parent
@@ -68,13 +68,14 @@ _MEMORY_ROOT, _MEMORY_ROOM = Path("/dev/shm"), 4 << 30
 def _temporary_root_in_memory(config: pytest.Config) -> None:
     """pytest's temporary directories (every gate, clone and key of every test) in /dev/shm.
 
-    A test makes about a hundred git processes and each writes files (objects, refs, index,
-    lock files, logs): on this machine's disk about a third of the suite's system time went to
-    the file system's journal. The same work on tmpfs: test_bypasses.py 15.6 s of CPU instead of
-    18.9 s (mean of 3 each, alternating, load 8 to 10). pytest's layout and retention are kept
-    (`pytest-of-<user>/pytest-N`, the last 3 runs); only the root moves. Files the runner itself
-    makes (job workspaces, export indexes) stay in TMPDIR. Set PYTEST_DEBUG_TEMPROOT (or pass
-    --basetemp) to choose the place, e.g. PYTEST_DEBUG_TEMPROOT=/tmp for the disk.
+    A test makes about a hundred git processes and each writes files (objects, refs, index, lock
+    files, logs): on this machine's disk about a third of the suite's system time went to the
+    file system's journal. The same work on tmpfs: tests/facts/test_bypasses.py 15.6 s of CPU
+    instead of 18.9 s (mean of 3 each, alternating, load 8 to 10). pytest's layout and retention
+    are kept (`pytest-of-<user>/pytest-N`, the last 3 runs); only the root moves. Files the
+    runner itself makes (job workspaces, export indexes) stay in TMPDIR. Set
+    PYTEST_DEBUG_TEMPROOT (or pass --basetemp) to choose the place, e.g.
+    PYTEST_DEBUG_TEMPROOT=/tmp for the disk.
     """
     if os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.getoption("basetemp", None):
         return

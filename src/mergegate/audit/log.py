@@ -376,7 +376,7 @@ def _canonical_values_orjson(data: bytes, lines: list[bytes]) -> list[Any] | Non
     of them is compared with the lines joined. Where orjson writes what json.dumps writes, that
     equality is the canonical test itself: strings are escaped alike for every code point,
     integers alike, keys sorted alike (code point order), and floats alike outside the forms
-    `_ORJSON_FLOAT_FORMS` screens out (tests/test_audit.py holds orjson to all of that). What
+    `_ORJSON_FLOAT_FORMS` screens out (tests/audit/test_log.py holds orjson to all of that). What
     orjson reads differently from json.loads never gets this far: it either refuses it (NaN,
     lone surrogates, invalid UTF-8) or writes it back differently (big integers become floats,
     duplicate keys collapse), and the equality fails.

@@ -30,7 +30,7 @@ everywhere else (the Assessor then asks git, as before):
   date (git's order between equal dates depends on the whole walk);
 - no diff lists a path twice (a tree git would not write: unsorted, or a name
   twice; replaying diffs and listing trees disagree on it).
-`tests/test_history.py` holds every answer to git's own, one question at a time.
+`tests/facts/test_history.py` holds every answer to git's own, one question at a time.
 """
 
 from __future__ import annotations

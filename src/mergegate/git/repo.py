@@ -699,7 +699,7 @@ class Repo:
         file
         not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each,
         5,000
-        in the test suite); tests/test_rev_equiv.py holds the two to the same answers."""
+        in the test suite); tests/git/test_rev_equiv.py holds the two to the same answers."""
         if (
             not _PLAIN_REF.fullmatch(ref)
             or ".." in ref
@@ -1014,7 +1014,7 @@ class Repo:
         gives, without their two processes: an audit branch only grows by single-parent commits, and
         every
         look at it after another runner's push walks the few it added (held to git in
-        test_git_batch.py)."""
+        tests/git/test_batch_reads.py)."""
         if not (_FULL_ID.fullmatch(old) and _FULL_ID.fullmatch(new)):
             return None
         if (self.common_dir / "info" / "grafts").exists() or (self.common_dir / "shallow").exists():
@@ -1370,7 +1370,7 @@ class Repo:
         SHA-1 ids of commits or trees, a tree not in git's own order, deeper than _DIFF_DEPTH, or a
         gitlink
         that changed (git may ignore it, as a submodule's config says). Held to diff-tree in
-        test_git_batch.py."""
+        tests/git/test_batch_reads.py."""
         try:
             old = self._root_tree(parent) if parent is not None else ""
             new = self._root_tree(sha)
@@ -1473,7 +1473,7 @@ class Repo:
         a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a
         prefix that
         is not plain folders, a file on the way, a tree not in git's own order. Held to ls-tree in
-        tests/test_rev_equiv.py."""
+        tests/git/test_rev_equiv.py."""
         try:
             found = self._subtree(commit, prefix)
             if not isinstance(found, tuple):

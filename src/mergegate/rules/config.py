@@ -97,7 +97,7 @@ class _Loader(yaml.SafeLoader):
     Keys are saved in the order of the text (a later key has a later index, line and token number,
     and a key saved again at its level goes to the end), so a stale key is always among the first
     in that order and the nearest is the first: only the front need be looked at. The same tokens,
-    the same errors at the same marks (tests/test_job.py holds it to PyYAML's own scanner).
+    the same errors at the same marks (tests/rules/test_job.py holds it to PyYAML's own scanner).
     """
 
     def __init__(self, stream: str) -> None:
@@ -156,7 +156,7 @@ class _DepthLoader(_Loader):
 # those; printable ASCII only. PyYAML's scanner costs about 0.5 ms for such a file; this reading,
 # 0.02 ms. It builds the nodes PyYAML composes (tags from PyYAML's own resolver, start marks as its
 # reader makes them: end marks are not read by anything here) or returns None, and PyYAML reads the
-# file. tests/test_job.py holds the two to the same nodes over a generated corpus.
+# file. tests/rules/test_job.py holds the two to the same nodes over a generated corpus.
 _WORD = r"(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9_./+=@%~-]))[A-Za-z0-9_./+=@%~-]*"
 _SINGLE = r"'(?:[ -&(-~]|'')*'"
 _DOUBLE = r'"[ !#-\[\]-~]*"'

@@ -16,7 +16,7 @@ from mergegate.audit import log as audit
 from mergegate.git.repo import Repo
 from mergegate.github import gather as github
 from mergegate.runner import leases
-from tests.test_audit import _append, _repo
+from tests.audit.test_log import _append, _repo
 
 
 def _whole_log(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, object]]]:

@@ -20,7 +20,7 @@ from mergegate.git.repo import Repo
 from mergegate.runner import idle
 from mergegate.runner.spool import Spool
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_retries_labels import _append, _fails_once
+from tests.runner.test_retries_labels import _append, _fails_once
 
 
 def _gate(world: World, **extra: object) -> str:

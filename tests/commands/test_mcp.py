@@ -167,5 +167,5 @@ def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(
         hint == f"hint: {shlex.quote(sys.executable)} -m pip install 'mcp<3,>=2.3' "
         "(or, in the mergegate checkout you installed from: pip install '.[mcp]')"
     )
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert 'mcp = ["mcp>=2.3,<3"]' in pyproject  # the range the hint names

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 from mergegate.audit.log import record_hash
+from tests.facts.test_bypasses import JOB, _signing_clone
 from tests.helpers.keys import make_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_bypasses import JOB, _signing_clone
 
 
 def _forge(world: World, fields: dict[str, object], trailer: str) -> str:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from mergegate.runner.claims import offset
 from mergegate.runner.publisher import FRESH_SECONDS
+from tests.git.test_ref_shadowing import _forge
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_ref_shadowing import _forge
-from tests.test_reliability import (
+from tests.runner.test_reliability import (
     _kill_9_and_see_the_jobs_die,
     _kill_all,
     _marker,

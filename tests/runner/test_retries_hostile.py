@@ -18,7 +18,7 @@ import yaml
 from mergegate.audit import log as audit
 from mergegate.github import workflows
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_retries_labels import RULES, _append, _gate, _merge
+from tests.runner.test_retries_labels import RULES, _append, _gate, _merge
 
 
 def _merge_removal(world: World, branch: str, paths: list[str]) -> str:
@@ -105,7 +105,7 @@ def test_verify_flags_a_retry_started_after_its_file_changed(world: World) -> No
     (first,) = [
         s for s in _starts(world, "jobs/deploy.yaml") if s["attempt"] == 1 and s["commit"] != v2
     ]
-    from tests.test_retries_labels import _append, _retry_of
+    from tests.runner.test_retries_labels import _append, _retry_of
 
     _append(world, _retry_of(first, 2, "succeeded"))
     found = _verify(world)
@@ -370,7 +370,7 @@ def test_a_retry_after_a_job_leg_is_refused_with_a_record_when_its_file_is_remov
 def test_the_poll_loop_runs_a_retry_when_its_backoff_ends_not_a_whole_interval_later(
     world: World, tmp_path: Path
 ) -> None:
-    from tests.test_reliability import _start_runner
+    from tests.runner.test_reliability import _start_runner
 
     _gate(world, max_retries=1, retry_backoff_seconds=2)
     marker = tmp_path / "flaky.ran"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.helpers.keys import make_ssh_key
 from tests.helpers.repos import World, job_yaml, policy_yaml
-from tests.test_reliability import (
+from tests.runner.test_reliability import (
     RULES,
     _alive,
     _children,

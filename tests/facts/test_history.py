@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers.keys import shared_ssh_key
 from mergegate.facts.assessor import Assessor, _GitSide
 from mergegate.facts.history import History
 from mergegate.git.repo import Repo, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.policy import load_policy
 from mergegate.runner.plan import Walk
+from tests.helpers.keys import shared_ssh_key
 
 Op = tuple[str, ...]  # ("M", mode, path, data) or ("D", path)
 

@@ -844,7 +844,7 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     """How to run Python as an unprivileged user (uid 65534, no cgroup it could write) with this
     checkout's code: setpriv when the tests run as root, else the current user if it has no
     writable cgroup either. Skips where neither is possible (the case would not reach the gap)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join(
         [str(root), str(root / "src"), *(p for p in sys.path if p.endswith("site-packages"))]
     )

@@ -23,7 +23,7 @@ from mergegate.rules.eligibility import Attempt, History, judge_attempts
 from mergegate.rules.policy import Retries
 from tests.helpers.keys import shared_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
-from tests.test_reliability import _kill_all, _marker, _start_runner, _until, _with
+from tests.runner.test_reliability import _kill_all, _marker, _start_runner, _until, _with
 
 RULES = [ECHO_RULE, {"program": "sh", "args_prefix": ["-c"]}, {"program": "sleep"}]
 

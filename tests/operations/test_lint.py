@@ -12,7 +12,7 @@ import yaml
 
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def lint(world: World, *args: str) -> tuple[int, str, str]:

@@ -418,7 +418,7 @@ def test_t1_the_action_step_leaves_no_process_holding_the_secrets(tmp_path: Any)
         pytest.skip("needs root to drop to uid 65534 with setpriv")
     step = next(
         s
-        for s in yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())["runs"][
+        for s in yaml.safe_load((Path(__file__).parents[2] / "action.yml").read_text())["runs"][
             "steps"
         ]
         if s.get("id") == "mergegate"

@@ -15,7 +15,7 @@ from mergegate.errors import UsageError
 from mergegate.github import workflows
 from tests.helpers.repos import ECHO_RULE, World, policy_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIN = "acme/mergegate@0123456789abcdef0123456789abcdef01234567"
 UNTRUSTED = re.compile(r"\$\{\{[^}]*\b(github\.head_ref|github\.event\.|inputs\.)")
 

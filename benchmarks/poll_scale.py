@@ -723,6 +723,7 @@ def precompile() -> str:
 # -- profiling (--profile DIR) ------------------------------------------------------
 
 SKIP_FILES = ("cli.py", "__main__.py")  # the CLI wrappers around everything
+SKIP_FUNCTIONS = ("command",)  # each command module's click callback, wrapping its main
 
 
 def profile(gate: Gate, key: Path, out: Path) -> list[str]:
@@ -749,6 +750,7 @@ def profile(gate: Gate, key: Path, out: Path) -> list[str]:
                 if f"src{os.sep}mergegate" in where[0]
                 and where[2] != "<module>"
                 and Path(where[0]).name not in SKIP_FILES
+                and where[2] not in SKIP_FUNCTIONS
             ),
             key=lambda item: -item[1],
         )

@@ -20,9 +20,11 @@ def _commands() -> list[list[str]]:
     from mergegate.cli import cli
 
     found = []
-    for name, command in sorted(cli.commands.items()):
+    top = click.Context(cli, info_name="mergegate")
+    for name in cli.list_commands(top):
+        command = cli.get_command(top, name)
         if isinstance(command, click.Group):
-            found += [[name, sub] for sub in sorted(command.commands)]
+            found += [[name, sub] for sub in command.list_commands(click.Context(command))]
         found.append([name])
     return found
 
@@ -57,6 +59,52 @@ def test_every_command_is_tested_for_its_example() -> None:
         "demo",
         "mcp",
     } <= names
+
+
+def test_the_command_list_shows_each_command_s_own_first_line() -> None:
+    """`mergegate --help` lists the commands from cli.COMMANDS without importing them; each line
+    there is the one the command's own help starts with, so the list is what click would show."""
+    import click
+
+    from mergegate.cli import AUDIT_COMMANDS, COMMANDS, cli
+
+    top = click.Context(cli, info_name="mergegate")
+    audit = cli.get_command(top, "audit")
+    assert isinstance(audit, click.Group)
+    for group, table in ((cli, COMMANDS), (audit, AUDIT_COMMANDS)):
+        for name, (module, summary) in table.items():
+            command = group.get_command(top, name)
+            assert command is not None and command.help is not None, name
+            assert command.help.split("\n\n")[0] == summary, name
+            assert command.callback is not None
+            assert command.callback.__module__ == f"mergegate.commands.{module}", name
+            for limit in (20, 45, 74):
+                shown = click.Command(name, help=summary).get_short_help_str(limit)
+                assert shown == command.get_short_help_str(limit), (name, limit)
+
+
+def test_help_and_version_import_no_command_module() -> None:
+    """Start-up: the group's help and --version import click and the group, no command; a
+    command's own help imports that command only."""
+    script = (
+        "import io, sys, contextlib\n"
+        "from mergegate import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    codes = [cli.main(a) for a in (['--help'], ['--version'], ['audit', '-h'])]\n"
+        "assert codes == [0, 0, 0], codes\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mergegate.')))\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert cli.main(['status', '--help']) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mergegate.commands.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "['mergegate.cli', 'mergegate.errors']",
+        "['mergegate.commands.output', 'mergegate.commands.status']",
+    ]
 
 
 def test_a_bad_flag_or_argument_is_a_one_line_error_with_a_hint(world: World) -> None:

@@ -4,9 +4,60 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name as bare_branch
 from mergegate.operations.proposals import approve as run_approve
+
+
+@click.command("approve")
+@click.argument("branch_name", metavar="BRANCH")
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Make the signed merge into approved instead of an approval commit.",
+)
+@click.option("--base", default="approved", show_default=True, help="The approved branch.")
+@click.option(
+    "--remote", default="origin", show_default=True, help="Remote to fetch from and push to."
+)
+@click.option(
+    "--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are."
+)
+@repo_option
+@trust_option
+@json_option
+def command(
+    branch_name: str,
+    merge: bool,
+    base: str,
+    remote: str,
+    no_fetch: bool,
+    repo: Path,
+    trust_root: str | None,
+    as_json: bool,
+) -> int:
+    """Sign an approval of BRANCH (with your git signing key) and push it.
+
+    Shows what `check` says first and refuses invalid or denied jobs.
+
+    \b
+    Example:
+      mergegate approve add-backup-job          # approval commit on the branch
+      mergegate approve add-backup-job --merge  # signed merge into approved
+    """
+    return main(
+        branch_name=branch_name,
+        merge=merge,
+        base=base,
+        remote=remote,
+        fetch=not no_fetch,
+        repo=repo,
+        trust_root=trust_root,
+        as_json=as_json,
+    )
 
 
 def main(

@@ -4,9 +4,58 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.audit_log import describe, open_view, parse_since, select
+
+
+@click.command("log")
+@branch_options
+@click.option("--job", "job", default=None, metavar="ID", help="Only records of this job.")
+@click.option(
+    "--since",
+    default=None,
+    metavar="DATE",
+    help="Only records at or after DATE (YYYY-MM-DD or ISO 8601, UTC).",
+)
+@click.option(
+    "--event",
+    "events",
+    multiple=True,
+    type=click.Choice(["started", "finished", "rejected", "vetoed", "scanned", "policy"]),
+    help="Only these events (repeatable).",
+)
+@json_option
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    job: str | None,
+    since: str | None,
+    events: tuple[str, ...],
+    as_json: bool,
+) -> int:
+    """Print the records, oldest first, after checking the whole chain.
+
+    \b
+    Example:
+      mergegate audit log --job backup --since 2026-12-01
+      mergegate audit log --event finished --json
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        job=job,
+        since=since,
+        events=events,
+        as_json=as_json,
+    )
 
 
 def main(

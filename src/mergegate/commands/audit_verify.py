@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.audit_verify import verify_audit
+
+
+@click.command("verify")
+@branch_options
+@json_option
+def command(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: bool) -> int:
+    """Verify the hash chain and every commit of mergegate/audit (linear, append-only, signed).
+
+    \b
+    Example:
+      mergegate audit verify --json
+    """
+    return main(repo=repo, remote=remote, branch=branch, fetch=not no_fetch, as_json=as_json)
 
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:

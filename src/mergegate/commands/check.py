@@ -4,11 +4,69 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo
 from mergegate.operations import check_annotations as actions
 from mergegate.operations.proposals import check as run_check
+
+
+@click.command("check")
+@click.argument("ref", default="HEAD")
+@click.option(
+    "--base", default="approved", show_default=True, help="The approved branch to compare with."
+)
+@click.option(
+    "--remote",
+    default="origin",
+    show_default=True,
+    help="Remote to fetch the base (and REF, if remote) from.",
+)
+@click.option(
+    "--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are."
+)
+@repo_option
+@trust_option
+@json_option
+@click.option(
+    "--github",
+    is_flag=True,
+    help="Also write Actions annotations, a step summary and outputs (automatic when "
+    "GITHUB_ACTIONS=true).",
+)
+def command(
+    ref: str,
+    base: str,
+    remote: str,
+    no_fetch: bool,
+    repo: Path,
+    trust_root: str | None,
+    as_json: bool,
+    github: bool,
+) -> int:
+    """Validate the jobs REF adds or changes and judge them by the policy in force.
+
+    REF defaults to HEAD (the current branch); a branch that only exists on the
+    remote is read from there. Exit 0 if all would be allowed, 1 if any would be
+    denied, 2 if a file is invalid.
+
+    \b
+    Example (a pull request check):
+      mergegate check origin/add-backup-job --json
+    """
+    return main(
+        ref=ref,
+        base=base,
+        remote=remote,
+        fetch=not no_fetch,
+        repo=repo,
+        trust_root=trust_root,
+        as_json=as_json,
+        github=github,
+    )
 
 
 def main(

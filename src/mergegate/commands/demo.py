@@ -13,6 +13,25 @@ from mergegate.commands import output
 from mergegate.operations.demo import run_demo
 
 
+@click.command("demo")
+@click.argument(
+    "directory", metavar="[DIR]", required=False, type=click.Path(file_okay=False, path_type=Path)
+)
+def command(directory: Path | None) -> int:
+    """Build a throwaway gate and walk through the whole flow, printing every command.
+
+    In DIR (default: a new temporary directory): a local bare remote, ssh keys
+    for alice and bob, `init`, `propose`, `check`, `approve --merge`, `run`,
+    `status`, `audit verify` and `verify`. Needs only git and ssh-keygen; your
+    own git config is never read or changed (HOME points inside DIR).
+
+    \b
+    Example:
+      mergegate demo /tmp/gate-demo
+    """
+    return main(directory=directory)
+
+
 def main(*, directory: Path | None) -> int:
     colour = output.use_colour()
 

@@ -4,8 +4,52 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
+from mergegate.git.refnames import branch_name
 from mergegate.operations.inbox import inbox
+
+
+@click.command("inbox")
+@click.option(
+    "--base",
+    default="approved",
+    show_default=True,
+    help="The approved branch (approved, origin/approved, ...).",
+)
+@click.option(
+    "--remote", default="origin", show_default=True, help="Remote whose branches are proposals."
+)
+@click.option(
+    "--no-fetch", "no_fetch", is_flag=True, help="Use the remote-tracking branches as they are."
+)
+@repo_option
+@trust_option
+@json_option
+def command(
+    base: str, remote: str, no_fetch: bool, repo: Path, trust_root: str | None, as_json: bool
+) -> int:
+    """Proposals waiting for a decision, with check's verdict and who may approve.
+
+    Every branch on the remote (and, with GITHUB_TOKEN, every open pull
+    request against approved) that adds or changes a job or policy file,
+    judged as `mergegate check` judges it, with the approvals each file still
+    needs and the approvers whose vote would count.
+
+    \b
+    Example:
+      mergegate inbox
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        base=branch_name(base, remote),
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+    )
 
 
 def main(

@@ -4,11 +4,89 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import json_option, repo_option
 from mergegate.commands import output
 from mergegate.errors import UsageError
 from mergegate.github.workflows import ENVIRONMENT, PIN_HINT
 from mergegate.operations.init import add_workflows, is_gate
 from mergegate.operations.init import init as run_init
+
+
+@click.command("init")
+@repo_option
+@click.option("--approver", default=None, help="Approver name (default: git user.name).")
+@click.option("--email", default=None, help="Approver email, used to spot self-approval.")
+@click.option(
+    "--key",
+    default=None,
+    help="Approver ssh public key: a file or a key line (default: git user.signingkey).",
+)
+@click.option(
+    "--solo",
+    is_flag=True,
+    help="One-person setup: allow self-approval, policy changes need one approver.",
+)
+@click.option("--branch", default="approved", show_default=True)
+@click.option(
+    "--github",
+    is_flag=True,
+    help="Also write the GitHub Actions pull-request check and runner workflows.",
+)
+@click.option(
+    "--action",
+    default=None,
+    metavar="OWNER/REPO@COMMIT",
+    help="With --github: the mergegate action to use, pinned to a commit id.",
+)
+@click.option(
+    "--fan-out",
+    "fan_out",
+    is_flag=True,
+    help="With --github: the runner workflow fans each merge out over a matrix, one entry per job "
+    "(docs/github.md).",
+)
+@json_option
+def command(
+    repo: Path,
+    approver: str | None,
+    email: str | None,
+    key: str | None,
+    solo: bool,
+    branch: str,
+    github: bool,
+    action: str | None,
+    fan_out: bool,
+    as_json: bool,
+) -> int:
+    """Write a deny-by-default policy and jobs/, and create the approved branch.
+
+    No records are written: the first `mergegate run` creates the branch mergegate/audit.
+
+    An existing policy/policy.yaml is validated and kept as it is (then
+    --approver, --key, --email and --solo are ignored, with a warning). The
+    commit init makes is the trust root.
+
+    \b
+    Example:
+      mergegate init --approver alice --key ~/.ssh/id_ed25519.pub
+      mergegate init --github --action OWNER/mergegate@COMMIT   # plus the Actions workflows
+      mergegate init --github --fan-out --action OWNER/mergegate@COMMIT   # one matrix entry per job
+      export MERGEGATE_TRUST_ROOT=$(mergegate init --json | jq -r .trust_root)
+    """
+    return main(
+        repo=repo,
+        approver=approver,
+        email=email,
+        key=key,
+        solo=solo,
+        branch=branch,
+        github=github,
+        action=action,
+        fan_out=fan_out,
+        as_json=as_json,
+    )
 
 
 def main(

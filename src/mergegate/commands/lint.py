@@ -4,9 +4,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import json_option
 from mergegate.commands import output
 from mergegate.errors import UsageError
 from mergegate.operations.lint import lint
+
+
+@click.command("lint")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--repo",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    help="Where the working tree is (default: the one holding the current directory).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
+@json_option
+def command(files: tuple[Path, ...], root: Path, quiet: bool, as_json: bool) -> int:
+    """Validate job and policy files offline: schema, ids, paths, credential shapes.
+
+    The same parsers the runner uses; whether the policy in force allows a
+    command is `mergegate check`'s question. Exit 0 if all are valid, 2 if not.
+    A pre-commit hook: id `mergegate-lint` in this repository's .pre-commit-hooks.yaml.
+
+    \b
+    Example:
+      mergegate lint jobs/backup.yaml policy/policy.yaml
+    """
+    return main(files=files, root=root, as_json=as_json, quiet=quiet)
 
 
 def main(*, files: tuple[Path, ...], root: Path, as_json: bool, quiet: bool) -> int:

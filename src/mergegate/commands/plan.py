@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import click
+
+from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.rules.job import runner_labels
@@ -20,6 +23,69 @@ from mergegate.runner.one_pass import Options, Planned, Runner
 
 # GitHub refuses a matrix of more than 256 entries; the rest wait for the next plan.
 GITHUB_MATRIX_LIMIT = 256
+
+
+@click.command("plan")
+@branch_options
+@trust_option
+@json_option
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="LABEL",
+    help="Only jobs a runner with these labels may claim "
+    "(repeatable; default: every runnable job).",
+)
+@click.option(
+    "--github",
+    is_flag=True,
+    help="Also write matrix=, count= and more= to $GITHUB_OUTPUT (automatic when "
+    "GITHUB_ACTIONS=true).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    metavar="N",
+    help="At most N entries (GitHub refuses a matrix of more than 256); the rest wait for the next "
+    "plan.",
+)
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    labels: tuple[str, ...],
+    github: bool,
+    limit: int,
+) -> int:
+    """List the jobs a runner would claim now, as a GitHub Actions matrix with --json.
+
+    The same planning as a pass (`run --dry-run`); nothing is written. Each
+    entry is one revision: path, job, blob, commit, attempt and runs_on. Run an
+    entry with `mergegate run --once --job PATH`: the same at-most-once claim.
+
+    \b
+    Example:
+      mergegate plan
+      mergegate plan --json            # {"include": [{"path": "jobs/a.yaml", ...}]}
+      mergegate plan --github          # in Actions: matrix=... count=N in $GITHUB_OUTPUT
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+        labels=labels,
+        github=github,
+        limit=limit,
+    )
 
 
 def main(

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
+
+from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
 from mergegate.errors import GitError, MergegateError, UsageError
 from mergegate.git.refnames import branch_name
@@ -16,6 +19,159 @@ if (
 ):  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
     from mergegate.runner.one_pass import PassResult, Runner
     from mergegate.runner.plan import Plan
+
+
+@click.command("run")
+@branch_options
+@trust_option
+@json_option
+@click.option("--once", is_flag=True, help="Process what is pending, then exit.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between polls.",
+)
+@click.option(
+    "--runner-name", default="runner", show_default=True, help="Name written into every record."
+)
+@click.option(
+    "--signing-key",
+    default=None,
+    help="Sign audit commits: ssh private key path or OpenPGP key id.",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep full redacted output here.",
+)
+@click.option(
+    "--shutdown-grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGINT/SIGTERM, let the job in flight run this long "
+    "before its process tree is killed.",
+)
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait this long for another pass in this clone to finish before refusing.",
+)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Longest wait between polls while the remote is unreachable (the loop).",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Say what one pass would claim, run and record; write, push and run nothing.",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="LABEL",
+    help="This runner's label (repeatable): it claims only jobs whose runs_on it has all of.",
+)
+@click.option(
+    "--job",
+    "job",
+    default=None,
+    metavar="PATH",
+    help="With --once: claim and run only this job's runnable revision (a matrix entry of "
+    "`mergegate plan`).",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1, max=256),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run up to N jobs at once (their claims go in one push).",
+)
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    once: bool,
+    interval: float,
+    runner_name: str,
+    signing_key: str | None,
+    output_dir: Path | None,
+    shutdown_grace: float,
+    lock_wait: float,
+    max_backoff: float,
+    dry_run: bool,
+    parallel: int,
+    labels: tuple[str, ...],
+    job: str | None,
+) -> int:
+    """Run every newly approved job and push its records to the branch mergegate/audit.
+
+    The first SIGINT or SIGTERM stops claiming; the job in flight gets
+    --shutdown-grace seconds, then is killed and recorded `interrupted`, and
+    the records are pushed before the runner exits. With --json, each pass
+    (and, in the loop, each outage and recovery) is one JSON object per line.
+
+    A runner with --label claims only jobs whose runs_on it has all of; a job
+    without runs_on is claimed by any runner. --job PATH claims and runs that
+    one revision and records nothing else (exit 0 if another runner has it).
+
+    \b
+    Example:
+      mergegate run --once --runner-name ci-1 --json
+      mergegate run --interval 30 --runner-name host-1   # the poll loop
+      mergegate run --once --label gpu --label linux     # only jobs it has the labels for
+      mergegate run --once --job jobs/deploy.yaml        # one entry of a `mergegate plan` matrix
+      mergegate run --dry-run                            # what a pass would do
+      mergegate run --once --parallel 8                  # up to 8 jobs at once
+    """
+    if dry_run:
+        return dry_pass(
+            repo=repo,
+            remote=remote,
+            branch=branch,
+            fetch=not no_fetch,
+            trust_root=trust_root,
+            as_json=as_json,
+            runner_name=runner_name,
+            signing_key=signing_key,
+            labels=labels,
+        )
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+        once=once,
+        interval=interval,
+        runner_name=runner_name,
+        signing_key=signing_key,
+        output_dir=output_dir,
+        shutdown_grace=shutdown_grace,
+        lock_wait=lock_wait,
+        max_backoff=max_backoff,
+        parallel=parallel,
+        labels=labels,
+        job=job,
+    )
 
 
 def main(
@@ -302,7 +458,7 @@ def why_not(
     )
 
 
-def dry_run(
+def dry_pass(
     *,
     repo: Path,
     remote: str,

@@ -4,9 +4,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.show import show
+
+
+@click.command("show")
+@click.argument("job", metavar="JOB")
+@branch_options
+@trust_option
+@json_option
+def command(
+    job: str,
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+) -> int:
+    """One screen about one job: file, revisions, votes, records, what happens next.
+
+    Every revision approved brought, with the votes that counted and why the
+    others did not (the judge's own verdict), each attempt with its status,
+    duration and output tail, and what the next runner pass will do.
+
+    \b
+    Example:
+      mergegate show backup
+    """
+    return main(
+        job=job,
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+    )
 
 
 def main(

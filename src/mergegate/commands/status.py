@@ -4,9 +4,71 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.status import status as get_status
+
+
+@click.command("status")
+@branch_options
+@trust_option
+@json_option
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    type=click.Choice(
+        [
+            "queued",
+            "retrying",
+            "waiting",
+            "running",
+            "succeeded",
+            "failed",
+            "timed_out",
+            "interrupted",
+            "lost",
+            "rejected",
+            "vetoed",
+            "not run",
+        ]
+    ),
+    help="Only jobs in this state (repeatable).",
+)
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    states: tuple[str, ...],
+) -> int:
+    """Show every job on approved with its state.
+
+    States: queued (approved, waiting for a runner: with its runs_on labels, if
+    any), retrying (waiting for the backoff before its next attempt), waiting (for
+    GitHub review evidence), running, succeeded, failed, timed_out, interrupted,
+    lost, rejected, vetoed, not run.
+
+    \b
+    Example:
+      mergegate status --state queued --state running
+      mergegate status --json
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+        states=states,
+    )
 
 
 def main(

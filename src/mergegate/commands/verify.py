@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.verify import verify_history
@@ -14,6 +17,48 @@ _COUNTABLE = {
     "policy change",
     "veto",
 }  # kinds that read as nouns ("2 approvals"); the rest are states
+
+
+@click.command("verify")
+@branch_options
+@trust_option
+@json_option
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="One line per commit with its verdict (default: a short summary).",
+)
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    as_json: bool,
+    verbose: bool,
+) -> int:
+    """Re-judge the whole history of approved and cross-check the records on mergegate/audit.
+
+    Exit 0 when every commit was judged, every started job was validly approved and
+    the chain is intact; 1 when the walk stopped at a commit whose GitHub evidence
+    is not recorded yet (incomplete); 2 for bad input or an unreachable remote;
+    3 for a violation. GitHub is never asked; --no-fetch works with no network.
+
+    \b
+    Example (an auditor on a fresh clone, then offline):
+      mergegate verify --trust-root 1a2b3c4 --json
+      mergegate verify --no-fetch
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        as_json=as_json,
+        verbose=verbose,
+    )
 
 
 def main(

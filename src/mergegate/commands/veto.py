@@ -4,10 +4,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
+from mergegate.cli import branch_options, json_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.operations.proposals import veto as run_veto
 from mergegate.runner.claims import holder
+
+
+@click.command("veto")
+@click.argument("path")
+@click.option(
+    "--blob", default=None, help="The revision to veto (default: the file as it is on approved)."
+)
+@branch_options
+@json_option
+def command(
+    path: str, blob: str | None, repo: Path, remote: str, branch: str, no_fetch: bool, as_json: bool
+) -> int:
+    """Stop an approved job that has not started: push a signed veto to approved.
+
+    Signed with your git signing key, which must be an approver key. A veto
+    that arrives after the job started has no effect.
+
+    \b
+    Example:
+      mergegate veto jobs/deploy.yaml
+    """
+    return main(
+        path=path,
+        blob=blob,
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        as_json=as_json,
+    )
 
 
 def main(

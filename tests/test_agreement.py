@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mergegate.operations.proposals import check
+from mergegate.operations.check import check
 from tests.helpers.repos import Person, World, job_yaml, policy_yaml
 
 

@@ -149,7 +149,7 @@ def build(gate: Gate) -> Any:
         )
     )
     def check_proposal(ref: str) -> dict[str, Any]:
-        from mergegate.operations.proposals import check
+        from mergegate.operations.check import check
 
         def call() -> dict[str, Any]:
             report = check(

@@ -9,7 +9,7 @@ import click
 from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name as bare_branch
-from mergegate.operations.proposals import approve as run_approve
+from mergegate.operations.approve import approve as run_approve
 
 
 @click.command("approve")

@@ -11,7 +11,7 @@ from mergegate.commands import output
 from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo
 from mergegate.operations import check_annotations as actions
-from mergegate.operations.proposals import check as run_check
+from mergegate.operations.check import check as run_check
 
 
 @click.command("check")

@@ -9,7 +9,7 @@ import click
 from mergegate.cli import branch_options, json_option
 from mergegate.commands import output
 from mergegate.git.refnames import branch_name
-from mergegate.operations.proposals import veto as run_veto
+from mergegate.operations.veto import veto as run_veto
 from mergegate.runner.claims import holder
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from mergegate.errors import ConfigError
 from mergegate.facts.assessor import Vote
-from mergegate.operations.proposals import CheckReport, FileCheck
+from mergegate.operations.check import CheckReport, FileCheck
 from mergegate.rules import config
 from mergegate.rules.job import parse_job
 

@@ -20,7 +20,7 @@ from mergegate.errors import MergegateError
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import open_branch
 from mergegate.git.repo import Repo
-from mergegate.operations import proposals
+from mergegate.operations.check import CheckReport, check
 from mergegate.rules.job import is_job_path
 from mergegate.rules.policy import POLICY_DIR
 
@@ -112,7 +112,7 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
             continue
         pull = pulls.get(name)
         try:
-            report = proposals.check(
+            report = check(
                 repo_path=repo_path, ref=head, base=base, remote=remote, fetch=False, trust=trust
             )
         except MergegateError as exc:
@@ -148,7 +148,7 @@ def _refs(repo: Repo, prefix: str) -> list[str]:
     return [n[len(prefix) :] for n in names]
 
 
-def _may_approve(repo: Repo, report: proposals.CheckReport) -> tuple[str, ...]:
+def _may_approve(repo: Repo, report: CheckReport) -> tuple[str, ...]:
     """Approvers of the policy in force whose vote would count for every file (not an author or
     signer)."""
     policy = report.policy_in_force

@@ -3,7 +3,7 @@ it.
 
 Nothing is referenced until the judgement is in: the commit is built with
 plumbing (a private index, no working tree touched), handed to
-`proposals.check` by its full id, and only then does a branch point at it.
+`check` by its full id, and only then does a branch point at it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.facts.branches import AUDIT_BRANCH, open_branch
 from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo
-from mergegate.operations import proposals
+from mergegate.operations.check import CheckReport, check
 from mergegate.redaction import find_credential
 from mergegate.rules.job import parse_job
 
@@ -102,7 +102,7 @@ class Proposal:
     created: bool  # False: the same content was already proposed on this branch
     signed: bool
     pushed_to: str | None
-    report: proposals.CheckReport
+    report: CheckReport
     pull: int | None = None
     pull_url: str | None = None
     pull_created: bool = False
@@ -238,7 +238,7 @@ def _propose(
             and repo.merge_base(candidate, tip) is not None
         ):
             # Proposing the same content again returns the proposal there is.
-            report = proposals.check(
+            report = check(
                 repo_path=repo_path,
                 ref=candidate,
                 base=base,
@@ -284,7 +284,7 @@ def _propose(
         sign=sign,
     )
     # Judge exactly as `check` does (the same function) before any branch points at it.
-    report = proposals.check(
+    report = check(
         repo_path=repo_path, ref=commit, base=base, remote=remote, fetch=False, trust=trust
     )
     _refuse(report, draft, even_if_denied=even_if_denied)
@@ -308,7 +308,7 @@ def _newest(repo: Repo, target: str, local: str | None, published: str | None) -
     )
 
 
-def _refuse(report: proposals.CheckReport, draft: Draft, *, even_if_denied: bool) -> None:
+def _refuse(report: CheckReport, draft: Draft, *, even_if_denied: bool) -> None:
     # An invalid file is always refused; a denied one only proposed when asked (to go with a policy
     # change).
     bad = [

@@ -1,0 +1,247 @@
+"""`approve`: sign an approval commit on a proposal (or the merge into approved) and push it.
+
+It signs only what `check` allows, and refuses a signature the runner would not count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mergegate.crypto.signatures import parse_public_key
+from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
+from mergegate.facts.assessor import APPROVE_TRAILER, APPROVE_TREE_TRAILER, Assessor
+from mergegate.git.repo import ZERO, Repo
+from mergegate.operations.check import CheckReport, check
+from mergegate.rules.job import is_job_path
+from mergegate.rules.policy import Policy
+
+
+@dataclass(frozen=True)
+class Approval:
+    commit: str
+    kind: str  # "approval commit" or "merge"
+    pushed_to: str
+    report: CheckReport
+
+
+def approve(
+    *,
+    repo_path: Path,
+    branch_name: str,
+    base: str,
+    remote: str,
+    merge: bool,
+    fetch: bool,
+    trust: str | None = None,
+) -> Approval:
+    """Sign an approval commit on the proposal (or the merge into approved) and push it."""
+    report = check(
+        repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch, trust=trust
+    )
+    if report.exit_code != 0:
+        bad = next(f for f in report.files if f.state in ("invalid", "denied"))
+        raise JobFailed(
+            f"refusing to approve {branch_name}: {bad.path} is {bad.state}: {bad.reason}"
+        )
+    if not report.files:
+        raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
+    repo = Repo(repo_path)
+    can_sign(repo)
+    person = _would_count(repo, report)
+    if merge and person is not None:
+        _merge_would_approve(repo_path, branch_name, base, remote, trust, person)
+    has_remote = repo.has_remote(remote)
+    head = report.head
+    if merge:
+        tree = repo.merge_tree(report.base, head)
+        message = f"Merge {branch_name} into {base} (mergegate approve)\n"
+        sha = repo.commit_tree(
+            tree=tree, parents=(report.base, head), message=message, author=None, sign=True
+        )
+        target, old = base, report.base
+    else:
+        tree = repo.commit(head).tree
+        # One line per job and policy file for the reader; the tree line approves
+        # every file as it is (scripts too, and names no trailer could hold).
+        named = "".join(
+            f"{APPROVE_TRAILER}: {f.path} {f.mode} {f.blob}\n"
+            for f in report.files
+            if f.state != "content"
+            and f.blob != ZERO
+            and "\n" not in f.path
+            and not f.path.startswith("\0")
+        )
+        message = (
+            f"mergegate: approve {len(report.files)} "
+            f"file(s)\n\n{named}{APPROVE_TREE_TRAILER}: {tree}\n"
+        )
+        sha = repo.commit_tree(tree=tree, parents=(head,), message=message, author=None, sign=True)
+        target, old = _branch_name(report.resolved, remote), head
+    if has_remote:
+        if not repo.push(remote, sha, target):
+            raise GitError(f"{remote}/{target} moved while approving", hint="run the command again")
+        local = repo.rev(f"refs/heads/{target}")
+        # An approval commit has the tree of its parent, so moving a checked-out
+        # branch onto it leaves the working tree and index exactly as they were.
+        if local == old and (not merge or repo.current_branch() != target):
+            repo.update_ref(f"refs/heads/{target}", sha, old)
+        pushed = f"{remote}/{target}"
+    else:
+        if repo.current_branch() == target and merge:
+            raise GitError(
+                f"{target} is checked out here; switch branches before approving into it"
+            )
+        if not repo.update_ref(f"refs/heads/{target}", sha, old):
+            raise GitError(f"{target} moved while approving", hint="run the command again")
+        pushed = target
+    return Approval(sha, "merge" if merge else "approval commit", pushed, report)
+
+
+def can_sign(repo: Repo, what: str = "approvals") -> None:
+    if (repo.config("gpg.format") or "openpgp") == "ssh" and repo.config("user.signingkey") is None:
+        raise UsageError(
+            "git is set to sign with ssh but has no signing key",
+            hint="git config user.signingkey ~/.ssh/id_ed25519",
+        )
+    if repo.config("gpg.format") is None and repo.config("user.signingkey") is None:
+        raise UsageError(
+            f"git has no signing key configured: {what} must be signed",
+            hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519",
+        )
+
+
+def _would_count(repo: Repo, report: CheckReport) -> str | None:
+    """Refuse to sign an approval that the runner would not count, and say why; the signer, when
+    known."""
+    policy = report.policy_in_force
+    assert policy is not None
+    person = _signing_person(repo, policy)
+    if person is None:
+        return None  # an OpenPGP key or one we cannot read: the runner still judges it
+    if person not in {p.name for p in policy.approvers}:
+        raise JobFailed(
+            f"your signing key belongs to {person}, who is not an approver in {policy.where}"
+        )
+    if policy.allow_self_approval:
+        return person
+    assessor = Assessor(repo, at=datetime.now(UTC))
+    assert report.facts is not None
+    for f in report.files:
+        why = assessor.excluded(policy, report.facts, f.path).get(person)
+        if why is not None:
+            raise JobFailed(
+                f"your approval of {f.path} would not count: you ({person}) are the {why}",
+                hint="ask another approver; an author or signer of a change never counts for it "
+                "(mergegate inbox lists who may approve)",
+            )
+    return person
+
+
+def _merge_would_approve(
+    repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str
+) -> None:
+    """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short
+    of
+    its quorum (or of the policy quorum) would need the file changed before anyone could approve it
+    again."""
+    report = check(
+        repo_path=repo_path,
+        ref=branch_name,
+        base=base,
+        remote=remote,
+        fetch=False,
+        trust=trust,
+        merger=person,
+    )
+    assessment = report.assessment
+    assert assessment is not None
+    verdict = assessment.policy_verdict
+    if verdict is not None and not verdict.adopted:
+        raise JobFailed(
+            f"refusing to merge {branch_name}: its policy change would not be adopted with your "
+            f"signature: {verdict.reason}",
+            hint="first the approval commits it lacks: other approvers run mergegate approve "
+            "BRANCH (without --merge)",
+        )
+    # Not runnable, not only not approved: a job with its quorum in a tree holding other files short
+    # of
+    # theirs (a script changed after the approval commits) is rejected for good too.
+    short = next((d for d in assessment.decisions if not d.runnable), None)
+    if short is not None:
+        raise JobFailed(
+            f"refusing to merge {branch_name}: with your signature the runner would reject "
+            f"{short.path} "
+            f"for good: {short.reason}",
+            hint="a rejected revision is final: first the approval commits it lacks (other "
+            "approvers run "
+            "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes",
+        )
+    # Other files this merge would leave unapproved (dated by the proposal's head:
+    # `judge._unapproved_after`)
+    # refuse every later job in the tree until a merge with their quorum approves them.
+    left = sorted(
+        path
+        for path, since in assessment.unapproved.items()
+        if since == report.head and not is_job_path(path)
+    )
+    if left:
+        raise JobFailed(
+            f"refusing to merge {branch_name}: with your signature {', '.join(left[:5])} would be "
+            "left without the "
+            "approvals other files need, and every later job in the tree refused until a merge "
+            "with them",
+            hint="first the approval commits it lacks (other approvers run mergegate approve "
+            "BRANCH, without "
+            "--merge); mergegate check BRANCH shows what each file needs",
+        )
+
+
+def _signing_person(repo: Repo, policy: Policy) -> str | None:
+    """The policy person whose ssh key is this clone's git signing key, if any can be told."""
+    if (repo.config("gpg.format") or "openpgp") != "ssh":
+        return None
+    configured = repo.config("user.signingkey")
+    if configured is None:
+        raise UsageError(
+            "git has no signing key configured",
+            hint="git config gpg.format ssh && git config user.signingkey ~/.ssh/id_ed25519",
+        )
+    line = configured[len("key::") :] if configured.startswith("key::") else None
+    if line is None:
+        path = Path(configured).expanduser()
+        public = path if path.suffix == ".pub" else path.with_name(path.name + ".pub")
+        if not public.exists():
+            return None
+        line = public.read_text().strip()
+    try:
+        fingerprint = parse_public_key(line, owner="you", source="user.signingkey").fingerprint
+    except ConfigError:
+        return None
+    owner = next(
+        (
+            k.owner
+            for p in (*policy.approvers, *policy.proposers)
+            for k in p.keys
+            if k.fingerprint == fingerprint
+        ),
+        None,
+    )
+    if owner is None:
+        raise JobFailed(
+            f"your signing key {fingerprint} is not a key in {policy.where}",
+            hint="sign with the key the policy lists for you, or have it added by a policy change",
+        )
+    return owner
+
+
+def _branch_name(ref: str, remote: str) -> str:
+    """The branch an approval commit goes on: the one the proposal was resolved as."""
+    for prefix in (f"refs/remotes/{remote}/", "refs/heads/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix) :]
+    raise UsageError(
+        f"{ref} is not a branch, so an approval commit has nowhere to go",
+        hint="name the proposal branch, or approve with --merge",
+    )

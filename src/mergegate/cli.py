@@ -1,10 +1,11 @@
-"""Command line: the group, the options commands share, and the one error handler.
+"""Command line: the group and the one error handler.
 
 Each command lives in its own module under `mergegate/commands/`: its click
 definition (arguments, options, help) next to its glue (calling the domain,
-printing). Only the command asked for is imported, so `mergegate --help` and
-`--version` import none of them. One handler turns every MergegateError into
-`error: <what> (<file>:<line>)` and a `hint:`.
+printing); the options several share are in `commands/options.py`. Only the
+command asked for is imported, so `mergegate --help` and `--version` import none
+of them. One handler turns every MergegateError into `error: <what>
+(<file>:<line>)` and a `hint:`.
 """
 
 from __future__ import annotations
@@ -12,33 +13,14 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from mergegate import __version__
+from mergegate.commands.options import Flags, set_debug
 from mergegate.errors import MergegateError, UsageError
-
-
-class _Flags:
-    """What the error handler must know about the parsed command line."""
-
-    debug = False
-    as_json = False
-
-
-def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        _Flags.debug = True
-
-
-def _set_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    if value:
-        _Flags.as_json = True
-    return value
-
 
 # Every command: its module under mergegate.commands (which defines `command`) and the first
 # line of its help, which `mergegate --help` lists without importing the module (start-up:
@@ -122,7 +104,7 @@ class _Group(click.Group):
                     ["--debug"],
                     is_flag=True,
                     expose_value=False,
-                    callback=_set_debug,
+                    callback=set_debug,
                     help="Show tracebacks.",
                 )
             )
@@ -161,59 +143,10 @@ class _Group(click.Group):
             formatter.write_dl(rows)
 
 
-def repo_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--repo",
-        "repo",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path("."),
-        show_default=True,
-        help="The gate repository.",
-    )(f)
-
-
-def branch_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option(
-        "--no-fetch", "no_fetch", is_flag=True, help="Read the remote-tracking branch as it is."
-    )(f)
-    f = click.option(
-        "--branch", default="approved", show_default=True, help="The approved branch."
-    )(f)
-    f = click.option(
-        "--remote",
-        default="origin",
-        show_default=True,
-        help="Remote to fetch from (and, for commands that push, push to).",
-    )(f)
-    return repo_option(f)
-
-
-def trust_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--trust-root",
-        "trust_root",
-        envvar="MERGEGATE_TRUST_ROOT",
-        default=None,
-        metavar="COMMIT",
-        help="Pinned trust root, or MERGEGATE_TRUST_ROOT (default: the first commit of approved "
-        "with a policy, with a warning).",
-    )(f)
-
-
-def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        callback=_set_json,
-        help="Print one JSON object (stable format); errors too.",
-    )(f)
-
-
 @click.group(cls=_Group, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="mergegate")
 @click.option(
-    "--debug", is_flag=True, callback=_set_debug, expose_value=False, help="Show tracebacks."
+    "--debug", is_flag=True, callback=set_debug, expose_value=False, help="Show tracebacks."
 )
 def cli() -> None:
     """mergegate: run a job only after a signed, policy-checked merge into `approved`.
@@ -246,11 +179,11 @@ def audit() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _Flags.debug = _Flags.as_json = False
+    Flags.debug = Flags.as_json = False
     try:
         code = cli.main(args=argv, prog_name="mergegate", standalone_mode=False)
     except MergegateError as exc:
-        if _Flags.debug:
+        if Flags.debug:
             raise
         from mergegate.redaction import redact_text
 
@@ -282,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one line for the person; the traceback is for --debug
-        if _Flags.debug:
+        if Flags.debug:
             raise
         hint = "run again with --debug for a traceback, and report it"
         click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
@@ -296,7 +229,7 @@ def _json_error(
     message: str, *, file: str | None = None, line: int | None = None, hint: str | None = None
 ) -> None:
     """With --json, the error is also one JSON object on stdout, so a script never parses stderr."""
-    if _Flags.as_json:
+    if Flags.as_json:
         from mergegate.commands import output
 
         output.emit({"error": message, "file": file, "line": line, "hint": hint, "ok": False})

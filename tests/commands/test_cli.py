@@ -84,8 +84,8 @@ def test_the_command_list_shows_each_command_s_own_first_line() -> None:
 
 
 def test_help_and_version_import_no_command_module() -> None:
-    """Start-up: the group's help and --version import click and the group, no command; a
-    command's own help imports that command only."""
+    """Start-up: the group's help and --version import click, the group and the shared options,
+    no command; a command's own help imports that command only."""
     script = (
         "import io, sys, contextlib\n"
         "from mergegate import cli\n"
@@ -102,8 +102,8 @@ def test_help_and_version_import_no_command_module() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "['mergegate.cli', 'mergegate.errors']",
-        "['mergegate.commands.output', 'mergegate.commands.status']",
+        "['mergegate.cli', 'mergegate.commands', 'mergegate.commands.options', 'mergegate.errors']",
+        "['mergegate.commands.options', 'mergegate.commands.output', 'mergegate.commands.status']",
     ]
 
 

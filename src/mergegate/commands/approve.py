@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
+from mergegate.commands.options import json_option, repo_option, trust_option
 from mergegate.git.refnames import branch_name as bare_branch
 from mergegate.operations.approve import approve as run_approve
 

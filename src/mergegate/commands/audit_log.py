@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import branch_options, json_option
 from mergegate.commands import output
+from mergegate.commands.options import branch_options, json_option
 from mergegate.git.refnames import branch_name
 from mergegate.operations.audit_log import describe, open_view, parse_since, select
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import json_option, repo_option
 from mergegate.commands import output
+from mergegate.commands.options import json_option, repo_option
 from mergegate.errors import UsageError
 from mergegate.github.workflows import ENVIRONMENT, PIN_HINT
 from mergegate.operations.init import add_workflows, is_gate

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import json_option
 from mergegate.commands import output
+from mergegate.commands.options import json_option
 from mergegate.errors import UsageError
 from mergegate.operations.lint import lint
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import repo_option, trust_option
+from mergegate.commands.options import repo_option, trust_option
 from mergegate.mcp_server import Gate, serve
 
 

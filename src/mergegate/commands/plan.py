@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
+from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.git.refnames import branch_name
 from mergegate.rules.job import runner_labels
 from mergegate.runner.one_pass import Options, Planned, Runner

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import json_option, repo_option, trust_option
 from mergegate.commands import output
+from mergegate.commands.options import json_option, repo_option, trust_option
 from mergegate.operations.propose import Draft, parse_env, propose
 
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
+from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.errors import GitError, MergegateError, UsageError
 from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo

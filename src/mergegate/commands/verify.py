@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from mergegate.cli import branch_options, json_option, trust_option
 from mergegate.commands import output
+from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.git.refnames import branch_name
 from mergegate.operations.verify import verify_history
 

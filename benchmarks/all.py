@@ -25,6 +25,7 @@ SCRIPTS: list[list[str]] = [
     ["throughput.py", "--jobs", "1000", "--parallel", "1,8", "--repeat", "3"],
     ["poll_scale.py", "--jobs", "10000", "--repeat", "5", "--last-pass", "300"],
     ["signature_checks.py", "--approvals", "100,1000,5000", "--repeat", "3"],
+    ["config_load.py", "--jobs", "1000", "--repeat", "5"],
     ["audit_verify.py", "--records", "100000", "--repeat", "5"],
     ["compare_seed.py"],
     ["suite.py"],

@@ -183,25 +183,20 @@ _READINGS = [
 def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_does(
     text: str,
 ) -> None:
-    """config._compose_checked (one pass) against config._compose_two_pass (the reference): the same
-    node, or the same error at the same line."""
-    import yaml
-
+    """config.parse_yaml (libyaml where it reads as PyYAML does) against PyYAML's own reading (the
+    reference, as mergegate has always read): the same data and lines, or the same error at the same
+    line."""
     from mergegate.rules import config
 
     def outcome(read: object) -> object:
         try:
-            node = read(text, "f.yaml")  # type: ignore[operator]
-            return None if node is None else yaml.serialize(node)
+            doc = read(text, "f.yaml")  # type: ignore[operator]
+            return (repr(doc.data), sorted(doc.lines.items(), key=repr))
         except ConfigError as exc:
             return ("config", exc.message, exc.line)
-        except yaml.YAMLError as exc:
-            return (type(exc).__name__, str(exc))
 
-    # The reference as it was: PyYAML's own SafeLoader (config._Loader is held to it in
-    # test_yaml_reading.py).
-    assert outcome(config._compose_checked) == outcome(
-        lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader)
+    assert outcome(lambda t, f: config.parse_yaml(t, file=f)) == outcome(
+        lambda t, f: config._document(config._compose_pyyaml(t, f), f, libyaml=False)
     )
 
 
@@ -342,30 +337,21 @@ def _line(rng: random.Random) -> str:
     )
 
 
-def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> None:
-    """config._compose_simple against yaml.compose over generated files (and the real job files of
-    the
-    examples): wherever it reads a file at all, the same tree of nodes, tags, values, styles and
-    start marks."""
-    import yaml
-
+def test_the_reading_of_job_files_gives_what_pyyamls_own_reading_gives() -> None:
+    """config.parse_yaml against PyYAML's own reading over generated files (and the real job files
+    of the examples): the same data and line of every value, or the same error at the same line;
+    libyaml read many of them, PyYAML many others (a tab, a `?`, a tag: see config's module doc)."""
     from mergegate.rules import config
 
-    def dump(node: yaml.Node) -> object:
-        mark = node.start_mark
-        where = (mark.name, mark.index, mark.line, mark.column, mark.buffer, mark.pointer)
-        if isinstance(node, yaml.ScalarNode):
-            return ("scalar", node.tag, node.value, node.style, where)
-        if isinstance(node, yaml.SequenceNode):
-            return ("seq", node.tag, node.flow_style, where, [dump(n) for n in node.value])
-        assert isinstance(node, yaml.MappingNode)
-        return (
-            "map",
-            node.tag,
-            node.flow_style,
-            where,
-            [(dump(k), dump(v)) for k, v in node.value],
-        )
+    def outcome(read: object, text: str) -> object:
+        try:
+            doc = read(text, "f")  # type: ignore[operator]
+            return (repr(doc.data), sorted(doc.lines.items(), key=repr))
+        except ConfigError as exc:
+            return ("config", exc.message, exc.line)
+
+    def reference(text: str, file: str) -> config.Document:
+        return config._document(config._compose_pyyaml(text, file), file, libyaml=False)
 
     rng = random.Random(12)
     texts = [
@@ -377,14 +363,15 @@ def test_the_reading_of_simple_job_files_builds_the_nodes_pyyaml_composes() -> N
         "\n".join(_line(rng) for _ in range(rng.randrange(1, 4))) + rng.choice(["", "\n"])
         for _ in range(3000)
     ]
-    read = 0
+    libyaml = 0
     for text in texts:
-        node = config._compose_simple(text)
-        if node is None:
-            continue
-        read += 1
-        assert dump(node) == dump(yaml.compose(text, Loader=yaml.SafeLoader)), text
-    assert 300 < read < len(texts) - 300  # both readings were taken, often
+        ours = outcome(lambda t, f: config.parse_yaml(t, file=f), text)
+        assert ours == outcome(reference, text), text
+        try:
+            libyaml += config._read_libyaml(text, "f") is not None
+        except ConfigError:
+            libyaml += 1
+    assert 300 < libyaml < len(texts) - 300  # both readings were taken, often
 
 
 def test_a_scalar_is_constructed_as_a_whole_safe_loader_constructs_it() -> None:
@@ -480,10 +467,21 @@ def _job_data(rng: random.Random) -> dict[str, object]:
     return {k: pick(values[k]) for k in keys}
 
 
-def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
-    """config._surely_valid is one-sided: whatever it accepts, jsonschema (the reference) finds no
-    error
-    in; it may leave anything to jsonschema. Over generated jobs of every field's edge values."""
+def _verdict_of_validate(schema: str, data: object) -> bool:
+    from mergegate.rules import config
+
+    try:
+        config.validate(config.Document(file="f", data=data, lines={}), schema=schema)
+        return True
+    except ConfigError:
+        return False
+
+
+def test_a_job_valid_to_fastjsonschema_is_valid_to_jsonschema() -> None:
+    """fastjsonschema is one-sided: whatever it accepts, jsonschema (the reference) finds no error
+    in; whatever it refuses, jsonschema decides. So validate says what jsonschema says, both ways,
+    over generated jobs of every field's edge values."""
+    import fastjsonschema
     import jsonschema
 
     from mergegate.rules import config
@@ -495,12 +493,13 @@ def test_a_job_surely_valid_to_the_quick_check_is_valid_to_jsonschema() -> None:
     for _ in range(4000):
         data = _job_data(rng)
         valid = not list(validator.iter_errors(data))
-        if config._surely_valid(schema, data):
+        try:
+            config._fast_check("job")(data)
             accepted += 1
             assert valid, data
-        assert config._verdict(schema, data, schema) in (valid, None), (
-            data
-        )  # its "invalid" is exact too
+        except fastjsonschema.JsonSchemaValueException:
+            pass
+        assert _verdict_of_validate("job", data) == valid, data
     assert accepted > 400
 
 
@@ -605,12 +604,11 @@ def _policy_data(rng: random.Random) -> dict[str, object]:
     return {k: pick(values[k]) for k in keys}
 
 
-def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
-    """config._verdict reads policy.schema.json's keywords too ($ref, oneOf, anyOf, not, const,
-    enum):
-    every True is valid to jsonschema (the reference) and every False invalid (oneOf and not decide
-    by
-    it), over generated policies of every key's edge values; None leaves it to jsonschema."""
+def test_a_policy_valid_to_fastjsonschema_is_valid_to_jsonschema() -> None:
+    """policy.schema.json's keywords too ($ref, oneOf, anyOf, not, const, enum): every policy
+    fastjsonschema accepts is valid to jsonschema (the reference), and validate says what jsonschema
+    says both ways, over generated policies of every key's edge values."""
+    import fastjsonschema
     import jsonschema
 
     from mergegate.rules import config
@@ -622,15 +620,19 @@ def test_a_policy_the_quick_check_decides_is_decided_so_by_jsonschema() -> None:
     for _ in range(4000):
         data = _policy_data(rng)
         valid = not list(validator.iter_errors(data))
-        verdict = config._verdict(schema, data, schema)
-        assert verdict in (valid, None), (verdict, data)
-        if verdict is not None:
-            decided[verdict] += 1
+        try:
+            config._fast_check("policy")(data)
+            fast = True
+        except fastjsonschema.JsonSchemaValueException:
+            fast = False
+        assert valid or not fast, data
+        assert _verdict_of_validate("policy", data) == valid, data
+        decided[fast] += 1
     assert decided[True] > 400 and decided[False] > 400, decided
 
 
 def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path: Path) -> None:
-    """The reason for the quick check: jsonschema costs about 0.2 s of CPU to import, in every
+    """The reason for fastjsonschema: jsonschema costs about 0.2 s of CPU to import, in every
     runner."""
     from tests.helpers.repos import ECHO_RULE, policy_yaml
 

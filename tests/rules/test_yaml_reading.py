@@ -1,37 +1,34 @@
-"""The fast reading of simple YAML (config._compose_checked) against the reference reading, and
-values
-PyYAML tags but cannot construct (from a differential review; notes/yamlrt.md).
+"""libyaml's reading (config._read_libyaml, PyYAML's CSafeLoader) against PyYAML's own (the
+reference: what mergegate has always read and said), and values PyYAML tags but cannot construct
+(from a differential review; notes/yamlrt.md).
 
 * test_a_value_pyyaml_cannot_construct_is_a_config_error_*: a ValueError escaped parse_yaml (not a
   ConfigError naming file and line), so one such file stopped `lint` of the files after it.
-* test_fast_reading_matches_reference_*: a guard that fails as soon as the fast reading reads any of
-these
-  inputs differently from PyYAML (none found by 80,000 fuzzed files).
-* test_the_linear_scanner_*, test_a_deep_flow_collection_*: config._Loader, the scanner the depth
-guard
-  reads with, against PyYAML's own (quadratic in the depth of a flow collection).
+* test_libyaml_reading_matches_reference_*: a guard that fails as soon as parse_yaml reads any of
+  these inputs differently from PyYAML's own reading (tabs, `?` in flow scalars, `|#`, tags and
+  empty flow values are where libyaml's language differs: see config's module doc).
+* test_the_depth_guard_*, test_a_deep_flow_collection_*: which of the depth and a syntax error is
+  reported first (the scanner's look-ahead decides), and the time a deep document costs.
 """
 
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from mergegate.errors import ConfigError
 from mergegate.rules import config
 
 # S1: the resolver tags these int/timestamp (or an explicit tag asks for one), SafeConstructor then
-# raises
-# ValueError (not yaml.YAMLError), which config._scalar does not catch.
+# raises ValueError (not yaml.YAMLError), which config._scalar does not catch.
 _UNCONSTRUCTIBLE = [
-    b"k: 0b_\n",  # fast path: int regex [-+]?0b[0-1_]+, int('', 2)
-    b"k: 0x_\n",  # fast path: int('', 16)
-    b"k: -0b_\n",  # fast path
-    b"k: [echo, 0x_]\n",  # fast path, flow list
-    b"k: 2001-02-30\n",  # fast path: timestamp regex, date(2001, 2, 30)
-    b"k: 0000-01-01\n",  # fast path: year 0
-    b"k:\n  - 0b_\n",  # PyYAML path (block list)
-    b"k: !!int x\n",  # PyYAML path (explicit tag)
+    b"k: 0b_\n",  # libyaml: int regex [-+]?0b[0-1_]+, int('', 2)
+    b"k: 0x_\n",  # libyaml: int('', 16)
+    b"k: -0b_\n",  # libyaml
+    b"k: [echo, 0x_]\n",  # libyaml, flow list
+    b"k: 2001-02-30\n",  # libyaml: timestamp regex, date(2001, 2, 30)
+    b"k: 0000-01-01\n",  # libyaml: year 0
+    b"k:\n  - 0b_\n",  # libyaml (block list)
+    b"k: !!int x\n",  # PyYAML (explicit tag)
 ]
 
 
@@ -54,8 +51,8 @@ def test_a_value_pyyaml_cannot_construct_is_a_config_error_for_a_job_file() -> N
         )
 
 
-# Guard: inputs at the edge of the fast grammar (quotes, escapes, YAML 1.1 words, comments,
-# markers).
+# Guard: inputs at the edge of where libyaml and PyYAML agree (quotes, escapes, YAML 1.1 words,
+# comments, markers, tabs, empty values in flow collections).
 _EDGE = [
     b'id: hello\ncommand: [echo, "hello from mergegate"]\ntimeout_seconds: 10\n',
     b"k: 'a''b'\n",
@@ -104,38 +101,51 @@ _EDGE = [
     b"k:\tv\n",
     b"k: [a,]\n",
     b"k: 'x\n  y'\n",
+    b"k: [a?]\n",
+    b"k: |#\n  x\n",
+    b"k: {a: \n }\n",
+    b"k: [a: \n ]\n",
+    b"k: {a\n }\n",
+    b"---\n",
+    b"k: !!str\n",
+    b"k: 1\n---\nj: 2\n",
+    b"k: 1\r\nj: [a,\r\n b]\r\n",
+    b"k: [x, \x00]\n",
+    b"k: a\xc2\x85b\n",
+    b"k: a\xe2\x80\xa8b: c\n",
+    b"{k: &a [x], j: *a}\n",
+    b"k: [1, 2]\nk: 3\n",
 ]
+
+
+def _reference(text: str, file: str) -> config.Document:
+    """PyYAML's own reading, as mergegate has always read: the depth first, then compose."""
+    return config._document(config._compose_pyyaml(text, file), file, libyaml=False)
 
 
 def _outcome(read: object, text: str) -> object:
     try:
-        node = read(text, "f")  # type: ignore[operator]
-        if node is None:
-            return ("empty",)
-        lines: dict[object, object] = {}
-        data = config._convert(node, (), lines, "f", set())
-        return ("ok", repr(data), sorted(lines.items(), key=repr))
+        doc = read(text, "f")  # type: ignore[operator]
+        return ("ok", repr(doc.data), sorted(doc.lines.items(), key=repr))
     except ConfigError as exc:
         return ("config", exc.message, exc.line)
-    except yaml.YAMLError as exc:
-        return ("yaml", str(exc))
     except Exception as exc:  # the two readings must fail the same way too
         return (type(exc).__name__, str(exc))
 
 
+def _parse(text: str, file: str) -> config.Document:
+    return config.parse_yaml(text, file=file)
+
+
 @pytest.mark.parametrize("text", _EDGE)
-def test_fast_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
+def test_libyaml_reading_matches_reference_on_edge_inputs(text: bytes) -> None:
     decoded = text.decode("utf-8")
-    reference = lambda t, f: config._compose_two_pass(t, f, yaml.SafeLoader)  # noqa: E731 (PyYAML's own loader)
-    assert _outcome(config._compose_checked, decoded) == _outcome(reference, decoded)
+    assert _outcome(_parse, decoded) == _outcome(_reference, decoded)
 
 
-# config._Loader: PyYAML's SafeLoader with its scanner's possible simple keys kept in linear time
-# (the
-# depth guard had to scan `[` * 3000 with a cost quadratic in the depth before refusing it). Held to
-# PyYAML's own SafeLoader: after every event, the same event, the scanner at the same place with the
-# same tokens read ahead (what decides whether a later error or the depth is reported first), or the
-# same error at the same mark.
+# Which comes first, the depth or a syntax error, is the scanner's look-ahead's to decide (a simple
+# key may stay pending for 1,024 characters): libyaml's reading must report what PyYAML's own does,
+# the same error at the same line.
 _LOOKAHEAD = [
     *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)),
     *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
@@ -171,42 +181,7 @@ _LOOKAHEAD = [
 _ALPHABET = "[]{},:?-#&*!|>'\"% \n\tab1"
 
 
-def _steps(loader: type[yaml.SafeLoader], text: str) -> list[object]:
-    reader = loader(text)
-    steps: list[object] = []
-    try:
-        while reader.check_event():
-            event = reader.get_event()
-            steps.append(
-                (
-                    type(event).__name__,
-                    getattr(event, "value", None),
-                    getattr(event, "anchor", None),
-                    event.start_mark.index,
-                    event.end_mark.index,
-                    reader.index,
-                    len(reader.tokens),
-                    reader.tokens_taken,
-                )
-            )
-    except yaml.YAMLError as exc:
-        steps.append(("error", str(exc)))
-    finally:
-        reader.dispose()
-    return steps
-
-
-def _depth_verdict(loader: type[yaml.SafeLoader], text: str) -> tuple[str, object]:
-    try:
-        config._check_depth(text, "f.yaml", loader)
-        return ("ok", None)
-    except ConfigError as exc:
-        return ("config", (exc.message, exc.line))
-    except yaml.YAMLError as exc:
-        return ("yaml", str(exc))
-
-
-def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
+def test_the_depth_guard_and_the_scanner_report_what_pyyamls_own_reading_does() -> None:
     import random
 
     rng = random.Random(7)
@@ -214,29 +189,24 @@ def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
     texts += [
         "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 40))) for _ in range(1500)
     ]
-    errors, verdicts = [], set()
+    kinds, messages = set(), set()
     for text in texts:
-        ours = _steps(config._Loader, text)
-        assert ours == _steps(yaml.SafeLoader, text), text[:80]
-        errors += [step[1] for step in ours if step[0] == "error"]
-        verdict = _depth_verdict(config._Loader, text)
-        assert verdict == _depth_verdict(yaml.SafeLoader, text), text[:80]
-        verdicts.add(verdict[0])
-    assert verdicts == {"ok", "config", "yaml"}
-    # The corpus reaches both of the scanner's rules it keeps differently: a required key gone
-    # stale,
-    # and keys pending up to 1,024 characters (the depth refused, or an error found first, by the
-    # same
-    # look-ahead).
-    assert any("could not find expected ':'" in str(e) for e in errors)
-    assert any("cannot start any token" in str(e) for e in errors)
+        ours = _outcome(_parse, text)
+        assert ours == _outcome(_reference, text), text[:80]
+        kinds.add(ours[0])
+        messages.add(str(ours[1]) if ours[0] == "config" else "")
+    assert kinds == {"ok", "config"}
+    # The corpus reaches the depth refused, a required key gone stale, and an error found first by
+    # the look-ahead.
+    assert any("nests deeper than 64 levels" in m for m in messages)
+    assert any("could not find expected ':'" in m for m in messages)
+    assert any("cannot start any token" in m for m in messages)
 
 
-def test_a_deep_flow_collection_costs_the_linear_scanner_time_linear_in_its_depth() -> None:
-    """Lines of the scanner run (counted, not timed) to read `[` * n: twice the depth, about twice
-    the lines
-    (PyYAML's own scanner: about four times; 3,000 levels took it 0.4 s of CPU before the guard
-    refused them)."""
+def test_a_deep_flow_collection_costs_time_linear_in_its_depth() -> None:
+    """Lines of Python run (counted, not timed) to refuse `[` * n: twice the depth, at most about
+    twice the lines (libyaml composes it; PyYAML's own scanner would take about four times, in time
+    quadratic in the depth)."""
     import sys
 
     def lines(depth: int) -> int:
@@ -251,7 +221,7 @@ def test_a_deep_flow_collection_costs_the_linear_scanner_time_linear_in_its_dept
         sys.settrace(trace)
         try:
             with pytest.raises(ConfigError, match="nests deeper than 64 levels"):
-                config._check_depth(text, "f")
+                config.parse_yaml(text, file="f")
         finally:
             sys.settrace(None)
         return count

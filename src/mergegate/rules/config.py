@@ -3,15 +3,31 @@
 Loading is safe (no Python tags), rejects duplicate keys and aliases (which
 would let one file expand into millions of nodes), and keeps the line of
 every value so that an error can point at it.
+
+Two readings of a text, one answer. libyaml (PyYAML's CSafeLoader, in PyYAML's wheel) reads the
+texts it reads as PyYAML's own SafeLoader does, five to ten times faster; PyYAML's own reading (the
+reference: what mergegate has always read and said) decides the rest and words every error. libyaml
+reads a slightly larger language and words its errors its own way: it takes tabs as separators, `?`
+inside flow scalars, a comment right after `|` or `>`, tags PyYAML refuses, and marks an empty value
+in a flow collection at the next token, not after the `:`. So PyYAML reads a text with a character
+that may differ (`_LIBYAML_DIFFERS`), one whose flow collection holds an empty or `?` plain value
+(found in what libyaml composed), and one with any error but the depth (libyaml's marks do not hold
+the text an error quotes). tests/rules/test_yaml_reading.py and test_job.py hold parse_yaml to
+PyYAML's own reading, data, lines and errors, over generated files.
+
+Validation is fastjsonschema's (compiled once per schema). It refuses more than jsonschema (floats
+as integers, `$` before a final newline), never less (held to jsonschema over generated jobs and
+policies in tests/rules/test_job.py), so a document it refuses goes to jsonschema, which decides
+and says why. jsonschema costs about 0.2 s of CPU to import: only a document with an error loads
+it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
@@ -21,9 +37,7 @@ import yaml
 
 from mergegate.errors import ConfigError
 
-if (
-    TYPE_CHECKING
-):  # imported when a document is not provably valid (about 0.2 s of CPU a process saves)
+if TYPE_CHECKING:  # imported only for a document fastjsonschema rejects (see the module's doc)
     import jsonschema
 
 Path_ = tuple[str | int, ...]
@@ -33,6 +47,16 @@ MAX_YAML_BYTES = 1024 * 1024
 # recurses once per level, and a few thousand levels raise RecursionError.
 MAX_YAML_DEPTH = 64
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+# None where PyYAML was built without libyaml: then PyYAML's own reading reads everything.
+_LIBYAML: Any = getattr(yaml, "CSafeLoader", None)
+# What libyaml may read unlike PyYAML (see the module's doc): a character PyYAML refuses or reads
+# as a line break, a byte order mark, a tab, `!` anywhere (a tag), `?` before a space (an explicit
+# key), a document marker, and a comment right after a block scalar's header.
+_LIBYAML_DIFFERS = re.compile(
+    r"[^\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+    r"|[!\x85\u2028\u2029\ufeff]|\?(?=\s|$)|(?m:^(?:---|\.\.\.))|[|>][-+0-9]*#"
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +96,47 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(f"not valid UTF-8 (byte {exc.start})", file=file) from None
+    if _LIBYAML is not None and not _LIBYAML_DIFFERS.search(text):
+        doc = _read_libyaml(text, file)
+        if doc is not None:
+            return doc
+    return _document(_compose_pyyaml(text, file), file, libyaml=False)
+
+
+class _Unsure(Exception):
+    """libyaml composed a node PyYAML's own reading may mark at another line: that reading
+    decides."""
+
+
+def _read_libyaml(text: str, file: str) -> Document | None:
+    """The document libyaml reads, or its error; None when PyYAML's own reading must decide."""
+    loader = _LIBYAML(text)
     try:
-        node = _compose_checked(text, file)
+        node = loader.get_single_node()
+    except yaml.YAMLError:
+        return None  # (PyYAML's own reading words it, as it always has)
+    finally:
+        loader.dispose()
+    if node is None:
+        return None  # (an empty file: PyYAML's reading says so)
+    try:
+        return _document(node, file, libyaml=True)
+    except _Unsure:
+        return None
+    except ConfigError:
+        # PyYAML's reading refuses a deep document before any other problem in it, and words the
+        # others (an invalid value's message quotes the text, which libyaml's marks do not hold).
+        deeper = _depth_error(node, file)
+        if deeper is None:
+            return None
+        raise deeper from None
+
+
+def _compose_pyyaml(text: str, file: str) -> yaml.Node | None:
+    """PyYAML's own reading: the depth of the whole stream first, then compose."""
+    try:
+        _check_depth(text, file)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -81,260 +144,114 @@ def parse_yaml(text: bytes | str, *, file: str) -> Document:
         raise ConfigError(f"invalid YAML: {what}", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
-    if node is None:
-        raise ConfigError("file is empty; expected a YAML mapping", file=file, line=1)
-    lines: dict[Path_, int] = {}
-    data = _convert(node, (), lines, file, set())
-    return Document(file=file, data=data, lines=lines)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader whose scanner keeps its possible simple keys in linear time, not quadratic.
-
-    PyYAML's scanner looks at every pending possible simple key (one per open flow level) on every
-    token, and a key stays pending for up to 1,024 characters: `[` * 3000 cost about 0.4 s of CPU
-    before the depth guard could refuse it (`_DepthLoader`), a second for the two-pass reading.
-    Keys are saved in the order of the text (a later key has a later index, line and token number,
-    and a key saved again at its level goes to the end), so a stale key is always among the first
-    in that order and the nearest is the first: only the front need be looked at. The same tokens,
-    the same errors at the same marks (tests/rules/test_job.py holds it to PyYAML's own scanner).
-    """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        # Ordered as a dict is, and its first key found without passing the deleted ones.
-        self.possible_simple_keys: OrderedDict[int, Any] = OrderedDict()
-
-    def next_possible_simple_key(self) -> int | None:
-        for key in self.possible_simple_keys.values():
-            return key.token_number  # type: ignore[no-any-return]
-        return None
-
-    def stale_possible_simple_keys(self) -> None:
-        keys = self.possible_simple_keys
-        while keys:
-            level, key = next(iter(keys.items()))
-            if key.line == self.line and self.index - key.index <= 1024:
-                return  # a later key is later in the text: not stale either
-            if key.required:
-                raise yaml.scanner.ScannerError(
-                    "while scanning a simple key",
-                    key.mark,
-                    "could not find expected ':'",
-                    self.get_mark(),
-                )
-            del keys[level]
-
-
-class _DepthLoader(_Loader):
-    """SafeLoader refusing, as it composes, what `_check_depth` refuses before composing (one pass,
-    not two)."""
-
-    def __init__(self, stream: str, file: str) -> None:
-        super().__init__(stream)
-        self.file = file
-        self.depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if not self.check_event(yaml.CollectionStartEvent):
-            return super().compose_node(parent, index)
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        self.depth += 1
-        if self.depth > MAX_YAML_DEPTH:
-            line = event.start_mark.line + 1 if event.start_mark is not None else None
-            raise ConfigError(
-                f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=self.file, line=line
-            )
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-
-# A file as most job files are written: `key: value` lines at the margin (and whole-line comments,
-# blank lines), each value a plain word, a quoted string on one line, or a one-line flow list of
-# those; printable ASCII only. PyYAML's scanner costs about 0.5 ms for such a file; this reading,
-# 0.02 ms. It builds the nodes PyYAML composes (tags from PyYAML's own resolver, start marks as its
-# reader makes them: end marks are not read by anything here) or returns None, and PyYAML reads the
-# file. tests/rules/test_job.py holds the two to the same nodes over a generated corpus.
-_WORD = r"(?:[A-Za-z0-9_./]|-(?=[A-Za-z0-9_./+=@%~-]))[A-Za-z0-9_./+=@%~-]*"
-_SINGLE = r"'(?:[ -&(-~]|'')*'"
-_DOUBLE = r'"[ !#-\[\]-~]*"'
-_ITEM = f"{_WORD}|{_SINGLE}|{_DOUBLE}"
-_LINE = re.compile(
-    f"([A-Za-z_][A-Za-z0-9_-]{{0,127}}):( +)(?:({_ITEM})|\\[( *)((?:{_ITEM})(?: *, "
-    f"*(?:{_ITEM}))*)? *\\])"
-)
-_TOKEN = re.compile(f"{_ITEM}")
-_PRINTABLE = re.compile(r"[ -~\n]*")
-_RESOLVER = yaml.resolver.Resolver()
-_SIMPLE_TAGS = frozenset(
-    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")
-)
-
-
-def _compose_simple(text: str) -> yaml.Node | None:
-    if not _PRINTABLE.fullmatch(text):
-        return None
-    buffer = text + "\0"
-    pairs: list[tuple[yaml.Node, yaml.Node]] = []
-    index = 0
-    for number, line in enumerate(text.split("\n")):
-        if line and not line.startswith("#"):
-            match = _LINE.fullmatch(line)
-            if match is None:
-                return None
-            key = _scalar_node(match[1], index, number, 0, buffer)
-            value: yaml.Node | None
-            if match[3] is not None:
-                value = _scalar_node(
-                    match[3], index + match.start(3), number, match.start(3), buffer
-                )
-            else:
-                start = yaml.Mark(
-                    "<unicode string>",
-                    index + match.end(2),
-                    number,
-                    match.end(2),
-                    buffer,
-                    index + match.end(2),
-                )
-                items = [
-                    _scalar_node(m[0], index + m.start(), number, m.start(), buffer)
-                    for m in _TOKEN.finditer(line, match.start(5))
-                    if match[5] is not None and m.end() <= match.end(5)
-                ]
-                if any(item is None for item in items):
-                    return None
-                value = yaml.SequenceNode(
-                    "tag:yaml.org,2002:seq", items, start, start, flow_style=True
-                )
-            if key is None or value is None:
-                return None
-            pairs.append((key, value))
-        index += len(line) + 1
-    if not pairs:
-        return None
-    return yaml.MappingNode(
-        "tag:yaml.org,2002:map",
-        pairs,
-        pairs[0][0].start_mark,
-        pairs[-1][1].end_mark,
-        flow_style=False,
-    )
-
-
-def _scalar_node(
-    token: str, index: int, line: int, column: int, buffer: str
-) -> yaml.ScalarNode | None:
-    if token[0] == "'":
-        value, style, implicit = token[1:-1].replace("''", "'"), "'", (False, True)
-    elif token[0] == '"':
-        value, style, implicit = token[1:-1], '"', (False, True)
-    else:
-        value, style, implicit = token, None, (True, False)
-    tag = _RESOLVER.resolve(yaml.ScalarNode, value, implicit)  # type: ignore[no-untyped-call]
-    if tag not in _SIMPLE_TAGS:
-        return None
-    start = yaml.Mark("<unicode string>", index, line, column, buffer, index)
-    end = yaml.Mark(
-        "<unicode string>",
-        index + len(token),
-        line,
-        column + len(token),
-        buffer,
-        index + len(token),
-    )
-    return yaml.ScalarNode(tag, value, start, end, style=style)
-
-
-def _compose(text: str, file: str) -> yaml.Node | None:
-    """`_compose_two_pass` in one pass: the same events in the same order, and the depth refused at
-    the
-    same event; only a composer error (alias, anchor, a second document) could come before a depth
-    error that the two-pass reading would report first, so the caller asks that reading then."""
-    loader = _DepthLoader(text, file)
-    try:
-        return loader.get_single_node()
-    finally:
-        loader.dispose()
-
-
-def _compose_checked(text: str, file: str) -> yaml.Node | None:
-    node = _compose_simple(text)
-    if node is not None:
-        return node
-    try:
-        return _compose(text, file)
-    except yaml.composer.ComposerError:
-        # An alias or anchor problem: which of a file's problems is reported is the two-pass
-        # reading's.
-        return _compose_two_pass(text, file)
-
-
-def _compose_two_pass(
-    text: str, file: str, loader: type[yaml.SafeLoader] = _Loader
-) -> yaml.Node | None:
-    """The reference reading: the depth of the whole stream first, then compose (tests pass
-    PyYAML's own SafeLoader as `loader`, the reference for `_Loader`)."""
-    _check_depth(text, file, loader)
-    return yaml.compose(text, Loader=loader)
-
-
-def _check_depth(text: str, file: str, loader: type[yaml.SafeLoader] = _Loader) -> None:
+def _check_depth(text: str, file: str) -> None:
     """ConfigError when collections nest deeper than MAX_YAML_DEPTH (the parser itself does not
     recurse)."""
     depth = 0
-    for event in yaml.parse(text, Loader=loader):
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_YAML_DEPTH:
-                line = event.start_mark.line + 1 if event.start_mark is not None else None
-                raise ConfigError(
-                    f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=file, line=line
-                )
+                raise _too_deep(file, event.start_mark)
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
 
-def _convert(
-    node: yaml.Node, path: Path_, lines: dict[Path_, int], file: str, seen: set[int]
-) -> Any:
-    lines[path] = node.start_mark.line + 1
+def _too_deep(file: str, mark: Any) -> ConfigError:
+    line = mark.line + 1 if mark is not None else None
+    return ConfigError(f"YAML nests deeper than {MAX_YAML_DEPTH} levels", file=file, line=line)
+
+
+def _depth_error(root: yaml.Node, file: str) -> ConfigError | None:
+    """The error PyYAML's depth check gives a tree libyaml composed: its first collection (in the
+    order of the text, an alias read once) deeper than MAX_YAML_DEPTH."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen or isinstance(node, yaml.ScalarNode):
+            continue
+        seen.add(id(node))
+        if depth > MAX_YAML_DEPTH:
+            return _too_deep(file, node.start_mark)
+        children = _children(node)
+        stack.extend((child, depth + 1) for child in reversed(children))
+    return None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return list(node.value)
+
+
+def _check_flow(node: yaml.Node) -> None:
+    """_Unsure for a plain value in a flow collection that is empty (libyaml marks it at the next
+    token) or holds a `?` (PyYAML refuses it there)."""
+    if isinstance(node, yaml.CollectionNode) and node.flow_style:
+        for child in _children(node):
+            if isinstance(child, yaml.ScalarNode) and not child.style:
+                if child.value == "" or "?" in child.value:
+                    raise _Unsure
+
+
+@dataclass
+class _Reading:
+    """One conversion of a composed tree into data."""
+
+    file: str
+    libyaml: bool
+    lines: dict[Path_, int] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set)
+
+
+def _document(node: yaml.Node | None, file: str, *, libyaml: bool) -> Document:
+    if node is None:
+        raise ConfigError("file is empty; expected a YAML mapping", file=file, line=1)
+    reading = _Reading(file, libyaml)
+    data = _convert(node, (), reading, 1)
+    return Document(file=file, data=data, lines=reading.lines)
+
+
+def _convert(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any:
+    line = reading.lines[path] = node.start_mark.line + 1
     # compose() hands back an alias as the very node it names: meeting a node
     # twice means an alias, which could expand one file into millions of values.
-    if id(node) in seen:
-        raise ConfigError("YAML aliases (*name) are not allowed", file=file, line=lines[path])
-    seen.add(id(node))
-    if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
-        raise ConfigError(f"YAML tag {node.tag} is not allowed", file=file, line=lines[path])
-    if isinstance(node, yaml.MappingNode):
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise ConfigError(
-                    "mapping keys must be plain strings",
-                    file=file,
-                    line=key_node.start_mark.line + 1,
-                )
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise ConfigError(
-                    "YAML merge keys (<<) are not allowed",
-                    file=file,
-                    line=key_node.start_mark.line + 1,
-                )
-            key = key_node.value
-            if key in result:
-                raise ConfigError(
-                    f"duplicate key '{key}' (first at line {lines[(*path, key)]})",
-                    file=file,
-                    line=key_node.start_mark.line + 1,
-                )
-            result[key] = _convert(value_node, (*path, key), lines, file, seen)
-        return result
+    if id(node) in reading.seen:
+        raise ConfigError("YAML aliases (*name) are not allowed", file=reading.file, line=line)
+    reading.seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        return _scalar(node, reading.file)
+    if node.tag not in _PLAIN_TAGS:
+        raise ConfigError(f"YAML tag {node.tag} is not allowed", file=reading.file, line=line)
+    if depth > MAX_YAML_DEPTH:  # (libyaml's reading only: PyYAML's refused it before composing)
+        raise _too_deep(reading.file, node.start_mark)
+    if reading.libyaml:
+        _check_flow(node)
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), lines, file, seen) for i, item in enumerate(node.value)]
-    return _scalar(node, file)
+        return [_convert(item, (*path, i), reading, depth + 1) for i, item in enumerate(node.value)]
+    return _mapping(node, path, reading, depth)
+
+
+def _mapping(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any:
+    result: dict[str, Any] = {}
+    for key_node, value_node in node.value:
+        line = key_node.start_mark.line + 1
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise ConfigError("mapping keys must be plain strings", file=reading.file, line=line)
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise ConfigError("YAML merge keys (<<) are not allowed", file=reading.file, line=line)
+        key = key_node.value
+        if key in result:
+            raise ConfigError(
+                f"duplicate key '{key}' (first at line {reading.lines[(*path, key)]})",
+                file=reading.file,
+                line=line,
+            )
+        result[key] = _convert(value_node, (*path, key), reading, depth + 1)
+    return result
 
 
 def _scalar(node: yaml.Node, file: str) -> Any:
@@ -368,6 +285,19 @@ GITHUB_ID_HINT = "find an account's numeric id: gh api users/LOGIN --jq .id (doc
 
 
 @cache
+def _fast_check(name: str) -> Callable[[Any], Any]:
+    # Compiled on first use (about 10 ms to import and compile), once per schema. No defaults filled
+    # in (the data stays as written) and no formats checked (as jsonschema, built without a format
+    # checker, checks none).
+    import fastjsonschema
+
+    check: Callable[[Any], Any] = fastjsonschema.compile(
+        _schema(name), use_default=False, use_formats=False
+    )
+    return check
+
+
+@cache
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     # One per schema: a validator holds no state between documents, and building one per file costs
     # more than checking a small file against it.
@@ -377,9 +307,13 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def validate(doc: Document, *, schema: str) -> None:
-    if _surely_valid(_schema(schema), doc.data):
-        # what jsonschema would say too (no error), at a tenth of its cost, without importing it
-        return
+    from fastjsonschema import JsonSchemaValueException
+
+    try:
+        _fast_check(schema)(doc.data)
+        return  # valid to jsonschema too (fastjsonschema never accepts what jsonschema refuses)
+    except JsonSchemaValueException:
+        pass  # jsonschema decides (fastjsonschema refuses a little more) and words the error
     import jsonschema
 
     validator = _validator(schema)
@@ -401,148 +335,6 @@ def validate(doc: Document, *, schema: str) -> None:
     field = ".".join(str(p) for p in path)
     prefix = f"field '{field}': " if field else ""
     raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
-
-
-# Keywords that assert nothing (`format` too: the validator is built without a format checker).
-_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "format"})
-_TYPES: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean": bool}
-
-
-def _surely_valid(schema: Any, instance: Any) -> bool:
-    """True only when `instance` satisfies `schema` as jsonschema reads it; False also whenever
-    unsure
-    (then jsonschema decides, and says why not). Held to jsonschema over generated jobs and
-    policies."""
-    return _verdict(schema, instance, schema) is True
-
-
-def _verdict(schema: Any, instance: Any, root: Any) -> bool | None:
-    """Whether `instance` satisfies `schema` (a part of `root`, for `$ref`): True or False only
-    where
-    that is what jsonschema (Draft 2020-12, no format checker) says too; None when unsure.
-
-    The keywords of job.schema.json and policy.schema.json, each as jsonschema's own check of it
-    (`pattern` is re.search); anything else is None. Floats are always None (an integral float is
-    an integer to jsonschema), and so are keywords on instances of a type they do not apply to.
-    False is exact too, because `oneOf` and `not` decide by it.
-    """
-    if not isinstance(schema, dict) or type(instance) not in _EXACT:
-        return None
-    return _all(
-        _keyword(keyword, value, schema, instance, root)
-        for keyword, value in schema.items()
-        if keyword not in _ANNOTATIONS
-    )
-
-
-# The types YAML reading gives (subclasses, floats, bytes and dates: unsure).
-_EXACT = frozenset({str, int, bool, list, dict, type(None)})
-
-
-def _keyword(
-    keyword: str, value: Any, schema: dict[str, Any], instance: Any, root: Any
-) -> bool | None:
-    kind = type(instance)
-    if keyword == "type":
-        if value in ("integer", "number"):  # (floats are unsure: see above)
-            return kind is int
-        if value == "null":
-            return instance is None
-        return kind is _TYPES[value] if isinstance(value, str) and value in _TYPES else None
-    if keyword == "$ref":
-        if (
-            not isinstance(value, str)
-            or not value.startswith("#/$defs/")
-            or "/" in value[8:]
-            or "~" in value
-        ):
-            return None
-        target = root.get("$defs", {}).get(value[8:]) if isinstance(root, dict) else None
-        return None if target is None else _verdict(target, instance, root)
-    if keyword == "const":
-        # jsonschema's equality: a bool equals only a bool (True is not 1); strings and ints by
-        # value.
-        return (
-            (kind is type(value) and instance == value)
-            if kind in (str, int, bool) and type(value) in (str, int, bool)
-            else None
-        )
-    if keyword == "enum":
-        return (
-            (kind is str and instance in value)
-            if kind is str or all(type(v) is str for v in value)
-            else None
-        )
-    if keyword in ("oneOf", "anyOf"):
-        found = [_verdict(part, instance, root) for part in value]
-        if keyword == "anyOf":
-            return True if True in found else (None if None in found else False)
-        return None if None in found else found.count(True) == 1
-    if keyword == "not":
-        inner = _verdict(value, instance, root)
-        return None if inner is None else not inner
-    if keyword in ("pattern", "maxLength", "minLength"):
-        if kind is not str:
-            return None
-        if keyword == "pattern":
-            return re.search(value, instance) is not None
-        return bool(len(instance) <= value if keyword == "maxLength" else len(instance) >= value)
-    if keyword in ("minimum", "maximum"):
-        if kind is not int or type(value) is not int:
-            return None
-        return bool(instance >= value if keyword == "minimum" else instance <= value)
-    if keyword in ("items", "minItems", "maxItems", "uniqueItems"):
-        if (
-            kind is not list or "prefixItems" in schema
-        ):  # (items then reads only what prefixItems does not)
-            return None
-        if keyword == "items":
-            return _all(_verdict(value, item, root) for item in instance)
-        if keyword in ("minItems", "maxItems"):
-            return bool(len(instance) >= value if keyword == "minItems" else len(instance) <= value)
-        if value is False:
-            return True
-        if value is not True or not all(type(item) in (str, int) for item in instance):
-            return None  # (a bool is no int to jsonschema, but is one in a Python set)
-        return len(set(instance)) == len(instance)
-    if keyword in (
-        "properties",
-        "required",
-        "additionalProperties",
-        "maxProperties",
-        "propertyNames",
-    ):
-        if kind is not dict:
-            return None
-        if keyword == "properties":
-            return _all(
-                _verdict(value[key], item, root) for key, item in instance.items() if key in value
-            )
-        if keyword == "required":
-            return all(key in instance for key in value)
-        if keyword == "additionalProperties":
-            if "patternProperties" in schema:  # (additional means matched by neither)
-                return None
-            known = schema.get("properties", {})
-            extra = [item for key, item in instance.items() if key not in known]
-            if value is False:
-                return not extra
-            return _all(_verdict(value, item, root) for item in extra)
-        if keyword == "maxProperties":
-            return bool(len(instance) <= value)
-        return _all(_verdict(value, key, root) for key in instance)
-    return None
-
-
-def _all(verdicts: Iterable[bool | None]) -> bool | None:
-    """All true: True; any false: False (one failing keyword or item makes it invalid); else None
-    (unsure)."""
-    unsure = False
-    for verdict in verdicts:
-        if verdict is False:
-            return False
-        unsure = unsure or verdict is None
-    return None if unsure else True
 
 
 def _hint(schema: str, path: Path_) -> str | None:

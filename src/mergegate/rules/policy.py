@@ -60,10 +60,8 @@ class Requirement:
     def describe(self) -> str:
         parts = [f"{count} from {group}" for group, count in self.slots]
         if self.total > sum(c for _, c in self.slots):
-            parts.append(
-                f"{self.total} "
-                f"approval{'s' if self.total != 1 else ''}{' in all' if self.slots else ''}"
-            )
+            plural, in_all = "s" if self.total != 1 else "", " in all" if self.slots else ""
+            parts.append(f"{self.total} approval{plural}{in_all}")
         return f"{' and '.join(parts) or 'nothing'} ({self.source})"
 
 
@@ -288,14 +286,9 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         )
     doc = config.load(text, file=POLICY_FILE, schema="policy")
     data: dict[str, Any] = doc.data
-    approvers = tuple(
-        _person(doc, read, ("approvers", i), p) for i, p in enumerate(data.get("approvers", []))
-    )
-    proposers = tuple(
-        _person(doc, read, ("proposers", i), p) for i, p in enumerate(data.get("proposers", []))
-    )
-    runners = tuple(
-        _person(doc, read, ("runners", i), p) for i, p in enumerate(data.get("runners", []))
+    approvers, proposers, runners = (
+        tuple(_person(doc, read, (field, i), p) for i, p in enumerate(data.get(field, [])))
+        for field in ("approvers", "proposers", "runners")
     )
     _unique_names(doc, "approvers", approvers)
     if not runners:
@@ -393,9 +386,8 @@ def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
             if what:
                 message = (
                     f"key of {person.name} has a lifetime ({what}) but the policy lists no "
-                    "runners: without "
-                    "runner-signed audit records a fresh clone would judge adopted policy changes "
-                    "at today's time"
+                    "runners: without runner-signed audit records a fresh clone would judge "
+                    "adopted policy changes at today's time"
                 )
                 file, _, line = key.source.rpartition(":")
                 raise ConfigError(
@@ -403,8 +395,8 @@ def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
                     file=file or POLICY_FILE,
                     line=int(line) if line.isdigit() else None,
                     hint="list `runners` and run with --signing-key, or drop the lifetime and "
-                    "remove "
-                    "the key with a policy change when it must stop counting (docs/policy.md)",
+                    "remove the key with a policy change when it must stop counting "
+                    "(docs/policy.md)",
                 )
 
 
@@ -420,9 +412,8 @@ def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person
             raise doc.error(
                 ("approvers", index, "github"),
                 f"field 'approvers': {person.name} has a GitHub id (review approvals) but the "
-                "policy lists no "
-                "runners: without runner-signed audit commits stored review evidence could be "
-                "forged",
+                "policy lists no runners: without runner-signed audit commits stored review "
+                "evidence could be forged",
                 hint="list the runner's public key under `runners` and run with --signing-key "
                 "(docs/github.md)",
             )

@@ -119,9 +119,9 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     dates that run
     backwards and far into the future (rev-list's order is by date). Both must list the same commits
     in the same order."""
-    from datetime import UTC, datetime
 
-    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.facts.assessor import Assessor
+    from mergegate.facts.git_side import GitSide
     from mergegate.git.repo import Repo
 
     path = tmp_path / "r"
@@ -171,7 +171,7 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     _git(path, "merge", "-q", "--no-ff", "-m", "cross", first, when=next(clock))
     second = commit("a4")
     repo = Repo(path)
-    side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+    side = GitSide(Assessor(repo), first, second)
     expected = _git(path, "rev-list", "--reverse", f"{first}..{second}").split()
     assert len(expected) >= 6 and shared not in expected
     assert side.side_commits() == expected

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.facts.assessor import Assessor, _GitSide
+from mergegate.facts.assessor import Assessor
+from mergegate.facts.git_side import GitSide
 from mergegate.facts.history import History
 from mergegate.git.repo import Repo, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
@@ -238,7 +239,7 @@ def _agree(repo: Repo, shas: dict[str, str], chain_names: list[str], root: str =
     assert chain == [shas[n] for n in chain_names]
     history = History.read(repo, shas[root], chain)
     assert history is not None
-    assessor = Assessor(repo, at=datetime.now(UTC))
+    assessor = Assessor(repo)
     paths = _all_paths(repo, shas)
     blobs = {(p, b) for sha in shas.values() for _, b, p in repo.ls_tree(sha)}
     answered = set()
@@ -248,7 +249,7 @@ def _agree(repo: Repo, shas: dict[str, str], chain_names: list[str], root: str =
         if len(parents) != 2:
             assert len(parents) == 1 or history.side(sha, parents[0], parents[1]) is None
             continue
-        side, git = history.side(sha, *parents), _GitSide(assessor, *parents)
+        side, git = history.side(sha, *parents), GitSide(assessor, *parents)
         if side is None:
             continue
         answered.add(name)
@@ -328,19 +329,20 @@ def test_an_assessor_reading_the_history_gathers_the_facts_git_gives_it(
     chain = repo.first_parent_chain(root, shas["M10"])
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    fast = Assessor(
-        repo, at=at, history=History.read(repo, root, chain), known=lambda path, blob: True
-    )
-    slow = Assessor(repo, at=at, known=lambda path, blob: True)
+    fast = Assessor(repo, history=History.read(repo, root, chain))
+    slow = Assessor(repo)
     unapproved = {"a.txt": shas["D1"]}
     for sha in chain:
-        assert fast.facts(sha, policy, unapproved) == slow.facts(sha, policy, unapproved)
+        assert fast.facts(sha, policy, unapproved, at=at) == slow.facts(
+            sha, policy, unapproved, at=at
+        )
     # And the whole walk (its own `known`, what stays unapproved, every verdict and reason) is the
     # same.
     walks = [
         Walk(
-            Assessor(repo, at=at, history=h),
+            Assessor(repo, history=h),
             policy,
+            at=at,
             records=None,
             mentioned=lambda path, blob: True,
         )

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mergegate.facts.assessor import Assessor, _GitSide
+from mergegate.facts.assessor import Assessor
+from mergegate.facts.git_side import GitSide
 from mergegate.facts.history import History
 from mergegate.git.repo import Repo
-from mergegate.rules.judge import Entry
+from mergegate.rules.model import Entry
 from mergegate.rules.policy import load_policy
 from tests.helpers.keys import shared_ssh_key
 
@@ -80,7 +81,7 @@ def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path:
     hash-object --literally does, and neither receive-pack nor fetch checks by default). git's
     diff-tree
     against its parent then reports jobs/j.yaml twice, deleted and then added; `ls-tree` (what
-    _GitSide
+    GitSide
     reads) lists it with its new bytes. History.entry for a commit off the first-parent line returns
     the
     FIRST change of the path in the diff (history.py, `entry`: `for change in self.diffs[sha]: ...
@@ -129,7 +130,7 @@ def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path:
 
     git_repo = Repo(repo)
     history = History.read(git_repo, root, [merge])
-    slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), root, side)
+    slow = GitSide(Assessor(git_repo), root, side)
     fast = (
         history.side(merge, root, side) if history is not None else None
     ) or slow  # declined: git answers
@@ -139,10 +140,8 @@ def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path:
     # And so the facts the judge is handed differ (FileFacts.side of jobs/j.yaml).
     policy = load_policy(lambda p: git_repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(
-        merge, policy, {}
-    )
-    without = Assessor(Repo(repo), at=at, known=lambda path, blob: True).facts(merge, policy, {})
+    with_history = Assessor(git_repo, history=history).facts(merge, policy, {}, at=at)
+    without = Assessor(Repo(repo)).facts(merge, policy, {}, at=at)
     assert [f.side for f in with_history.files] == [f.side for f in without.files]
     # The judge's "the merge itself wrote this content" (its signer then a writer, its approvals
     # refused).
@@ -194,7 +193,7 @@ def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(
 
     git_repo = Repo(repo)
     history = History.read(git_repo, root, [pushed, merge])
-    slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), pushed, side)
+    slow = GitSide(Assessor(git_repo), pushed, side)
     fast = (
         history.side(merge, pushed, side) if history is not None else None
     ) or slow  # declined: git answers
@@ -202,10 +201,8 @@ def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(
     assert fast.symlinks(merge) == slow.symlinks(merge), "History sees no symlink"
     policy = load_policy(lambda p: git_repo.read_file(root, p), commit=root)
     at = datetime.now(UTC)
-    with_history = Assessor(git_repo, at=at, history=history, known=lambda path, blob: True).facts(
-        merge, policy, {}
-    )
-    without = Assessor(Repo(repo), at=at, known=lambda path, blob: True).facts(merge, policy, {})
+    with_history = Assessor(git_repo, history=history).facts(merge, policy, {}, at=at)
+    without = Assessor(Repo(repo)).facts(merge, policy, {}, at=at)
     assert with_history.symlinks == without.symlinks
 
 
@@ -255,7 +252,7 @@ def test_a_tree_with_a_name_twice_has_the_entry_git_lists(tmp_path: Path) -> Non
 
     git_repo, root, side, merge = _repo_with_side_tree(tmp_path, build)
     history = History.read(git_repo, root, [merge])
-    slow = _GitSide(Assessor(git_repo, at=datetime.now(UTC)), root, side)
+    slow = GitSide(Assessor(git_repo), root, side)
     fast = (
         history.side(merge, root, side) if history is not None else None
     ) or slow  # declined: git answers

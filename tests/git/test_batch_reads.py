@@ -424,9 +424,9 @@ def test_file_blob_reads_trees_itself_and_answers_as_rev_parse_does(tmp_path: Pa
 def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_list_does(
     tmp_path: Path,
 ) -> None:
-    from datetime import UTC, datetime
 
-    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.facts.assessor import Assessor
+    from mergegate.facts.git_side import GitSide
     from mergegate.git.repo import literal
 
     path = _history(tmp_path)
@@ -487,7 +487,7 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
     ]
     for shape, second in shapes.items():
         repo = Repo(path)
-        side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+        side = GitSide(Assessor(repo), first, second)
         for name in names:
             assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (
                 shape,
@@ -502,7 +502,7 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
     # The line is read once for every file, not a rev-list per file.
     expected = [Repo(path).commits_touching(first, shapes["line"], literal(name)) for name in names]
     repo = Repo(path)
-    side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, shapes["line"])
+    side = GitSide(Assessor(repo), first, shapes["line"])
     calls: list[str] = []
     run = repo.run
     repo.run = lambda *args, **kw: calls.append(args[0]) or run(*args, **kw)  # type: ignore[method-assign]
@@ -609,14 +609,14 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     commits
     touching each path, from full diffs against each relevant parent, are git's own, in git's
     order."""
-    from datetime import UTC, datetime
 
-    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.facts.assessor import Assessor
+    from mergegate.facts.git_side import GitSide
     from mergegate.git.repo import literal
 
     path, first, second, names = _random_side(tmp_path, seed)
     repo = Repo(path)
-    side = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+    side = GitSide(Assessor(repo), first, second)
     for name in names:
         assert side.touching(name) == repo.commits_touching(first, second, literal(name)), (
             seed,
@@ -626,7 +626,7 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     # The side oldest first, from the listing the diffs came from: `rev-list --reverse`'s order,
     # skew and all.
     assert side.side_commits() == repo.side_commits(first, second), seed
-    fresh = _GitSide(Assessor(repo, at=datetime.now(UTC)), first, second)
+    fresh = GitSide(Assessor(repo), first, second)
     assert fresh.side_commits() == repo.side_commits(first, second), (
         seed
     )  # asked first, before any path
@@ -640,9 +640,9 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
     changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log -- jobs/a.yaml`. Writers are found
     from
     full diffs, on a line and on a side with a merge, and as earlier writers of the same bytes."""
-    from datetime import UTC, datetime
 
-    from mergegate.facts.assessor import Assessor, _GitSide
+    from mergegate.facts.assessor import Assessor
+    from mergegate.facts.git_side import GitSide
     from mergegate.git.repo import literal
 
     repo_dir = tmp_path / "r"
@@ -693,7 +693,7 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
         base, hidden, literal("jobs/a.yaml")
     )  # git's walk misses her
     for second in (hidden, merge):
-        side = _GitSide(Assessor(repo, at=datetime.now(UTC)), base, second)
+        side = GitSide(Assessor(repo), base, second)
         assert hidden in side.touching("jobs/a.yaml"), second
     assert repo.producers(merge, {"jobs/a.yaml": evil}) == {"jobs/a.yaml": [hidden]}
 

@@ -327,7 +327,7 @@ def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) 
     # One judge-approved decision, its recorded attempts, and two moments: before and after the
     # backoff.
     from mergegate.rules.job import parse_job
-    from mergegate.rules.judge import Decision
+    from mergegate.rules.model import Decision
     from mergegate.rules.policy import load_policy
 
     runner = shared_ssh_key(tmp_path / "keys", "runner")

@@ -1,6 +1,6 @@
 """The facts of a commit on `approved` (or of a proposal's merge), read from git for the judge.
 
-`Assessor` reads what `judge.judge_commit` needs, and nothing decides here:
+`Assessor` reads what `rules.judge.judge_commit` needs, and nothing decides here:
 changed paths with mode and blob at both parents and the merge base, who wrote
 each file (authors, and the policy person who signed), the signed approval
 commits on the merged side and what each approves, the tree's job ids and
@@ -10,14 +10,18 @@ keys of the policy in force) and handed over as verdicts; the judge counts.
 A commit on `approved` is judged by the policy in force at its first parent
 (the last policy validly approved before it): a merge cannot approve itself
 into power.
+
+The clock signatures are judged at (`at`), and which bytes may have an earlier life
+(`known`), are the caller's values for each call: an `Assessor` holds only what it
+read from git, so one serves a walk whose commits are judged at different times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from mergegate.crypto.signatures import (
     PublicKey,
@@ -25,29 +29,24 @@ from mergegate.crypto.signatures import (
     split_signed_commit,
     verify_signature,
 )
-from mergegate.facts.history import CONTENT_PATHSPEC, SYMLINK, History, Side
-from mergegate.git.repo import Change, Commit, Repo, literal, path_bytes
+from mergegate.facts.git_side import GitSide, Reads
+from mergegate.facts.history import History, Side
+from mergegate.git.repo import Change, Commit, Repo
 from mergegate.rules.job import is_job_path, job_stem
-from mergegate.rules.judge import (
+from mergegate.rules.judge import judge_commit
+from mergegate.rules.model import (
     ABSENT,
     REGULAR,
     ApprovalFacts,
     Assessment,
     CommitFacts,
-    Decision,
     Entry,
     FileFacts,
-    Kind,
-    PolicyVerdict,
     Review,
-    Veto,
-    Vote,
     Writer,
-    describe_votes,
-    excluded_people,
-    judge_commit,
 )
 from mergegate.rules.policy import POLICY_DIR, Policy
+from mergegate.rules.votes import excluded_people
 
 if TYPE_CHECKING:
     from mergegate.github.gather import ReviewSource
@@ -57,20 +56,15 @@ APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
 VETO_TRAILER = "Mergegate-Veto"
 
-__all__ = [
-    "APPROVE_TRAILER",
-    "APPROVE_TREE_TRAILER",
-    "CONTENT_PATHSPEC",
-    "VETO_TRAILER",
-    "Assessment",
-    "Assessor",
-    "Decision",
-    "Kind",
-    "PolicyVerdict",
-    "Veto",
-    "Vote",
-    "describe_votes",
-]
+# Whether a (path, blob) may have been written before, outside the merged range: searching all
+# history for its authors is costly on long histories, so a walk narrows it to what the audit or
+# its own memory has seen.
+Known = Callable[[str, str], bool]
+
+
+def anything(path: str, blob: str) -> bool:
+    """`Known` when nothing narrows it: any bytes may have had an earlier life."""
+    return True
 
 
 class Assessor:
@@ -81,21 +75,14 @@ class Assessor:
         self,
         repo: Repo,
         *,
-        at: datetime,
-        known: Callable[[str, str], bool] | None = None,
         reviews: ReviewSource | None = None,
         history: History | None = None,
     ) -> None:
         self.repo = repo
         # The whole history read once (verify): a merge's side answered from memory where it can be.
         self.history = history
-        self.at = at
         # GitHub review evidence for merges no approver key signed (None: reviews are not used).
         self.reviews = reviews
-        # Whether a (path, blob) may have been written before, outside the merged
-        # range. Searching all history for its authors is costly on long histories,
-        # so a walk narrows it to what the audit or its own memory has seen.
-        self.known = known or (lambda path, blob: True)
         self._checks: dict[tuple[str, tuple[PublicKey, ...], datetime], SignatureCheck] = {}
         self._trees: dict[str, dict[str, Entry]] = {}
         self._targets: dict[str, bytes] = {}  # symlink blob -> target
@@ -103,29 +90,51 @@ class Assessor:
             str, tuple[str, ...] | None
         ] = {}  # an unapproved change -> its parents (None: not here)
 
-    def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
-        cache_key = (commit.sha, tuple(keys), self.at)
+    def signature(
+        self, commit: Commit, keys: Sequence[PublicKey], *, at: datetime
+    ) -> SignatureCheck:
+        """The commit's signature against `keys`, each key's lifetime judged at `at`."""
+        cache_key = (commit.sha, tuple(keys), at)
         if cache_key not in self._checks:
             split = split_signed_commit(commit.raw)
             if split is None:
                 self._checks[cache_key] = SignatureCheck(False, None, "", "unsigned")
             else:
-                self._checks[cache_key] = verify_signature(split[0], split[1], keys, at=self.at)
+                self._checks[cache_key] = verify_signature(split[0], split[1], keys, at=at)
         return self._checks[cache_key]
 
+    def signer(self, *, at: datetime) -> SignerAt:
+        """This assessor's signature checks, all at `at` (what the audit commit checks ask)."""
+        return SignerAt(self, at)
+
     def assess(
-        self, sha: str, policy: Policy, unapproved: Mapping[str, str] | None = None
+        self,
+        sha: str,
+        policy: Policy,
+        unapproved: Mapping[str, str] | None = None,
+        *,
+        at: datetime,
+        known: Known = anything,
     ) -> Assessment:
         """The judge's verdict on one first-parent commit, by the policy in force before it."""
         # Records live on the audit branch: on approved, audit/ is a directory like any other.
-        return judge_commit(self.facts(sha, policy, unapproved or {}), policy, unapproved)
+        facts = self.facts(sha, policy, unapproved or {}, at=at, known=known)
+        return judge_commit(facts, policy, unapproved)
 
-    def veto(self, commit: Commit, policy: Policy) -> Assessment:
-        return judge_commit(self.facts(commit.sha, policy, {}), policy, {})
+    def veto(self, commit: Commit, policy: Policy, *, at: datetime) -> Assessment:
+        return judge_commit(self.facts(commit.sha, policy, {}, at=at), policy, {})
 
     # -- facts ------------------------------------------------------------------------
-    def facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
-        facts = self._facts(sha, policy, unapproved)
+    def facts(
+        self,
+        sha: str,
+        policy: Policy,
+        unapproved: Mapping[str, str],
+        *,
+        at: datetime,
+        known: Known = anything,
+    ) -> CommitFacts:
+        facts = self._facts(sha, policy, unapproved, at=at, known=known)
         signed = facts.signature is not None and facts.signature.ok
         if (
             self.reviews is None
@@ -145,7 +154,9 @@ class Assessor:
         ):
             # A squash of a known head: the same facts as a merge of that head, so every
             # git-level rule (signed proposals, authors, symlinks, ids) applies to it too.
-            facts = self._squash_facts(sha, verdict.head, policy, unapproved, facts)
+            facts = self._squash_facts(
+                sha, verdict.head, policy, unapproved, facts, at=at, known=known
+            )
         return self._with_reviews(facts, verdict)
 
     def _with_reviews(self, facts: CommitFacts, verdict: Verdict) -> CommitFacts:
@@ -165,7 +176,15 @@ class Assessor:
         )
 
     def _squash_facts(
-        self, sha: str, head: str, policy: Policy, unapproved: Mapping[str, str], facts: CommitFacts
+        self,
+        sha: str,
+        head: str,
+        policy: Policy,
+        unapproved: Mapping[str, str],
+        facts: CommitFacts,
+        *,
+        at: datetime,
+        known: Known,
     ) -> CommitFacts:
         commit = self.repo.commit(sha)
         return self._merge_facts(
@@ -180,9 +199,13 @@ class Assessor:
             parents=commit.parents,
             veto_trailers=facts.veto_trailers,
             squash=True,
+            at=at,
+            known=known,
         )
 
-    def _facts(self, sha: str, policy: Policy, unapproved: Mapping[str, str]) -> CommitFacts:
+    def _facts(
+        self, sha: str, policy: Policy, unapproved: Mapping[str, str], *, at: datetime, known: Known
+    ) -> CommitFacts:
         commit = self.repo.commit(sha)
         first = commit.parents[0] if commit.parents else None
         changes = self.repo.diff(first, sha)
@@ -200,7 +223,7 @@ class Assessor:
         two = len(commit.parents) == 2 and not malformed
         veto = not changes and bool(commit.trailers(VETO_TRAILER))
         signature = (
-            self.signature(commit, policy.approver_keys())
+            self.signature(commit, policy.approver_keys(), at=at)
             if (two or veto) and not malformed
             else None
         )
@@ -239,6 +262,8 @@ class Assessor:
             author=(commit.author_name, commit.author_email),
             parents=commit.parents,
             veto_trailers=commit.trailers(VETO_TRAILER),
+            at=at,
+            known=known,
         )
 
     def proposal_facts(
@@ -250,6 +275,8 @@ class Assessor:
         policy: Policy,
         unapproved: Mapping[str, str],
         merger: str | None,
+        at: datetime,
+        known: Known = anything,
     ) -> CommitFacts:
         """The facts of the merge of `head` into `base_tip` that `approve --merge` would sign (tree
         `tree`)."""
@@ -268,6 +295,8 @@ class Assessor:
             veto_trailers=(),
             result=tree,
             merger=merger,
+            at=at,
+            known=known,
         )
 
     def _merge_facts(
@@ -286,12 +315,14 @@ class Assessor:
         result: str | None = None,
         merger: str | None = None,
         squash: bool = False,
+        at: datetime,
+        known: Known,
     ) -> CommitFacts:
         result = result or sha
-        side: Side | _GitSide | None = (
+        side: Side | GitSide | None = (
             self.history.side(sha, first, second) if self.history and result == sha else None
         )
-        reads = side or _GitSide(self, first, second)
+        reads = side or GitSide(self, first, second)
         base = reads.base
         paths = [c.path for c in changes_of]
         judged = [c for c in changes_of if is_job_path(c.path) or c.path.startswith(POLICY_DIR)]
@@ -300,8 +331,8 @@ class Assessor:
         }  # `c in judged` was a list scan per file: quadratic in the merge
         # Who wrote each job and policy file: the merged commits that change it, and any
         # commit in history that wrote these exact bytes (bytes with an earlier life).
-        known = {
-            c.path: c.new_blob for c in judged if c.status != "D" and self.known(c.path, c.new_blob)
+        earlier = {
+            c.path: c.new_blob for c in judged if c.status != "D" and known(c.path, c.new_blob)
         }
         tip = (
             sha if result == sha else second
@@ -311,14 +342,16 @@ class Assessor:
         )  # the merge is a writer only of what it wrote (the judge decides)
         # A squash's own history lacks the reviewed side: bytes may have lived on either.
         tips = (tip, second) if squash else (tip,)
-        producers = self._producers(tips, known, reads)
+        producers = self._producers(tips, earlier, reads)
         files = []
         for c in changes_of:
             before, after = Entry(c.old_mode, c.old_blob), Entry(c.new_mode, c.new_blob)
             writers: tuple[Writer, ...] = ()
             if c.path in judged_paths:
                 shas = [*reads.touching(c.path), *producers.get(c.path, [])]
-                writers = tuple(self._writer(s, policy) for s in dict.fromkeys(shas) if s != merge)
+                writers = tuple(
+                    self._writer(s, policy, at=at) for s in dict.fromkeys(shas) if s != merge
+                )
             files.append(
                 FileFacts(
                     c.path,
@@ -334,13 +367,13 @@ class Assessor:
         content = {
             c.path: c.new_blob for c in changes_of if c.path not in judged_paths and c.status != "D"
         }
-        suspects = {p: b for p, b in content.items() if self.known(p, b)}
+        suspects = {p: b for p, b in content.items() if known(p, b)}
         content_shas = [
             *reads.touching_content(),
             *sorted({s for shas in self._producers(tips, suspects, reads).values() for s in shas}),
         ]
         content_writers = tuple(
-            self._writer(s, policy) for s in dict.fromkeys(content_shas) if s != merge
+            self._writer(s, policy, at=at) for s in dict.fromkeys(content_shas) if s != merge
         )
         # The judge compares a job's id with the other job paths of the tree that have its name.
         stems = {job_stem(c.path) for c in changes_of if is_job_path(c.path) and c.status != "D"}
@@ -353,7 +386,7 @@ class Assessor:
             author_email=author[1],
             files=tuple(files),
             signature=signature,
-            approvals=tuple(self._approvals(reads, base, set(paths), policy)),
+            approvals=tuple(self._approvals(reads, base, set(paths), policy, at=at)),
             veto_trailers=veto_trailers,
             content_writers=content_writers,
             job_ids=reads.job_paths(result, stems) if stems else (),
@@ -390,7 +423,7 @@ class Assessor:
         return found
 
     def _approvals(
-        self, reads: Reads, base: str | None, paths: set[str], policy: Policy
+        self, reads: Reads, base: str | None, paths: set[str], policy: Policy, *, at: datetime
     ) -> list[ApprovalFacts]:
         """The signed approval commits between `first` and `second`, and what each approves of
         `paths`.
@@ -419,7 +452,7 @@ class Assessor:
             found.append(
                 ApprovalFacts(
                     sha,
-                    self.signature(commit, policy.approver_keys()),
+                    self.signature(commit, policy.approver_keys(), at=at),
                     claims,
                     tree,
                     bool(trees) and commit.tree not in trees,
@@ -428,9 +461,9 @@ class Assessor:
             )
         return found
 
-    def _writer(self, sha: str, policy: Policy) -> Writer:
+    def _writer(self, sha: str, policy: Policy, *, at: datetime) -> Writer:
         commit = self.repo.commit(sha)
-        check = self.signature(commit, policy.proposal_keys())
+        check = self.signature(commit, policy.proposal_keys(), at=at)
         return Writer(
             sha,
             commit.author_name,
@@ -439,7 +472,7 @@ class Assessor:
             check.reason,
         )
 
-    def _tree(self, commit: str) -> dict[str, Entry]:
+    def tree(self, commit: str) -> dict[str, Entry]:
         """Every file of a commit (or tree), by tree: a merge's result, its side and the next
         merge's
         base are mostly one tree, listed once."""
@@ -469,7 +502,7 @@ class Assessor:
         parents = self._changes[change]
         if parents is None:
             return None
-        return self._tree(parents[0]).get(path, ABSENT) if parents else ABSENT
+        return self.tree(parents[0]).get(path, ABSENT) if parents else ABSENT
 
     def _target(self, blob: str) -> bytes:
         """A symlink's target (one read per blob: a long walk meets the same links in every
@@ -489,123 +522,16 @@ class Assessor:
         return next((excluded_people(policy, f.writers) for f in facts.files if f.path == path), {})
 
 
-class Reads(Protocol):
-    """What the facts of a merge of `second` into `first` need from git (history.Side answers the
-    same)."""
+@dataclass(frozen=True)
+class SignerAt:
+    """An assessor's signature checks at one time: `audit_commits.Signer`, for the audit commit
+    checks, which judge every runner key at the same clock."""
 
-    @property
-    def base(self) -> str | None: ...
+    assessor: Assessor
+    at: datetime
 
-    def side_commits(self) -> list[str]: ...
-    def touching(self, path: str) -> list[str]: ...
-    def touching_content(self) -> list[str]: ...
-    def entry(self, sha: str, path: str) -> Entry: ...
-    def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]: ...
-    def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]: ...
-
-
-class _GitSide:
-    """The questions of `Reads` asked of git, a process (or a tree listing) each."""
-
-    def __init__(self, assessor: Assessor, first: str, second: str) -> None:
-        self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
-        self.base = self.repo.merge_base(first, second)
-        self._touched: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet
-        self._listed: list[list[str]] | None = None
-
-    def _side(self) -> list[list[str]]:
-        """`rev-list --parents first..second`: each commit of the side with its parents, newest
-        first."""
-        if self._listed is None:
-            self._listed = [
-                line.split()
-                for line in self.repo.out(
-                    "rev-list", "--parents", f"{self.first}..{self.second}"
-                ).splitlines()
-            ]
-        return self._listed
-
-    def side_commits(self) -> list[str]:
-        # `rev-list --reverse first..second` (Repo.side_commits): the same walk in the same order
-        # (--parents
-        # only prints, without a pathspec), so the listing the touched paths need answers it too, a
-        # git
-        # process less per merge.
-        return [item[0] for item in reversed(self._side())]
-
-    def touching(self, path: str) -> list[str]:
-        side = self._touched_side()
-        if side is None:
-            return self.repo.commits_touching(self.first, self.second, literal(path))
-        wanted = path_bytes(path)
-        return [sha for sha, names in side if wanted in names]
-
-    def _touched_side(self) -> list[tuple[str, frozenset[bytes]]] | None:
-        """The merged side as (commit, every path it changes and each folder above one), in
-        rev-list's
-        order; None if git's diffs could not be read (git then answers each path, as before).
-
-        The writers of `path` on the side: a root that holds it; a commit that differs on it from
-        one
-        of its parents on the side, or, with no parent on the side, from one of its parents. That is
-        `rev-list --full-history first..second -- :(literal)path` but at its edges (redteam8b): git
-        also counts the bottom `first` as a relevant parent, so it lists a merge of main into the
-        side
-        that differs on the path only from main (it wrote none of those bytes), and with some dates
-        leaves out an octopus merge that did change it; here every commit that put bytes of the path
-        on the side is a writer, which is what the self-approval rule asks, for the runner and
-        `verify` alike. Computed from full diffs (`diff-tree` against each such parent): one
-        `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list`
-        each
-        (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
-        walk misses in a tree not in git's order (an entry after one that sorts later ends that
-        walk):
-        such a tree cannot hide who wrote a job (an author approving her own job)."""
-        if self._touched is False:
-            self._touched = None
-            listed = self._side()
-            on_side = {item[0] for item in listed}
-            pairs: list[tuple[str | None, str]] = []
-            for sha, *parents in listed:
-                relevant = [p for p in parents if p in on_side] or parents
-                pairs += [(p, sha) for p in relevant] if relevant else [(None, sha)]
-            diffs = self.repo.diffs(pairs)
-            if diffs is not None:
-                names: dict[str, set[bytes]] = {item[0]: set() for item in listed}
-                for (_, sha), changes in zip(pairs, diffs, strict=True):
-                    names[sha] |= _with_folders(c.path for c in changes)
-                self._touched = [(sha, frozenset(found)) for sha, found in names.items()]
-        return self._touched if isinstance(self._touched, list) else None
-
-    def touching_content(self) -> list[str]:
-        return self.repo.commits_touching(self.first, self.second, *CONTENT_PATHSPEC)
-
-    def entry(self, sha: str, path: str) -> Entry:
-        return self.assessor._tree(sha).get(path, ABSENT)
-
-    def job_paths(self, tree: str, stems: set[str]) -> tuple[str, ...]:
-        return tuple(
-            sorted(
-                (p for p in self.assessor._tree(tree) if is_job_path(p) and job_stem(p) in stems),
-                key=path_bytes,
-            )
-        )
-
-    def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]:
-        links = [(p, e.blob) for p, e in self.assessor._tree(tree).items() if e.mode == SYMLINK]
-        return tuple(sorted(links, key=lambda item: path_bytes(item[0])))
-
-
-def _with_folders(paths: Iterable[str]) -> set[bytes]:
-    """Each path and every folder above it (`a/b/c`: `a/b/c`, `a/b`, `a`)."""
-    found: set[bytes] = set()
-    for path in paths:
-        raw = path_bytes(path)
-        found.add(raw)
-        while b"/" in raw:
-            raw = raw.rpartition(b"/")[0]
-            found.add(raw)
-    return found
+    def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
+        return self.assessor.signature(commit, keys, at=self.at)
 
 
 def _split_named(trailer: str) -> tuple[str, str]:

@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from mergegate.audit import log as audit
@@ -55,6 +56,7 @@ def policy_lookup(
     repo: Repo,
     assessor: Callable[[], Assessor],
     *,
+    at: datetime,
     root: str,
     records: str | None,
     known: dict[str, Policy] | None = None,
@@ -63,9 +65,9 @@ def policy_lookup(
     runner-signature rule (`planning.policy_lookup`).
 
     `known` holds what a walk already computed; anything else costs one judgement per policy
-    change, by `assessor()`, asked for (and the judge imported) only when there is one: at or
-    before the trust root, or with no commit changing policy/ since, the trust root's own policy
-    is in force (what `planning.policy_in_force` finds then).
+    change, by `assessor()` at the clock `at`, asked for (and the judge imported) only when there
+    is one: at or before the trust root, or with no commit changing policy/ since, the trust
+    root's own policy is in force (what `planning.policy_in_force` finds then).
     """
     cache = dict(known or {})
 
@@ -77,12 +79,9 @@ def policy_lookup(
             else:
                 from mergegate.runner.plan import policy_in_force
 
-                judge = assessor()
-                at = judge.at
                 cache[sha] = policy_in_force(
-                    repo, judge, root=root, upto=sha, records=records, changes=changes
+                    repo, assessor(), at=at, root=root, upto=sha, records=records, changes=changes
                 )
-                judge.at = at
         return cache[sha]
 
     return policy_at

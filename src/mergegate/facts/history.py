@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from mergegate.git.repo import ZERO, Change, Repo, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
-from mergegate.rules.judge import ABSENT, Entry
+from mergegate.rules.model import ABSENT, Entry
 from mergegate.rules.policy import POLICY_DIR
 
 # Everything a job may read or execute besides job definitions and the policy.

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from mergegate.facts.assessor import Vote
 from mergegate.github.evidence import Evidence, MergeFacts
 from mergegate.github.http import Malformed
+from mergegate.rules.model import Vote
 from mergegate.rules.policy import Policy
 
 Method = Literal["merge", "squash", "rebase", "none"]

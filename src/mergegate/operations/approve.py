@@ -6,7 +6,6 @@ It signs only what `check` allows, and refuses a signature the runner would not 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from mergegate.crypto.signatures import parse_public_key
@@ -126,7 +125,7 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
         )
     if policy.allow_self_approval:
         return person
-    assessor = Assessor(repo, at=datetime.now(UTC))
+    assessor = Assessor(repo)
     assert report.facts is not None
     for f in report.files:
         why = assessor.excluded(policy, report.facts, f.path).get(person)

@@ -97,18 +97,17 @@ def _verify_audit(
 
                 return Assessor(
                     repo,
-                    at=now,
                     reviews=github.ReviewSource(
                         repo, now=now, settings=None, stored=stored, offline=True
                     ),
                 )
 
-            assessing = _Assessing(assessor)
+            assessing = _Assessing(assessor, at=now)
             return Checker(
                 repo,
                 assessing,
                 tip,
-                policy_lookup(repo, assessing, root=root, records=records_tip),
+                policy_lookup(repo, assessing, at=now, root=root, records=records_tip),
                 verified=verified,
             )
 
@@ -146,10 +145,12 @@ def _stored_evidence(
 
 class _Assessing:
     """The commit checks' Assessor, made when a check first asks for it: a runner's signature to
-    check, or a policy change to judge. Until then the judge's modules are not imported."""
+    check (at `at`), or a policy change to judge. Until then the judge's modules are not
+    imported."""
 
-    def __init__(self, make: Callable[[], Assessor]) -> None:
+    def __init__(self, make: Callable[[], Assessor], *, at: datetime) -> None:
         self.make = make
+        self.at = at
         self.made: Assessor | None = None
 
     def __call__(self) -> Assessor:
@@ -158,7 +159,7 @@ class _Assessing:
         return self.made
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck:
-        return self().signature(commit, keys)
+        return self().signature(commit, keys, at=self.at)
 
 
 @dataclass

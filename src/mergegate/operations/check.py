@@ -19,7 +19,8 @@ from mergegate.facts.branches import open_branch, trust_root
 from mergegate.git.repo import ZERO, Repo
 from mergegate.github import gather as github
 from mergegate.rules.job import is_job_path
-from mergegate.rules.judge import (
+from mergegate.rules.judge import judge_commit
+from mergegate.rules.model import (
     ABSENT,
     Assessment,
     CommitFacts,
@@ -27,7 +28,6 @@ from mergegate.rules.judge import (
     Entry,
     Vote,
     describe_votes,
-    judge_commit,
 )
 from mergegate.rules.policy import POLICY_DIR, Policy
 from mergegate.runner.plan import Plan, plan
@@ -134,13 +134,22 @@ def check(
             hint=f"start proposals from {start}: git switch -c NAME {start}",
         )
     tree = repo.merge_tree(base_tip, head)
-    assessor = Assessor(repo, at=datetime.now(UTC))
     unapproved = work.unapproved
-    assessor.known = lambda path, blob: (
-        path in unapproved or (is_job_path(path) and audit.mentions(repo, records, path, blob))
-    )
-    facts = assessor.proposal_facts(
-        base_tip=base_tip, head=head, tree=tree, policy=policy, unapproved=unapproved, merger=merger
+
+    def known(path: str, blob: str) -> bool:
+        return path in unapproved or (
+            is_job_path(path) and audit.mentions(repo, records, path, blob)
+        )
+
+    facts = Assessor(repo).proposal_facts(
+        base_tip=base_tip,
+        head=head,
+        tree=tree,
+        policy=policy,
+        unapproved=unapproved,
+        merger=merger,
+        at=datetime.now(UTC),
+        known=known,
     )
     assessment = judge_commit(facts, policy, unapproved)
     results: list[FileCheck] = []

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from mergegate.errors import ConfigError
-from mergegate.facts.assessor import Vote
 from mergegate.operations.check import CheckReport, FileCheck
 from mergegate.rules import config
 from mergegate.rules.job import parse_job
+from mergegate.rules.model import Vote
 
 Locate = Callable[[FileCheck], "Place"]
 

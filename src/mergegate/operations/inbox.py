@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +157,7 @@ def _may_approve(repo: Repo, report: CheckReport) -> tuple[str, ...]:
         return tuple(p.name for p in policy.approvers)
     if report.facts is None:
         return ()
-    assessor = Assessor(repo, at=datetime.now(UTC))
+    assessor = Assessor(repo)
     excluded: set[str] = set()
     for f in report.files:
         excluded |= set(assessor.excluded(policy, report.facts, f.path))

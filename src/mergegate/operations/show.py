@@ -148,8 +148,9 @@ def _revisions(
     # With the review evidence the records hold, as status and check walk: a reviewed merge is
     # judged as the runner did.
     walk = Walk(
-        Assessor(repo, at=now, reviews=github.recorded(repo, records, now=now)),
+        Assessor(repo, reviews=github.recorded(repo, records, now=now)),
         load_policy(lambda p: repo.read_file(root, p), commit=root),
+        at=now,
         records=records,
     )
     found = []

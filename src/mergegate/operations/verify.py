@@ -28,7 +28,7 @@ from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
 from mergegate.rules import eligibility
 from mergegate.rules.job import Job
-from mergegate.rules.judge import Decision
+from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy, load_policy
 from mergegate.runner.plan import Walk, policy_lookup
 
@@ -151,8 +151,9 @@ def verify_history(
         remote=source.remote if fetch else None,
     )
     walk = Walk(
-        Assessor(repo, at=now, reviews=reviews, history=history),
+        Assessor(repo, reviews=reviews, history=history),
         policy,
+        at=now,
         records=records_tip,
         mentioned=mentioned,
     )
@@ -177,9 +178,9 @@ def verify_history(
         if progress is not None:
             progress(done, len(chain))
         # Record times are trustworthy only when runners sign the audit commits.
-        walk.assessor.at = seen[sha][0] if walk.policy.runners and sha in seen else now
+        at = seen[sha][0] if walk.policy.runners and sha in seen else now
         try:
-            assessment = walk.step(sha)
+            assessment = walk.step(sha, at=at)
         except NotYet as exc:
             # Without the evidence (none recorded: the runner is still waiting for it) this commit,
             # and what follows it, cannot be re-derived; a record about any of them is flagged
@@ -221,12 +222,12 @@ def verify_history(
         lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
     # force.
-    assessor = Assessor(repo, at=now, reviews=reviews)
+    assessor = Assessor(repo, reviews=reviews)
     checker = Checker(
         repo,
-        assessor,
+        assessor.signer(at=now),
         tip,
-        policy_lookup(repo, assessor, root=root, records=records_tip, known=policies),
+        policy_lookup(repo, assessor, at=now, root=root, records=records_tip, known=policies),
     )
     try:
         checker.check(every_commit(repo, records_tip))
@@ -250,9 +251,7 @@ def verify_history(
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     violations.extend(_judged_later(records))
     violations.extend(
-        _unvouched_dates(
-            repo, seen, [root, *chain], policies, checker.appended, Assessor(repo, at=now)
-        )
+        _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
     )
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
@@ -376,10 +375,12 @@ def _unvouched_dates(
         seq = seen[sha][1]
         at = bisect.bisect_right(firsts, seq) - 1
         commit = appended[at][1] if at >= 0 else None
-        assessor.at = seen[sha][
-            0
-        ]  # (the runner key judged at the record's time, as approver keys are)
-        if commit is None or not assessor.signature(repo.commit(commit), policy.runner_keys()).ok:
+        # (the runner key judged at the record's time, as approver keys are)
+        when = seen[sha][0]
+        if (
+            commit is None
+            or not assessor.signature(repo.commit(commit), policy.runner_keys(), at=when).ok
+        ):
             problems.append(
                 f"commit {sha[:12]} is dated by seq {seq}, appended by audit commit "
                 f"{(commit or '?')[:12]}, which no "

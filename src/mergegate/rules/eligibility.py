@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from mergegate.audit.log import Record, parse_time
 from mergegate.audit.log import attempt_of as attempt_number
-from mergegate.rules.judge import Decision
+from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 
 RETRIED = frozenset({"failed", "timed_out"})

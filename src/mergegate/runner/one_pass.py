@@ -47,12 +47,13 @@ from mergegate.execution.processes import ProcessId, Watchdog
 from mergegate.execution.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.execution.workspaces import identity, remove_stale, remove_tree
 from mergegate.facts import audit_commits as audit_branch
-from mergegate.facts.assessor import VETO_TRAILER, Assessor, Decision, Veto, describe_votes
+from mergegate.facts.assessor import VETO_TRAILER, Assessor
 from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Commit, Repo, Signing
 from mergegate.github import gather as github
 from mergegate.rules.eligibility import RETRIED, Runnable, iso_up, retriable
 from mergegate.rules.job import is_job_path
+from mergegate.rules.model import Decision, Veto, describe_votes
 from mergegate.rules.policy import Policy
 from mergegate.runner import idle, leases
 from mergegate.runner.claims import BatchSize, Book, holder, jump, spread
@@ -164,7 +165,7 @@ class _WalkedView:
         self._line: dict[str, int] = {}
         self._scanned: list[audit.Record] = []
         self._appenders: audit.Appenders | None = None
-        self._signer = Assessor(repo, at=now)
+        self._signer = Assessor(repo)
         self._found: dict[
             str, list[Veto]
         ] = {}  # (read once a pass: a veto commit costs nothing the second time)
@@ -178,7 +179,7 @@ class _WalkedView:
             # Once a pass: the line, every `scanned` record (one git grep), one binary search's
             # memory.
             self._policy_at = policy_lookup(
-                self.repo, Assessor(self.repo, at=self.now), root=self.root, records=self.records
+                self.repo, Assessor(self.repo), at=self.now, root=self.root, records=self.records
             )
             self._line = {
                 sha: place
@@ -204,14 +205,13 @@ class _WalkedView:
             keys = before.runner_keys()
 
             def vouched(audit_commit: str, when: datetime) -> bool:
-                self._signer.at = when
-                return self._signer.signature(self.repo.commit(audit_commit), keys).ok
+                return self._signer.signature(self.repo.commit(audit_commit), keys, at=when).ok
 
             when = audit.first_covering(
                 self._scanned, commit.sha, self._line, self._appenders, vouched
             )
             if when is not None:
-                found = list(Assessor(self.repo, at=when).veto(commit, before).vetoes)
+                found = list(Assessor(self.repo).veto(commit, before, at=when).vetoes)
         self._found[commit.sha] = found
         return found
 
@@ -436,13 +436,15 @@ class Runner:
         self._can_sign(
             work.policy, key=work.waiting is None
         )  # (again: a policy change the walk adopted may list runners)
-        assessor = Assessor(self.repo, at=now, reviews=self._reviews)
+        assessor = Assessor(self.repo, reviews=self._reviews)
         known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
         checker = audit_branch.Checker(
             self.repo,
-            assessor,
+            assessor.signer(at=now),
             tip,
-            policy_lookup(self.repo, assessor, root=gate.root, records=gate.records, known=known),
+            policy_lookup(
+                self.repo, assessor, at=now, root=gate.root, records=gate.records, known=known
+            ),
         )
         self._files: dict[str, bytes] = {}
         outcomes: list[Outcome] = []
@@ -937,7 +939,7 @@ class Runner:
 
     def _search_vetoes(self, spec: str, policy: Policy) -> list[Veto]:
         """Vetoes in the first-parent commits `spec` (a tip, or old..new)."""
-        assessor = Assessor(self.repo, at=datetime.now(UTC))
+        assessor, now = Assessor(self.repo), datetime.now(UTC)
         # As loose as the trailer parser (any case, any spacing), so that no veto
         # the walk would honour is missed here; the parser then decides.
         grep = f"--grep=^{VETO_TRAILER}:"
@@ -948,7 +950,7 @@ class Runner:
             commit = self.repo.commit(sha)
             if self.repo.diff(commit.parents[0] if commit.parents else None, sha):
                 continue  # a veto is an empty, signed commit (a merge too), as the walk judges it
-            vetoes = list(assessor.veto(commit, policy).vetoes)
+            vetoes = list(assessor.veto(commit, policy, at=now).vetoes)
             if not vetoes and self._walked_view is not None:
                 vetoes = self._walked_view.vetoes(commit)
             found += vetoes

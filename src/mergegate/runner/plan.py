@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError, NotYet
 from mergegate.facts import audit_commits as audit_branch
-from mergegate.facts.assessor import Assessment, Assessor, Decision, Veto
+from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, explain, unchecked
 from mergegate.facts.branches import (
     Branch,
@@ -41,6 +41,7 @@ from mergegate.rules.eligibility import (
     still_open,
 )
 from mergegate.rules.job import is_job_path
+from mergegate.rules.model import Assessment, Decision, Veto
 from mergegate.rules.policy import Policy, load_policy
 
 if TYPE_CHECKING:
@@ -62,10 +63,12 @@ class Walk:
         policy: Policy,
         unapproved: dict[str, str] | None = None,
         *,
+        at: datetime,
         records: str | None,
         mentioned: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.assessor = assessor
+        self.at = at  # the clock signatures are judged at, unless a step says otherwise
         self.policy = policy
         self.unapproved = dict(unapproved or {})
         self.seen: set[tuple[str, str]] = set()
@@ -75,18 +78,24 @@ class Walk:
         # (The audit names job revisions only: asking it about other files is a wasted git grep
         # each.)
         # `mentioned` answers audit.mentions from records already read (verify has them all).
-        mentions = mentioned or (
+        self.mentions = mentioned or (
             lambda path, blob: audit.mentions(assessor.repo, records, path, blob)
         )
-        assessor.known = lambda path, blob: (
+
+    def known(self, path: str, blob: str) -> bool:
+        """Whether these bytes may have had an earlier life (`assessor.Known`)."""
+        return (
             path in self.unapproved
             or (path, blob) in self.seen
-            or (is_job_path(path) and mentions(path, blob))
+            or (is_job_path(path) and self.mentions(path, blob))
         )
 
-    def step(self, sha: str) -> Assessment:
+    def step(self, sha: str, *, at: datetime | None = None) -> Assessment:
+        """Judge the next commit, its signatures at `at` (by default the walk's clock)."""
         # The judge decides what stays unapproved and what it taints; the walk carries it.
-        assessment = self.assessor.assess(sha, self.policy, self.unapproved)
+        assessment = self.assessor.assess(
+            sha, self.policy, self.unapproved, at=at or self.at, known=self.known
+        )
         self.unapproved = dict(assessment.unapproved)
         self.policy = assessment.policy
         self.seen.update((d.path, d.blob) for d in assessment.decisions)
@@ -183,11 +192,14 @@ def plan(
     # 2. The policy in force at the start comes from the history itself (the
     #    trust root and every policy change adopted since), never from a claim
     #    in the audit, which anyone who can push might append to.
-    assessor = Assessor(repo, at=at, reviews=reviews)
+    assessor = Assessor(repo, reviews=reviews)
     walk = Walk(
         assessor,
-        policy_in_force(repo, assessor, root=root, upto=start, records=records, remember=remember),
+        policy_in_force(
+            repo, assessor, at=at, root=root, upto=start, records=records, remember=remember
+        ),
         unapproved,
+        at=at,
         records=records,
     )
     if before_walk is not None:
@@ -272,8 +284,8 @@ def _reopen(
     assert tail.scanned is not None
     result.open_before = tuple(e for e in entries if isinstance(e, dict))
     line = set(repo.first_parent_chain(root, result.start))
-    assessor = Assessor(repo, at=at, reviews=reviews)
-    policy_at = policy_lookup(repo, Assessor(repo, at=at), root=root, records=records)
+    assessor = Assessor(repo, reviews=reviews)
+    policy_at = policy_lookup(repo, Assessor(repo), at=at, root=root, records=records)
     found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
     for entry in result.open_before:
         sha = entry.get("commit")
@@ -300,7 +312,7 @@ def _reopen(
         parent = repo.commit(sha).parents[0]
         policy = policy_at(parent)
         try:
-            assessment = Walk(assessor, policy, unapproved, records=records).step(sha)
+            assessment = Walk(assessor, policy, unapproved, at=at, records=records).step(sha)
         except NotYet:
             result.carried.append(
                 entry
@@ -426,6 +438,7 @@ def policy_in_force(
     repo: Repo,
     assessor: Assessor,
     *,
+    at: datetime,
     root: str,
     upto: str,
     records: str | None,
@@ -441,32 +454,33 @@ def policy_in_force(
     it that a runner of the policy before the change vouched for (its audit commit
     signed by one of them: keys the change itself adds never date it), only when
     that policy lists runners; else this clone's own memory of it; else the clock
-    now. A forged record time must not bring an expired key back to life.
+    now (`at`). A forged record time must not bring an expired key back to life.
     """
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     if upto == root:
         return policy
-    now = assessor.at
+    now = at
     judged = judged_times(repo)
+
     # As the walk that first judged them: full authorship search only for bytes the audit has seen.
-    assessor.known = lambda path, blob: audit.mentions(repo, records, path, blob)
-    signer = Assessor(repo, at=now)
+    def known(path: str, blob: str) -> bool:
+        return audit.mentions(repo, records, path, blob)
+
+    signer = Assessor(repo)
     dated = judged_times(repo, _DATED)
     for sha in policy_changes(repo, root, upto, remember=remember) if changes is None else changes:
-        at = dated.get(sha) if policy.runners else None
-        if at is None and policy.runners:
+        when = dated.get(sha) if policy.runners else None
+        if when is None and policy.runners:
             # Only a record a runner of the policy before the change appended dates it
             # (audit.first_vouched);
             # the first such record, once there, is every clone's date (the audit only grows):
             # before this
             # clone's own memory, so a runner whose record of the change landed second judges as the
             # rest.
-            at = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
-            if at is not None and remember:
-                remember_judged(repo, [sha], at, _DATED)
-        assessor.at = at or judged.get(sha) or now
-        policy = assessor.assess(sha, policy).policy
-    assessor.at = now
+            when = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
+            if when is not None and remember:
+                remember_judged(repo, [sha], when, _DATED)
+        policy = assessor.assess(sha, policy, at=when or judged.get(sha) or now, known=known).policy
     return policy
 
 
@@ -476,8 +490,7 @@ def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, 
     keys = policy.runner_keys()
 
     def vouched(commit: str, when: datetime) -> bool:
-        signer.at = when
-        return signer.signature(repo.commit(commit), keys).ok
+        return signer.signature(repo.commit(commit), keys, at=when).ok
 
     return vouched
 
@@ -486,6 +499,7 @@ def policy_lookup(
     repo: Repo,
     assessor: Assessor,
     *,
+    at: datetime,
     root: str,
     records: str | None,
     known: dict[str, Policy] | None = None,
@@ -493,10 +507,10 @@ def policy_lookup(
     """`policy_at(sha)`: the policy in force at an approved commit (after judging it).
 
     For the runner-signature rule of the audit branch. `known` holds what a walk
-    already computed; anything else costs one judgement per policy change.
+    already computed; anything else costs one judgement per policy change (at `at`).
     """
     return audit_branch.policy_lookup(
-        repo, lambda: assessor, root=root, records=records, known=known
+        repo, lambda: assessor, at=at, root=root, records=records, known=known
     )
 
 
@@ -556,10 +570,14 @@ def check_new_records(
     if not gate.new_records:
         return
     known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
-    assessor = Assessor(repo, at=at, reviews=reviews)
-    policy_at = policy_lookup(repo, assessor, root=gate.root, records=gate.records, known=known)
+    assessor = Assessor(repo, reviews=reviews)
+    policy_at = policy_lookup(
+        repo, assessor, at=at, root=gate.root, records=gate.records, known=known
+    )
     try:
-        Checker(repo, assessor, gate.tip, policy_at).check(gate.new_records, shapes=False)
+        Checker(repo, assessor.signer(at=at), gate.tip, policy_at).check(
+            gate.new_records, shapes=False
+        )
     except NotYet as exc:
         raise NotYet(
             f"the audit commits new since the last pass cannot be checked yet: {exc.message}",

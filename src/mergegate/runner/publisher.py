@@ -23,10 +23,10 @@ from mergegate.audit import log as audit
 from mergegate.audit.tail import LogEnd
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.facts import audit_commits as audit_branch
-from mergegate.facts.assessor import Decision, Veto
 from mergegate.facts.branches import AUDIT_BRANCH, Branch
 from mergegate.git.repo import Repo, Signing
 from mergegate.rules.eligibility import Standing, late_refusal
+from mergegate.rules.model import Decision, Veto
 from mergegate.runner.claims import Book, holder
 from mergegate.runner.pending import Pending
 from mergegate.runner.spool import Spool

@@ -1,0 +1,213 @@
+"""The judge's model: the facts it is handed and the verdicts it returns, as plain values.
+
+`facts.assessor` reads git into `CommitFacts` (signatures already checked, as
+`SignatureCheck` verdicts); `judge.judge_commit` returns an `Assessment`. GitHub's
+review reading (`github.reviews`) hands its votes over as `Vote`s. Nothing here
+reads git, the audit or the network, so every wing above the rules can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mergegate.crypto.signatures import SignatureCheck
+from mergegate.rules.job import Job
+from mergegate.rules.policy import CommandRule, Policy, Requirement
+
+Kind = Literal["approval", "veto", "unapproved", "other"]
+# Why a revision does not run: "" it runs; "unapproved" only its quorum is missing (or
+# its approval was not a valid one); "denied" a rule refuses it; "invalid" it is not a valid job.
+Refusal = Literal["", "unapproved", "denied", "invalid"]
+REGULAR = ("100644", "100755")
+# git's null object id, the blob of a path that is not there. Spelled out here rather than
+# imported from git/: the rules are pure, and import nothing that reads git.
+NULL_ID = "0" * 40
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A path's mode and blob in one tree; ABSENT when the path is not there."""
+
+    mode: str
+    blob: str
+
+    def describe(self) -> str:
+        return "absent" if self == ABSENT else f"{self.blob[:7]} (mode {self.mode})"
+
+
+ABSENT = Entry("000000", NULL_ID)
+
+
+@dataclass(frozen=True)
+class Vote:
+    person: str  # policy name, or the key fingerprint when no policy key matched
+    via: str  # "merge signature of 1a2b3c4" / "approval commit 5d6e7f8" / "review 12 on PR #3"
+    counted: bool
+    why: str  # why it did not count ("" when it did)
+
+    def describe(self) -> str:
+        return (
+            f"{self.person} ({self.via})"
+            if self.counted
+            else f"{self.person} ({self.via}: {self.why})"
+        )
+
+
+Votes = Mapping[str, tuple[Vote, ...]]  # path -> every vote for one job or policy file
+
+
+def describe_votes(votes: Iterable[Vote]) -> str:
+    votes = list(votes)
+    counted = [v.describe() for v in votes if v.counted]
+    other = [v.describe() for v in votes if not v.counted]
+    text = f"counted: {', '.join(counted) or 'none'}"
+    return text + (f"; not counted: {', '.join(other)}" if other else "")
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A commit that wrote a file's content: its authorship, and who (of the policy) signed it."""
+
+    commit: str
+    author_name: str
+    author_email: str
+    signer: str | None  # the policy person whose approver or proposer key signed it validly
+    signature: str  # the signature check's words (why it is not signed, when signer is None)
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """One path a commit changes relative to its first parent."""
+
+    path: str
+    before: Entry  # at the first parent
+    after: Entry  # at the commit
+    base: Entry  # at the merge base of the two parents (= before, for a non-merge)
+    side: Entry  # at the second parent (= after, for a non-merge)
+    # Merged commits that changed it, and earlier commits that wrote these bytes.
+    writers: tuple[Writer, ...] = ()
+    text: bytes | None = None  # the content of a job or policy file that is a regular file
+    # When the path was unapproved before: its last approved version.
+    last_approved: Entry | None = None
+
+    @property
+    def merge_wrote(self) -> bool:
+        """The merge result is the merge's own content: it differs from the first parent on a
+        path the second side never changed (a rollback, any edit), or from the second side's
+        version (a conflict resolution)."""
+        return self.after != self.before and (self.side == self.base or self.after != self.side)
+
+
+@dataclass(frozen=True)
+class ApprovalFacts:
+    """A signed approval commit on the merged side (Mergegate-Approve / Mergegate-Approve-Tree)."""
+
+    commit: str
+    signature: SignatureCheck  # against the approver keys of the policy in force
+    # path -> what its Mergegate-Approve trailer says after the path ("<mode> <blob>" or "<blob>")
+    named: Mapping[str, str]
+    # With a tree trailer naming its own tree: the entry of every path of interest.
+    tree: Mapping[str, Entry] | None
+    tree_mismatch: bool  # a tree trailer that does not name its own tree
+    # Paths of interest that the proposal, at this commit, changed relative to the merge base.
+    changed: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Review:
+    """What GitHub's reviews say about a merge (reviews.judge): its votes sit in `extra_votes`."""
+
+    label: str  # "reviews on PR #3 (squash)"
+    refused: str  # why it is no review approval ("" when it is one)
+    # (person, why): the PR's authors and committers, by GitHub id.
+    excluded: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CommitFacts:
+    sha: str
+    parents: tuple[str, ...]
+    malformed: str  # "" when git reads the header as it is written
+    author_name: str
+    author_email: str
+    files: tuple[FileFacts, ...]
+    signature: SignatureCheck | None = None  # of the merge (or veto), against the approver keys
+    approvals: tuple[ApprovalFacts, ...] = ()
+    # (path, vote) from other evidence, such as reviews.
+    extra_votes: tuple[tuple[str, Vote], ...] = ()
+    veto_trailers: tuple[str, ...] = ()
+    content_writers: tuple[Writer, ...] = ()  # merged commits that changed any other file
+    job_ids: tuple[str, ...] = ()  # every job path in the resulting tree
+    symlinks: tuple[tuple[str, bytes], ...] = ()  # every symlink in the resulting tree: target
+    # policy/ path -> (mode, bytes), when policy/ changes.
+    policy_tree: Mapping[str, tuple[str, bytes]] | None = None
+    # policy/ paths that differ from the policy in force but this commit leaves.
+    policy_drift: tuple[str, ...] = ()
+    proposal: bool = False  # a proposal's merge that does not exist yet (check, approve)
+    merger: str | None = None  # for a proposal: the person whose signed merge to assume, if any
+    # GitHub review evidence, for a merge no approver key signed (docs/github.md).
+    review: Review | None = None
+
+    @property
+    def short(self) -> str:
+        return "the merge" if self.proposal else self.sha[:7]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one job revision introduced by one commit."""
+
+    path: str
+    blob: str
+    commit: str
+    job: Job | None
+    runnable: bool
+    reason: str
+    votes: tuple[Vote, ...] = ()
+    requirement: Requirement | None = None
+    rule: CommandRule | None = None
+    self_approved: bool = False
+    refusal: Refusal = ""
+    approved: bool = False  # its quorum is met (whatever else refuses it)
+
+    @property
+    def approvers(self) -> tuple[str, ...]:
+        return tuple(sorted({v.person for v in self.votes if v.counted}))
+
+
+@dataclass(frozen=True)
+class Veto:
+    path: str
+    blob: str
+    person: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class PolicyVerdict:
+    adopted: bool
+    reason: str
+    refusal: Refusal  # "invalid" when the new policy cannot be in force whoever approves it
+    policy: Policy  # the policy in force after the change
+    votes: Mapping[str, tuple[Vote, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    commit: str
+    kind: Kind
+    policy: Policy  # the policy in force after this commit
+    decisions: tuple[Decision, ...] = ()
+    vetoes: tuple[Veto, ...] = ()
+    policy_changed: bool = False
+    policy_adopted: bool = False
+    summary: str = ""
+    # Files outside jobs/ and policy/ that this commit changed, and whether a
+    # signed merge with their quorum vouched for them.
+    content: tuple[str, ...] = ()
+    content_approved: bool = False
+    # After this commit: path -> first unapproved change.
+    unapproved: Mapping[str, str] = field(default_factory=dict)
+    policy_verdict: PolicyVerdict | None = None

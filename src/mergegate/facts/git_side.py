@@ -2,21 +2,18 @@
 
 `Reads` is the questions (`history.Side` answers them from the whole history read
 once, for `verify`); `GitSide` asks them of git, a process (or a tree listing) each,
-the trees read through the `Assessor`'s cache of them.
+the trees read through the `Assessor`'s cache of them (`Trees`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mergegate.facts.history import CONTENT_PATHSPEC, SYMLINK
-from mergegate.git.repo import literal, path_bytes
+from mergegate.git.repo import Repo, literal, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.model import ABSENT, Entry
-
-if TYPE_CHECKING:
-    from mergegate.facts.assessor import Assessor
 
 
 class Reads(Protocol):
@@ -34,10 +31,19 @@ class Reads(Protocol):
     def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]: ...
 
 
+class Trees(Protocol):
+    """What `GitSide` asks of the `Assessor`: its repository, and its cache of listed trees."""
+
+    @property
+    def repo(self) -> Repo: ...
+
+    def tree(self, commit: str) -> dict[str, Entry]: ...
+
+
 class GitSide:
     """The questions of `Reads` asked of git, a process (or a tree listing) each."""
 
-    def __init__(self, assessor: Assessor, first: str, second: str) -> None:
+    def __init__(self, assessor: Trees, first: str, second: str) -> None:
         self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
         self.base = self.repo.merge_base(first, second)
         self._touched: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet

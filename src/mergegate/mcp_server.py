@@ -29,7 +29,7 @@ NO_APPROVAL = (
 
 
 @dataclass(frozen=True)
-class Gate:
+class ServedGate:
     """Where the tools act: one gate repository, its remote and base branch."""
 
     repo: Path
@@ -65,7 +65,7 @@ def _guard(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         )
 
 
-def build(gate: Gate) -> Any:
+def build(gate: ServedGate) -> Any:
     """The MCPServer with mergegate's five tools."""
     from mcp.server.mcpserver import MCPServer
 
@@ -219,7 +219,7 @@ def build(gate: Gate) -> Any:
     return server
 
 
-def _status(gate: Gate) -> StatusReport:
+def _status(gate: ServedGate) -> StatusReport:
     from mergegate.operations.status import status
 
     return status(
@@ -227,7 +227,7 @@ def _status(gate: Gate) -> StatusReport:
     )
 
 
-def serve(gate: Gate) -> None:
+def serve(gate: ServedGate) -> None:
     try:
         server = build(gate)
     except ImportError:

@@ -17,7 +17,7 @@ from tests.helpers.github_world import ALICE, BOB, CAROL, DAVE, GithubGate
 from tests.helpers.keys import make_ssh_key
 
 
-def outcome(gate: GithubGate, sha: str, **kw: object) -> github.Outcome:
+def outcome(gate: GithubGate, sha: str, **kw: object) -> github.ReviewOutcome:
     w = gate.world
     w.git("runner", "fetch", "-q", "origin")
     repo = Repo(w.clone("runner"))
@@ -143,7 +143,7 @@ def test_two_reviewers_and_one_person_with_two_accounts(gate: GithubGate) -> Non
     )  # two accounts, one person
 
 
-def _three_pages_of_reviews(gate: GithubGate) -> tuple[PullRequest, github.Outcome]:
+def _three_pages_of_reviews(gate: GithubGate) -> tuple[PullRequest, github.ReviewOutcome]:
     """A PR with 230 comments and carol's approval (three pages of 100), merged and judged."""
     gate.setup()
     pr = gate.open_pr("backup")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from mergegate.commands.options import repo_option, trust_option
-from mergegate.mcp_server import Gate, serve
+from mergegate.mcp_server import ServedGate, serve
 
 
 @click.command("mcp")
@@ -48,7 +48,7 @@ def main(*, repo: Path, remote: str, base: str, trust_root: str | None, allow_pu
 
     path = Repo(repo).path  # a clear error now, not on the agent's first call
     serve(
-        Gate(
+        ServedGate(
             repo=path,
             remote=remote,
             base=branch_name(base, remote),

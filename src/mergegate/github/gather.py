@@ -273,7 +273,7 @@ def not_yet(reason: str) -> NotYet:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ReviewOutcome:
     """The review verdict on one commit, and the evidence it was derived from."""
 
     evidence: Evidence
@@ -290,7 +290,7 @@ def review(
     stored: Evidence | None = None,
     remote: str | None = None,
     client: Client | None = None,
-) -> Outcome:
+) -> ReviewOutcome:
     """Review votes for `sha`: from `stored` evidence when there is some (verify, later passes),
     else asked of GitHub now. Raises NotYet when the evidence is not (yet) complete."""
     if stored is None:
@@ -328,7 +328,7 @@ def review(
     verdict = reviews.judge(evidence, facts, policy, now=now)
     if verdict.waiting and stored is None:
         raise not_yet(verdict.waiting)
-    return Outcome(evidence, verdict)
+    return ReviewOutcome(evidence, verdict)
 
 
 def _head(evidence: Evidence) -> str | None:
@@ -444,7 +444,7 @@ class ReviewSource:
         self.offline = offline
         self.client = client
         self.gathered: dict[str, Evidence] = {}
-        self._outcomes: dict[tuple[str, str], Outcome] = {}
+        self._outcomes: dict[tuple[str, str], ReviewOutcome] = {}
         # A commit found waiting stays waiting for the whole pass: the walk and the
         # records check must not see two different answers to one question.
         self._waiting: dict[tuple[str, str], NotYet] = {}
@@ -457,7 +457,7 @@ class ReviewSource:
         """The evidence a decision on `sha` was made on (stored, or gathered in this pass)."""
         return self.stored.get(sha) or self.gathered.get(sha)
 
-    def outcome(self, sha: str, policy: Policy) -> Outcome:
+    def outcome(self, sha: str, policy: Policy) -> ReviewOutcome:
         key = (sha, policy.commit)
         if key in self._waiting:
             raise self._waiting[key]

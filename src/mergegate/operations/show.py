@@ -47,7 +47,9 @@ class Revision:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class AttemptSummary:
+    """One attempt as `show` prints it: its records' status, duration and output tails."""
+
     run_id: str | None
     commit: str | None
     blob: str | None
@@ -80,7 +82,7 @@ class Dossier:
     state: str
     reason: str | None
     revisions: tuple[Revision, ...]
-    attempts: tuple[Attempt, ...]
+    attempts: tuple[AttemptSummary, ...]
     next: str
     tip: str
     warnings: tuple[str, ...] = ()
@@ -171,13 +173,13 @@ def _revisions(
     return tuple(found)
 
 
-def _attempts(records: list[audit.Record]) -> tuple[Attempt, ...]:
-    attempts: dict[str, Attempt] = {}
+def _attempts(records: list[audit.Record]) -> tuple[AttemptSummary, ...]:
+    attempts: dict[str, AttemptSummary] = {}
     order: list[str] = []
     for r in records:
         key = str(r.get("run_id") or f"seq{r.seq}")
         if r.event == "started":
-            attempts[key] = Attempt(
+            attempts[key] = AttemptSummary(
                 r.get("run_id"),
                 r.get("commit"),
                 r.get("blob"),
@@ -191,7 +193,7 @@ def _attempts(records: list[audit.Record]) -> tuple[Attempt, ...]:
             order.append(key)
         elif r.event == "finished":
             began = attempts.get(key)
-            attempts[key] = Attempt(
+            attempts[key] = AttemptSummary(
                 r.get("run_id"),
                 r.get("commit"),
                 r.get("blob"),
@@ -205,7 +207,7 @@ def _attempts(records: list[audit.Record]) -> tuple[Attempt, ...]:
             if key not in order:
                 order.append(key)
         elif r.event in ("rejected", "vetoed"):
-            attempts[key] = Attempt(
+            attempts[key] = AttemptSummary(
                 None,
                 r.get("commit"),
                 r.get("blob"),

@@ -21,7 +21,6 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from json.scanner import make_scanner
-from types import MappingProxyType
 from typing import Any
 
 # a declared dependency; without it (an environment not reinstalled yet) the json reading, as exact
@@ -31,15 +30,29 @@ try:
 except ImportError:  # pragma: no cover
     orjson = None  # type: ignore[assignment]
 
+from mergegate.audit.records import (
+    EVENTS,
+    Scanned,
+    Started,
+    body_hash,
+    canonical,
+    judged_of,
+    seq_of,
+)
+
+# The names runner/one_pass.py and runner/plan.py read from here until they are converted (issue
+# 21, step 3: they are being split meanwhile); everything else imports them from audit.records.
+from mergegate.audit.records import GENESIS as GENESIS
+from mergegate.audit.records import Record as Record
+from mergegate.audit.records import parse as parse
+from mergegate.audit.records import parse_time as parse_time
 from mergegate.errors import IntegrityError
 from mergegate.git.repo import Repo
 
 AUDIT_DIR = "audit/"
 EVIDENCE_DIR = "audit/evidence/"
-GENESIS = "0" * 64
 RECORDS_PER_FILE = 1000
 MAX_FILE_BYTES = 4 * 1024 * 1024
-EVENTS = ("started", "finished", "rejected", "vetoed", "scanned", "policy")
 _EVENT_SET = frozenset(EVENTS)
 _HASH_MEMBER = len('"hash":"",') + 64
 _FILE = re.compile(r"^audit/log-(\d{6})\.jsonl$")
@@ -57,43 +70,8 @@ def stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def record_hash(record: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in record.items() if k != "hash"}
-    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8"
-    )
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Record:
-    fields: Mapping[str, Any]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.fields[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.fields.get(key, default)
-
-    @property
-    def seq(self) -> int:
-        return int(self.fields["seq"])
-
-    @property
-    def event(self) -> str:
-        return str(self.fields["event"])
-
-    @property
-    def revision(self) -> tuple[str | None, str | None]:
-        return self.fields.get("path"), self.fields.get("blob")
-
-    def line(self) -> bytes:
-        return (
-            json.dumps(
-                dict(self.fields), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-            ).encode("utf-8")
-            + b"\n"
-        )
+def record_hash(record: Mapping[str, object]) -> str:
+    return body_hash(record)
 
 
 def draft(
@@ -120,16 +98,19 @@ def draft(
     }
 
 
-def seal(drafts: Iterable[Mapping[str, Any]], *, after_seq: int, after_hash: str) -> list[Record]:
-    """Number and chain drafts after the record (after_seq, after_hash)."""
+def seal(
+    drafts: Iterable[Mapping[str, object] | Record], *, after_seq: int, after_hash: str
+) -> list[Record]:
+    """Number and chain drafts after the record (after_seq, after_hash): the edge where records
+    are written. A draft given as a JSON object is read as its line will be read back (through
+    its canonical JSON), so the sealed record's typed members are what any reader sees."""
     sealed, seq, prev = [], after_seq, after_hash
     for item in drafts:
         seq += 1
-        body = {**item, "seq": seq, "prev": prev}
-        body.pop("hash", None)
-        body["hash"] = record_hash(body)
-        prev = body["hash"]
-        sealed.append(Record(MappingProxyType(body)))
+        typed = item if isinstance(item, Record) else parse(json.loads(canonical(item)))
+        record = typed.sealed(seq=seq, prev=prev)
+        prev = record.hash
+        sealed.append(record)
     return sealed
 
 
@@ -142,7 +123,7 @@ class Tail:
     last_file: str | None
     last_file_records: int
     last_file_bytes: int
-    scanned: Record | None  # the last `scanned` record: where the previous pass stopped
+    scanned: Scanned | None  # the last `scanned` record: where the previous pass stopped
     since_scanned: tuple[Record, ...]  # records after it (a pass that stopped midway)
     scanned_file: str | None = None  # the log file that holds it,
     scanned_end: int = 0  # and the byte offset where its line ends
@@ -186,7 +167,9 @@ def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
 
 
 def parse_file(data: bytes, path: str) -> list[Record]:
-    records = []
+    """The records of one log file (the edge where the log is read), each line checked to be a
+    JSON object with every member records have; IntegrityError naming the line if not."""
+    found: list[Record] = []
     if data and not data.endswith(b"\n"):
         raise IntegrityError(
             "the last record is not a complete line", file=path, line=data.count(b"\n") + 1
@@ -208,8 +191,8 @@ def parse_file(data: bytes, path: str) -> list[Record]:
                 file=path,
                 line=number,
             )
-        records.append(Record(MappingProxyType(value)))
-    return records
+        found.append(parse(value))
+    return found
 
 
 def check_links(
@@ -222,30 +205,35 @@ def check_links(
     """Raise IntegrityError at the first record whose seq, prev or hash is wrong."""
     for index, record in enumerate(records):
         file, line = where.get(index, (None, None))
-        expected_seq = (prev_seq + 1) if prev_seq is not None else record.seq
-        if record.seq != expected_seq:
+        try:
+            seq = seq_of(record)
+        except (TypeError, ValueError):
             raise IntegrityError(
-                f"seq {record.seq}: expected seq {expected_seq} (gap or reordering)",
+                f"seq {record.extra.get('seq')!r} is not a number", file=file, line=line
+            ) from None
+        expected_seq = (prev_seq + 1) if prev_seq is not None else seq
+        if seq != expected_seq:
+            raise IntegrityError(
+                f"seq {seq}: expected seq {expected_seq} (gap or reordering)",
                 file=file,
                 line=line,
             )
-        if prev_hash is not None and record["prev"] != prev_hash:
+        body = record.as_json()
+        if prev_hash is not None and body["prev"] != prev_hash:
             raise IntegrityError(
-                f"seq {record.seq}: prev does not match the hash of seq {record.seq - 1}",
+                f"seq {seq}: prev does not match the hash of seq {seq - 1}",
                 file=file,
                 line=line,
             )
-        if record_hash(record.fields) != record["hash"]:
+        if record_hash(body) != body["hash"]:
             raise IntegrityError(
-                f"seq {record.seq}: hash does not match the record's content (edited record)",
+                f"seq {seq}: hash does not match the record's content (edited record)",
                 file=file,
                 line=line,
             )
         if record.event not in EVENTS:
-            raise IntegrityError(
-                f"seq {record.seq}: unknown event {record.event!r}", file=file, line=line
-            )
-        prev_seq, prev_hash = record.seq, record["hash"]
+            raise IntegrityError(f"seq {seq}: unknown event {record.event!r}", file=file, line=line)
+        prev_seq, prev_hash = seq, record.hash
 
 
 _SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # what json.loads runs, without its per-call wrapping
@@ -283,7 +271,7 @@ def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record]
     values = _proven(data)
     if values is None or not linked(values[0], prev_seq=prev_seq, prev_hash=prev_hash):
         return None
-    return list(map(Record, map(MappingProxyType, values)))
+    return list(map(parse, values))
 
 
 def linked(first: Mapping[str, Any], *, prev_seq: int, prev_hash: str) -> bool:
@@ -461,15 +449,17 @@ def read_tail(repo: Repo, commit: str | None) -> Tail:
     first_seq_ok = None if chunks[0][0] != files[0][0] else 0
     genesis = GENESIS if first_seq_ok == 0 else None
     check_links(flat, prev_seq=first_seq_ok, prev_hash=genesis, where=where)
-    scanned_index = max((i for i, r in enumerate(flat) if r.event == "scanned"), default=None)
+    scanned_index = max((i for i, r in enumerate(flat) if isinstance(r, Scanned)), default=None)
+    scanned = flat[scanned_index] if scanned_index is not None else None
+    assert scanned is None or isinstance(scanned, Scanned)
     last = flat[-1] if flat else None
     return Tail(
         last_seq=last.seq if last else 0,
-        last_hash=last["hash"] if last else GENESIS,
+        last_hash=last.hash if last else GENESIS,
         last_file=files[-1][0],
         last_file_records=len(chunks[-1][1]),
         last_file_bytes=last_bytes,
-        scanned=flat[scanned_index] if scanned_index is not None else None,
+        scanned=scanned,
         since_scanned=tuple(flat[scanned_index + 1 :] if scanned_index is not None else flat),
         scanned_file=scanned_at[0] if scanned_at else None,
         scanned_end=scanned_at[1] if scanned_at else 0,
@@ -524,7 +514,7 @@ def checked_files(repo: Repo, files: Sequence[tuple[str, str]]) -> Iterator[LogF
                 check_links(records, prev_seq=prev_seq, prev_hash=prev_hash, where=where)
             yield LogFile(path, blob, data, records)
             if records:
-                prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
+                prev_seq, prev_hash = records[-1].seq, records[-1].hash
 
 
 def grep(repo: Repo, commit: str | None, needle: str) -> list[Record]:
@@ -563,21 +553,20 @@ def grep_any(repo: Repo, commit: str | None, needles: Iterable[str]) -> list[Rec
 def records_of(lines: Iterable[bytes]) -> list[Record]:
     """The records among grepped log lines (a line that is no record object is skipped: grep is not
     the chain check)."""
-    records = []
+    found: list[Record] = []
     for line in lines:
         try:
             value = json.loads(line)
         except ValueError:
             continue
         if isinstance(value, dict) and isinstance(value.get("seq"), int):
-            records.append(Record(MappingProxyType(value)))
-    return records
+            found.append(parse(value))
+    return found
 
 
 def attempt_of(record: Record) -> int:
     """A `started` record's attempt (1-based); records from before retries existed are attempt 1."""
-    value = record.get("attempt", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+    return record.attempt_number if isinstance(record, Started) else 1
 
 
 def started_before(
@@ -587,9 +576,9 @@ def started_before(
     one."""
     for record in grep(repo, commit, blob):
         if (
-            record.get("event") == "started"
+            isinstance(record, Started)
             and record.revision == (path, blob)
-            and attempt_of(record) >= attempt
+            and record.attempt_number >= attempt
         ):
             return record
     return None
@@ -635,19 +624,6 @@ def _named_blobs(repo: Repo, commit: str) -> frozenset[str]:
     return _NAMED[key]
 
 
-def parse_time(value: object) -> datetime | None:
-    """A record's time (ISO 8601 with a zone, as runners write it), or None for anything else.
-
-    Records are input: a time without a zone (which cannot be compared with an aware
-    one), or no time at all, must make its reader more careful, never crash a pass.
-    """
-    try:
-        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
-
-
 def judged_time(record: Record) -> datetime | None:
     """The time the runner judged the commit a record names at: its `judged` (the clock at the start
     of
@@ -658,8 +634,8 @@ def judged_time(record: Record) -> datetime | None:
     A `judged` after the record's own time, or unreadable, is no runner's (verify reports it): then
     its time.
     """
-    when = parse_time(record.get("time"))
-    judged = parse_time(record.get("judged"))
+    when = parse_time(record.time)
+    judged = parse_time(judged_of(record))
     if judged is None or when is None:
         return when
     return min(judged, when)
@@ -682,7 +658,7 @@ class Appenders:
         self._of: dict[tuple[int, str], str | None] = {}
 
     def of(self, record: Record) -> str | None:
-        key = (record.seq, str(record.get("hash")))
+        key = (record.seq, record.hash)
         if key not in self._of:
             self._of[key] = self._search(record)
         return self._of[key]
@@ -699,11 +675,11 @@ class Appenders:
             lo, hi = (lo, mid) if last >= seq else (mid + 1, hi)
         if lo == len(line):
             return None
-        found, digest = line[lo], str(record.get("hash"))
+        found, digest = line[lo], record.hash
         before = line[lo - 1] if lo else None
-        here = any(r.get("hash") == digest for r in grep(self.repo, found, digest))
+        here = any(r.hash == digest for r in grep(self.repo, found, digest))
         earlier = before is not None and any(
-            r.get("hash") == digest for r in grep(self.repo, before, digest)
+            r.hash == digest for r in grep(self.repo, before, digest)
         )
         return found if here and not earlier else None
 
@@ -749,7 +725,9 @@ def first_covering(
     if place is None:
         return None
     for record in scanned:
-        end, start = line.get(str(record.get("commit"))), line.get(str(record.get("start")))
+        if not isinstance(record, Scanned):
+            continue
+        end, start = line.get(str(record.commit)), line.get(str(record.start))
         if end is None or start is None or not end <= place < start:
             continue
         when = judged_time(record)
@@ -779,7 +757,7 @@ def first_vouched(
         return None
     appenders = Appenders(repo, commit)
     for record in sorted(
-        (r for r in grep(repo, commit, sha) if r.get("commit") == sha), key=lambda r: r.seq
+        (r for r in grep(repo, commit, sha) if r.commit == sha), key=lambda r: r.seq
     ):
         when = judged_time(record)
         if when is None:
@@ -875,8 +853,10 @@ def unapproved_fields(files: Mapping[str, str]) -> tuple[dict[str, Any], Evidenc
 
 
 def read_unapproved(repo: Repo, commit: str | None, record: Record) -> dict[str, str]:
-    """The unapproved map a `scanned` record refers to."""
-    digest = record.get("unapproved_file")
+    """The unapproved map a `scanned` record refers to (an `unapproved_file` that is no hash, or
+    any record but `scanned` naming one, is refused as a reference to nothing)."""
+    named = record.unapproved_file if isinstance(record, Scanned) else None
+    digest: object = record.extra.get("unapproved_file", named)
     if not digest:
         return {}
     try:
@@ -885,13 +865,13 @@ def read_unapproved(repo: Repo, commit: str | None, record: Record) -> dict[str,
         if (
             value.get("kind") != "unapproved"
             or not isinstance(files, dict)
-            or len(files) != record.get("unapproved_count")
+            or len(files) != record.written("unapproved_count")
         ):
             raise ValueError(digest)
     except (ValueError, KeyError, TypeError):
         raise IntegrityError(
-            f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map of "
-            f"{record.get('unapproved_count')} paths",
+            f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map "
+            f"of {record.written('unapproved_count')} paths",
             file=f"{EVIDENCE_DIR}{digest}.json",
         ) from None
     return {str(k): str(v) for k, v in files.items()}

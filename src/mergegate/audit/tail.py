@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError
 from mergegate.git.repo import Repo, Signing
 
@@ -27,7 +28,7 @@ _LOG = re.compile(r"^log-(\d{6})\.jsonl$")
 class LogEnd:
     commit: str | None  # the audit commit this is the end of (None: no audit branch yet)
     last_seq: int = 0
-    last_hash: str = audit.GENESIS
+    last_hash: str = GENESIS
     last_file: str | None = None  # audit/log-NNNNNN.jsonl
     data: bytes = b""  # the last file's bytes
     file_records: int = 0
@@ -56,7 +57,7 @@ class LogEnd:
             evidence_tree,
         )
 
-    def advance(self, repo: Repo, commit: str) -> tuple[LogEnd, list[audit.Record]]:
+    def advance(self, repo: Repo, commit: str) -> tuple[LogEnd, list[Record]]:
         """The end at `commit` (a descendant, its commits checked) and the records appended
         since."""
         if commit == self.commit:
@@ -64,7 +65,7 @@ class LogEnd:
         audit_tree, evidence_tree = _trees(repo, commit)
         names = sorted(n for n in audit_tree if _LOG.match(n))
         mine = self.last_file.removeprefix(audit.AUDIT_DIR) if self.last_file else None
-        new: list[audit.Record] = []
+        new: list[Record] = []
         data, count = self.data, self.file_records
         for name in names:
             if mine is not None and name < mine:
@@ -90,7 +91,7 @@ class LogEnd:
             self,
             commit=commit,
             last_seq=last.seq if last else self.last_seq,
-            last_hash=last["hash"] if last else self.last_hash,
+            last_hash=last.hash if last else self.last_hash,
             last_file=audit.AUDIT_DIR + names[-1] if names else None,
             data=data,
             file_records=count,
@@ -102,13 +103,13 @@ class LogEnd:
     def build(
         self,
         repo: Repo,
-        drafts: Sequence[Mapping[str, object]],
+        drafts: Sequence[Mapping[str, object] | Record],
         evidence: Mapping[str, bytes],
         *,
         message: str,
         author: tuple[str, str],
         signing: Signing | None,
-    ) -> tuple[str, list[audit.Record], LogEnd]:
+    ) -> tuple[str, list[Record], LogEnd]:
         """Seal `drafts` after the end, write the commit (not pushed) and return it with the end it
         makes."""
         sealed = audit.seal(drafts, after_seq=self.last_seq, after_hash=self.last_hash)
@@ -145,7 +146,7 @@ class LogEnd:
         )
         assert path is not None
         after = LogEnd(
-            sha, sealed[-1].seq, sealed[-1]["hash"], path, data, count, audit_tree, evidence_tree
+            sha, sealed[-1].seq, sealed[-1].hash, path, data, count, audit_tree, evidence_tree
         )
         return sha, sealed, after
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import compress, repeat
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from mergegate.audit import chain as audit_chain
@@ -187,10 +186,10 @@ def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
         if problem := finished.add_runs(log.summary.finished):
             raise IntegrityError(problem)
         for fields in log.summary.unapproved:
-            chain.unapproved.add(audit.Record(MappingProxyType(fields)))
+            chain.unapproved.add(audit.parse(fields))
         if log.first_seq is not None:
             chain.verified[log.blob] = log.first_seq
-        chain.naming += [audit.Record(MappingProxyType(fields)) for fields in log.summary.naming]
+        chain.naming += [audit.parse(fields) for fields in log.summary.naming]
     return chain
 
 

@@ -333,7 +333,7 @@ def _open_unapproved(
         "unapproved_file": entry.get("unapproved_file"),
         "unapproved_count": entry.get("unapproved_count"),
     }
-    return audit.read_unapproved(repo, records, audit.Record(fields))
+    return audit.read_unapproved(repo, records, audit.parse(fields))
 
 
 def _sort(

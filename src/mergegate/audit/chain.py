@@ -31,6 +31,7 @@ from typing import IO, Any, Generic, TypeVar
 
 from mergegate import errors
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError, MergegateError
 from mergegate.git.repo import BlobFeed, Repo
 
@@ -162,19 +163,19 @@ class ChainCheck(Generic[T]):
                     log.blob,
                     len(log.records),
                     _first_seq(log.records),
-                    summarise(log.data, [r.fields for r in log.records]),
+                    summarise(log.data, [r.as_json() for r in log.records]),
                 )
             return
         answers = self.answers
         assert answers is not None
         try:
-            prev_seq, prev_hash = 0, audit.GENESIS
+            prev_seq, prev_hash = 0, GENESIS
             for index, (path, blob) in enumerate(self.files):
                 proof = answers.proof(index)
                 if proof is not None and audit.linked(
-                    proof.first, prev_seq=prev_seq, prev_hash=prev_hash
+                    proof.first_seq, proof.first_prev, prev_seq=prev_seq, prev_hash=prev_hash
                 ):
-                    yield Checked(path, blob, proof.records, proof.first["seq"], proof.summary)
+                    yield Checked(path, blob, proof.records, proof.first_seq, proof.summary)
                     prev_seq, prev_hash = proof.last_seq, proof.last_hash
                     continue
                 # Not proven, or not linked: the reference reading, here, which says what is wrong
@@ -192,10 +193,10 @@ class ChainCheck(Generic[T]):
                     blob,
                     len(records),
                     _first_seq(records),
-                    summarise(data, [r.fields for r in records]),
+                    summarise(data, [r.as_json() for r in records]),
                 )
                 if records:
-                    prev_seq, prev_hash = records[-1].seq, records[-1]["hash"]
+                    prev_seq, prev_hash = records[-1].seq, records[-1].hash
             answers.finish()
         finally:
             self.close()
@@ -211,9 +212,9 @@ def _workers(files: int) -> int:
     return max(1, min(cpus, 4))
 
 
-def _first_seq(records: Sequence[audit.Record]) -> int | None:
-    seq = records[0].fields["seq"] if records else None
-    return seq if type(seq) is int else None
+def _first_seq(records: Sequence[Record]) -> int | None:
+    """The seq of a file's first record, None if it has none (or one that is no int)."""
+    return records[0].seq if records and "seq" not in records[0].extra else None
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,9 @@ class _Proof(Generic[T]):
     before."""
 
     records: int
-    first: dict[str, Any]  # the seq and prev of its first record (the link this process checks)
+    # the seq and prev of its first record (the link this process checks)
+    first_seq: int
+    first_prev: str
     last_seq: int
     last_hash: str
     summary: T
@@ -234,7 +237,8 @@ def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
         return None
     return _Proof(
         len(values),
-        {"seq": values[0]["seq"], "prev": values[0]["prev"]},
+        values[0]["seq"],
+        values[0]["prev"],
         values[-1]["seq"],
         values[-1]["hash"],
         summarise(data, values),

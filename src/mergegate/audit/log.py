@@ -36,7 +36,6 @@ from mergegate.audit.records import (
     Started,
     body_hash,
     canonical,
-    judged_of,
     seq_of,
 )
 
@@ -269,15 +268,17 @@ def _checked_fast(data: bytes, *, prev_seq: int, prev_hash: str) -> list[Record]
     record's seq and prev.
     """
     values = _proven(data)
-    if values is None or not linked(values[0], prev_seq=prev_seq, prev_hash=prev_hash):
+    if values is None or not linked(
+        values[0]["seq"], values[0]["prev"], prev_seq=prev_seq, prev_hash=prev_hash
+    ):
         return None
     return list(map(parse, values))
 
 
-def linked(first: Mapping[str, Any], *, prev_seq: int, prev_hash: str) -> bool:
-    """Whether a proven file's first record (`_proven`: its seq an int) follows (prev_seq,
-    prev_hash)."""
-    return bool(first["seq"] == prev_seq + 1 and first["prev"] == prev_hash)
+def linked(seq: object, prev: object, *, prev_seq: int, prev_hash: str) -> bool:
+    """Whether a proven file's first record (`_proven`: its seq an int), of `seq` and `prev`,
+    follows (prev_seq, prev_hash)."""
+    return bool(seq == prev_seq + 1 and prev == prev_hash)
 
 
 # The members every record has, in one lookup per record; the first four are the chain's.
@@ -635,7 +636,7 @@ def judged_time(record: Record) -> datetime | None:
     its time.
     """
     when = parse_time(record.time)
-    judged = parse_time(judged_of(record))
+    judged = parse_time(record.written("judged"))
     if judged is None or when is None:
         return when
     return min(judged, when)

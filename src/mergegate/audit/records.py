@@ -4,10 +4,12 @@ Pure values: nothing here reads git, the clock or the network, so the rules may 
 `parse` turns the JSON object of one log line into its record and `Record.as_json` turns a
 record back into that object; `line` writes it as the log holds it. Reading then writing
 gives back the same bytes, for any line: a member this module does not know, or one whose
-value is not of the type it expects (records are input; anyone who may push the audit branch
-writes them), is kept verbatim in `extra` and written back from there, and a known member a
-line lacks is named in `absent` and not written. What a consumer reads is only ever the typed
-attributes: a member kept in `extra` reads as missing (its default).
+value is not exactly of the type it expects (records are input; anyone who may push the audit
+branch writes them), is kept verbatim in `extra` and written back from there, and a known member
+a line lacks is named in `absent` and not written. Consumers read the typed attributes: a member
+kept in `extra` reads as what can be read of it (a lease with other members still ends at its
+`until`), else as missing (its default); `written` gives the value as the line holds it, for a
+message or a check that must see it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class OpenCommit:
 
 
 # -- reading one member: a check of its JSON value, and the typed value it gives ----------------
+# A reader: (whether the value is exactly of the member's type, the typed value read from it or
+# None). A value not exactly of its type is written back verbatim, from `extra`.
 _Reader = Callable[[object], tuple[bool, object]]
 _NO: tuple[bool, object] = (False, None)
 
@@ -116,14 +120,13 @@ def _texts(value: object) -> tuple[bool, object]:
 
 
 def _lease(value: object) -> tuple[bool, object]:
-    if (
-        type(value) is dict
-        and value.keys() == {"holder", "until"}
-        and type(value["holder"]) is str
-        and type(value["until"]) is str
-    ):
-        return True, Lease(value["holder"], value["until"])
-    return _NO
+    """A lease; one with other members, or a holder that is no text, still ends at its `until`
+    (read as it always was: a run whose lease ran out is closed as lost)."""
+    if type(value) is not dict or type(value.get("until")) is not str:
+        return _NO
+    holder = value.get("holder")
+    exact = value.keys() == {"holder", "until"} and type(holder) is str
+    return exact, Lease(holder if type(holder) is str else "", value["until"])
 
 
 def _open(value: object) -> tuple[bool, object]:
@@ -228,6 +231,12 @@ class Record:
             extra={k: v for k, v in self.extra.items() if k not in ("seq", "prev", "hash")},
         )
         return replace(placed, hash=body_hash(placed.as_json()))
+
+    def has(self, name: str) -> bool:
+        """Whether the line has member `name` (of any type, null too)."""
+        return name in self.extra or (
+            name not in self.absent and (name == "event" or name in _names(type(self)))
+        )
 
     def written(self, name: str) -> object:
         """Member `name` as the line holds it (None if it lacks it): for what a reader says of a
@@ -453,11 +462,11 @@ def parse(value: Mapping[str, object]) -> Record:
         if raw is _MISSING:
             absent.append(name)
             continue
-        ok, read = reader(raw)
-        if ok:
+        exact, read = reader(raw)
+        if not exact:
+            extra[name] = raw  # (written back from here; `read` is what can be read of it)
+        if read is not None:
             typed[name] = read
-        else:
-            extra[name] = raw
     if kind is Other:
         if event is _MISSING:
             absent.append("event")
@@ -495,17 +504,6 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo is not None else None
-
-
-def judged_of(record: Record) -> object:
-    """A record's `judged` as written: a member of the judging records only, but read from any
-    record that has one, as readers always did (a forged `finished` dates nothing the runner
-    wrote, and verify reports a `judged` no runner would write)."""
-    return (
-        record.judged
-        if isinstance(record, Judged) and "judged" not in record.extra
-        else (record.extra.get("judged"))
-    )
 
 
 def seq_of(record: Record) -> int:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from mergegate.audit.records import Finished
 from mergegate.commands import output
 from mergegate.commands.options import branch_options, json_option
 from mergegate.git.refnames import branch_name
@@ -76,15 +77,13 @@ def main(
     chosen = select(records, job=job, since=after, events=events)
     if as_json:
         output.emit(
-            {"records": [dict(r.fields) for r in chosen], "total": len(records), "tip": view.tip}
+            {"records": [r.as_json() for r in chosen], "total": len(records), "tip": view.tip}
         )
         return 0
     for r in chosen:
-        event = r.event
-        shown = str(r.get("status")) if event == "finished" else event
+        shown = str(r.status) if isinstance(r, Finished) else r.event
         output.line(
-            f"{r.seq:>6} {str(r['time'])[:19]} {output.state(shown, 10)} "
-            f"{output.brief(describe(r))}"
+            f"{r.seq:>6} {r.time[:19]} {output.state(shown, 10)} {output.brief(describe(r))}"
         )
     if not chosen:
         output.line("no records" + (" match" if records else " yet"))

@@ -81,8 +81,8 @@ def main(
             f"{r.blob[:7]}: {output.brief(r.reason)}"
         )
         for v in r.votes:
-            mark = "counted" if v["counted"] else f"not counted: {v['why']}"
-            output.line(f"      vote {v['person']} via {v['via']} ({mark})")
+            mark = "counted" if v.counted else f"not counted: {v.why}"
+            output.line(f"      vote {v.person} via {v.via} ({mark})")
     output.line("records:" if d.attempts else "records: none yet")
     for a in d.attempts:
         took = f" in {a.duration_ms / 1000:.1f}s" if a.duration_ms is not None else ""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mergegate.audit import grep as loggrep
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record, Scanned
 from mergegate.crypto.signatures import split_signed_commit, verify_signature
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.git.repo import Repo
@@ -341,20 +342,21 @@ def _head(evidence: Evidence) -> str | None:
     return head if isinstance(head, str) else None
 
 
-def _named_evidence(record: audit.Record) -> list[tuple[str, str]]:
+def _named_evidence(record: Record) -> list[tuple[str, str]]:
     """(commit, digest) pairs a record names: `evidence` about its own commit, and a `scanned`
-    record's `reviewed` map for walked commits no other record is about."""
+    record's `reviewed` map for walked commits no other record is about. Read as written (any
+    record, any value): a reference that is not what a runner writes is checked too, and fails."""
     pairs: list[tuple[str, str]] = []
-    digests, commit = record.get("evidence"), record.get("commit")
-    if isinstance(digests, list) and isinstance(commit, str):
+    digests, commit = record.written("evidence"), record.commit
+    if isinstance(digests, list) and commit is not None:
         pairs += [(commit, str(d)) for d in digests]
-    reviewed = record.get("reviewed")
-    if record.event == "scanned" and isinstance(reviewed, Mapping):
+    reviewed = record.written("reviewed")
+    if isinstance(record, Scanned) and isinstance(reviewed, Mapping):
         pairs += [(str(c), str(d)) for c, d in reviewed.items()]
     return pairs
 
 
-def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Record]:
+def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[Record]:
     """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log
     files'
     part remembered by the clone (loggrep.py)."""
@@ -386,7 +388,7 @@ def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[audit.Recor
 def stored_evidence(
     repo: Repo,
     records_tip: str | None,
-    records: Iterable[audit.Record] | None = None,
+    records: Iterable[Record] | None = None,
     *,
     remember: bool = True,
 ) -> dict[str, Evidence]:
@@ -409,7 +411,7 @@ def stored_evidence(
             )
             if evidence.commit != commit:
                 raise IntegrityError(
-                    f"seq {record.get('seq')} names evidence {str(digest)[:12]}, which is about "
+                    f"seq {record.seq} names evidence {str(digest)[:12]}, which is about "
                     f"{evidence.commit[:12]}, not {commit[:12]}: tampering",
                     file=f"{EVIDENCE_DIR}{digest}.json",
                 )

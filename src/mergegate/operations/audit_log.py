@@ -13,6 +13,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import (
+    Finished,
+    PolicyChange,
+    Record,
+    Refusal,
+    Scanned,
+    Started,
+    parse_time,
+)
 from mergegate.errors import UsageError
 from mergegate.facts.branches import Branch, open_branch, refuse_old_layout
 from mergegate.git.repo import Repo
@@ -31,7 +40,7 @@ class View:
     def records_at(self) -> str | None:
         return self.records_tip
 
-    def records(self) -> list[audit.Record]:
+    def records(self) -> list[Record]:
         return audit.read_all(self.repo, self.records_at)
 
 
@@ -57,22 +66,22 @@ def parse_since(text: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def record_time(record: audit.Record) -> datetime:
+def record_time(record: Record) -> datetime:
     """A record's time; one without a readable, zoned time sorts first (it is shown, never a
     crash)."""
-    return audit.parse_time(record.get("time")) or datetime.min.replace(tzinfo=UTC)
+    return parse_time(record.time) or datetime.min.replace(tzinfo=UTC)
 
 
 def select(
-    records: Iterable[audit.Record],
+    records: Iterable[Record],
     *,
     job: str | None = None,
     since: datetime | None = None,
     events: Sequence[str] = (),
-) -> list[audit.Record]:
+) -> list[Record]:
     chosen = []
     for record in records:
-        if job is not None and record.get("job") != job:
+        if job is not None and record.job != job:
             continue
         if since is not None and record_time(record) < since:
             continue
@@ -82,29 +91,25 @@ def select(
     return chosen
 
 
-def describe(record: audit.Record) -> str:
+def describe(record: Record) -> str:
     """One line of what a record says, without its chain fields."""
-    event = record.event
-    who = record.get("job") or record.get("path") or ""
-    if event == "finished":
-        took = record.get("duration_ms")
-        extra = f"{record.get('status')}" + (
-            f" in {took / 1000:.1f}s" if isinstance(took, int | float) else ""
-        )
-        if record.get("exit_code") is not None:
-            extra += f", exit {record.get('exit_code')}"
-        if record.get("reason"):
-            extra += f": {record.get('reason')}"
-    elif event in ("rejected", "vetoed"):
-        extra = str(record.get("reason") or "")
-    elif event == "started":
-        extra = f"run {record.get('run_id')}" if record.get("run_id") else ""
-    elif event == "scanned":
-        commit = record.get("commit")
-        extra = f"up to {str(commit)[:12]}" if commit else ""
-    elif event == "policy":
-        extra = f"{record.get('status')} {str(record.get('commit'))[:12]}" + (
-            f": {record.get('reason')}" if record.get("reason") else ""
+    who = record.job or record.path or ""
+    if isinstance(record, Finished):
+        took = record.duration_ms
+        extra = f"{record.status}" + (f" in {took / 1000:.1f}s" if took is not None else "")
+        if record.exit_code is not None:
+            extra += f", exit {record.exit_code}"
+        if record.reason:
+            extra += f": {record.reason}"
+    elif isinstance(record, Refusal):
+        extra = record.reason or ""
+    elif isinstance(record, Started):
+        extra = f"run {record.run_id}" if record.run_id else ""
+    elif isinstance(record, Scanned):
+        extra = f"up to {record.commit[:12]}" if record.commit else ""
+    elif isinstance(record, PolicyChange):
+        extra = f"{record.status} {str(record.commit)[:12]}" + (
+            f": {record.reason}" if record.reason else ""
         )
     else:
         extra = ""

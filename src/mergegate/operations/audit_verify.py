@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mergegate.audit import chain as audit_chain
 from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Record, Scanned, parse
 from mergegate.errors import IntegrityError
 from mergegate.facts.branches import open_branch, refuse_old_layout, trust_root
 from mergegate.git.repo import Repo
@@ -131,7 +132,7 @@ def _verify_audit(
 
 
 def _stored_evidence(
-    repo: Repo, records_tip: str | None, naming: list[audit.Record]
+    repo: Repo, records_tip: str | None, naming: list[Record]
 ) -> dict[str, Evidence]:
     """github.stored_evidence of the records that name evidence (none: nothing to read, nor to
     import)."""
@@ -169,7 +170,7 @@ class Chain:
     records: int = 0
     files: int = 0
     verified: dict[str, int] = field(default_factory=dict)
-    naming: list[audit.Record] = field(
+    naming: list[Record] = field(
         default_factory=list
     )  # records that may name evidence (`evidence` or `reviewed` members)
     unapproved: Unapproved = field(default_factory=lambda: Unapproved())
@@ -185,11 +186,11 @@ def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
         chain.records += log.records
         if problem := finished.add_runs(log.summary.finished):
             raise IntegrityError(problem)
-        for fields in log.summary.unapproved:
-            chain.unapproved.add(audit.parse(fields))
+        for record in log.summary.unapproved:
+            chain.unapproved.add(record)
         if log.first_seq is not None:
             chain.verified[log.blob] = log.first_seq
-        chain.naming += [audit.parse(fields) for fields in log.summary.naming]
+        chain.naming += log.summary.naming
     return chain
 
 
@@ -201,8 +202,8 @@ class Facts:
     `reviewed` member: what github.stored_evidence reads)."""
 
     finished: list[tuple[str, int]]
-    unapproved: list[dict[str, Any]]
-    naming: list[dict[str, Any]]
+    unapproved: list[Record]  # (parsed here: records pickle)
+    naming: list[Record]
 
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
@@ -220,7 +221,7 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
         []
         if "scanned" not in events
         else [
-            dict(fields)
+            parse(fields)
             for fields in records
             if fields["event"] == "scanned" and fields.get("unapproved_file")
         ]
@@ -230,12 +231,12 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
     # (a scanned record's map need not say "evidence" anywhere). Two lookups a record at C speed,
     # not a search
     # of the file's bytes.
-    naming: list[dict[str, Any]] = []
+    naming: list[Record] = []
     if any(map(operator.contains, records, repeat("evidence"))) or any(
         map(operator.contains, records, repeat("reviewed"))
     ):
         naming = [
-            dict(fields) for fields in records if "evidence" in fields or "reviewed" in fields
+            parse(fields) for fields in records if "evidence" in fields or "reviewed" in fields
         ]
     return Facts(finished, unapproved, naming)
 
@@ -247,11 +248,10 @@ class FinishedTwice:
     def __init__(self) -> None:
         self.first: dict[str, int] = {}
 
-    def add(self, record: audit.Record) -> str | None:
-        run_id = record.get("run_id")
-        if record.event != "finished" or not isinstance(run_id, str):
+    def add(self, record: Record) -> str | None:
+        if not isinstance(record, Finished) or record.run_id is None:
             return None
-        return self.add_run(run_id, record.seq)
+        return self.add_run(record.run_id, record.seq)
 
     def add_runs(self, runs: Sequence[tuple[str, int]]) -> str | None:
         """add_run of each (run id, seq) in order: the same first problem, at C speed when there is
@@ -280,11 +280,13 @@ class Unapproved:
     """The first `scanned` record naming each evidence file of unapproved files."""
 
     def __init__(self) -> None:
-        self.first: dict[str, audit.Record] = {}
+        self.first: dict[str, Record] = {}
 
-    def add(self, record: audit.Record) -> None:
-        if record.event == "scanned" and record.get("unapproved_file"):
-            self.first.setdefault(str(record.get("unapproved_file")), record)
+    def add(self, record: Record) -> None:
+        # As written: a reference that is no hash is checked too, and fails.
+        named = record.written("unapproved_file")
+        if isinstance(record, Scanned) and named:
+            self.first.setdefault(str(named), record)
 
     def check(self, repo: Repo, records_tip: str | None) -> None:
         """Every evidence file a record names is on the branch, and is what its name says."""

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Record, Refusal, Started
 from mergegate.errors import NotYet, UsageError
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import trust_root
@@ -22,6 +22,7 @@ from mergegate.github import gather as github
 from mergegate.operations.audit_log import open_view
 from mergegate.operations.status import status
 from mergegate.rules.job import is_job_path, job_stem
+from mergegate.rules.model import Vote
 from mergegate.rules.policy import load_policy
 from mergegate.runner.plan import Walk
 
@@ -34,7 +35,7 @@ class Revision:
     blob: str
     approved: bool
     reason: str
-    votes: tuple[dict[str, Any], ...]
+    votes: tuple[Vote, ...]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +43,10 @@ class Revision:
             "blob": self.blob,
             "approved": self.approved,
             "reason": self.reason,
-            "votes": list(self.votes),
+            "votes": [
+                {"person": v.person, "via": v.via, "counted": v.counted, "why": v.why}
+                for v in self.votes
+            ],
         }
 
 
@@ -107,10 +111,8 @@ def show(
     view = open_view(repo_path=repo_path, remote=remote, branch=branch, fetch=fetch)
     repo, tip = view.repo, view.tip
     paths = [p for _, _, p in repo.ls_tree(tip, "jobs/") if is_job_path(p) and job_stem(p) == job]
-    records = [
-        r for r in view.records() if r.get("job") == job or (paths and r.get("path") in paths)
-    ]
-    past = sorted({str(r.get("path")) for r in records if r.get("path")})
+    records = [r for r in view.records() if r.job == job or (paths and r.path in paths)]
+    past = sorted({r.path for r in records if r.path})
     if not paths and not past:
         raise UsageError(
             f"no job {job} on {branch}", hint="mergegate status lists the jobs on approved"
@@ -165,64 +167,46 @@ def _revisions(
             continue
         for d in assessment.decisions:
             if d.path == path:
-                votes = tuple(
-                    {"person": v.person, "via": v.via, "counted": v.counted, "why": v.why}
-                    for v in d.votes
-                )
-                found.append(Revision(sha, d.blob, d.runnable, d.reason, votes))
+                found.append(Revision(sha, d.blob, d.runnable, d.reason, tuple(d.votes)))
     return tuple(found)
 
 
-def _attempts(records: list[audit.Record]) -> tuple[AttemptSummary, ...]:
+def _attempts(records: list[Record]) -> tuple[AttemptSummary, ...]:
     attempts: dict[str, AttemptSummary] = {}
     order: list[str] = []
     for r in records:
-        key = str(r.get("run_id") or f"seq{r.seq}")
-        if r.event == "started":
+        if isinstance(r, Started):
+            key = r.run_id or f"seq{r.seq}"
             attempts[key] = AttemptSummary(
-                r.get("run_id"),
-                r.get("commit"),
-                r.get("blob"),
-                r.get("time"),
-                "running",
-                None,
-                None,
-                "",
-                "",
+                r.run_id, r.commit, r.blob, r.time, "running", None, None, "", ""
             )
             order.append(key)
-        elif r.event == "finished":
+        elif isinstance(r, Finished):
+            key = r.run_id or f"seq{r.seq}"
             began = attempts.get(key)
             attempts[key] = AttemptSummary(
-                r.get("run_id"),
-                r.get("commit"),
-                r.get("blob"),
+                r.run_id,
+                r.commit,
+                r.blob,
                 began.started if began else None,
-                str(r.get("status")),
-                r.get("duration_ms"),
-                r.get("reason"),
-                _tail(r.get("stdout_tail")),
-                _tail(r.get("stderr_tail")),
+                str(r.status),
+                r.duration_ms,
+                r.reason,
+                _tail(r.stdout_tail),
+                _tail(r.stderr_tail),
             )
             if key not in order:
                 order.append(key)
-        elif r.event in ("rejected", "vetoed"):
+        elif isinstance(r, Refusal):
+            key = f"seq{r.seq}"  # (a refusal has no run)
             attempts[key] = AttemptSummary(
-                None,
-                r.get("commit"),
-                r.get("blob"),
-                r.get("time"),
-                r.event,
-                None,
-                r.get("reason"),
-                "",
-                "",
+                None, r.commit, r.blob, r.time, r.event, None, r.reason, "", ""
             )
             order.append(key)
     return tuple(attempts[k] for k in order)
 
 
-def _tail(text: Any) -> str:
+def _tail(text: str | None) -> str:
     lines = str(text or "").splitlines()
     return "\n".join(lines[-TAIL_LINES:])
 

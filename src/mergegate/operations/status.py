@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Refusal, Started, parse_time
 from mergegate.errors import NotYet
 from mergegate.git.repo import Repo
 from mergegate.github import gather as github
@@ -16,8 +17,6 @@ from mergegate.rules.eligibility import iso_up, waiting_reason
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.runner import leases
 from mergegate.runner.plan import check_new_records, plan, read_gate
-
-_STATE = {"started": "running", "rejected": "rejected", "vetoed": "vetoed"}
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,9 @@ def status(
     gate = read_gate(repo, remote=remote, branch=branch, fetch=fetch, trust=trust)
     tip, warnings, now = gate.tip, gate.warnings, datetime.now(UTC)
     records = audit.read_all(repo, gate.records)
-    latest: dict[tuple[str | None, str | None], audit.Record] = {}
+    latest: dict[tuple[str | None, str | None], Started | Finished | Refusal] = {}
     for record in records:
-        if record.event in ("started", "finished", "rejected", "vetoed"):
+        if isinstance(record, Started | Finished | Refusal):
             latest[record.revision] = record
     reviews = github.recorded(repo, gate.records, now=now)
     pending = plan(
@@ -128,27 +127,19 @@ def status(
                     "retrying",
                     waits.reason,
                     waits.decision.commit,
-                    found.get("time") if found is not None else None,
+                    found.time if found is not None else None,
                     attempt=waits.attempt,
                     retry_at=due,
                     runs_on=waits.decision.job.runs_on if waits.decision.job else (),
                 )
             )
         elif found is not None:
-            state = str(found.get("status")) if found.event == "finished" else _STATE[found.event]
-            if state == "running":
+            if isinstance(found, Started):
                 jobs.append(_running(job_stem(path), path, blob, found, now))
                 continue
+            state = str(found.status) if isinstance(found, Finished) else found.event
             jobs.append(
-                JobState(
-                    job_stem(path),
-                    path,
-                    blob,
-                    state,
-                    found.get("reason"),
-                    found.get("commit"),
-                    found.get("time"),
-                )
+                JobState(job_stem(path), path, blob, state, found.reason, found.commit, found.time)
             )
         elif (path, blob) in planned:
             d = planned[(path, blob)]
@@ -194,12 +185,11 @@ def status(
     return StatusReport(tip, len(records), tuple(jobs), tuple(warnings))
 
 
-def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime) -> JobState:
+def _running(job: str, path: str, blob: str, record: Started, now: datetime) -> JobState:
     """A running job with its runner, age and lease (an expired lease is said in the reason)."""
-    began = audit.parse_time(record.get("time"))
+    began = parse_time(record.time)
     age = int((now - began).total_seconds()) if began is not None else None
     end = leases.until(record)
-    lease = record.get("lease")
     reason = None
     if end is not None and end < now:
         reason = (
@@ -212,10 +202,10 @@ def _running(job: str, path: str, blob: str, record: audit.Record, now: datetime
         blob,
         "running",
         reason,
-        record.get("commit"),
-        record.get("time"),
-        str(record.get("runner")),
+        record.commit,
+        record.time,
+        record.runner,
         age,
-        str(lease.get("until")) if isinstance(lease, dict) else None,
-        attempt=audit.attempt_of(record),
+        record.lease.until if record.lease is not None else None,
+        attempt=record.attempt_number,
     )

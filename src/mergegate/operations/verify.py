@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
 from mergegate.errors import IntegrityError, MergegateError, NotYet
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, every_commit
@@ -33,12 +34,12 @@ from mergegate.rules.policy import Policy, load_policy
 from mergegate.runner.plan import Walk, policy_lookup
 
 
-def _finished_twice(records: list[audit.Record]) -> list[str]:
+def _finished_twice(records: list[Record]) -> list[str]:
     tally = FinishedTwice()
     return [problem for record in records if (problem := tally.add(record))]
 
 
-def _references(repo: Repo, records_tip: str | None, records: list[audit.Record]) -> None:
+def _references(repo: Repo, records_tip: str | None, records: list[Record]) -> None:
     unapproved = Unapproved()
     for record in records:
         unapproved.add(record)
@@ -103,7 +104,7 @@ def verify_history(
     except IntegrityError as exc:
         violations.append(str(exc))
         last_seen = None
-    records: list[audit.Record] = []
+    records: list[Record] = []
     mentioned: Callable[[str, str], bool] | None = (
         None  # None: ask the audit with git grep, as a pass does
     )
@@ -238,7 +239,7 @@ def verify_history(
         # either.
         if incomplete is None:
             incomplete = (tip, f"audit commits: {exc.message}", 0)
-    reached = [r for r in records if r.get("commit") not in unreached]
+    reached = [r for r in records if r.commit not in unreached]
     violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
     violations.extend(
         _started_after_veto(
@@ -261,7 +262,7 @@ def verify_history(
 
 
 def _started_after_veto(
-    records: list[audit.Record],
+    records: list[Record],
     vetoed: dict[tuple[str, str], tuple[int, str]],
     position: dict[str, int],
     judged: list[tuple[int, str]],
@@ -275,15 +276,15 @@ def _started_after_veto(
     firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
-        if record.event != "started":
+        if not isinstance(record, Started):
             continue
-        veto = vetoed.get((str(record.get("path")), str(record.get("blob"))))
+        veto = vetoed.get((str(record.path), str(record.blob)))
         if veto is None:
             continue
-        merged = position.get(str(record.get("commit")))
+        merged = position.get(str(record.commit))
         if merged is not None and veto[0] < merged:
             problems.append(
-                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} "
+                f"seq {record.seq}: started {record.path} at {str(record.blob)[:7]} "
                 "although "
                 f"commit {veto[1][:12]} vetoed it before its approval"
             )
@@ -292,7 +293,7 @@ def _started_after_veto(
         tip = position.get(judged[at][1]) if at >= 0 else None
         if tip is not None and veto[0] <= tip:
             problems.append(
-                f"seq {record.seq}: started {record.get('path')} at {str(record.get('blob'))[:7]} "
+                f"seq {record.seq}: started {record.path} at {str(record.blob)[:7]} "
                 "although "
                 f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved "
                 f"at {judged[at][1][:12]})"
@@ -302,7 +303,7 @@ def _started_after_veto(
 
 def _late_retries(
     repo: Repo,
-    records: list[audit.Record],
+    records: list[Record],
     jobs: dict[tuple[str, str], Job],
     policies: dict[str, Policy],
     judged: list[tuple[int, str]],
@@ -314,37 +315,38 @@ def _late_retries(
     firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
-        if record.event != "started" or audit.attempt_of(record) < 2:
+        if not isinstance(record, Started) or record.attempt_number < 2:
             continue
-        path, blob = str(record.get("path")), str(record.get("blob"))
+        path, blob = str(record.path), str(record.blob)
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = judged[at][1] if at >= 0 else None
         job = jobs.get((path, blob))
         if tip is None or job is None or tip not in policies:
             continue
-        decision = Decision(path, blob, str(record.get("commit")), job, True, "")
+        decision = Decision(path, blob, str(record.commit), job, True, "")
         why = eligibility.late_refusal(
             decision,
             eligibility.Standing(tip, repo.file_blob(tip, path), policies[tip]),
-            audit.attempt_of(record),
+            record.attempt_number,
         )
         if why is not None:
             problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
     return problems
 
 
-def _judged_later(records: list[audit.Record]) -> list[str]:
+def _judged_later(records: list[Record]) -> list[str]:
     """A `judged` time no runner writes: unreadable, or after the record's own time (a pass judges
     at its start and writes its records after)."""
     problems = []
     for record in records:
-        if "judged" not in record.fields:
+        if not record.has("judged"):
             continue
-        judged, when = audit.parse_time(record.get("judged")), audit.parse_time(record.get("time"))
+        said = record.written("judged")
+        judged, when = parse_time(said), parse_time(record.time)
         if judged is None or (when is not None and judged > when):
             problems.append(
                 f"seq {record.seq}: {record.event} record says it was judged at "
-                f"{str(record.get('judged'))[:40]!r}, "
+                f"{str(said)[:40]!r}, "
                 f"which is {'not a time' if judged is None else 'after its own time'}"
             )
     return problems
@@ -391,7 +393,7 @@ def _unvouched_dates(
 
 
 def _first_seen(
-    repo: Repo, records: list[audit.Record], chain: list[str], root: str
+    repo: Repo, records: list[Record], chain: list[str], root: str
 ) -> dict[str, tuple[datetime, int]]:
     """When the runner judged each commit of `chain` (the commits after `root`), as the first record
     naming it says (`judged`, else its time), and that record's seq: the time key lifetimes are
@@ -404,14 +406,14 @@ def _first_seen(
         if when is None:
             # says nothing about when (an unauthenticated record; a runner always writes a zone)
             continue
-        commits = [record.get("commit")]
-        if record.event == "scanned" and record.get("start"):
-            start, end = index.get(str(record["start"])), index.get(str(record["commit"]))
+        commits: list[str | None] = [record.commit]
+        if isinstance(record, Scanned) and record.start:
+            start, end = index.get(record.start), index.get(str(record.commit))
             if start is not None and end is not None:
                 # start..commit along the chain: what `rev-list --first-parent start..commit` lists.
                 commits = list(walked[start + 1 : end + 1])
             else:
-                commits = repo.first_parent_chain(str(record["start"]), str(record["commit"]))
+                commits = list(repo.first_parent_chain(record.start, str(record.commit)))
         for sha in commits:
             if isinstance(sha, str) and sha in index and sha != root and sha not in seen:
                 seen[sha] = (when, record.seq)
@@ -419,21 +421,21 @@ def _first_seen(
 
 
 def _cross_check(
-    records: list[audit.Record],
+    records: list[Record],
     valid: dict[tuple[str, str, str], str],
     rejected: dict[tuple[str, str, str], str],
     chain: set[str],
     retries: dict[tuple[str, str, str], tuple[int, bool]] | None = None,
 ) -> list[str]:
     problems: list[str] = []
-    started: dict[tuple[str, str], list[audit.Record]] = {}
-    finished: dict[str, audit.Record] = {}
+    started: dict[tuple[str, str], list[Started]] = {}
+    finished: dict[str, Finished] = {}
     for record in records:
-        if record.event == "finished" and isinstance(record.get("run_id"), str):
-            finished.setdefault(str(record.get("run_id")), record)
-        if record.event != "started":
+        if isinstance(record, Finished) and record.run_id is not None:
+            finished.setdefault(record.run_id, record)
+        if not isinstance(record, Started):
             continue
-        key = (str(record.get("path")), str(record.get("blob")), str(record.get("commit")))
+        key = (str(record.path), str(record.blob), str(record.commit))
         if key[2] not in chain:
             problems.append(
                 f"seq {record.seq}: started {key[0]} from commit {key[2][:12]}, which is not on "
@@ -453,7 +455,7 @@ def _cross_check(
             continue
         first = attempts[0]
         allowed, idempotent = (retries or {}).get(
-            (str(first.get("path")), str(first.get("blob")), str(first.get("commit"))), (0, False)
+            (str(first.path), str(first.blob), str(first.commit)), (0, False)
         )
         problems.extend(
             eligibility.check_attempts(attempts, finished, retries=allowed, idempotent=idempotent)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import Started
 from mergegate.errors import GitError, UsageError
 from mergegate.facts.assessor import VETO_TRAILER
 from mergegate.facts.branches import open_branch
@@ -19,9 +20,8 @@ class VetoResult:
     path: str
     blob: str
     pushed_to: str
-    started: tuple[
-        audit.Record, ...
-    ] = ()  # the revision's `started` records already on the audit branch
+    # the revision's `started` records already on the audit branch
+    started: tuple[Started, ...] = ()
 
 
 def veto(
@@ -56,7 +56,7 @@ def veto(
     started = tuple(
         r
         for r in audit.grep(repo, records, target)
-        if r.event == "started" and r.get("path") == path and r.get("blob") == target
+        if isinstance(r, Started) and r.revision == (path, target)
     )
     # Named as approve and propose name where they pushed (origin/approved), not by the ref read.
     return VetoResult(

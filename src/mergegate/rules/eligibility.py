@@ -16,12 +16,11 @@ The rules (docs/execution.md, "Retries and labels"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from mergegate.audit.log import Record, parse_time
-from mergegate.audit.log import attempt_of as attempt_number
+from mergegate.audit.records import Finished, Record, Refusal, Started, parse_time
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 
@@ -139,40 +138,40 @@ class Standing:
 
 def histories(records: Iterable[Record]) -> dict[Key, History]:
     """Attempts and refusals per job revision, from any records (in chain order or not)."""
-    started: dict[Key, list[Record]] = {}
-    finished: dict[str, Record] = {}
+    started: dict[Key, list[Started]] = {}
+    finished: dict[str, Finished] = {}
     closed: dict[Key, list[tuple[str, str, str]]] = {}
     for record in records:
-        path, blob = record.get("path"), record.get("blob")
-        if not isinstance(path, str) or not isinstance(blob, str):
+        path, blob = record.revision
+        if path is None or blob is None:
             continue
-        if record.event == "started":
+        if isinstance(record, Started):
             started.setdefault((path, blob), []).append(record)
-        elif record.event == "finished" and isinstance(record.get("run_id"), str):
-            run_id = str(record.get("run_id"))
+        elif isinstance(record, Finished) and record.run_id is not None:
+            run_id = record.run_id
             if run_id not in finished or record.seq < finished[run_id].seq:
                 finished[run_id] = (
                     record  # one result per run: the first counts (verify flags a second)
                 )
-        elif record.event in ("rejected", "vetoed"):
+        elif isinstance(record, Refusal):
             closed.setdefault((path, blob), []).append(
-                (str(record.get("commit")), record.event, str(record.get("reason") or ""))
+                (str(record.commit), record.event, record.reason or "")
             )
     result: dict[Key, History] = {}
     for key in {*started, *closed}:
         attempts = []
         for record in sorted(started.get(key, ()), key=lambda r: r.seq):
-            run_id = record.get("run_id")
-            end = finished.get(run_id) if isinstance(run_id, str) else None
+            claim = record.run_id
+            end = finished.get(claim) if claim is not None else None
             attempts.append(
                 Attempt(
-                    number=attempt_number(record),
-                    run_id=run_id if isinstance(run_id, str) else None,
-                    commit=record.get("commit"),
-                    runner=record.get("runner"),
+                    number=record.attempt_number,
+                    run_id=claim,
+                    commit=record.commit,
+                    runner=record.runner,
                     seq=record.seq,
-                    status=str(end.get("status")) if end is not None else None,
-                    finished=_time(end) if end is not None else None,
+                    status=str(end.status) if end is not None else None,
+                    finished=parse_time(end.time) if end is not None else None,
                     finished_seq=end.seq if end is not None else None,
                 )
             )
@@ -333,7 +332,7 @@ def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
 
 
 def check_attempts(
-    started: Sequence[Record], finished: dict[str, Record], *, retries: int, idempotent: bool
+    started: Sequence[Started], finished: Mapping[str, Finished], *, retries: int, idempotent: bool
 ) -> list[str]:
     """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count,
     and cause.
@@ -344,18 +343,18 @@ def check_attempts(
     problems: list[str] = []
     allowed = 1 + retries
     for index, record in enumerate(started):
-        number = attempt_number(record)
-        where = f"seq {record.seq}: {record.get('path')} at {str(record.get('blob'))[:7]}"
+        number = record.attempt_number
+        where = f"seq {record.seq}: {record.path} at {str(record.blob)[:7]}"
         if index == 0:
             if number != 1:
                 problems.append(f"{where} starts at attempt {number}, not 1")
             continue
         previous = started[index - 1]
-        if number != attempt_number(previous) + 1:
+        if number != previous.attempt_number + 1:
             problems.append(
                 f"{where} started twice (first at seq {started[0].seq}): attempt {number} after "
                 "attempt "
-                f"{attempt_number(previous)}"
+                f"{previous.attempt_number}"
             )
             continue
         if number > allowed:
@@ -364,20 +363,20 @@ def check_attempts(
                 f"{retries})"
             )
             continue
-        if str(record.get("commit")) != str(previous.get("commit")):
+        if str(record.commit) != str(previous.commit):
             problems.append(
-                f"{where}: attempt {number} is from commit {str(record.get('commit'))[:12]}, "
-                f"attempt {number - 1} from {str(previous.get('commit'))[:12]}"
+                f"{where}: attempt {number} is from commit {str(record.commit)[:12]}, "
+                f"attempt {number - 1} from {str(previous.commit)[:12]}"
             )
             continue
-        end = finished.get(str(previous.get("run_id")))
+        end = finished.get(str(previous.run_id))
         if end is None or end.seq > record.seq:
             problems.append(
                 f"{where}: attempt {number} started before attempt {number - 1} (seq "
                 f"{previous.seq}) finished"
             )
             continue
-        status = str(end.get("status"))
+        status = str(end.status)
         if not retriable(status, idempotent=idempotent):
             why = (
                 "a lost attempt is retried only when the job says idempotent: true"
@@ -388,10 +387,6 @@ def check_attempts(
                 f"{where}: attempt {number} retried an attempt that ended {status} ({why})"
             )
     return problems
-
-
-def _time(record: Record) -> datetime | None:
-    return parse_time(record.get("time"))
 
 
 def iso_up(when: datetime) -> str:

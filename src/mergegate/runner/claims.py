@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Record, Refusal, Started
 
 T = TypeVar("T")
 
@@ -65,10 +65,10 @@ SHORT_SECONDS = (
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._@:/+-]{1,128}")
 
 
-def holder(record: audit.Record) -> str:
+def holder(record: Record) -> str:
     """The runner a record names, fit for a terminal: a name that is not plain (in a gate without
     `runners`, anyone who may push the audit branch writes it) is shown quoted and escaped."""
-    name = str(record.get("runner"))
+    name = record.runner
     return name if _PLAIN_NAME.fullmatch(name) else repr(name)
 
 
@@ -111,52 +111,48 @@ def jump(items: Sequence[T], taken: Sequence[bool]) -> list[T]:
 class Book:
     """Revisions with a `started` record and runs with a `finished` one, as of one audit tip."""
 
-    started: dict[tuple[str, str], audit.Record] = field(
-        default_factory=dict
-    )  # the latest attempt's
+    started: dict[tuple[str, str], Started] = field(default_factory=dict)  # the latest attempt's
     finished: set[str] = field(default_factory=set)
     # (path, blob, commit) another runner refused (`rejected`, `vetoed`): a refusal is final too.
-    refused: dict[tuple[str, str, str], audit.Record] = field(default_factory=dict)
+    refused: dict[tuple[str, str, str], Refusal] = field(default_factory=dict)
     # Who holds a `started` record of each revision: runner name -> the revisions
     # (BatchSize.target's count).
     holders: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, records: Iterable[audit.Record]) -> Book:
+    def of(cls, records: Iterable[Record]) -> Book:
         """The book of these records (planning's one `git grep` of the audit for the pass's
         revisions)."""
         book = cls()
         book.add(records)
         return book
 
-    def add(self, records: Iterable[audit.Record]) -> None:
+    def add(self, records: Iterable[Record]) -> None:
         for record in records:
             path, blob = record.revision
-            if record.event == "started" and isinstance(path, str) and isinstance(blob, str):
+            if isinstance(record, Started) and path is not None and blob is not None:
                 known = self.started.get((path, blob))
-                if known is None or audit.attempt_of(record) > audit.attempt_of(known):
+                if known is None or record.attempt_number > known.attempt_number:
                     self.started[(path, blob)] = record
-                self.holders.setdefault(str(record.get("runner")), set()).add((path, blob))
-            elif record.event == "finished" and isinstance(record.get("run_id"), str):
-                self.finished.add(str(record.get("run_id")))
-            elif (
-                record.event in ("rejected", "vetoed")
-                and isinstance(path, str)
-                and isinstance(blob, str)
-            ):
-                self.refused.setdefault((path, blob, str(record.get("commit"))), record)
+                self.holders.setdefault(record.runner, set()).add((path, blob))
+            elif isinstance(record, Finished) and record.run_id is not None:
+                self.finished.add(record.run_id)
+            elif isinstance(record, Refusal) and path is not None and blob is not None:
+                self.refused.setdefault((path, blob, str(record.commit)), record)
 
     def runners(self, revisions: set[tuple[str, str]]) -> set[str]:
         """The runners with a `started` record of any of `revisions`."""
         return {name for name, held in self.holders.items() if not held.isdisjoint(revisions)}
 
-    def claimed(self, path: str, blob: str, attempt: int = 1) -> audit.Record | None:
+    def claimed(self, path: str, blob: str, attempt: int = 1) -> Started | None:
         """A `started` record of this revision's attempt `attempt` or a later one, if there is
         one."""
         record = self.started.get((path, blob))
-        return record if record is not None and audit.attempt_of(record) >= attempt else None
+        return record if record is not None and record.attempt_number >= attempt else None
 
-    def taken(self, path: str, blob: str, commit: str, attempt: int = 1) -> audit.Record | None:
+    def taken(
+        self, path: str, blob: str, commit: str, attempt: int = 1
+    ) -> Started | Refusal | None:
         """Why this runner must not claim the revision: a `started` record of this attempt (or a
         later
         one), or another runner's refusal of it at this commit (a refusal is final too)."""

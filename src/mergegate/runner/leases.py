@@ -13,18 +13,20 @@ remembered by the clone, loggrep.py), then the open ones are read.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from mergegate.audit import grep as loggrep
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record, Started, parse_time
 from mergegate.git.repo import Repo
 
 _PAIR = re.compile(rb'"event":"(started|finished)"|"run_id":"([0-9a-f]{1,64})"')
 
 
-def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list[audit.Record]:
+def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list[Record]:
     """`started` records at `records` with no `finished` for their run id."""
     if records is None:
         return []
@@ -41,12 +43,12 @@ def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list
         load=_Runs.load,
         remember=remember,
     )
-    found = []
+    found: list[Record] = []
     for run_id in sorted(runs.started - runs.finished):
         found += [
             r
             for r in audit.grep(repo, records, run_id)
-            if r.event == "started" and r.get("run_id") == run_id
+            if isinstance(r, Started) and r.run_id == run_id
         ]
     return found
 
@@ -93,19 +95,18 @@ def _pairs(runs: _Runs, lines: list[bytes]) -> _Runs:
     return runs
 
 
-def until(record: audit.Record) -> datetime | None:
-    lease = record.get("lease")
-    if not isinstance(lease, dict):
-        return None
-    return audit.parse_time(lease.get("until"))
+def until(record: Record) -> datetime | None:
+    """When a `started` record's lease ends (None: it has none, or no time)."""
+    lease = record.lease if isinstance(record, Started) else None
+    return parse_time(lease.until) if lease is not None else None
 
 
-def expired(repo: Repo, records: str | None, now: datetime) -> list[audit.Record]:
+def expired(repo: Repo, records: str | None, now: datetime) -> list[Record]:
     """Open runs whose lease ran out before `now` (records without a lease never expire)."""
     return ended(open_runs(repo, records), now)
 
 
-def ended(runs: list[audit.Record], now: datetime) -> list[audit.Record]:
+def ended(runs: Sequence[Record], now: datetime) -> list[Record]:
     """Those of open `runs` whose lease ran out before `now`."""
     return [
         record

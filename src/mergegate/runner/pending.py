@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record
 from mergegate.git.repo import Repo
 
 PREFIX = "refs/mergegate/pending/"
@@ -55,7 +56,7 @@ class Pending:
 
     def reusable(
         self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]
-    ) -> tuple[str, list[audit.Record]] | None:
+    ) -> tuple[str, list[Record]] | None:
         """The pending commit and its new records, if pushing it says what `drafts` would on
         `parent`."""
         sha = self.get()
@@ -65,7 +66,7 @@ class Pending:
         if commit.parents != ((parent,) if parent is not None else ()):
             return None
         records = new_records(self.repo, sha, last_seq)
-        if [_same(r.fields) for r in records] != [_same(d) for d in drafts]:
+        if [_same(r.as_json()) for r in records] != [_same(d) for d in drafts]:
             return None
         return sha, records
 
@@ -91,10 +92,10 @@ class Pending:
             self.repo.discard(old)
 
 
-def new_records(repo: Repo, sha: str, last_seq: int) -> list[audit.Record]:
+def new_records(repo: Repo, sha: str, last_seq: int) -> list[Record]:
     """The records at `sha` after seq `last_seq` (from the last log files, newest first until
     reached)."""
-    found: list[audit.Record] = []
+    found: list[Record] = []
     for path, blob in reversed(audit.log_files(repo, sha)):
         records = audit.parse_file(repo.blob(blob), path)
         found[:0] = [r for r in records if r.seq > last_seq]
@@ -103,5 +104,5 @@ def new_records(repo: Repo, sha: str, last_seq: int) -> list[audit.Record]:
     return found
 
 
-def _same(record: Mapping[str, Any]) -> dict[str, Any]:
+def _same(record: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in record.items() if k not in _VOLATILE}

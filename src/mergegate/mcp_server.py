@@ -15,12 +15,15 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from mergegate.errors import MergegateError, UsageError
 
 if TYPE_CHECKING:
     from mergegate.operations.status import StatusReport
+
+# Tool I/O: every tool returns one JSON object (the SDK derives each tool's output schema from it).
+ToolResult: TypeAlias = dict[str, Any]
 
 NO_APPROVAL = (
     "This server has no tool that approves, vetoes or runs a job, by design: "
@@ -39,7 +42,7 @@ class ServedGate:
     allow_push: bool = True
 
 
-def _guard(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _guard(call: Callable[[], ToolResult]) -> ToolResult:
     """The tool's JSON, or a tool error (isError) whose text is exactly one JSON object."""
     from mcp.types import CallToolResult, TextContent
 
@@ -60,7 +63,7 @@ def _guard(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # The SDK passes a CallToolResult through as it is, so the agent sees pure JSON
         # (a raised ToolError would be prefixed with prose).
         return cast(
-            "dict[str, Any]",
+            "ToolResult",
             CallToolResult(content=[TextContent(type="text", text=text)], is_error=True),
         )
 
@@ -106,10 +109,10 @@ def build(gate: ServedGate) -> Any:
         retries: int | None = None,
         idempotent: bool = False,
         runs_on: list[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ToolResult:
         from mergegate.operations.propose import Draft, propose
 
-        def call() -> dict[str, Any]:
+        def call() -> ToolResult:
             if push and not gate.allow_push:
                 raise UsageError(
                     "this server was started with --no-push",
@@ -148,10 +151,10 @@ def build(gate: ServedGate) -> Any:
             "needs. Read-only. " + NO_APPROVAL
         )
     )
-    def check_proposal(ref: str) -> dict[str, Any]:
+    def check_proposal(ref: str) -> ToolResult:
         from mergegate.operations.check import check
 
-        def call() -> dict[str, Any]:
+        def call() -> ToolResult:
             report = check(
                 repo_path=gate.repo,
                 ref=ref,
@@ -176,16 +179,16 @@ def build(gate: ServedGate) -> Any:
         "failed, "
         "timed_out, rejected, vetoed, not run). Read-only. " + NO_APPROVAL
     )
-    def list_jobs() -> dict[str, Any]:
+    def list_jobs() -> ToolResult:
         return _guard(lambda: {"jobs": [j.as_json() for j in _status(gate).jobs]})
 
     @server.tool(
         description="The state of one job on approved (by id), with the reason and the commit that "
         "approved it. Read-only. " + NO_APPROVAL
     )
-    def job_status(job_id: str) -> dict[str, Any]:
-        def call() -> dict[str, Any]:
-            found: list[dict[str, Any]] = [
+    def job_status(job_id: str) -> ToolResult:
+        def call() -> ToolResult:
+            found: list[dict[str, object]] = [
                 j.as_json() for j in _status(gate).jobs if j.job == job_id
             ]
             if not found:
@@ -202,7 +205,7 @@ def build(gate: ServedGate) -> Any:
         "counted and why others did not, its records, and what happens next. Read-only. "
         + NO_APPROVAL
     )
-    def show_job(job_id: str) -> dict[str, Any]:
+    def show_job(job_id: str) -> ToolResult:
         from mergegate.operations.show import show
 
         return _guard(

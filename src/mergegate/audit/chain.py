@@ -225,7 +225,7 @@ class _Proof(Generic[T]):
     records: int
     # the seq and prev of its first record (the link this process checks)
     first_seq: int
-    first_prev: str
+    first_prev: object
     last_seq: int
     last_hash: str
     summary: T
@@ -235,14 +235,12 @@ def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
     values = audit._proven(data)
     if values is None:
         return None
-    return _Proof(
-        len(values),
-        values[0]["seq"],
-        values[0]["prev"],
-        values[-1]["seq"],
-        values[-1]["hash"],
-        summarise(data, values),
-    )
+    first_seq, first_prev = values[0]["seq"], values[0]["prev"]
+    last_seq, last_hash = values[-1]["seq"], values[-1]["hash"]
+    # (what `_proven` proved: every seq an int, every hash a hash; the first prev is what
+    # `linked` checks)
+    assert isinstance(first_seq, int) and isinstance(last_seq, int) and isinstance(last_hash, str)
+    return _Proof(len(values), first_seq, first_prev, last_seq, last_hash, summarise(data, values))
 
 
 # How many blobs git is asked for ahead of the one being read: it inflates the next while this one

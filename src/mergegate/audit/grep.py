@@ -111,7 +111,7 @@ def folded(
     return state
 
 
-def _recall(repo: Repo) -> dict[str, Any]:
+def _recall(repo: Repo) -> dict[str, object]:
     try:
         value = json.loads(_path(repo).read_text("utf-8"))
     except (OSError, ValueError):
@@ -119,7 +119,7 @@ def _recall(repo: Repo) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _remember(repo: Repo, kind: str, value: dict[str, Any]) -> None:
+def _remember(repo: Repo, kind: str, value: dict[str, object]) -> None:
     """Best effort (a cache): a clone that cannot write it greps the whole log next time."""
     target = _path(repo)
     scratch = target.with_name(f"{target.name}.{os.getpid()}.tmp")

@@ -291,7 +291,7 @@ _MEMBERS = operator.itemgetter(
 )
 
 
-def _proven(data: bytes) -> list[dict[str, Any]] | None:
+def _proven(data: bytes) -> list[dict[str, object]] | None:
     """The values of a log file's lines when the file alone passes every check parse_file +
     check_links make (complete lines, each the canonical JSON of a record with every required
     member, seqs counting up by one, each prev the hash before it, each hash right, known

@@ -69,9 +69,9 @@ def main(
         if item.error:
             output.line(f"         {output.brief(item.error)}")
         for f in item.files:
-            output.line(f"         {f['state']:<8} {f['path']}: {output.brief(str(f['reason']))}")
-            if f["approvals"]:
-                output.line(f"                  approvals: {output.brief(str(f['approvals']))}")
+            output.line(f"         {f.state:<8} {f.path}: {output.brief(f.reason)}")
+            if f.approvals:
+                output.line(f"                  approvals: {output.brief(f.approvals)}")
         if item.verdict == "allowed":
             who = ", ".join(item.may_approve) or "nobody: every approver wrote part of it"
             output.line(f"         may approve: {who}")

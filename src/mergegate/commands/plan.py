@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -137,12 +136,11 @@ def main(
     if as_json:
         output.emit(matrix)
         return 0
-    for item in include:
-        labels_text = f"  runs_on: {', '.join(item['runs_on'])}" if item["runs_on"] else ""
-        retry = f"  attempt {item['attempt']}" if item["attempt"] > 1 else ""
+    for job in runnable[:limit]:
+        labels_text = f"  runs_on: {', '.join(job.runs_on)}" if job.runs_on else ""
+        retry = f"  attempt {job.attempt}" if job.attempt is not None and job.attempt > 1 else ""
         output.line(
-            f"{output.state('runnable', 10)} {item['path']}  "
-            f"({item['commit'][:7]}){retry}{labels_text}"
+            f"{output.state('runnable', 10)} {job.path}  ({job.commit[:7]}){retry}{labels_text}"
         )
     if len(runnable) > len(include):
         output.line(
@@ -160,7 +158,7 @@ def main(
     return 0
 
 
-def entry(job: Planned) -> dict[str, Any]:
+def entry(job: Planned) -> dict[str, object]:
     """One matrix entry: what `run --once --job` needs, and what a workflow may show or route on."""
     return {
         "path": job.path,
@@ -172,7 +170,7 @@ def entry(job: Planned) -> dict[str, Any]:
     }
 
 
-def write_outputs(matrix: dict[str, Any], *, left: int) -> None:
+def write_outputs(matrix: dict[str, list[dict[str, object]]], *, left: int) -> None:
     """`matrix=<one line of JSON>`, `count=N` and `more=N` in $GITHUB_OUTPUT, for
     `fromJSON(needs.plan.outputs.matrix)`."""
     target = os.environ.get("GITHUB_OUTPUT")

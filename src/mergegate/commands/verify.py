@@ -103,14 +103,14 @@ def main(
             output.line(f"{c.commit[:7]} {c.kind:<13} {c.summary}")
             for j in c.jobs:
                 output.line(
-                    f"        {output.state('approved' if j['approved'] else 'rejected')} "
-                    f"{j['path']}: {j['reason']}"
+                    f"        {output.state('approved' if j.approved else 'rejected')} "
+                    f"{j.path}: {j.reason}"
                 )
     else:
         # A short summary; every commit's verdict is one --verbose (or --json) away.
         kinds = Counter(c.kind for c in report.commits)
         jobs = [j for c in report.commits for j in c.jobs]
-        approved = sum(1 for j in jobs if j["approved"])
+        approved = sum(1 for j in jobs if j.approved)
         output.line(
             f"trust root {report.trust_root[:12]}, tip {report.tip[:12]}: "
             + ", ".join(

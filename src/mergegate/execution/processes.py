@@ -459,7 +459,7 @@ class ProcessId:
         start = start_time(pid)
         return None if start is None else cls(pid, start, boot_id())
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"pid": self.pid, "start": self.start, "boot": self.boot}
 
     @classmethod

@@ -75,7 +75,23 @@ _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 # -- the spawner process -----------------------------------------------------------------------
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+class Request:
+    """One job to start, as the runner sends it (children.Spawner.start): JSON over the socket.
+    (A plain class: this process imports neither typing nor dataclasses.)"""
+
+    __slots__ = ("argv", "cgroup", "cwd", "env", "rlimits", "run")
+
+    def __init__(self, data: bytes) -> None:
+        value = json.loads(data)
+        self.argv: list[str] = value["argv"]
+        self.cwd: str = value["cwd"]
+        self.env: dict[str, str] = value["env"]
+        self.rlimits: list[list[int]] = value["rlimits"]  # [resource, soft, hard]
+        self.cgroup: str | None = value["cgroup"]
+        self.run: str = value["run"]
+
+
+def _receive(sock: socket.socket) -> tuple[Request, list[int]] | None:
     head, fds, _, _ = socket.recv_fds(sock, 4, 4)
     for fd in fds:
         os.set_inheritable(fd, False)
@@ -86,7 +102,7 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     size = struct.unpack(
         ">I", head if len(head) == 4 else head + _recv_exactly(sock, 4 - len(head))
     )[0]
-    return json.loads(_recv_exactly(sock, size)), fds
+    return Request(_recv_exactly(sock, size)), fds
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -100,7 +116,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def _child(
-    request: dict[str, Any], out: int, err: int, go: int, report: int, libc: Any, spawner: int
+    request: Request, out: int, err: int, go: int, report: int, libc: Any, spawner: int
 ) -> None:
     """Between fork and exec: plain os calls only; any failure goes to `report` and exits 127."""
     try:
@@ -115,25 +131,25 @@ def _child(
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for sig in _PYTHON_IGNORES:  # (the signal mask is empty: the spawner emptied its own)
             signal.signal(sig, signal.SIG_DFL)
-        if request["cgroup"] is not None:
-            fd = os.open(os.path.join(request["cgroup"], "cgroup.procs"), os.O_WRONLY)
+        if request.cgroup is not None:
+            fd = os.open(os.path.join(request.cgroup, "cgroup.procs"), os.O_WRONLY)
             os.write(fd, b"0")
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         os.read(go, 1)  # the watchdog knows of this process group now
-        for res, soft, hard in request["rlimits"]:
+        for res, soft, hard in request.rlimits:
             resource.setrlimit(res, (soft, hard))
         os.closerange(3, report)
         os.closerange(report + 1, 1 << 30)
-        argv = request["argv"]
-        os.execve(argv[0], argv, request["env"])
+        argv = request.argv
+        os.execve(argv[0], argv, request.env)
     except BaseException as exc:  # nothing may escape into the spawner's loop
         with contextlib.suppress(BaseException):
-            program = request["argv"][0]
+            program = request.argv[0]
             text = (
                 f"{exc.strerror}: {program!r}"
                 if isinstance(exc, OSError) and exc.strerror
@@ -147,7 +163,7 @@ def _child(
         os._exit(127)
 
 
-def _start_job(request: dict[str, Any], fds: list[int], jobs: dict[int, int], libc: Any) -> None:
+def _start_job(request: Request, fds: list[int], jobs: dict[int, int], libc: Any) -> None:
     out, err, status, *watchdog = fds
     go_r, go_w = os.pipe()
     report_r, report_w = os.pipe()  # close-on-exec: EOF means the job exec'd
@@ -164,7 +180,7 @@ def _start_job(request: dict[str, Any], fds: list[int], jobs: dict[int, int], li
         os.close(fd)
     for fd in watchdog:  # told before the job may exec (it waits for `go`)
         with contextlib.suppress(OSError):
-            os.write(fd, f"+ {request['run']} g {pid}\n".encode())
+            os.write(fd, f"+ {request.run} g {pid}\n".encode())
         os.close(fd)
     with contextlib.suppress(OSError):
         os.write(go_w, b"g")

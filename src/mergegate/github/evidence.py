@@ -55,7 +55,7 @@ class Exchange:
     def json(self) -> Any:
         return json.loads(self.body)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         data = {
             "url": self.url,
             "status": self.status,
@@ -82,7 +82,7 @@ class Evidence:
     truncated: str = ""  # why gathering stopped at a bound ("" when complete): the merge is refused
 
     def to_bytes(self) -> bytes:
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "kind": "github-evidence",
             "version": EVIDENCE_VERSION,
             "commit": self.commit,

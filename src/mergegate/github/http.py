@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urljoin, urlsplit
 
 if TYPE_CHECKING:
@@ -36,6 +36,10 @@ MIN_WAIT = (
 MAX_RATE_RETRIES = 3  # rate-limit retries of one request; then "not yet" for this pass
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one quick retry
+
+# The GitHub edge: a JSON object as GitHub answered it (its members are input: each is checked
+# where it is read).
+ApiObject: TypeAlias = dict[str, Any]
 
 
 class Unavailable(NotYet):

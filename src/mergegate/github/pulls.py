@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mergegate.errors import UsageError
-from mergegate.github.http import Client, Malformed
+from mergegate.github.http import ApiObject, Client, Malformed
 
 DEFAULT_API = "https://api.github.com"
 _REMOTE = re.compile(r"(?:github\.com[:/]|^)([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?$")
@@ -68,7 +68,7 @@ def open_pull(*, repo_name: str, branch: str, base: str, title: str, body: str) 
         return Pull(data["number"], str(data.get("html_url") or data.get("url")), True)
 
 
-def _list(data: Any, url: str) -> list[dict[str, Any]]:
+def _list(data: Any, url: str) -> list[ApiObject]:
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise Malformed("GitHub's list of pull requests is not a list of objects", url=url)
     return data

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from mergegate.github.evidence import Evidence, MergeFacts
-from mergegate.github.http import Malformed
+from mergegate.github.http import ApiObject, Malformed
 from mergegate.rules.model import Vote
 from mergegate.rules.policy import Policy
 
@@ -158,7 +158,7 @@ def on_head(
     head: str,
     policy: Policy,
     *,
-    pr: dict[str, Any] | None = None,
+    pr: ApiObject | None = None,
     empty: frozenset[str] = frozenset(),
 ) -> Verdict:
     """Rules 2-5 for pull request `number` at `head`: also what `check` shows on an open pull
@@ -225,7 +225,7 @@ def _method(facts: MergeFacts, head: str, commits: list[Any]) -> Method:
 
 
 def _excluded(
-    policy: Policy, number: int, pr: dict[str, Any], commits: list[Any]
+    policy: Policy, number: int, pr: ApiObject, commits: list[Any]
 ) -> tuple[tuple[tuple[str, str], ...], str]:
     excluded: dict[str, str] = {}
     unmapped = ""
@@ -276,7 +276,7 @@ def _votes(
     reviews: list[Any],
     excluded: dict[str, str],
 ) -> tuple[tuple[Vote, ...], list[str]]:
-    latest: dict[int, dict[str, Any]] = {}
+    latest: dict[int, ApiObject] = {}
     for review in sorted(
         reviews,
         key=lambda r: (_epoch(r["submitted_at"]) if r.get("submitted_at") else 0.0, _id(r["id"])),

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from mergegate.audit import log as audit
 from mergegate.errors import GitError, JobFailed, UsageError
@@ -49,7 +48,7 @@ class FileCheck:
         ""  # unapproved content already on approved at this path: since when, and its diff
     )
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "path": self.path,
             "blob": self.blob,

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mergegate.audit.log import AUDIT_DIR
 from mergegate.errors import MergegateError
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import open_branch
 from mergegate.git.repo import Repo
-from mergegate.operations.check import CheckReport, check
+from mergegate.operations.check import CheckReport, FileCheck, check
 from mergegate.rules.job import is_job_path
 from mergegate.rules.policy import POLICY_DIR
 
@@ -33,7 +32,7 @@ class Item:
     pull: int | None
     pull_url: str | None
     exit_code: int
-    files: tuple[dict[str, Any], ...]
+    files: tuple[FileCheck, ...]
     may_approve: tuple[str, ...]
     error: str | None = None
 
@@ -43,7 +42,7 @@ class Item:
             return "invalid"
         return {0: "allowed", 1: "denied"}.get(self.exit_code, "invalid")
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "ref": self.ref,
             "head": self.head,
@@ -51,7 +50,7 @@ class Item:
             "pull_url": self.pull_url,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "files": list(self.files),
+            "files": [f.as_json() for f in self.files],
             "may_approve": list(self.may_approve),
             "error": self.error,
         }
@@ -135,7 +134,7 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
                 pull[0] if pull else None,
                 pull[1] if pull else None,
                 report.exit_code,
-                tuple(f.as_json() for f in report.files),
+                tuple(report.files),
                 _may_approve(repo, report),
             )
         )

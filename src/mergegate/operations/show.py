@@ -37,7 +37,7 @@ class Revision:
     reason: str
     votes: tuple[Vote, ...]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "commit": self.commit,
             "blob": self.blob,
@@ -64,7 +64,7 @@ class AttemptSummary:
     stdout_tail: str
     stderr_tail: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "run_id": self.run_id,
             "commit": self.commit,
@@ -91,7 +91,7 @@ class Dossier:
     tip: str
     warnings: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "job": self.job,
             "path": self.path,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Refusal, Started, parse_time
@@ -39,7 +38,7 @@ class JobState:
     retry_at: str | None = None  # retrying: when the next attempt is due
     runs_on: tuple[str, ...] = ()  # the labels a runner needs to claim it
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "job": self.job,
             "path": self.path,

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
@@ -47,18 +46,38 @@ def _references(repo: Repo, records_tip: str | None, records: list[Record]) -> N
 
 
 @dataclass(frozen=True)
+class JobLine:
+    """One job revision a commit introduces, as verify judged it again."""
+
+    path: str
+    blob: str
+    approved: bool
+    approvers: tuple[str, ...]
+    reason: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "blob": self.blob,
+            "approved": self.approved,
+            "approvers": list(self.approvers),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class CommitLine:
     commit: str
     kind: str
     summary: str
-    jobs: tuple[dict[str, Any], ...] = ()
+    jobs: tuple[JobLine, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "commit": self.commit,
             "kind": self.kind,
             "summary": self.summary,
-            "jobs": list(self.jobs),
+            "jobs": [j.as_json() for j in self.jobs],
         }
 
 
@@ -206,15 +225,7 @@ def verify_history(
             if d.runnable and d.job is not None:
                 retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
                 jobs_of.setdefault((d.path, d.blob), d.job)
-            jobs.append(
-                {
-                    "path": d.path,
-                    "blob": d.blob,
-                    "approved": d.runnable,
-                    "approvers": list(d.approvers),
-                    "reason": d.reason,
-                }
-            )
+            jobs.append(JobLine(d.path, d.blob, d.runnable, tuple(d.approvers), d.reason))
         kind = (
             "policy change"
             if assessment.policy_changed and assessment.kind == "approval"

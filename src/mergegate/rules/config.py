@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import yaml
 
@@ -57,6 +57,10 @@ _LIBYAML_DIFFERS = re.compile(
     r"[^\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
     r"|[!\x85\u2028\u2029\ufeff]|\?(?=\s|$)|(?m:^(?:---|\.\.\.))|[|>][-+0-9]*#"
 )
+
+# The YAML (and JSON Schema) edge: a mapping as read, before the schema has validated it, and the
+# validated document's own mappings, which the policy and job readers take apart member by member.
+RawMapping: TypeAlias = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,7 @@ def _convert(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any
 
 
 def _mapping(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any:
-    result: dict[str, Any] = {}
+    result: RawMapping = {}
     for key_node, value_node in node.value:
         line = key_node.start_mark.line + 1
         if not isinstance(key_node, yaml.ScalarNode):
@@ -273,10 +277,10 @@ def _scalar(node: yaml.Node, file: str) -> Any:
 
 
 @cache
-def _schema(name: str) -> dict[str, Any]:
+def _schema(name: str) -> RawMapping:
     # Next to this module (importlib.resources would cost more to import than the read).
     text = (Path(__file__).parent.parent / "schemas" / f"{name}.schema.json").read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: RawMapping = json.loads(text)
     return schema
 
 
@@ -349,7 +353,7 @@ def _hint(schema: str, path: Path_) -> str | None:
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
-    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    schema: RawMapping = error.schema if isinstance(error.schema, dict) else {}
     instance: Any = error.instance
     if error.validator == "additionalProperties":
         known = schema.get("properties", {})

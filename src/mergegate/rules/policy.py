@@ -6,7 +6,6 @@ import fnmatch
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from mergegate.crypto.signatures import PublicKey, parse_public_key
 from mergegate.errors import ConfigError
@@ -285,7 +284,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
             "push origin approved",
         )
     doc = config.load(text, file=POLICY_FILE, schema="policy")
-    data: dict[str, Any] = doc.data
+    data: config.RawMapping = doc.data
     approvers, proposers, runners = (
         tuple(_person(doc, read, (field, i), p) for i, p in enumerate(data.get(field, [])))
         for field in ("approvers", "proposers", "runners")
@@ -419,7 +418,7 @@ def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person
             )
 
 
-def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> None:
+def _no_retries_without_runners(doc: config.Document, data: config.RawMapping) -> None:
     """Retries need authenticated records: runner-signed audit commits.
 
     Whether a revision may run again is decided from its `finished` records. Without
@@ -439,7 +438,7 @@ def _no_retries_without_runners(doc: config.Document, data: dict[str, Any]) -> N
 
 def _meetable(
     doc: config.Document,
-    data: dict[str, Any],
+    data: config.RawMapping,
     approvers: tuple[Person, ...],
     groups: dict[str, tuple[str, ...]],
     requirements: tuple[Requirement, ...],
@@ -485,7 +484,7 @@ def _meetable(
             )
 
 
-def _github(doc: config.Document, data: dict[str, Any] | None) -> GithubPolicy:
+def _github(doc: config.Document, data: config.RawMapping | None) -> GithubPolicy:
     if data is None:
         return GithubPolicy()
     keys = tuple(
@@ -504,7 +503,7 @@ def _github(doc: config.Document, data: dict[str, Any] | None) -> GithubPolicy:
 
 
 def _unique_github_ids(
-    doc: config.Document, data: dict[str, Any], lists: tuple[tuple[str, tuple[Person, ...]], ...]
+    doc: config.Document, data: config.RawMapping, lists: tuple[tuple[str, tuple[Person, ...]], ...]
 ) -> None:
     # One account is one person: an id listed twice would let one review count for two.
     owner: dict[int, str] = {}
@@ -535,7 +534,7 @@ def _unique_names(doc: config.Document, field: str, people: tuple[Person, ...]) 
 
 
 def _approval_rule(
-    doc: config.Document, index: int, data: dict[str, Any], groups: dict[str, tuple[str, ...]]
+    doc: config.Document, index: int, data: config.RawMapping, groups: dict[str, tuple[str, ...]]
 ) -> ApprovalRule:
     name = data.get("name", f"#{index}")
     slots = []
@@ -554,7 +553,7 @@ def _approval_rule(
 
 
 def _person(
-    doc: config.Document, read: Reader, path: tuple[str | int, ...], data: dict[str, Any]
+    doc: config.Document, read: Reader, path: tuple[str | int, ...], data: config.RawMapping
 ) -> Person:
     emails = tuple(
         e.lower() for e in ([data["email"]] if "email" in data else []) + data.get("emails", [])

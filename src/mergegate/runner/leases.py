@@ -61,7 +61,7 @@ class _Runs:
     finished: set[str] = field(default_factory=set)
     event: str | None = None
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> dict[str, object]:
         return {
             "started": sorted(self.started),
             "finished": sorted(self.finished),

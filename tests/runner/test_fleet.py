@@ -301,19 +301,11 @@ def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
     at
     each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel
     8)."""
-    from mergegate.audit import log as audit
+    from mergegate.audit.records import Started
     from mergegate.runner.claims import Book
 
-    def started(runner: str, path: str, attempt: int = 1) -> audit.Record:
-        return audit.Record(
-            {
-                "event": "started",
-                "runner": runner,
-                "path": path,
-                "blob": "b" * 40,
-                "attempt": attempt,
-            }
-        )
+    def started(runner: str, path: str, attempt: int = 1) -> Started:
+        return Started(runner=runner, path=path, blob="b" * 40, attempt=attempt)
 
     book = Book.of(
         [started("r1", "jobs/a.yaml"), started("r2", "jobs/b.yaml"), started("r3", "jobs/old.yaml")]

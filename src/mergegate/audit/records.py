@@ -210,7 +210,7 @@ class Record:
         skip = self.absent
         if "event" not in skip:
             body["event"] = self.event
-        for name, _ in _readers(type(self)):
+        for name, _, _ in _specs(type(self)):
             if name not in skip:
                 body[name] = _as_json(getattr(self, name))
         body.update(self.extra)
@@ -421,33 +421,43 @@ Event = Started | Finished | Rejected | Vetoed | PolicyChange | Scanned
 KINDS: Mapping[str, type[Event]] = MappingProxyType(
     {kind.EVENT: kind for kind in (Started, Finished, Rejected, Vetoed, PolicyChange, Scanned)}
 )
-_CHAIN = ("seq", "prev", "hash", "time", "runner")
-_READ_CACHE: dict[type[Record], tuple[tuple[str, _Reader], ...]] = {}
-_NAME_CACHE: dict[type[Record], frozenset[str]] = {}
+# Values a reader takes as they are (the common case, read without calling it).
+_PLAIN: Mapping[_Reader, tuple[type, ...]] = MappingProxyType(
+    {
+        _str: (str,),
+        _opt_str: (str, type(None)),
+        _int: (int,),
+        _opt_int: (int, type(None)),
+        _bool: (bool,),
+    }
+)
+_Spec = tuple[str, tuple[type, ...], _Reader]
+_SPECS: dict[type[Record], tuple[_Spec, ...]] = {}
+_NAMES: dict[type[Record], frozenset[str]] = {}
 
 
-def _readers(kind: type[Record]) -> tuple[tuple[str, _Reader], ...]:
-    """(member, reader) of every member `kind` types, in declaration order, the chain's first."""
-    found = _READ_CACHE.get(kind)
+def _specs(kind: type[Record]) -> tuple[_Spec, ...]:
+    """(member, the types taken as they are, reader) of every member `kind` types, the chain's
+    first."""
+    found = _SPECS.get(kind)
     if found is None:
-        chain: list[tuple[str, _Reader]] = [
+        members: list[tuple[str, _Reader]] = [
             ("seq", _int),
             ("prev", _str),
             ("hash", _str),
             ("time", _str),
             ("runner", _str),
-        ]
-        found = _READ_CACHE[kind] = (
-            *chain,
             *((f.name, f.metadata["read"]) for f in fields(kind) if "read" in f.metadata),
-        )
-        _NAME_CACHE[kind] = frozenset(name for name, _ in found)
+        ]
+        found = _SPECS[kind] = tuple((n, _PLAIN.get(r, ()), r) for n, r in members)
+        _NAMES[kind] = frozenset(name for name, _ in members) | {"event"}
     return found
 
 
 def _names(kind: type[Record]) -> frozenset[str]:
-    _readers(kind)
-    return _NAME_CACHE[kind]
+    """The members `kind` types, and `event`."""
+    _specs(kind)
+    return _NAMES[kind]
 
 
 def parse(value: Mapping[str, object]) -> Record:
@@ -457,8 +467,12 @@ def parse(value: Mapping[str, object]) -> Record:
     typed: dict[str, object] = {}
     extra: dict[str, object] = {}
     absent: list[str] = []
-    for name, reader in _readers(kind):
-        raw = value.get(name, _MISSING)
+    get = value.get
+    for name, plain, reader in _specs(kind):
+        raw = get(name, _MISSING)
+        if type(raw) in plain:  # (as a runner writes it: most members of most records)
+            typed[name] = raw
+            continue
         if raw is _MISSING:
             absent.append(name)
             continue
@@ -474,10 +488,9 @@ def parse(value: Mapping[str, object]) -> Record:
             typed["name"] = str(event)
             if type(event) is not str:
                 extra["event"] = event
-    known = _names(kind)
-    for name, raw in value.items():
-        if name not in known and name != "event":
-            extra[name] = raw
+    unknown = value.keys() - _names(kind)
+    if unknown:
+        extra.update((name, value[name]) for name in sorted(unknown))
     if extra:
         typed["extra"] = extra
     if absent:

@@ -42,7 +42,7 @@ def _forge(world: World) -> str:
 def test_audit_verify_sees_runners_a_merged_policy_change_added_though_the_merge_equals_its_side(
     world: World,
 ) -> None:
-    """av8's shortcut (audit_branch.policy_lookup) takes the trust root's policy when `git log
+    """av8's shortcut (policy_log.policy_lookup) takes the trust root's policy when `git log
     --first-parent
     root..sha -- policy/` lists nothing. A policy change that arrives as a merge is TREESAME to its
     second parent

@@ -415,7 +415,7 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(
     commit
     is a new question (a policy change after it is found), and what the clone kept cannot say yes to
     a no."""
-    from mergegate.runner.plan import policy_changes
+    from mergegate.facts.branches import policy_changes
 
     root = _gate(world)
     first = _merge(world, "one", {"jobs/one.yaml": job_yaml("one", ["echo", "1"])})

@@ -17,20 +17,18 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError
-from mergegate.facts.branches import AUDIT_BRANCH, policy_changes
+from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import ZERO, Commit, Repo
-from mergegate.rules.policy import Policy, load_policy
+from mergegate.rules.policy import Policy
 
 if (
     TYPE_CHECKING
 ):  # (the judge's modules: `audit verify` imports them only if a check needs them, issue 12)
     from mergegate.crypto.signatures import PublicKey, SignatureCheck
-    from mergegate.facts.assessor import Assessor
 
 APPROVED_TRAILER = "Mergegate-Approved"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -50,41 +48,6 @@ class Signer(Protocol):
     """What the commit checks ask of an `Assessor`: a commit's signature against keys."""
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck: ...
-
-
-def policy_lookup(
-    repo: Repo,
-    assessor: Callable[[], Assessor],
-    *,
-    at: datetime,
-    root: str,
-    records: str | None,
-    known: dict[str, Policy] | None = None,
-) -> Callable[[str], Policy]:
-    """`policy_at(sha)`: the policy in force at an approved commit (after judging it), for the
-    runner-signature rule (`planning.policy_lookup`).
-
-    `known` holds what a walk already computed; anything else costs one judgement per policy
-    change, by `assessor()` at the clock `at`, asked for (and the judge imported) only when there
-    is one: at or before the trust root, or with no commit changing policy/ since, the trust
-    root's own policy is in force (what `planning.policy_in_force` finds then).
-    """
-    cache = dict(known or {})
-
-    def policy_at(sha: str) -> Policy:
-        if sha not in cache:
-            changes = [] if repo.is_ancestor(sha, root) else policy_changes(repo, root, sha)
-            if not changes:
-                cache[sha] = load_policy(lambda p: repo.read_file(root, p), commit=root)
-            else:
-                from mergegate.runner.plan import policy_in_force
-
-                cache[sha] = policy_in_force(
-                    repo, assessor(), at=at, root=root, upto=sha, records=records, changes=changes
-                )
-        return cache[sha]
-
-    return policy_at
 
 
 class Tampering(IntegrityError):

@@ -77,7 +77,8 @@ def _verify_audit(
         # modules
         # (approvals, GitHub's evidence, planning) only if a check asks for them (`_Assessing`,
         # issue 12).
-        from mergegate.facts.audit_commits import Checker, every_commit, policy_lookup
+        from mergegate.facts.audit_commits import Checker, every_commit
+        from mergegate.facts.policy_log import policy_lookup
 
         commits = every_commit(repo, records_tip)
         repo.prefetch(

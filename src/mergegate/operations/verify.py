@@ -23,6 +23,7 @@ from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, every_commit
 from mergegate.facts.branches import open_branch, refuse_old_layout, trust_root
 from mergegate.facts.history import History
+from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import ZERO, Repo
 from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
@@ -30,7 +31,7 @@ from mergegate.rules import eligibility
 from mergegate.rules.job import Job
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy, load_policy
-from mergegate.runner.plan import Walk, policy_lookup
+from mergegate.runner.plan import Walk
 
 
 def _finished_twice(records: list[Record]) -> list[str]:
@@ -239,7 +240,9 @@ def verify_history(
         repo,
         assessor.signer(at=now),
         tip,
-        policy_lookup(repo, assessor, at=now, root=root, records=records_tip, known=policies),
+        policy_lookup(
+            repo, lambda: assessor, at=now, root=root, records=records_tip, known=policies
+        ),
     )
     try:
         checker.check(every_commit(repo, records_tip))

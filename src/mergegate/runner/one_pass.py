@@ -49,6 +49,7 @@ from mergegate.execution.workspaces import identity, remove_stale, remove_tree
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import VETO_TRAILER, Assessor
 from mergegate.facts.branches import AUDIT_BRANCH
+from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Commit, Repo, Signing
 from mergegate.github import gather as github
 from mergegate.rules.eligibility import RETRIED, Runnable, iso_up, retriable
@@ -65,7 +66,6 @@ from mergegate.runner.plan import (
     check_new_records,
     open_after,
     plan,
-    policy_lookup,
     read_gate,
 )
 from mergegate.runner.publisher import Publisher
@@ -178,8 +178,9 @@ class _WalkedView:
         if self._policy_at is None:
             # Once a pass: the line, every `scanned` record (one git grep), one binary search's
             # memory.
+            judge = Assessor(self.repo)
             self._policy_at = policy_lookup(
-                self.repo, Assessor(self.repo), at=self.now, root=self.root, records=self.records
+                self.repo, lambda: judge, at=self.now, root=self.root, records=self.records
             )
             self._line = {
                 sha: place
@@ -443,7 +444,12 @@ class Runner:
             assessor.signer(at=now),
             tip,
             policy_lookup(
-                self.repo, assessor, at=now, root=gate.root, records=gate.records, known=known
+                self.repo,
+                lambda: assessor,
+                at=now,
+                root=gate.root,
+                records=gate.records,
+                known=known,
             ),
         )
         self._files: dict[str, bytes] = {}

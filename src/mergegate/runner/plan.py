@@ -7,27 +7,23 @@ did (and where they stopped) comes from the records on the audit branch.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError, NotYet
-from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, explain, unchecked
 from mergegate.facts.branches import (
     Branch,
     Seen,
     open_branch,
-    policy_changes,
     refuse_old_layout,
     trust_root,
 )
+from mergegate.facts.policy_log import policy_in_force, policy_lookup, remember_judged
 from mergegate.git.repo import Repo
 from mergegate.rules.eligibility import (
     History,
@@ -42,7 +38,7 @@ from mergegate.rules.eligibility import (
 )
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Assessment, Decision, Veto
-from mergegate.rules.policy import Policy, load_policy
+from mergegate.rules.policy import Policy
 
 if TYPE_CHECKING:
     from mergegate.github.gather import ReviewSource
@@ -285,7 +281,8 @@ def _reopen(
     result.open_before = tuple(e for e in entries if isinstance(e, dict))
     line = set(repo.first_parent_chain(root, result.start))
     assessor = Assessor(repo, reviews=reviews)
-    policy_at = policy_lookup(repo, Assessor(repo), at=at, root=root, records=records)
+    judge = Assessor(repo)
+    policy_at = policy_lookup(repo, lambda: judge, at=at, root=root, records=records)
     found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
     for entry in result.open_before:
         sha = entry.get("commit")
@@ -434,86 +431,6 @@ def open_after(
     return entries, files
 
 
-def policy_in_force(
-    repo: Repo,
-    assessor: Assessor,
-    *,
-    at: datetime,
-    root: str,
-    upto: str,
-    records: str | None,
-    remember: bool = False,
-    changes: list[str] | None = None,
-) -> Policy:
-    """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when
-    the
-    caller has read them: `policy_changes`).
-
-    Costs one judgement per policy change, not per commit. Key lifetimes are
-    judged at the time the change was first judged: the audit's first record of
-    it that a runner of the policy before the change vouched for (its audit commit
-    signed by one of them: keys the change itself adds never date it), only when
-    that policy lists runners; else this clone's own memory of it; else the clock
-    now (`at`). A forged record time must not bring an expired key back to life.
-    """
-    policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
-    if upto == root:
-        return policy
-    now = at
-    judged = judged_times(repo)
-
-    # As the walk that first judged them: full authorship search only for bytes the audit has seen.
-    def known(path: str, blob: str) -> bool:
-        return audit.mentions(repo, records, path, blob)
-
-    signer = Assessor(repo)
-    dated = judged_times(repo, _DATED)
-    for sha in policy_changes(repo, root, upto, remember=remember) if changes is None else changes:
-        when = dated.get(sha) if policy.runners else None
-        if when is None and policy.runners:
-            # Only a record a runner of the policy before the change appended dates it
-            # (audit.first_vouched);
-            # the first such record, once there, is every clone's date (the audit only grows):
-            # before this
-            # clone's own memory, so a runner whose record of the change landed second judges as the
-            # rest.
-            when = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
-            if when is not None and remember:
-                remember_judged(repo, [sha], when, _DATED)
-        policy = assessor.assess(sha, policy, at=when or judged.get(sha) or now, known=known).policy
-    return policy
-
-
-def _vouched_by(repo: Repo, signer: Assessor, policy: Policy) -> Callable[[str, datetime], bool]:
-    """Whether an audit commit is signed by a runner of `policy`, the key judged at `when` (its
-    record's time)."""
-    keys = policy.runner_keys()
-
-    def vouched(commit: str, when: datetime) -> bool:
-        return signer.signature(repo.commit(commit), keys, at=when).ok
-
-    return vouched
-
-
-def policy_lookup(
-    repo: Repo,
-    assessor: Assessor,
-    *,
-    at: datetime,
-    root: str,
-    records: str | None,
-    known: dict[str, Policy] | None = None,
-) -> Callable[[str], Policy]:
-    """`policy_at(sha)`: the policy in force at an approved commit (after judging it).
-
-    For the runner-signature rule of the audit branch. `known` holds what a walk
-    already computed; anything else costs one judgement per policy change (at `at`).
-    """
-    return audit_branch.policy_lookup(
-        repo, lambda: assessor, at=at, root=root, records=records, known=known
-    )
-
-
 @dataclass(frozen=True)
 class Gate:
     """Both branches as one command reads them: one fetch, the seen refs checked."""
@@ -572,7 +489,7 @@ def check_new_records(
     known = {work.start: work.start_policy, **{a.commit: a.policy for a in work.assessments}}
     assessor = Assessor(repo, reviews=reviews)
     policy_at = policy_lookup(
-        repo, assessor, at=at, root=gate.root, records=gate.records, known=known
+        repo, lambda: assessor, at=at, root=gate.root, records=gate.records, known=known
     )
     try:
         Checker(repo, assessor.signer(at=at), gate.tip, policy_at).check(
@@ -583,38 +500,3 @@ def check_new_records(
             f"the audit commits new since the last pass cannot be checked yet: {exc.message}",
             hint=exc.hint,
         ) from None
-
-
-_JUDGED = "judged.json"  # when this clone first judged each policy change
-_DATED = "dated.json"  # the first vouched record's date of each (audit.first_vouched), found once
-
-
-def _judged_path(repo: Repo, name: str = _JUDGED) -> Path:
-    return repo.git_dir / "mergegate" / name
-
-
-def judged_times(repo: Repo, name: str = _JUDGED) -> dict[str, datetime]:
-    """When this clone first judged each policy change, or (`_DATED`) when the audit's first vouched
-    record says it was judged (local state nobody else can push)."""
-    try:
-        data = json.loads(_judged_path(repo, name).read_text("utf-8"))
-        return {sha: datetime.fromisoformat(when) for sha, when in data.items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {}
-
-
-def remember_judged(repo: Repo, shas: list[str], at: datetime, name: str = _JUDGED) -> None:
-    judged = judged_times(repo, name)
-    new = {sha: at for sha in shas if sha not in judged}
-    if not new:
-        return
-    path = _judged_path(repo, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(
-        json.dumps(
-            {sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True
-        ),
-        "utf-8",
-    )
-    os.replace(temporary, path)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError
 from mergegate.facts.branches import AUDIT_BRANCH
-from mergegate.git.repo import ZERO, Commit, Repo
+from mergegate.git.repo import ZERO, Change, Commit, Repo
 from mergegate.rules.policy import Policy
 
 if (
@@ -252,111 +252,15 @@ class Checker:
         logs = 0
         first: int | None = None
         for change in changes:
-            path = change.path
-            if audit.is_evidence_path(path) is not None:
-                if change.status != "A":
-                    verb = "removes" if change.status == "D" else "changes"
-                    raise Tampering(
-                        sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path
-                    )
-                if change.new_mode != "100644" or hashlib.sha256(
-                    repo.blob(change.new_blob)
-                ).hexdigest() != audit.is_evidence_path(path):
-                    raise Tampering(
-                        sha,
-                        f"adds evidence file {path}, whose bytes do not hash to its name",
-                        file=path,
-                    )
+            if audit.is_evidence_path(change.path) is not None:
+                _check_evidence(repo, sha, change)
                 continue
-            if not re.match(r"^audit/log-\d{6}\.jsonl$", path):
-                raise Tampering(
-                    sha,
-                    f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
-                    "and add audit/evidence/<sha256>.json",
-                    file=path,
-                )
+            _check_log_file(sha, change)
             logs += 1
-            if change.status == "D":
-                raise Tampering(sha, f"deletes audit file {path}", file=path)
-            if change.new_mode != "100644":
-                raise Tampering(
-                    sha,
-                    f"makes {path} something other than a plain file (mode {change.new_mode})",
-                    file=path,
-                )
-            if (
-                change.status == "A" and change.new_blob in verified
-            ):  # complete lines, first seq known
-                first = (
-                    verified[change.new_blob]
-                    if first is None
-                    else min(first, verified[change.new_blob])
-                )
-                continue
-            size = tips.prefix(path, change.new_blob) if tips is not None else None
-            if (
-                tips is not None and size is not None
-            ):  # this version is the first `size` bytes of the file at the last commit
-                data = tips.data
-                if size == 0 or data[size - 1] != 0x0A:
-                    raise Tampering(
-                        sha,
-                        f"leaves an incomplete last line in {path}",
-                        file=path,
-                        line=data.count(b"\n", 0, size) + 1,
-                    )
-                if change.status == "A":
-                    first = _first_seq(data, 0, first)
-                    continue
-                old_size = tips.prefix(path, change.old_blob)
-                if (
-                    old_size is not None and old_size <= size
-                ):  # the old version is a prefix too, and shorter: appended
-                    first = _first_seq(data, old_size, first)
-                    continue
-            new = repo.blob(change.new_blob)
-            if not new.endswith(b"\n"):
-                raise Tampering(
-                    sha,
-                    f"leaves an incomplete last line in {path}",
-                    file=path,
-                    line=new.count(b"\n") + 1,
-                )
-            if change.status == "A":
-                first = _first_seq(new, 0, first)
-                continue
-            if _extends(repo, new, change.old_blob):
-                first = _first_seq(new, repo.object_size(change.old_blob) or 0, first)
-                continue
-            old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
-            if not new.startswith(old):
-                raise Tampering(
-                    sha,
-                    f"rewrites existing audit records in {path}",
-                    file=path,
-                    line=_first_difference(old, new),
-                )
-            first = _first_seq(new, len(old), first)
+            first = _appended(repo, sha, change, verified, tips, first)
         if logs == 0:
             raise Tampering(sha, "appends no record")
-        added = {
-            int(c.path[len("audit/log-") : -len(".jsonl")])
-            for c in changes
-            if c.status == "A" and c.path.endswith(".jsonl")
-        }
-        if (
-            numbers is not None
-            # the files before this commit are known (every commit since the root passed these
-            # rules)
-        ):
-            numbers |= added
-            if numbers == set(range(1, len(numbers) + 1)):
-                return first
-        if added:
-            try:
-                audit.log_files(repo, sha)  # a new file continues the numbering
-            except IntegrityError as exc:
-                raise Tampering(sha, exc.message, file=exc.file) from None
+        _check_numbering(repo, sha, changes, numbers)
         return first
 
     def _on_approved(self, sha: str) -> None:
@@ -482,6 +386,122 @@ def every_commit(repo: Repo, tip: str | None) -> list[str]:
     """Every commit of the audit branch, oldest first (a merge's other side included, to be
     reported)."""
     return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
+
+
+def _check_evidence(repo: Repo, sha: str, change: Change) -> None:
+    """An evidence file is only ever added, and its bytes hash to its name."""
+    path = change.path
+    if change.status != "A":
+        verb = "removes" if change.status == "D" else "changes"
+        raise Tampering(
+            sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path
+        )
+    if change.new_mode != "100644" or hashlib.sha256(
+        repo.blob(change.new_blob)
+    ).hexdigest() != audit.is_evidence_path(path):
+        raise Tampering(
+            sha,
+            f"adds evidence file {path}, whose bytes do not hash to its name",
+            file=path,
+        )
+
+
+def _check_log_file(sha: str, change: Change) -> None:
+    """Anything but an evidence file is a log file, kept and plain."""
+    path = change.path
+    if not re.match(r"^audit/log-\d{6}\.jsonl$", path):
+        raise Tampering(
+            sha,
+            f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
+            "and add audit/evidence/<sha256>.json",
+            file=path,
+        )
+    if change.status == "D":
+        raise Tampering(sha, f"deletes audit file {path}", file=path)
+    if change.new_mode != "100644":
+        raise Tampering(
+            sha,
+            f"makes {path} something other than a plain file (mode {change.new_mode})",
+            file=path,
+        )
+
+
+def _appended(
+    repo: Repo,
+    sha: str,
+    change: Change,
+    verified: Mapping[str, int],
+    tips: Tips | None,
+    first: int | None,
+) -> int | None:
+    """Check that a log file's change only appends complete lines; the smaller of `first` and the
+    seq of the first record it appends."""
+    path = change.path
+    if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
+        return verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
+    size = tips.prefix(path, change.new_blob) if tips is not None else None
+    if tips is not None and size is not None:
+        # this version is the first `size` bytes of the file at the last commit
+        data = tips.data
+        if size == 0 or data[size - 1] != 0x0A:
+            raise Tampering(
+                sha,
+                f"leaves an incomplete last line in {path}",
+                file=path,
+                line=data.count(b"\n", 0, size) + 1,
+            )
+        if change.status == "A":
+            return _first_seq(data, 0, first)
+        old_size = tips.prefix(path, change.old_blob)
+        if (
+            old_size is not None and old_size <= size
+        ):  # the old version is a prefix too, and shorter: appended
+            return _first_seq(data, old_size, first)
+    new = repo.blob(change.new_blob)
+    if not new.endswith(b"\n"):
+        raise Tampering(
+            sha,
+            f"leaves an incomplete last line in {path}",
+            file=path,
+            line=new.count(b"\n") + 1,
+        )
+    if change.status == "A":
+        return _first_seq(new, 0, first)
+    if _extends(repo, new, change.old_blob):
+        return _first_seq(new, repo.object_size(change.old_blob) or 0, first)
+    old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
+    if not new.startswith(old):
+        raise Tampering(
+            sha,
+            f"rewrites existing audit records in {path}",
+            file=path,
+            line=_first_difference(old, new),
+        )
+    return _first_seq(new, len(old), first)
+
+
+def _check_numbering(
+    repo: Repo, sha: str, changes: Sequence[Change], numbers: set[int] | None
+) -> None:
+    """A log file the commit adds continues the numbering."""
+    added = {
+        int(c.path[len("audit/log-") : -len(".jsonl")])
+        for c in changes
+        if c.status == "A" and c.path.endswith(".jsonl")
+    }
+    if (
+        numbers is not None
+        # the files before this commit are known (every commit since the root passed these
+        # rules)
+    ):
+        numbers |= added
+        if numbers == set(range(1, len(numbers) + 1)):
+            return
+    if added:
+        try:
+            audit.log_files(repo, sha)  # a new file continues the numbering
+        except IntegrityError as exc:
+            raise Tampering(sha, exc.message, file=exc.file) from None
 
 
 def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:

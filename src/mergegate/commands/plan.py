@@ -18,7 +18,8 @@ from mergegate.commands import output
 from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.git.refnames import branch_name
 from mergegate.rules.job import runner_labels
-from mergegate.runner.one_pass import Options, Planned, Runner
+from mergegate.runner.one_pass import Options, Runner
+from mergegate.runner.results import Planned
 
 # GitHub refuses a matrix of more than 256 entries; the rest wait for the next plan.
 GITHUB_MATRIX_LIMIT = 256

@@ -1,4 +1,4 @@
-"""`mergegate run`: one pass (`--once`) or a loop of passes."""
+"""`mergegate run`: one pass (`--once`) or a loop of passes (runner/poll_loop.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from mergegate.runner import idle
 if (
     TYPE_CHECKING
 ):  # the planning stack is imported only when a pass runs (an idle `run --once` needs none of it)
-    from mergegate.runner.one_pass import PassResult, Runner
-    from mergegate.runner.plan import Plan
+    from mergegate.runner.one_pass import Runner
+    from mergegate.runner.results import PassResult
 
 
 @click.command("run")
@@ -204,10 +204,7 @@ def main(
         None  # the idle check's, which the pass goes on with (one `rev-parse` less)
     )
     if once and job is None and fetch:
-        try:
-            clone = Repo(repo)
-        except GitError:
-            pass  # the pass says what is wrong
+        clone = _open(repo)  # (None: the pass says what is wrong)
         if clone is not None and _quiet(
             clone,
             remote=remote,
@@ -246,80 +243,89 @@ def main(
         ),
         repo=clone,
     )
-
-    def show(result: PassResult) -> None:
-        _show(result, as_json=as_json, once=once)
-        if result.stopped_by:
-            interrupted = sum(o.status == "interrupted" for o in result.outcomes)
-            output.line(
-                f"stopped by {result.stopped_by}: no more jobs claimed, {interrupted} interrupted, "
-                "records pushed",
-                err=True,
-            )
-
     if once:
         result = runner.run_once()
         if job is not None and not any(o.path == job for o in result.outcomes):
             return _not_run(runner, result, job, as_json=as_json)
-        show(result)
+        _report(result, as_json=as_json, once=True)
         return result.exit_code
+    from mergegate.runner.poll_loop import PollLoop
 
-    outage: list[str] = []  # the cause of the outage in progress, if any
+    PollLoop(runner, interval=interval, max_backoff=max_backoff).run(
+        on_pass=lambda result: _report(result, as_json=as_json, once=False),
+        on_error=lambda exc, delay, failures: _outage(
+            exc,
+            delay,
+            failures,
+            as_json=as_json,
+            spool=runner.spool.path,
+            apart=max(interval, max_backoff),
+        ),
+        on_recover=lambda failures, seconds: _recovered(failures, seconds, as_json=as_json),
+    )
+    return 0
 
-    def failed(exc: MergegateError, delay: float, failures: int) -> None:
-        # One line when the state changes (first failure, or a different cause), not one per poll.
-        cause = str(exc)
-        if outage and outage[0] == cause:
-            return
-        outage[:] = [cause]
-        detail = exc.detail if isinstance(exc, GitError) else None
-        if as_json:
-            output.emit_line(
-                {
-                    "event": "outage",
-                    "error": exc.message,
-                    "file": exc.file,
-                    "hint": exc.hint,
-                    "detail": detail,
-                    "failures": failures,
-                    "retry_in": round(delay, 3),
-                    "spool": str(runner.spool.path),
-                }
-            )
-            return
-        output.line(f"error: {cause}", err=True)
-        if exc.hint:
-            output.line(f"hint: {exc.hint}", err=True)
-        if detail and detail.strip() not in cause:
-            output.line(
-                "git said: "
-                + " | ".join(line.strip() for line in detail.strip().splitlines() if line.strip()),
-                err=True,
-            )
+
+def _open(repo: Path) -> Repo | None:
+    try:
+        return Repo(repo)
+    except GitError:
+        return None
+
+
+def _report(result: PassResult, *, as_json: bool, once: bool) -> None:
+    _show(result, as_json=as_json, once=once)
+    if result.stopped_by:
+        interrupted = sum(o.status == "interrupted" for o in result.outcomes)
         output.line(
-            f"retrying with backoff (next in {delay:.1f}s, at most {max(interval, max_backoff):g}s "
-            "apart); "
-            f"results not yet pushed are kept in {runner.spool.path}",
+            f"stopped by {result.stopped_by}: no more jobs claimed, {interrupted} interrupted, "
+            "records pushed",
             err=True,
         )
 
-    def recovered(failures: int, seconds: float) -> None:
-        outage.clear()
-        if as_json:
-            output.emit_line(
-                {"event": "recovered", "failures": failures, "seconds": round(seconds, 3)}
-            )
-        else:
-            output.line(f"recovered after {failures} failed poll(s) over {seconds:.0f}s", err=True)
 
-    runner.run_forever(
-        interval=interval,
-        on_pass=show,
-        on_error=failed,
-        on_recover=recovered,
-        max_backoff=max_backoff,
+def _outage(
+    exc: MergegateError, delay: float, failures: int, *, as_json: bool, spool: Path, apart: float
+) -> None:
+    """An outage began or changed its cause (the poll loop says each once, not once per poll)."""
+    cause = str(exc)
+    detail = exc.detail if isinstance(exc, GitError) else None
+    if as_json:
+        output.emit_line(
+            {
+                "event": "outage",
+                "error": exc.message,
+                "file": exc.file,
+                "hint": exc.hint,
+                "detail": detail,
+                "failures": failures,
+                "retry_in": round(delay, 3),
+                "spool": str(spool),
+            }
+        )
+        return
+    output.line(f"error: {cause}", err=True)
+    if exc.hint:
+        output.line(f"hint: {exc.hint}", err=True)
+    if detail and detail.strip() not in cause:
+        output.line(
+            "git said: "
+            + " | ".join(line.strip() for line in detail.strip().splitlines() if line.strip()),
+            err=True,
+        )
+    output.line(
+        f"retrying with backoff (next in {delay:.1f}s, at most {apart:g}s "
+        "apart); "
+        f"results not yet pushed are kept in {spool}",
+        err=True,
     )
-    return 0
+
+
+def _recovered(failures: int, seconds: float, *, as_json: bool) -> None:
+    if as_json:
+        output.emit_line({"event": "recovered", "failures": failures, "seconds": round(seconds, 3)})
+    else:
+        output.line(f"recovered after {failures} failed poll(s) over {seconds:.0f}s", err=True)
 
 
 def _quiet(
@@ -399,6 +405,8 @@ def _show(result: PassResult, *, as_json: bool, once: bool) -> None:
 def _not_run(runner: Runner, result: PassResult, path: str, *, as_json: bool) -> int:
     """`run --once --job PATH` found nothing of PATH to claim: say why (exit 0 when another runner
     has it)."""
+    from mergegate.runner.plan import why_not
+
     code, state, reason = why_not(
         runner.plan, runner.repo, result.tip, path, labels=runner.options.labels or ()
     )
@@ -417,45 +425,6 @@ def _not_run(runner: Runner, result: PassResult, path: str, *, as_json: bool) ->
     else:
         output.line(f"{output.state(state, 10)} {path}: {reason}")
     return code
-
-
-def why_not(
-    work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple[str, ...]
-) -> tuple[int, str, str]:
-    """(exit code, state, reason) for a job path a `--job` pass did not run."""
-    if work is not None:
-        for queued in work.queued:
-            if queued.decision.path != path:
-                continue
-            if queued.state == "queued":  # its labels: this runner lacks some
-                return 2, "queued", f"{queued.reason}; pass them with --label"
-            return 0, queued.state, queued.reason
-        for refused in work.refused:
-            if refused.decision.path == path:
-                return 1, "rejected", refused.reason
-        from mergegate.rules.eligibility import waiting_reason
-
-        for item in work.runnable:
-            if item.path == path:
-                return (
-                    0,
-                    "queued",
-                    f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass",
-                )
-        if work.waiting is not None:
-            return (
-                1,
-                "waiting",
-                f"the walk waits for evidence at {work.waiting[0][:7]}: {work.waiting[1]}",
-            )
-    if repo.read_file(tip, path) is None:
-        return 2, "unknown", f"no file {path} on approved at {tip[:7]}"
-    return (
-        0,
-        "done",
-        "nothing to run: this revision already ran, is running, or was recorded (see mergegate "
-        "status)",
-    )
 
 
 def dry_pass(

@@ -35,6 +35,7 @@ from mergegate.rules.eligibility import (
     histories,
     judge_attempts,
     still_open,
+    waiting_reason,
 )
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Assessment, Decision, Veto
@@ -500,3 +501,40 @@ def check_new_records(
             f"the audit commits new since the last pass cannot be checked yet: {exc.message}",
             hint=exc.hint,
         ) from None
+
+
+def why_not(
+    work: Plan | None, repo: Repo, tip: str, path: str, *, labels: tuple[str, ...]
+) -> tuple[int, str, str]:
+    """(exit code, state, reason) for a job path a `--job` pass did not run."""
+    if work is not None:
+        for queued in work.queued:
+            if queued.decision.path != path:
+                continue
+            if queued.state == "queued":  # its labels: this runner lacks some
+                return 2, "queued", f"{queued.reason}; pass them with --label"
+            return 0, queued.state, queued.reason
+        for refused in work.refused:
+            if refused.decision.path == path:
+                return 1, "rejected", refused.reason
+        for item in work.runnable:
+            if item.path == path:
+                return (
+                    0,
+                    "queued",
+                    f"{waiting_reason(item.runs_on, frozenset(labels))}; not claimed in this pass",
+                )
+        if work.waiting is not None:
+            return (
+                1,
+                "waiting",
+                f"the walk waits for evidence at {work.waiting[0][:7]}: {work.waiting[1]}",
+            )
+    if repo.read_file(tip, path) is None:
+        return 2, "unknown", f"no file {path} on approved at {tip[:7]}"
+    return (
+        0,
+        "done",
+        "nothing to run: this revision already ran, is running, or was recorded (see mergegate "
+        "status)",
+    )

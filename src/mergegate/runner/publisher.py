@@ -97,16 +97,7 @@ class Publisher:
         a
         claim a veto now stops; the other drafts are pushed without the dropped claims."""
         claims = dict(claims or {})
-        dropped: dict[Key, tuple[str, str]] = {}
-        held: set[tuple[str, str]] = set()
-        for key in list(claims):
-            # At most once within one push too: one claim per revision (planning makes one; this is
-            # the backstop).
-            if key[:2] in held:
-                dropped[key] = ("claimed", f"claimed by {self.runner_name} in the same push")
-                del claims[key]
-                drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
-            held.add(key[:2])
+        drafts, dropped = self._one_per_revision(drafts, claims)
         # A claim's lease counts from its push, not from its draft: lost races and the backoff
         # between
         # them would otherwise spend the few seconds of slack, and the job, started late, outlive
@@ -198,6 +189,21 @@ class Publisher:
             "(other pushes kept landing first)",
             hint="another process keeps moving the branch; run again",
         )
+
+    def _one_per_revision(
+        self, drafts: list[dict[str, Any]], claims: dict[Key, tuple[Decision, int]]
+    ) -> tuple[list[dict[str, Any]], dict[Key, tuple[str, str]]]:
+        """At most once within one push too: one claim per revision (planning makes one; this is
+        the backstop). Drops the others from `claims`; returns the drafts left and those dropped."""
+        dropped: dict[Key, tuple[str, str]] = {}
+        held: set[tuple[str, str]] = set()
+        for key in list(claims):
+            if key[:2] in held:
+                dropped[key] = ("claimed", f"claimed by {self.runner_name} in the same push")
+                del claims[key]
+                drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
+            held.add(key[:2])
+        return drafts, dropped
 
     def _lease_left(self, drafts: list[dict[str, Any]]) -> float | None:
         """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no

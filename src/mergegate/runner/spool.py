@@ -46,13 +46,16 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mergegate.audit import log as audit
 from mergegate.errors import StateError
 from mergegate.execution.processes import ProcessId
+from mergegate.execution.workspaces import remove_stale
+from mergegate.git.repo import Repo
 
 COMPACT_SLACK = 64  # lines a journal may hold beyond twice its live entries before it is rewritten
 
@@ -152,6 +155,36 @@ class Spool:
         if bad:
             self._set_aside(bad, list(live.values()))
         return list(live.values())
+
+    def recover(
+        self, repo: Repo, tip: str | None, me: ProcessId | None
+    ) -> tuple[list[dict[str, Any]], list[Entry]]:
+        """Finished records a previous pass could not push, and runs that may still be running.
+
+        Entries that landed after all (on the audit branch at `tip`), and provisional ones whose
+        claim never landed (the runner stopped before or while pushing it), are dropped. A dead
+        runner's folders are removed (`me`: this runner, whose watchdog still removes its own).
+        """
+        waiting: list[Entry] = []
+        running: list[Entry] = []
+        for entry in self.read():
+            gone = entry.gone()
+            if gone and entry.folders and entry.runner is not None and entry.runner != me:
+                remove_stale(
+                    entry.folders
+                )  # its runner died, and its watchdog with it (else it removed them)
+                entry = replace(entry, folders=())
+            said = audit.grep(repo, tip, str(entry.run_id))
+            if any(r.event == "finished" and r.get("run_id") == entry.run_id for r in said):
+                continue
+            if (
+                not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said)
+                and not entry.done
+            ):
+                continue  # never claimed: nothing to close
+            (waiting if gone else running).append(entry)
+        self.write([*waiting, *running])
+        return [e.record for e in waiting], running
 
     def _set_aside(self, bad: list[tuple[int, bytes]], entries: list[Entry]) -> None:
         when = datetime.now(UTC).isoformat(timespec="seconds")

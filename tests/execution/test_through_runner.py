@@ -314,7 +314,7 @@ def test_multi_line_secret_is_redacted_line_by_line(world: World) -> None:
 @pytest.fixture
 def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """HOME in a fresh folder the sandbox would not hide but for the runner-home rule
-    (runner._private_paths):
+    (launch.Launcher._private_paths):
     not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home,
     /root,
     /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide

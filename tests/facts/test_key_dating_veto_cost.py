@@ -1,13 +1,11 @@
 """review redteam7b G2: unsigned "veto" commits must not make every pass search the audit branch.
 
 A writer of approved pushes empty commits carrying a `Mergegate-Veto:` trailer, signed by nobody.
-Such a
-commit can never be a veto, at any time, by any policy. Since ba928b9 the runner judges each one
-again
-through `_WalkedView.vetoes` -> `audit.first_covering`: a `git grep` over every log file for every
-`scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search of ls-tree +
-blob
-reads), two more greps and an ssh-keygen per veto commit, on every pass that decides a job.
+Such a commit can never be a veto, at any time, by any policy. Since ba928b9 the runner judges each
+one again through `vetoes.WalkedView.vetoes` -> `audit.first_covering`: a `git grep` over every log
+file for every `scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search
+of ls-tree + blob reads), two more greps and an ssh-keygen per veto commit, on every pass that
+decides a job.
 The secure outcome: what a pass costs does not grow with the number of such commits.
 Real git (a shim on PATH that logs each call and execs the real git), real keys.
 """

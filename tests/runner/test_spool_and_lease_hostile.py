@@ -24,7 +24,7 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
     world: World,
 ) -> None:
     """A spool line that parses (a dead runner's run, `folders` a path holding U+0000) must not fail
-    every later pass: os.lstat raises ValueError there, not OSError, and `_spool_load` runs first
+    every later pass: os.lstat raises ValueError there, not OSError, and `Spool.recover` runs first
     thing
     in each pass. The spool sets unreadable lines aside; a readable one must not be a standing
     stop."""

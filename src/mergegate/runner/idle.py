@@ -6,7 +6,7 @@ the tips of `approved` and `mergegate/audit` as it fetched and pushed them,
 the options it ran with, and when its next time-based work falls due (a
 retry's backoff ending, another runner's lease running out, a key of an open
 commit's policy starting or ending its lifetime). Settled is the
-runner's to say (`Runner._remember_quiet`): a pass that found nothing to do,
+runner's to say (`one_pass.Runner._remember_quiet`): a pass that found nothing to do,
 or one that ran jobs, pushed every record and saw nobody else's records come
 in, with nothing waiting for evidence and no retry of its own to come. The
 next `run --once` with the same options asks the remote first (`git

@@ -86,6 +86,9 @@ def watched(options: Options) -> list[str]:
 
 
 class Runner:
+    """A runner of one clone: its passes (`run_once`), its dry runs (`preview`), and what the poll
+    loop reads between them (`plan`, `wake`, the spool)."""
+
     def __init__(
         self, options: Options, *, shutdown: Shutdown | None = None, repo: Repo | None = None
     ) -> None:

@@ -337,42 +337,75 @@ def _pump_loop(
         if now >= next_scan:
             tracker.scan()
             next_scan = now + _SCAN_INTERVAL
-        stopping = shutdown is not None and shutdown.kill_due(now)
-        if phase == "run" and (not tracker.main_running or now >= deadline or stopping):
-            if tracker.main_running:
-                ended = "interrupted" if stopping and now < deadline else "timed_out"
-            if tracker.main_running or tracker.alive():
-                tracker.signal(signal.SIGTERM)
-                grace = KILL_AFTER if ended == "interrupted" else limits.kill_grace_seconds
-                phase, phase_end = "term", now + grace
-            else:
-                phase, phase_end = "drain", now + drain
-        elif phase == "term" and stopping and shutdown is not None and shutdown.urgent.is_set():
-            tracker.signal(signal.SIGKILL)  # a second signal: no more waiting
-            phase = "kill"
-        elif phase == "term" and (
-            now >= phase_end or not (tracker.main_running or tracker.alive())
-        ):
-            tracker.signal(signal.SIGKILL)
-            phase = "kill"
-        elif phase == "kill" and not tracker.main_running:
-            tracker.signal(signal.SIGKILL)
-            phase, phase_end = "drain", now + drain
+        phase, phase_end, ended = _advance(
+            phase,
+            phase_end,
+            ended,
+            now=now,
+            deadline=deadline,
+            drain=drain,
+            tracker=tracker,
+            shutdown=shutdown,
+            limits=limits,
+        )
         if phase == "drain" and (not pipes or now >= phase_end):
             return ended
         if not sel.get_map():
             time.sleep(0.02)
-        for key, _ in sel.select(0.02) if sel.get_map() else ():
-            if key.fd not in pipes:
-                # the status pipe: the main process exited; it is read at the top of the loop
-                said = True
-                continue
-            data = os.read(key.fd, _CHUNK)
-            if data:
-                sinks[key.fd].write(data)
-            else:
-                sel.unregister(key.fd)
-                pipes.discard(key.fd)
+        said = _read_ready(sel, pipes, sinks) or said
+
+
+def _advance(
+    phase: str,
+    phase_end: float,
+    ended: str | None,
+    *,
+    now: float,
+    deadline: float,
+    drain: float,
+    tracker: Tracker,
+    shutdown: Shutdown | None,
+    limits: Limits,
+) -> tuple[str, float, str | None]:
+    """The job's next phase (run -> term -> kill -> drain), its end time, and how it ended."""
+    stopping = shutdown is not None and shutdown.kill_due(now)
+    if phase == "run" and (not tracker.main_running or now >= deadline or stopping):
+        if tracker.main_running:
+            ended = "interrupted" if stopping and now < deadline else "timed_out"
+        if tracker.main_running or tracker.alive():
+            tracker.signal(signal.SIGTERM)
+            grace = KILL_AFTER if ended == "interrupted" else limits.kill_grace_seconds
+            return "term", now + grace, ended
+        return "drain", now + drain, ended
+    if phase == "term" and stopping and shutdown is not None and shutdown.urgent.is_set():
+        tracker.signal(signal.SIGKILL)  # a second signal: no more waiting
+        return "kill", phase_end, ended
+    if phase == "term" and (now >= phase_end or not (tracker.main_running or tracker.alive())):
+        tracker.signal(signal.SIGKILL)
+        return "kill", phase_end, ended
+    if phase == "kill" and not tracker.main_running:
+        tracker.signal(signal.SIGKILL)
+        return "drain", now + drain, ended
+    return phase, phase_end, ended
+
+
+def _read_ready(
+    sel: selectors.BaseSelector, pipes: set[int], sinks: dict[int, RedactedStream]
+) -> bool:
+    """Read what the job's pipes hold now; whether the status pipe said the main process ended."""
+    said = False
+    for key, _ in sel.select(0.02) if sel.get_map() else ():
+        if key.fd not in pipes:
+            # the status pipe: the main process exited; it is read at the top of the loop
+            said = True
+            continue
+        data = os.read(key.fd, _CHUNK)
+        if data:
+            sinks[key.fd].write(data)
+        else:
+            sel.unregister(key.fd)
+            pipes.discard(key.fd)
+    return said
 
 
 def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) -> str:
@@ -459,16 +492,22 @@ def run(request: ExecRequest) -> ExecResult:
         raise Denied(Redactor(request.secrets).redact_text(exc.message), hint=exc.hint) from None
 
 
-def _run(request: ExecRequest) -> ExecResult:
-    limits, sandboxed = request.limits, request.sandbox == "bwrap"
+def _argv(request: ExecRequest) -> tuple[str, str, list[str]]:
+    """(program, cwd, argv): the program resolved, wrapped in bwrap when the policy says so."""
     if not _RUN_ID.match(request.run_id):
         raise Denied(f"run id {request.run_id!r}: expected letters, digits, '.', '_' or '-'")
     root, cwd, program = _resolve(request)
     argv = [program, *request.argv[1:]]
-    if sandboxed:
+    if request.sandbox == "bwrap":
         if (bwrap := _bwrap_path()) is None:
             raise Denied("policy requires sandbox bwrap but bwrap is not installed")
         argv = _bwrap_argv(bwrap, root, cwd, program, request)
+    return program, cwd, argv
+
+
+def _run(request: ExecRequest) -> ExecResult:
+    limits, sandboxed = request.limits, request.sandbox == "bwrap"
+    program, cwd, argv = _argv(request)
     root_user = os.geteuid() == 0
     rlimits = _rlimits(limits, root_user)
     applied = [(name, soft) for name, _, soft, _ in rlimits]
@@ -530,6 +569,21 @@ def _run(request: ExecRequest) -> ExecResult:
         child.close()
     if child.lost:
         raise SpawnerLost("the job's spawner died while the job ran; its result is not known")
+    return _result(request, program, child, streams, tracker, ended, started, tuple(applied))
+
+
+def _result(
+    request: ExecRequest,
+    program: str,
+    child: Child,
+    streams: list[RedactedStream],
+    tracker: Tracker,
+    ended: str | None,
+    started: float,
+    applied: tuple[tuple[str, int], ...],
+) -> ExecResult:
+    """What one run came to: its status and reason, the captured output, the limits applied."""
+    limits, sandboxed = request.limits, request.sandbox == "bwrap"
     out, err = (
         StreamCapture(
             s.close(),
@@ -560,5 +614,5 @@ def _run(request: ExecRequest) -> ExecResult:
         reason=reason and Redactor(request.secrets).redact_text(reason),
         resolved_program=program,
         sandbox=request.sandbox,
-        limits_applied=tuple(applied),
+        limits_applied=applied,
     )

@@ -29,7 +29,7 @@ from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
 from mergegate.rules import eligibility
 from mergegate.rules.job import Job
-from mergegate.rules.model import Decision
+from mergegate.rules.model import Assessment, Decision
 from mergegate.rules.policy import Policy, load_policy
 from mergegate.runner.plan import Walk
 
@@ -220,19 +220,7 @@ def verify_history(
         policies[sha] = assessment.policy
         for veto in assessment.vetoes:
             vetoed.setdefault((veto.path, veto.blob), (len(lines), veto.commit))
-        jobs = []
-        for d in assessment.decisions:
-            (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
-            if d.runnable and d.job is not None:
-                retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
-                jobs_of.setdefault((d.path, d.blob), d.job)
-            jobs.append(JobLine(d.path, d.blob, d.runnable, tuple(d.approvers), d.reason))
-        kind = (
-            "policy change"
-            if assessment.policy_changed and assessment.kind == "approval"
-            else assessment.kind
-        )
-        lines.append(CommitLine(sha, kind, assessment.summary, tuple(jobs)))
+        lines.append(_tally(sha, assessment, valid, rejected, retries, jobs_of))
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
     # force.
     assessor = Assessor(repo, reviews=reviews)
@@ -273,6 +261,31 @@ def verify_history(
     return VerifyReport(
         root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete
     )
+
+
+def _tally(
+    sha: str,
+    assessment: Assessment,
+    valid: dict[tuple[str, str, str], str],
+    rejected: dict[tuple[str, str, str], str],
+    retries: dict[tuple[str, str, str], tuple[int, bool]],
+    jobs_of: dict[tuple[str, str], Job],
+) -> CommitLine:
+    """One judged commit's line, its revisions entered as valid or rejected (with what a later
+    retry is judged by)."""
+    jobs = []
+    for d in assessment.decisions:
+        (valid if d.runnable else rejected)[(d.path, d.blob, d.commit)] = d.reason
+        if d.runnable and d.job is not None:
+            retries[(d.path, d.blob, d.commit)] = (d.job.retries, d.job.idempotent)
+            jobs_of.setdefault((d.path, d.blob), d.job)
+        jobs.append(JobLine(d.path, d.blob, d.runnable, tuple(d.approvers), d.reason))
+    kind = (
+        "policy change"
+        if assessment.policy_changed and assessment.kind == "approval"
+        else assessment.kind
+    )
+    return CommitLine(sha, kind, assessment.summary, tuple(jobs))
 
 
 def _started_after_veto(

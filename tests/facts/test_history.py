@@ -21,7 +21,8 @@ import pytest
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.git_side import GitSide
 from mergegate.facts.history import History
-from mergegate.git.repo import Repo, path_bytes
+from mergegate.git.repo import Repo
+from mergegate.git.values import path_bytes
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.policy import load_policy
 from mergegate.runner.plan import Walk

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from mergegate.git.repo import Repo, path_bytes, path_text
+from mergegate.git.repo import Repo
+from mergegate.git.values import path_bytes, path_text
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
@@ -175,7 +176,7 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
     per job):
     the same names, kinds, permission bits (executable or not, less the umask), contents and link
     targets."""
-    from mergegate.git import repo as git_module
+    from mergegate.git import exports as git_module
 
     repo_dir = tmp_path / "r"
     _git(tmp_path, "init", "-q", str(repo_dir))
@@ -299,7 +300,7 @@ def test_only_git_processes_that_talk_to_a_remote_get_the_tokens_and_auth_header
     assert b"SECRET" not in Path(f"/proc/{proc.pid}/environ").read_bytes()
     # The verbs that talk to a remote keep both (the push needs them).
     assert repo.run("ls-remote", str(repo_dir), check=False).returncode == 0
-    from mergegate.git.repo import _NETWORK_VERBS, _without_credentials
+    from mergegate.git.processes import _NETWORK_VERBS, _without_credentials
 
     assert "push" in _NETWORK_VERBS and "fetch" in _NETWORK_VERBS
     assert _without_credentials(
@@ -427,7 +428,7 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
-    from mergegate.git.repo import literal
+    from mergegate.git.values import literal
 
     path = _history(tmp_path)
     first = _git(path, "rev-parse", "main")
@@ -612,7 +613,7 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
-    from mergegate.git.repo import literal
+    from mergegate.git.values import literal
 
     path, first, second, names = _random_side(tmp_path, seed)
     repo = Repo(path)
@@ -643,7 +644,7 @@ def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) 
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
-    from mergegate.git.repo import literal
+    from mergegate.git.values import literal
 
     repo_dir = tmp_path / "r"
     _git(tmp_path, "init", "-q", str(repo_dir))
@@ -769,7 +770,7 @@ def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_
     and a folder of one name, names sorting around a folder's), against diff-tree; git answers for
     gitlinks
     and trees not in git's order."""
-    from mergegate.git.repo import GitError
+    from mergegate.errors import GitError
 
     repo = _history(tmp_path)
     steps = [

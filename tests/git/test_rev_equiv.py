@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mergegate.git.repo import Repo, ls_tree_entries
+from mergegate.git.repo import Repo
+from mergegate.git.trees import ls_tree_entries
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -297,7 +298,7 @@ def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(
     process)
     where the files say what git says; every shape a ref's files can have, against for-each-ref +
     rev-parse."""
-    from mergegate.git.repo import _ASK_GIT
+    from mergegate.git.values import _ASK_GIT
 
     repo, ids = shapes
     git_dir = repo / ".git"
@@ -392,7 +393,7 @@ def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(
 def test_rev_from_the_ref_files_of_a_packed_refs_file_git_did_not_write_or_a_worktree_asks_git(
     tmp_path: Path,
 ) -> None:
-    from mergegate.git.repo import _ASK_GIT
+    from mergegate.git.values import _ASK_GIT
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -461,7 +462,7 @@ def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_pa
     """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape
     of tree and
     prefix against `git ls-tree -r`, and git asked where the walk could differ."""
-    from mergegate.git.repo import GitError
+    from mergegate.errors import GitError
 
     repo = tmp_path / "r"
     repo.mkdir()

@@ -18,7 +18,8 @@ import pytest
 
 from mergegate.audit import log as audit
 from mergegate.facts import audit_commits as audit_branch
-from mergegate.git.repo import Repo, Signing
+from mergegate.git.repo import Repo
+from mergegate.git.values import Signing
 from mergegate.rules.eligibility import Attempt, History, judge_attempts
 from mergegate.rules.policy import Retries
 from tests.helpers.keys import shared_ssh_key

@@ -33,7 +33,8 @@ from mergegate import errors
 from mergegate.audit import log as audit
 from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError, MergegateError
-from mergegate.git.repo import BlobFeed, Repo
+from mergegate.git.objects import BlobFeed
+from mergegate.git.repo import Repo
 
 T = TypeVar("T")
 # What the caller makes of one checked file, from its bytes and its records' fields (as parsed, in

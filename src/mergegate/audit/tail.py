@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from mergegate.audit import log as audit
 from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError
-from mergegate.git.repo import Repo, Signing
+from mergegate.git.repo import Repo
+from mergegate.git.values import Signing
 
 _LOG = re.compile(r"^log-(\d{6})\.jsonl$")
 

@@ -31,7 +31,8 @@ from mergegate.crypto.signatures import (
 )
 from mergegate.facts.git_side import GitSide, Reads
 from mergegate.facts.history import History, Side
-from mergegate.git.repo import Change, Commit, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import Change, Commit
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.judge import judge_commit
 from mergegate.rules.model import (

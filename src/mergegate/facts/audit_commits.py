@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError
 from mergegate.facts.branches import AUDIT_BRANCH
-from mergegate.git.repo import ZERO, Change, Commit, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import ZERO, Change, Commit
 from mergegate.rules.policy import Policy
 
 if (

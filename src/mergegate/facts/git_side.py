@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from mergegate.facts.history import CONTENT_PATHSPEC, SYMLINK
-from mergegate.git.repo import Repo, literal, path_bytes
+from mergegate.git.repo import Repo
+from mergegate.git.values import literal, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.model import ABSENT, Entry
 

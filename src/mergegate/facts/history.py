@@ -41,7 +41,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mergegate.git.repo import ZERO, Change, Repo, path_bytes
+from mergegate.git.repo import Repo
+from mergegate.git.values import ZERO, Change, path_bytes
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.model import ABSENT, Entry
 from mergegate.rules.policy import POLICY_DIR

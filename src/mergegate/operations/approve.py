@@ -11,7 +11,8 @@ from pathlib import Path
 from mergegate.crypto.signatures import parse_public_key
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.facts.assessor import APPROVE_TRAILER, APPROVE_TREE_TRAILER, Assessor
-from mergegate.git.repo import ZERO, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import ZERO
 from mergegate.operations.check import CheckReport, check
 from mergegate.rules.job import is_job_path
 from mergegate.rules.policy import Policy

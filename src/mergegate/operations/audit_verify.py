@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mergegate.crypto.signatures import PublicKey, SignatureCheck
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.audit_commits import Checker
-    from mergegate.git.repo import Commit
+    from mergegate.git.values import Commit
     from mergegate.github.evidence import Evidence
 
 

@@ -15,7 +15,8 @@ from mergegate.audit import log as audit
 from mergegate.errors import GitError, JobFailed, UsageError
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import open_branch, trust_root
-from mergegate.git.repo import ZERO, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.rules.job import is_job_path
 from mergegate.rules.judge import judge_commit

@@ -24,7 +24,8 @@ from mergegate.facts.audit_commits import Checker, every_commit
 from mergegate.facts.branches import open_branch, refuse_old_layout, trust_root
 from mergegate.facts.history import History
 from mergegate.facts.policy_log import policy_lookup
-from mergegate.git.repo import ZERO, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
 from mergegate.rules import eligibility

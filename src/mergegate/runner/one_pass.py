@@ -36,7 +36,8 @@ from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.facts.policy_log import policy_lookup
-from mergegate.git.repo import Repo, Signing
+from mergegate.git.repo import Repo
+from mergegate.git.values import Signing
 from mergegate.github import gather as github
 from mergegate.rules.eligibility import Runnable
 from mergegate.rules.job import is_job_path

@@ -24,7 +24,8 @@ from mergegate.audit.tail import LogEnd
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.branches import AUDIT_BRANCH, Branch
-from mergegate.git.repo import Repo, Signing
+from mergegate.git.repo import Repo
+from mergegate.git.values import Signing
 from mergegate.rules.eligibility import Standing, late_refusal
 from mergegate.rules.model import Decision, Veto
 from mergegate.runner.claims import Book, holder

@@ -16,7 +16,8 @@ from mergegate.audit import log as audit
 from mergegate.crypto.signatures import split_signed_commit
 from mergegate.facts.assessor import VETO_TRAILER, Assessor
 from mergegate.facts.policy_log import policy_lookup
-from mergegate.git.repo import Commit, Repo
+from mergegate.git.repo import Repo
+from mergegate.git.values import Commit
 from mergegate.rules.model import Decision, Veto
 from mergegate.rules.policy import Policy
 from mergegate.runner.plan import Plan

@@ -30,6 +30,7 @@ try:
 except ImportError:  # pragma: no cover
     orjson = None  # type: ignore[assignment]
 
+from mergegate import clock
 from mergegate.audit.records import (
     EVENTS,
     Scanned,
@@ -61,7 +62,7 @@ _REQUIRED = ("seq", "prev", "hash", "time", *_COMMON)
 
 
 def now() -> str:
-    return stamp(datetime.now(UTC))
+    return stamp(clock.now())
 
 
 def stamp(when: datetime) -> str:

@@ -12,11 +12,12 @@ import gc
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import compress, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mergegate import clock
 from mergegate.audit import chain as audit_chain
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, parse
@@ -90,7 +91,7 @@ def _verify_audit(
         def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
             # Policy changes approved by reviews count as `verify` counts them: from the stored
             # evidence, offline.
-            now = datetime.now(UTC)
+            now = clock.now()
 
             def assessor() -> Assessor:
                 from mergegate.facts.assessor import Assessor

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.errors import GitError, JobFailed, UsageError
 from mergegate.facts.assessor import Assessor
@@ -148,7 +148,7 @@ def check(
         policy=policy,
         unapproved=unapproved,
         merger=merger,
-        at=datetime.now(UTC),
+        at=clock.now(),
         known=known,
     )
     assessment = judge_commit(facts, policy, unapproved)
@@ -391,7 +391,7 @@ def _base_state(repo: Repo, tip: str, records: str | None, trust: str | None) ->
     """The runner's walk of approved up to `tip`: the policy in force and what is unapproved
     there."""
     root, _ = trust_root(repo, tip, trust)
-    now = datetime.now(UTC)
+    now = clock.now()
     return plan(
         repo,
         tip,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mergegate import clock
 from mergegate.errors import ConfigError
 from mergegate.operations.check import CheckReport, FileCheck
 from mergegate.rules import config
@@ -216,7 +217,6 @@ def _cell(text: str) -> str:
 
 def review_state(report: CheckReport, env: Mapping[str, str] | None = None) -> ReviewState:
     """Reviews on the proposal's head, asked of GitHub when the check runs for a pull request."""
-    from datetime import UTC, datetime
 
     from mergegate.errors import NotYet
     from mergegate.github import gather as github
@@ -230,7 +230,7 @@ def review_state(report: CheckReport, env: Mapping[str, str] | None = None) -> R
     try:
         with settings.client() as client:
             evidence = github.gather_open(
-                settings, client, number, now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                settings, client, number, now=clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
             )
     except NotYet as exc:
         return ReviewState(note=f"reviews unavailable: {exc.message}")

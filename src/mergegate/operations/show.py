@@ -10,10 +10,10 @@ chain checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mergegate import clock
 from mergegate.audit.records import Finished, Record, Refusal, Started
 from mergegate.errors import NotYet, UsageError
 from mergegate.facts.assessor import Assessor
@@ -148,7 +148,7 @@ def _revisions(
     if not touching:
         return ()
     root, _ = trust_root(repo, tip, trust)
-    now = datetime.now(UTC)
+    now = clock.now()
     # With the review evidence the records hold, as status and check walk: a reviewed merge is
     # judged as the runner did.
     walk = Walk(

@@ -4,9 +4,10 @@ history."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Refusal, Started, parse_time
 from mergegate.errors import NotYet
@@ -69,7 +70,7 @@ def status(
 ) -> StatusReport:
     repo = Repo(repo_path)
     gate = read_gate(repo, remote=remote, branch=branch, fetch=fetch, trust=trust)
-    tip, warnings, now = gate.tip, gate.warnings, datetime.now(UTC)
+    tip, warnings, now = gate.tip, gate.warnings, clock.now()
     records = audit.read_all(repo, gate.records)
     latest: dict[tuple[str | None, str | None], Started | Finished | Refusal] = {}
     for record in records:

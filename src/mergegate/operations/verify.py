@@ -13,9 +13,10 @@ import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
 from mergegate.errors import IntegrityError, MergegateError, NotYet
@@ -155,7 +156,7 @@ def verify_history(
         repo.prefetch(chain)
     seen = _first_seen(repo, records, chain, root)
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
-    now = datetime.now(UTC)
+    now = clock.now()
     # Review-based decisions are re-derived from the evidence the records name, offline.
     try:
         stored = github.stored_evidence(repo, records_tip, records)

@@ -9,8 +9,10 @@ from datetime import datetime
 
 from mergegate.crypto.signatures import PublicKey, parse_public_key
 from mergegate.errors import ConfigError
-from mergegate.rules import config
+from mergegate.rules import config, schedule
 from mergegate.rules.job import Job, forbidden_env_name
+from mergegate.rules.schedule import duration, no_lifetimes_without_runners
+from mergegate.rules.windows import Window
 
 POLICY_DIR = "policy/"
 POLICY_FILE = "policy/policy.yaml"
@@ -71,6 +73,8 @@ class ApprovalRule:
     paths: tuple[str, ...]
     labels: tuple[str, ...]
     requirement: Requirement
+    windows: tuple[str, ...] = ()  # in addition to the policy's run_windows
+    max_approval_age: int | None = None  # seconds; None: the policy's own
 
     def matches(self, job: Job) -> bool:
         if self.paths and not any(fnmatch.fnmatchcase(job.path, glob) for glob in self.paths):
@@ -142,6 +146,9 @@ class Policy:
     keep_output: bool
     github: GithubPolicy = GithubPolicy()
     retries: Retries = Retries()
+    windows: tuple[Window, ...] = ()  # every window the policy defines
+    run_windows: tuple[str, ...] = ()  # the windows every job starts in
+    max_approval_age: int | None = None  # seconds; None: approvals do not expire
 
     @property
     def where(self) -> str:
@@ -215,10 +222,26 @@ class Policy:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.reserved_env)
 
     def requirement_for(self, job: Job) -> Requirement:
-        for rule in self.approval_rules:
-            if rule.matches(job):
-                return rule.requirement
-        return self.default_requirement
+        rule = self.rule_for(job)
+        return rule.requirement if rule is not None else self.default_requirement
+
+    def rule_for(self, job: Job) -> ApprovalRule | None:
+        """The first approval rule that matches the job (the one its requirement comes from)."""
+        return next((rule for rule in self.approval_rules if rule.matches(job)), None)
+
+    def windows_for(self, job: Job) -> tuple[Window, ...]:
+        """Every window a start of `job` must be inside: run_windows, then its rule's."""
+        rule = self.rule_for(job)
+        wanted = dict.fromkeys((*self.run_windows, *(rule.windows if rule else ())))
+        by_name = {w.name: w for w in self.windows}
+        return tuple(by_name[name] for name in wanted)
+
+    def approval_age_for(self, job: Job) -> int | None:
+        """The oldest an approval of `job` may be when it starts, in seconds (None: any age)."""
+        rule = self.rule_for(job)
+        if rule is not None and rule.max_approval_age is not None:
+            return rule.max_approval_age
+        return self.max_approval_age
 
     def content_requirement(self) -> Requirement:
         """Files a job may execute (scripts, data) need what the strictest job needs."""
@@ -291,11 +314,13 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     )
     _unique_names(doc, "approvers", approvers)
     if not runners:
-        _no_lifetimes_without_runners((*approvers, *proposers))
+        no_lifetimes_without_runners((*approvers, *proposers))
     _unique_github_ids(doc, data, (("approvers", approvers), ("proposers", proposers)))
     if not runners:
         _no_reviews_without_runners(doc, approvers)
         _no_retries_without_runners(doc, data)
+        schedule.no_expiry_without_runners(doc, data)
+    windows = schedule.read_windows(doc, data.get("windows", {}))
     names = {p.name for p in approvers}
     groups = {}
     for group, people in data.get("groups", {}).items():
@@ -310,6 +335,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
     rules = tuple(
         _approval_rule(doc, i, r, groups) for i, r in enumerate(data.get("approval_rules", []))
     )
+    schedule.known_windows(doc, data, {w.name for w in windows})
     limits_data = data.get("limits", {})
     commands = tuple(
         CommandRule(
@@ -358,45 +384,10 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
             backoff_seconds=float(data.get("retry_backoff_seconds", 30.0)),
             max_backoff_seconds=float(data.get("max_retry_backoff_seconds", 3600.0)),
         ),
+        windows=windows,
+        run_windows=tuple(data.get("run_windows", ())),
+        max_approval_age=duration(data.get("max_approval_age")),
     )
-
-
-def _no_lifetimes_without_runners(people: Sequence[Person]) -> None:
-    """Key lifetimes need an authenticated clock: the time a change was first judged.
-
-    Only runner-signed audit records say when a policy change was judged. Without
-    `runners`, every fresh clone (every CI run) would judge past policy changes at
-    today's time, so once the keys that adopted a change expired, the older policy,
-    and the keys it removed, would come back. A policy that lists no runners may
-    therefore not use lifetimes at all (valid_after, valid_before, or an OpenPGP
-    key's own expiry): remove a key by a policy change instead.
-    """
-    for person in people:
-        for key in person.keys:
-            what = (
-                "valid_after"
-                if key.valid_after
-                else "valid_before"
-                if key.valid_before
-                else "an OpenPGP expiry"
-                if key.expires
-                else ""
-            )
-            if what:
-                message = (
-                    f"key of {person.name} has a lifetime ({what}) but the policy lists no "
-                    "runners: without runner-signed audit records a fresh clone would judge "
-                    "adopted policy changes at today's time"
-                )
-                file, _, line = key.source.rpartition(":")
-                raise ConfigError(
-                    message,
-                    file=file or POLICY_FILE,
-                    line=int(line) if line.isdigit() else None,
-                    hint="list `runners` and run with --signing-key, or drop the lifetime and "
-                    "remove the key with a policy change when it must stop counting "
-                    "(docs/policy.md)",
-                )
 
 
 def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person]) -> None:
@@ -548,7 +539,13 @@ def _approval_rule(
     total = max(data.get("approvals_required", 0), sum(c for _, c in slots))
     requirement = Requirement(f"approval_rules[{index}] ({name})", tuple(slots), total)
     return ApprovalRule(
-        index, name, tuple(data.get("paths", ())), tuple(data.get("labels", ())), requirement
+        index,
+        name,
+        tuple(data.get("paths", ())),
+        tuple(data.get("labels", ())),
+        requirement,
+        windows=tuple(data.get("windows", ())),
+        max_approval_age=duration(data.get("max_approval_age")),
     )
 
 

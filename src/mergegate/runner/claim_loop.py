@@ -12,9 +12,10 @@ import contextlib
 import os
 import queue
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.errors import GitError, MergegateError, StateError
 from mergegate.execution import executor
@@ -311,7 +312,7 @@ class ClaimLoop:
             + self.shutdown.grace
             + LEASE_SLACK_SECONDS
         )
-        until = datetime.now(UTC) + timedelta(seconds=seconds)
+        until = clock.now() + timedelta(seconds=seconds)
         return {
             "holder": self.runner_name,
             "until": until.isoformat().replace("+00:00", "Z"),

@@ -31,10 +31,10 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
-from mergegate import __version__
+from mergegate import __version__, clock
 from mergegate.errors import GitError
 from mergegate.git.repo import Repo
 
@@ -130,7 +130,7 @@ def still_quiet(
     where the pass left them.
     """
     quiet = recall(repo.git_dir, runner_name)
-    if quiet is None or quiet.key != key or quiet.due(now or datetime.now(UTC)):
+    if quiet is None or quiet.key != key or quiet.due(now or clock.now()):
         return None
     name = _SAFE.sub("_", runner_name)
     if (repo.git_dir / "mergegate" / "spool" / f"{name}.jsonl").exists():

@@ -21,10 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mergegate import clock
 from mergegate.errors import Denied
 from mergegate.execution import executor
 from mergegate.execution.processes import ProcessId, Watchdog
@@ -222,9 +223,7 @@ class Launcher:
             outcome = replace(outcome, attempt=flight.attempt)
             allowed = 1 + job.retries
             if retriable(outcome.status, idempotent=job.idempotent) and flight.attempt < allowed:
-                due = datetime.now(UTC) + timedelta(
-                    seconds=flight.policy.retries.delay(flight.attempt)
-                )
+                due = clock.now() + timedelta(seconds=flight.policy.retries.delay(flight.attempt))
                 outcome = replace(
                     outcome,
                     retry_at=iso_up(due),

@@ -19,9 +19,9 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.errors import Busy, StateError
 
 DEFAULT_WAIT = 5.0
@@ -62,7 +62,7 @@ def pass_lock(common_dir: Path, *, runner_name: str, wait: float = DEFAULT_WAIT)
                         "each runner its own clone",
                     ) from None
                 time.sleep(_POLL)
-        since = datetime.now(UTC).isoformat(timespec="seconds")
+        since = clock.now().isoformat(timespec="seconds")
         with contextlib.suppress(OSError):  # who holds it is for the message only
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}, runner {runner_name}, since {since}\n".encode(), 0)

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.tail import LogEnd
 from mergegate.crypto.signatures import ssh_blob, ssh_fingerprint, ssh_key_file_blob
@@ -137,7 +138,7 @@ class Runner:
         # Whatever this pass does, the last quiet pass no longer stands for the next one (idle.py).
         idle.forget(self.repo.git_dir, self.options.runner_name)
         self.pending.forget()
-        now = datetime.now(UTC)
+        now = clock.now()
         # Every commit this pass judges, it judges at `now`; its records say so (`judged`), so that
         # verify judges key lifetimes at the same time, not at the records' own (later) times.
         judged = audit.stamp(now)
@@ -436,7 +437,7 @@ class Runner:
         ]
         if any(key.expires for key in keys):
             return
-        now = datetime.now(UTC)
+        now = clock.now()
         times = [
             t if t.tzinfo is not None else t.replace(tzinfo=UTC)
             for key in keys
@@ -507,7 +508,7 @@ class Runner:
         The same reading, planning, bookkeeping and refusals as `_pass`; it stops where
         `_pass` would start claiming. No lock, spool, seen ref or judged-times file is touched.
         """
-        now = datetime.now(UTC)
+        now = clock.now()
         judged = audit.stamp(now)
         gate = read_gate(
             self.repo,

@@ -12,8 +12,9 @@ and its record was pushed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
+from mergegate import clock
 from mergegate.errors import GitError, MergegateError, StateError
 from mergegate.rules.eligibility import RETRIED
 from mergegate.runner.backoff import Backoff
@@ -73,12 +74,12 @@ class PollLoop:
                 if any(o.status in RETRIED for o in result.outcomes):
                     # This pass's plan predates that result: the next one says when its retry is
                     # due.
-                    wake = datetime.now(UTC)
+                    wake = clock.now()
                 shutdown.wait(self._sleep(wake))
 
     def _due(self, wake: datetime | None) -> bool:
         """Whether a pass is due though no ref moved: results in the spool, or work fell due."""
-        return self.runner.spool.path.exists() or (wake is not None and datetime.now(UTC) >= wake)
+        return self.runner.spool.path.exists() or (wake is not None and clock.now() >= wake)
 
     def _failed(
         self, exc: MergegateError, on_error: Callable[[MergegateError, float, int], None]
@@ -100,7 +101,7 @@ class PollLoop:
         """Until the next poll: `interval`, or less when a retry falls due sooner."""
         if wake is None:
             return self.interval
-        return max(0.05, min(self.interval, (wake - datetime.now(UTC)).total_seconds()))
+        return max(0.05, min(self.interval, (wake - clock.now()).total_seconds()))
 
     def _remote_refs(self) -> dict[str, str] | None:
         """What the remote's refs the runner reads point at; None without a remote (or fetching)."""

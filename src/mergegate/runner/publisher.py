@@ -16,9 +16,10 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.tail import LogEnd
 from mergegate.errors import GitError, IntegrityError, UsageError
@@ -224,7 +225,7 @@ class Publisher:
             until = audit.parse_time(lease.get("until")) if isinstance(lease, dict) else None
             if until is not None:
                 ends.append(until)
-        return (min(ends) - datetime.now(UTC)).total_seconds() if ends else None
+        return (min(ends) - clock.now()).total_seconds() if ends else None
 
     def fresh(self) -> None:
         """Look at both branches again if the last look is older than FRESH_SECONDS (before choosing

@@ -47,10 +47,10 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.errors import StateError
 from mergegate.execution.processes import ProcessId
@@ -187,7 +187,7 @@ class Spool:
         return [e.record for e in waiting], running
 
     def _set_aside(self, bad: list[tuple[int, bytes]], entries: list[Entry]) -> None:
-        when = datetime.now(UTC).isoformat(timespec="seconds")
+        when = clock.now().isoformat(timespec="seconds")
         try:
             with open(self.corrupt_path, "ab") as f:
                 for number, line in bad:

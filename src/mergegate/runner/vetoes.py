@@ -10,8 +10,9 @@ judged as that pass judged it (`WalkedView`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
+from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.crypto.signatures import split_signed_commit
 from mergegate.facts.assessor import VETO_TRAILER, Assessor
@@ -122,7 +123,7 @@ class Vetoes:
 
     def search(self, spec: str, policy: Policy) -> list[Veto]:
         """Vetoes in the first-parent commits `spec` (a tip, or old..new)."""
-        assessor, now = Assessor(self.repo), datetime.now(UTC)
+        assessor, now = Assessor(self.repo), clock.now()
         # As loose as the trailer parser (any case, any spacing), so that no veto
         # the walk would honour is missed here; the parser then decides.
         grep = f"--grep=^{VETO_TRAILER}:"

@@ -19,25 +19,24 @@ from datetime import UTC, datetime, timedelta
 ENV = "MERGEGATE_CLOCK"
 
 
-def _start() -> tuple[datetime, float] | None:
-    value = os.environ.get(ENV, "").strip()
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        raise SystemExit(f"error: {ENV}={value!r} is not an RFC 3339 time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC), time.monotonic()
-
-
-_SET = _start()
+_set: tuple[str, datetime, float] | None = None  # (the value, where it starts, monotonic then)
 
 
 def now() -> datetime:
     """The time now, in UTC (from `MERGEGATE_CLOCK` on, when it is set)."""
-    if _SET is None:
+    global _set
+    value = os.environ.get(ENV, "").strip()
+    if not value:
         return datetime.now(UTC)
-    start, mono = _SET
+    if _set is None or _set[0] != value:
+        # Read where it is read first (a process reads it once; a test that runs the CLI in
+        # its own process sets a new value per call, and each starts where it says).
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{ENV}={value!r} is not an RFC 3339 time") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        _set = (value, when.astimezone(UTC), time.monotonic())
+    _, start, mono = _set
     return start + timedelta(seconds=time.monotonic() - mono)

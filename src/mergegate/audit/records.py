@@ -317,6 +317,8 @@ class Started(Votes):
         default=None, metadata=_read(_int)
     )  # absent before retries existed: `attempt_number`
     runs_on: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
+    # The change windows that allowed the start (absent before windows existed, or with none).
+    windows: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
 
     @property
     def attempt_number(self) -> int:

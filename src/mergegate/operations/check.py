@@ -18,6 +18,7 @@ from mergegate.facts.branches import open_branch, trust_root
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
+from mergegate.rules import eligibility
 from mergegate.rules.job import is_job_path
 from mergegate.rules.judge import judge_commit
 from mergegate.rules.model import (
@@ -298,12 +299,17 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
             "; a signed merge, or a review on GitHub, by an approver who did not write it "
             "counts as one more"
         )
+    reason = policy.decide_command(d.job).reason
+    # The windows of the policy in force now, at the clock now, as a runner's claim would be.
+    wait = eligibility.window_wait(policy, d.job, now=clock.now())
+    if wait is not None:
+        reason += f"; once merged it is {wait[0]}"
     return FileCheck(
         d.path,
         d.blob,
         d.job.id,
         state,
-        policy.decide_command(d.job).reason,
+        reason,
         words,
         d.approved,
         d.votes,

@@ -221,8 +221,9 @@ def _next(state: str, reason: str | None) -> str:
         "running": "a runner is running it; its finished record follows",
         "succeeded": "nothing: it ran; an approved change to its file (a signed merge or a "
         "reviewed pull request) runs again",
-        "waiting": "the runner judges it once GitHub's review evidence is in (the next pass asks "
-        "again)",
+        "waiting": f"the first runner pass once the window opens runs it: {reason}"
+        if reason and reason.startswith("waiting for window")
+        else "the runner judges it once GitHub's review evidence is in (the next pass asks again)",
         "failed": "nothing (no retries left): fix it and propose a change to run again",
         "timed_out": "nothing (no retries left): raise timeout_seconds in a change to run again",
         "vetoed": "nothing: it was vetoed; propose a change to run it",

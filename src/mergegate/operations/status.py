@@ -133,6 +133,21 @@ def status(
                     runs_on=waits.decision.job.runs_on if waits.decision.job else (),
                 )
             )
+        elif waits is not None and waits.state == "window":
+            # Approved and due, but a change window is shut: it waits, it is not refused.
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "waiting",
+                    waits.reason,
+                    waits.decision.commit,
+                    found.get("time") if found is not None else None,
+                    attempt=waits.attempt,
+                    runs_on=waits.decision.job.runs_on if waits.decision.job else (),
+                )
+            )
         elif found is not None:
             if isinstance(found, Started):
                 jobs.append(_running(job_stem(path), path, blob, found, now))

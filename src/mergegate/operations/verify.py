@@ -254,6 +254,7 @@ def verify_history(
         )
     )
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
+    violations.extend(_outside_windows(records, jobs_of, policies, checker.judged))
     violations.extend(_judged_later(records))
     violations.extend(
         _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
@@ -358,6 +359,32 @@ def _late_retries(
             eligibility.Standing(tip, repo.file_blob(tip, path), policies[tip]),
             record.attempt_number,
         )
+        if why is not None:
+            problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
+    return problems
+
+
+def _outside_windows(
+    records: list[Record],
+    jobs: dict[tuple[str, str], Job],
+    policies: dict[str, Policy],
+    judged: list[tuple[int, str]],
+) -> list[str]:
+    """A start judged outside the change windows of the policy in force at the tip of approved its
+    runner had judged (eligibility.in_window), by the time the runner signed (`judged`)."""
+    firsts = [seq for seq, _ in judged]
+    problems = []
+    for record in records:
+        if not isinstance(record, Started):
+            continue
+        path, blob = str(record.path), str(record.blob)
+        at = bisect.bisect_right(firsts, record.seq) - 1
+        tip = judged[at][1] if at >= 0 else None
+        job, when = jobs.get((path, blob)), audit.judged_time(record)
+        if tip is None or job is None or when is None or tip not in policies:
+            continue
+        decision = Decision(path, blob, str(record.commit), job, True, "")
+        why = eligibility.window_violation(policies[tip], decision, when)
         if why is not None:
             problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
     return problems

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from mergegate.audit.records import Finished, Record, Refusal, Started, parse_time
+from mergegate.rules import windows as change_windows
+from mergegate.rules.job import Job
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 
@@ -69,6 +71,7 @@ class Runnable:
     decision: Decision
     policy: Policy  # the policy that judged it (in force before its commit)
     attempt: int  # 1-based
+    windows: tuple[str, ...] = ()  # the change windows that allow it to start now
 
     @property
     def path(self) -> str:
@@ -96,7 +99,8 @@ class Queued:
     """An approved revision that does not run now, and why (for `status`).
 
     state: `queued` (runnable, but waiting for a runner: with its labels, or any),
-    `retrying` (waiting for its backoff until `due`) or `running` (an attempt
+    `retrying` (waiting for its backoff until `due`), `window` (waiting for a change
+    window to open at `due`; None: it never opens again) or `running` (an attempt
     runs, and a later one may follow).
     """
 
@@ -222,7 +226,48 @@ def judge_attempts(
             )
             moved = replace(decision, rule=rule)
             verdict = replace(verdict, decision=moved, policy=standing.policy)
+    if isinstance(verdict, Runnable):
+        return in_window(verdict, standing.policy if standing is not None else policy, now=now)
     return verdict
+
+
+def in_window(item: Runnable, policy: Policy, *, now: datetime) -> Runnable | Queued:
+    """The item, naming the windows that allow its start at `now`, or why it waits for one.
+
+    The windows are those of `policy`, the policy in force at the tip the runner judged (a
+    job waits, it is not refused: a closed window opens again).
+    """
+    job = item.decision.job
+    assert job is not None
+    wait = window_wait(policy, job, now=now)
+    if wait is None:
+        return replace(item, windows=change_windows.names(policy.windows_for(job)))
+    why, due = wait
+    return Queued(item.decision, item.policy, "window", why, item.attempt, due)
+
+
+def window_wait(policy: Policy, job: Job, *, now: datetime) -> tuple[str, datetime | None] | None:
+    """(why, when it may start; None: never) for a job that the windows of `policy` keep from
+    starting at `now`; None when they allow it. `check` says this of a proposal's job too."""
+    found = policy.windows_for(job)
+    why = change_windows.waiting_reason(found, now)
+    if why is None:
+        return None
+    return why, change_windows.next_open(found, now)
+
+
+def window_violation(policy: Policy, decision: Decision, at: datetime) -> str | None:
+    """Why a start judged at `at` broke the change windows of `policy` (for `verify`), or None."""
+    if decision.job is None:
+        return None
+    shut = change_windows.blocking(policy.windows_for(decision.job), at)
+    if not shut:
+        return None
+    plural = "s" if len(shut) > 1 else ""
+    return (
+        f"it was judged at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}, outside window{plural} "
+        f"{', '.join(change_windows.names(shut))} of {policy.where}"
+    )
 
 
 def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | None:

@@ -181,8 +181,8 @@ def describe_span(delta: timedelta) -> str:
     if seconds < 3600:
         return f"{math.ceil(seconds / 60)} min"
     if seconds < 48 * 3600:
-        return f"{round(seconds / 3600)} h"
-    return f"{round(seconds / 86400)} d"
+        return f"{math.floor(seconds / 3600 + 0.5)} h"
+    return f"{math.floor(seconds / 86400 + 0.5)} d"
 
 
 def names(windows: Iterable[Window]) -> tuple[str, ...]:

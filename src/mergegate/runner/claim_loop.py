@@ -12,6 +12,7 @@ import contextlib
 import os
 import queue
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -228,7 +229,7 @@ class ClaimLoop:
             item = self.queue.pop(0)
             prepared = self.launcher.prepare(item.decision, item.policy, item.attempt)
             if isinstance(prepared, Flight):
-                self.batch.append(prepared)
+                self.batch.append(replace(prepared, windows=item.windows))
             else:
                 self.outcomes.append(prepared[0])
                 self.pending.append(prepared[1])
@@ -298,6 +299,7 @@ class ClaimLoop:
             lease=self._lease(flight.limits, wait),
             attempt=flight.attempt,
             **({"runs_on": list(job.runs_on)} if job.runs_on else {}),
+            **({"windows": list(flight.windows)} if flight.windows else {}),
             **votes(decision),
         )
 

@@ -65,6 +65,7 @@ class Flight:
     folders: tuple[
         tuple[str, int], ...
     ] = ()  # its workspace and the export folder (spool.Entry.folders)
+    windows: tuple[str, ...] = ()  # the change windows that allowed its start
 
 
 def flight_key(flight: Flight) -> tuple[str, str, str]:

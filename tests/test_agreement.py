@@ -278,3 +278,33 @@ def test_check_and_the_runner_reach_the_same_verdict(world: World) -> None:
             )
         else:
             assert changes == [] and verdict is None, case.name
+
+
+def test_check_the_runner_status_and_verify_agree_on_change_windows(world: World) -> None:
+    """Windows (issue 24): at each clock, `check` says a proposal's job would wait exactly when the
+    runner, handed the same time, does not start it, and `status` gives the runner's reason;
+    `verify` then accepts every start the runner made."""
+    from tests.runner.test_windows import FREEZE, MONDAY, SUNDAY, _gate
+
+    _gate(world)
+    clocks = [SUNDAY, MONDAY, FREEZE, "2026-12-08T16:59:00+01:00", "2026-12-08T17:00:00+01:00"]
+    for index, when in enumerate(clocks):
+        env = {"MERGEGATE_CLOCK": when}
+        path = f"jobs/prod/j{index}.yaml"
+        world.propose(
+            f"w{index}", {path: job_yaml(f"j{index}", ["echo", str(index)])}, who=world.alice
+        )
+        checked = world.mg("check", f"origin/w{index}", "--json", env=env, where="checker")
+        assert checked.code == 0, checked.err
+        (file,) = [f for f in checked.json()["files"] if f["path"] == path]
+        _, _, wait = file["reason"].partition("; once merged it is ")
+        world.signed_merge(f"w{index}", world.bob)
+        assert world.run_once(env=env).code == 0
+        started = {r["path"] for r in world.events("started")}
+        assert (path in started) == (not wait), (when, wait)
+        status = world.mg("status", "--json", env=env)
+        (job,) = [j for j in status.json()["jobs"] if j["path"] == path]
+        if wait:
+            assert (job["state"], job["reason"]) == ("waiting", wait), when
+    verified = world.mg("verify")
+    assert verified.code == 0, verified.err

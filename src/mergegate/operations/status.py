@@ -143,7 +143,7 @@ def status(
                     "waiting",
                     waits.reason,
                     waits.decision.commit,
-                    found.get("time") if found is not None else None,
+                    found.time if found is not None else None,
                     attempt=waits.attempt,
                     runs_on=waits.decision.job.runs_on if waits.decision.job else (),
                 )

@@ -304,6 +304,12 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
     wait = eligibility.window_wait(policy, d.job, now=clock.now())
     if wait is not None:
         reason += f"; once merged it is {wait[0]}"
+    limit = policy.approval_age_for(d.job)
+    if limit is not None:
+        reason += (
+            f"; once merged it must start within {eligibility.describe_duration(limit)} of a "
+            "runner first judging the merge (max_approval_age)"
+        )
     return FileCheck(
         d.path,
         d.blob,

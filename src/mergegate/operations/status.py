@@ -94,6 +94,7 @@ def status(
     planned = {(d.path, d.blob): d for d, _ in pending.items}
     runnable = {(r.path, r.blob): r for r in pending.runnable}
     queued = {(q.decision.path, q.decision.blob): q for q in pending.queued}
+    refused = {(r.decision.path, r.decision.blob): r.reason for r in pending.refused}
     jobs = []
     for _, blob, path in repo.ls_tree(tip, "jobs/"):
         if not is_job_path(path):
@@ -158,13 +159,15 @@ def status(
             )
         elif (path, blob) in planned:
             d = planned[(path, blob)]
+            # An approved revision the next pass refuses (say its approval expired) is rejected.
+            why = d.reason if not d.runnable else refused.get((path, blob))
             jobs.append(
                 JobState(
                     job_stem(path),
                     path,
                     blob,
-                    "queued" if d.runnable else "rejected",
-                    None if d.runnable else f"(not yet recorded) {d.reason}",
+                    "rejected" if why is not None else "queued",
+                    f"(not yet recorded) {why}" if why is not None else None,
                     d.commit,
                     None,
                 )

@@ -196,12 +196,16 @@ def judge_attempts(
     now: datetime,
     late: bool = False,
     standing: Standing | None = None,
+    approved: datetime | None = None,
 ) -> Verdict:
     """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or
     nothing.
 
     `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
     A start that is late, or a retry, is checked against `standing` (`late_refusal`).
+    `approved`: when a runner first judged its approving commit (None: this pass, unless it is
+    late), for `max_approval_age` (`expired`). A start then needs every change window of the
+    policy in force (`in_window`).
     """
     verdict = _attempts(decision, policy, history or History(), now=now)
     start = (
@@ -227,8 +231,48 @@ def judge_attempts(
             moved = replace(decision, rule=rule)
             verdict = replace(verdict, decision=moved, policy=standing.policy)
     if isinstance(verdict, Runnable):
-        return in_window(verdict, standing.policy if standing is not None else policy, now=now)
+        now_in_force = standing.policy if standing is not None else policy
+        assert decision.job is not None
+        why = expired(
+            now_in_force, decision.job, approved=approved or (None if late else now), now=now
+        )
+        if why is not None:
+            return Refused(decision, policy, why)
+        return in_window(verdict, now_in_force, now=now)
     return verdict
+
+
+def expired(policy: Policy, job: Job, *, approved: datetime | None, now: datetime) -> str | None:
+    """Why an approval a runner first judged at `approved` is too old for a start at `now` by
+    `policy`'s max_approval_age (None: not dated by any runner-signed record), or None."""
+    limit = policy.approval_age_for(job)
+    if limit is None:
+        return None
+    shown = describe_duration(limit)
+    if approved is None:
+        return (
+            f"approval expired: no runner-signed record says when a runner first judged it, "
+            f"and max_approval_age is {shown} ({policy.where}); change the job and approve it "
+            "again to run it"
+        )
+    age = now - approved
+    if age.total_seconds() <= limit:
+        return None
+    return (
+        f"approval expired: approved {describe_duration(int(age.total_seconds()))} ago (first "
+        f"judged at {approved.strftime('%Y-%m-%dT%H:%M:%SZ')}), max_approval_age is {shown} "
+        f"({policy.where}); change the job and approve it again to run it"
+    )
+
+
+def describe_duration(seconds: int) -> str:
+    """Seconds as the policy writes a duration: in the largest unit that divides them (72h)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds}s"
 
 
 def in_window(item: Runnable, policy: Policy, *, now: datetime) -> Runnable | Queued:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError, NotYet
+from mergegate.facts.approval_dates import ApprovalDates
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, explain, unchecked
 from mergegate.facts.branches import (
@@ -356,6 +357,7 @@ def _sort(
             at_tip[path] = repo.file_blob(result.tip, path)
         return Standing(result.tip, at_tip[path], result.policy)
 
+    dates = ApprovalDates(repo, records, result.tip)
     seen: set[tuple[str, str, str]] = set()
     first: dict[
         tuple[str, str], str
@@ -383,6 +385,7 @@ def _sort(
             now=at,
             late=decision.commit in late,
             standing=standing(decision.path),
+            approved=dates.approved(decision, policy, result.policy),
         )
         if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
             (decision.path, decision.blob), decision.commit

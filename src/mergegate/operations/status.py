@@ -94,7 +94,9 @@ def status(
     planned = {(d.path, d.blob): d for d, _ in pending.items}
     runnable = {(r.path, r.blob): r for r in pending.runnable}
     queued = {(q.decision.path, q.decision.blob): q for q in pending.queued}
-    refused = {(r.decision.path, r.decision.blob): r.reason for r in pending.refused}
+    refused = {
+        (r.decision.path, r.decision.blob): (r.decision.commit, r.reason) for r in pending.refused
+    }
     jobs = []
     for _, blob, path in repo.ls_tree(tip, "jobs/"):
         if not is_job_path(path):
@@ -157,17 +159,30 @@ def status(
             jobs.append(
                 JobState(job_stem(path), path, blob, state, found.reason, found.commit, found.time)
             )
-        elif (path, blob) in planned:
-            d = planned[(path, blob)]
-            # An approved revision the next pass refuses (say its approval expired) is rejected.
-            why = d.reason if not d.runnable else refused.get((path, blob))
+        elif (path, blob) in refused:
+            # An approved revision the next pass refuses (say its approval expired), or one the
+            # judge refused: rejected, as the runner will record it.
+            commit, why = refused[(path, blob)]
             jobs.append(
                 JobState(
                     job_stem(path),
                     path,
                     blob,
-                    "rejected" if why is not None else "queued",
-                    f"(not yet recorded) {why}" if why is not None else None,
+                    "rejected",
+                    f"(not yet recorded) {why}",
+                    commit,
+                    None,
+                )
+            )
+        elif (path, blob) in planned:
+            d = planned[(path, blob)]
+            jobs.append(
+                JobState(
+                    job_stem(path),
+                    path,
+                    blob,
+                    "queued" if d.runnable else "rejected",
+                    None if d.runnable else f"(not yet recorded) {d.reason}",
                     d.commit,
                     None,
                 )

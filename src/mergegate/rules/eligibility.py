@@ -266,8 +266,10 @@ def expired(policy: Policy, job: Job, *, approved: datetime | None, now: datetim
 
 
 def describe_duration(seconds: int) -> str:
-    """Seconds as the policy writes a duration: in the largest unit that divides them (72h)."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+    """Seconds as a policy writes a duration: hours up to a week (72h), days from one (14d)."""
+    if seconds >= 7 * 86400 and seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    for unit, size in (("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds // size}{unit}"
     if seconds >= 3600:

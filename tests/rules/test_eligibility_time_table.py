@@ -136,7 +136,7 @@ def test_expiry_words_and_durations() -> None:
         "30s",
         "90s",
         "1h",
-        "1h30m",
+        "90m",
         "72h",
         "14d",
     ]

@@ -308,3 +308,24 @@ def test_check_the_runner_status_and_verify_agree_on_change_windows(world: World
             assert (job["state"], job["reason"]) == ("waiting", wait), when
     verified = world.mg("verify")
     assert verified.code == 0, verified.err
+
+
+def test_status_the_runner_and_verify_agree_on_approval_expiry(world: World) -> None:
+    """Expiry (issue 24): what `status` says the next pass will record about an approval too old
+    is what the runner records, word for word; a start within the limit is one `verify` accepts,
+    and the refusal is one it agrees with."""
+    from tests.runner.test_approval_expiry import FRIDAY, MONDAY, PROD, _gate, _merge
+
+    _gate(world, rule="48h")
+    _merge(world, "deploy", job_yaml("deploy", ["echo", "v1"]))
+    world.propose("other", {"jobs/other.yaml": job_yaml("other", ["echo", "o"])}, who=world.alice)
+    world.signed_merge("other", world.bob)
+    assert world.run_once(env={"MERGEGATE_CLOCK": FRIDAY}).code == 0
+    status = world.mg("status", "--json", env={"MERGEGATE_CLOCK": MONDAY})
+    predicted = {j["path"]: (j["state"], j["reason"]) for j in status.json()["jobs"]}
+    world.run_once(env={"MERGEGATE_CLOCK": MONDAY})
+    (rejected,) = world.events("rejected")
+    assert predicted[PROD] == ("rejected", f"(not yet recorded) {rejected['reason']}")
+    assert [r["path"] for r in world.events("started")] == ["jobs/other.yaml"]
+    verified = world.mg("verify")
+    assert verified.code == 0, verified.err

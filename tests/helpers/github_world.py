@@ -133,13 +133,23 @@ class GithubGate:
         self.merge(pr, method=method)
         return pr
 
-    def merge(self, pr: PullRequest, *, method: str = "merge", sign: SshKey | None = None) -> str:
-        """Merge the PR into approved as GitHub's merge button would, and mark it merged."""
+    def merge(
+        self,
+        pr: PullRequest,
+        *,
+        method: str = "merge",
+        sign: SshKey | None = None,
+        gpg: tuple[list[str], dict[str, str]] | None = None,
+    ) -> str:
+        """Merge the PR into approved as GitHub's merge button would, and mark it merged.
+
+        `gpg` (`keys.git_signing_config_gpg`) signs a merge with an OpenPGP key, as GitHub's
+        web-flow key does."""
         w = self.world
         where = "approver"
         w.git(where, "fetch", "-q", "origin")
         w.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
-        signing = ["-S"] if sign is not None else []
+        signing = ["-S"] if sign is not None or gpg is not None else []
         if method == "merge":
             w.git(
                 where,
@@ -152,7 +162,8 @@ class GithubGate:
                 pr.head_sha,
                 who=w.alice,
                 sign=sign,
-                env=GITHUB,
+                env={**gpg[1], **GITHUB} if gpg else GITHUB,
+                config=gpg[0] if gpg else None,
             )
         elif method == "squash":
             w.git(where, "merge", "-q", "--squash", pr.head_sha, who=w.alice, env=GITHUB)

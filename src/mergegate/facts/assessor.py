@@ -146,7 +146,7 @@ class Assessor:
             or not self.reviews.enabled(policy)
         ):
             return facts
-        verdict = self.reviews.outcome(facts.sha, policy).verdict
+        verdict = self.reviews.outcome(facts.sha, policy, at=at).verdict
         if (
             len(facts.parents) == 1
             and verdict.method == "squash"

@@ -291,9 +291,14 @@ def review(
     stored: Evidence | None = None,
     remote: str | None = None,
     client: Client | None = None,
+    keys_at: datetime | None = None,
 ) -> ReviewOutcome:
     """Review votes for `sha`: from `stored` evidence when there is some (verify, later passes),
-    else asked of GitHub now. Raises NotYet when the evidence is not (yet) complete."""
+    else asked of GitHub now. Raises NotYet when the evidence is not (yet) complete.
+
+    `keys_at` is when `github.merge_keys`' lifetimes are judged (default `now`): the time the
+    commit was first judged, as for approver keys, so that an adopted policy change is never
+    undone because GitHub's key expired since."""
     if stored is None:
         if settings is None:
             raise not_yet("GitHub evidence is needed but GITHUB_REPOSITORY is not set")
@@ -325,7 +330,7 @@ def review(
             )
     from mergegate.github import reviews
 
-    facts = merge_facts(repo, sha, policy, head=head, at=now)
+    facts = merge_facts(repo, sha, policy, head=head, at=keys_at or now)
     verdict = reviews.judge(evidence, facts, policy, now=now)
     if verdict.waiting and stored is None:
         raise not_yet(verdict.waiting)
@@ -446,7 +451,7 @@ class ReviewSource:
         self.offline = offline
         self.client = client
         self.gathered: dict[str, Evidence] = {}
-        self._outcomes: dict[tuple[str, str], ReviewOutcome] = {}
+        self._outcomes: dict[tuple[str, str, datetime], ReviewOutcome] = {}
         # A commit found waiting stays waiting for the whole pass: the walk and the
         # records check must not see two different answers to one question.
         self._waiting: dict[tuple[str, str], NotYet] = {}
@@ -459,11 +464,14 @@ class ReviewSource:
         """The evidence a decision on `sha` was made on (stored, or gathered in this pass)."""
         return self.stored.get(sha) or self.gathered.get(sha)
 
-    def outcome(self, sha: str, policy: Policy) -> ReviewOutcome:
+    def outcome(self, sha: str, policy: Policy, *, at: datetime | None = None) -> ReviewOutcome:
+        """The verdict on `sha`, GitHub's merge keys judged at `at` (when the commit was first
+        judged; default this pass's clock)."""
         key = (sha, policy.commit)
         if key in self._waiting:
             raise self._waiting[key]
-        if key not in self._outcomes:
+        keys_at = at or self.now
+        if (*key, keys_at) not in self._outcomes:
             stored = self.stored.get(sha) or self.gathered.get(sha)
             if stored is None and self.offline:
                 raise not_yet(f"no stored GitHub evidence for {sha[:7]}")
@@ -481,14 +489,15 @@ class ReviewSource:
                     stored=stored,
                     remote=self.remote,
                     client=self.client,
+                    keys_at=keys_at,
                 )
             except NotYet as exc:
                 self._waiting[key] = exc
                 raise
             if stored is None:
                 self.gathered[sha] = result.evidence
-            self._outcomes[key] = result
-        return self._outcomes[key]
+            self._outcomes[(*key, keys_at)] = result
+        return self._outcomes[(*key, keys_at)]
 
 
 def recorded(repo: Repo, records_tip: str | None, *, now: datetime) -> ReviewSource:

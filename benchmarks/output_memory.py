@@ -75,7 +75,7 @@ def measure(name: str, argv: list[str], size: int, workspace: Path) -> dict[str,
         cwd="",
         env={"PATH": SEARCH_PATH},
         secrets=("not-in-the-output-0123456789",),
-        limits=executor.Limits(timeout_seconds=600, max_output_bytes=65536),
+        limits=executor.ProcessLimits(timeout_seconds=600, max_output_bytes=65536),
         search_path=SEARCH_PATH,
         run_id="bench",
     )

@@ -23,7 +23,7 @@ from mergegate.execution import executor
 from mergegate.execution.executor import (
     ExecRequest,
     ExecResult,
-    Limits,
+    ProcessLimits,
     build_environment,
     forbidden_env_name,
 )
@@ -43,7 +43,7 @@ def _run(
     tmp_path: Path,
     argv: list[str],
     *,
-    limits: Limits | None = None,
+    limits: ProcessLimits | None = None,
     cwd: str = "",
     env: Mapping[str, str] | None = None,
     secrets: tuple[str, ...] = (),
@@ -59,7 +59,7 @@ def _run(
             cwd=cwd,
             env={"PATH": SYSTEM_PATH} if env is None else env,
             secrets=secrets,
-            limits=limits or Limits(timeout_seconds=10, kill_grace_seconds=0.5),
+            limits=limits or ProcessLimits(timeout_seconds=10, kill_grace_seconds=0.5),
             search_path=SYSTEM_PATH,
             run_id="run-1",
             sandbox=sandbox,
@@ -112,7 +112,7 @@ def test_failing_command_reports_exit_code(tmp_path: Path) -> None:
 def test_plain_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
     result = _run(
-        tmp_path, ["sleep", "30"], limits=Limits(timeout_seconds=1, kill_grace_seconds=0.5)
+        tmp_path, ["sleep", "30"], limits=ProcessLimits(timeout_seconds=1, kill_grace_seconds=0.5)
     )
     assert result.status == "timed_out"
     assert result.reason == "exceeded timeout_seconds=1"
@@ -139,7 +139,9 @@ def test_grandchild_ignoring_sigterm_dies_after_timeout(
     )
     started = time.monotonic()
     result = _run(
-        tmp_path, [PY, "-c", script], limits=Limits(timeout_seconds=1, kill_grace_seconds=0.5)
+        tmp_path,
+        [PY, "-c", script],
+        limits=ProcessLimits(timeout_seconds=1, kill_grace_seconds=0.5),
     )
     assert result.status == "timed_out"
     assert time.monotonic() - started < 5
@@ -153,7 +155,7 @@ def test_one_gib_of_output_is_counted_hashed_and_bounded(tmp_path: Path) -> None
     result = _run(
         tmp_path,
         ["head", "-c", str(size), "/dev/zero"],
-        limits=Limits(timeout_seconds=86400, max_output_bytes=4096),
+        limits=ProcessLimits(timeout_seconds=86400, max_output_bytes=4096),
     )
     assert result.status == "succeeded", result.status
     assert result.stdout.bytes == size
@@ -317,7 +319,7 @@ def test_fork_bomb_is_stopped_by_max_processes(tmp_path: Path) -> None:
     result = _run(
         tmp_path,
         [PY, "-c", script],
-        limits=Limits(timeout_seconds=10, max_processes=20, kill_grace_seconds=0.5),
+        limits=ProcessLimits(timeout_seconds=10, max_processes=20, kill_grace_seconds=0.5),
     )
     assert result.status == "failed"
     assert int(result.stdout.tail) < 25
@@ -329,7 +331,7 @@ def test_memory_hog_fails_naming_max_memory(tmp_path: Path) -> None:
     result = _run(
         tmp_path,
         [PY, "-c", "x = bytearray(1 << 30)"],
-        limits=Limits(timeout_seconds=10, max_memory_mb=256),
+        limits=ProcessLimits(timeout_seconds=10, max_memory_mb=256),
     )
     assert result.status == "failed"
     assert (
@@ -342,14 +344,14 @@ def test_cpu_hog_fails_naming_max_cpu_seconds(tmp_path: Path) -> None:
     result = _run(
         tmp_path,
         [PY, "-c", "while True: pass"],
-        limits=Limits(timeout_seconds=10, max_cpu_seconds=1),
+        limits=ProcessLimits(timeout_seconds=10, max_cpu_seconds=1),
     )
     assert result.status == "failed"
     assert result.reason == "killed by signal 24 (SIGXCPU): exceeded max_cpu_seconds=1"
 
 
 def test_big_file_fails_naming_max_file_size(tmp_path: Path) -> None:
-    limits = Limits(timeout_seconds=10, max_file_size_mb=1)
+    limits = ProcessLimits(timeout_seconds=10, max_file_size_mb=1)
     result = _run(tmp_path, ["dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"], limits=limits)
     assert (result.status, result.signal) == ("failed", 25)
     assert result.reason == "killed by signal 25 (SIGXFSZ): exceeded max_file_size_mb=1"
@@ -379,13 +381,13 @@ def test_invalid_utf8_is_replaced_and_tail_trimmed_at_a_character(tmp_path: Path
     result = _run(
         tmp_path,
         [PY, "-c", "print('é' * 1000, end='')"],
-        limits=Limits(timeout_seconds=10, max_output_bytes=101),
+        limits=ProcessLimits(timeout_seconds=10, max_output_bytes=101),
     )
     assert result.stdout.tail == "é" * 50
     result = _run(
         tmp_path,
         [PY, "-c", "import sys; sys.stdout.buffer.write(bytes([255]) * 1000)"],
-        limits=Limits(timeout_seconds=10, max_output_bytes=100),
+        limits=ProcessLimits(timeout_seconds=10, max_output_bytes=100),
     )
     assert result.stdout.tail == "\ufffd" * 33
 
@@ -403,7 +405,7 @@ def test_job_that_closes_stdout_early_is_still_waited_for(tmp_path: Path) -> Non
     result = _run(
         tmp_path,
         ["sh", "-c", "exec >&- 2>&-; sleep 30"],
-        limits=Limits(timeout_seconds=1, kill_grace_seconds=0.5),
+        limits=ProcessLimits(timeout_seconds=1, kill_grace_seconds=0.5),
     )
     assert result.status == "timed_out"
     assert time.monotonic() - started < 5
@@ -414,7 +416,7 @@ def test_background_grandchild_holding_the_pipes_does_not_hang(tmp_path: Path) -
     result = _run(
         tmp_path,
         ["sh", "-c", "trap '' TERM; sleep 30 & echo started"],
-        limits=Limits(timeout_seconds=20, kill_grace_seconds=0.5),
+        limits=ProcessLimits(timeout_seconds=20, kill_grace_seconds=0.5),
     )
     assert (result.status, result.stdout.tail) == ("succeeded", "started\n")
     assert time.monotonic() - started < 4
@@ -475,7 +477,7 @@ def test_sandbox_timeout_kills_escaped_grandchildren(tmp_path: Path) -> None:
         tmp_path,
         ["sh", "-c", script],
         sandbox="bwrap",
-        limits=Limits(timeout_seconds=1, kill_grace_seconds=0.5),
+        limits=ProcessLimits(timeout_seconds=1, kill_grace_seconds=0.5),
     )
     assert result.status == "timed_out"
     assert _processes_with(marker) == []
@@ -550,7 +552,7 @@ def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_
                 _run(
                     tmp_path,
                     ["sleep", marker],
-                    limits=Limits(timeout_seconds=60, kill_grace_seconds=0.5),
+                    limits=ProcessLimits(timeout_seconds=60, kill_grace_seconds=0.5),
                 )
             )
         except BaseException as exc:
@@ -682,7 +684,8 @@ def test_a_job_starts_with_no_signal_ignored_caught_or_blocked_whatever_its_runn
         "ws = Path(sys.argv[1])\n"
         "r = executor.run(executor.ExecRequest(argv=('cat', '/proc/self/status'), workspace=ws, "
         "cwd='', env={'PATH': '/usr/bin:/bin'},\n"
-        "    secrets=(), limits=executor.Limits(timeout_seconds=10), search_path='/usr/bin:/bin', "
+        "    secrets=(), limits=executor.ProcessLimits(timeout_seconds=10), "
+        "search_path='/usr/bin:/bin', "
         "run_id='sig-1'))\n"
         "print(r.stdout.tail)\n"
     )

@@ -455,7 +455,8 @@ from mergegate.execution import executor
 ws = Path(tempfile.mkdtemp(dir={str(work)!r}))
 req = executor.ExecRequest(argv=("sh", "-c", {job!r}), workspace=ws, cwd="",
                            env={{"PATH": "/usr/bin:/bin"}}, secrets=(),
-                           limits=executor.Limits(timeout_seconds=10), search_path="/usr/bin:/bin",
+                           limits=executor.ProcessLimits(timeout_seconds=10),
+                           search_path="/usr/bin:/bin",
                            run_id="t1")
 print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
 """)

@@ -30,7 +30,7 @@ def main() -> None:
         cwd="",
         env={"PATH": "/usr/bin:/bin"},
         secrets=(),
-        limits=executor.Limits(
+        limits=executor.ProcessLimits(
             timeout_seconds=1 if mode == "times-out" else 60, kill_grace_seconds=0.5
         ),
         search_path="/usr/bin:/bin",

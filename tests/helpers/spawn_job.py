@@ -42,7 +42,7 @@ def main() -> None:
         cwd="",
         env={"PATH": "/usr/bin:/bin", "RUNNER_PID": str(os.getpid())},
         secrets=(),
-        limits=executor.Limits(timeout_seconds=60, kill_grace_seconds=0.5),
+        limits=executor.ProcessLimits(timeout_seconds=60, kill_grace_seconds=0.5),
         search_path="/usr/bin:/bin",
         run_id=f"spawn-{os.getpid()}",
     )

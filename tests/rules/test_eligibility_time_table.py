@@ -11,7 +11,7 @@ import yaml
 
 from mergegate.errors import ConfigError
 from mergegate.rules.eligibility import (
-    History,
+    AttemptHistory,
     Queued,
     Refused,
     Runnable,
@@ -92,7 +92,7 @@ def test_windows_and_expiry_decide_whether_a_start_happens_now(
     verdict = judge_attempts(
         decision,
         policy,
-        History(),
+        AttemptHistory(),
         now=_t(now),
         late=late,
         standing=Standing("t" * 40, decision.blob, policy),
@@ -114,7 +114,7 @@ def test_the_windows_and_the_limit_are_those_of_the_policy_in_force_now() -> Non
     verdict = judge_attempts(
         decision,
         before,
-        History(),
+        AttemptHistory(),
         now=frozen,
         late=True,
         standing=Standing("t" * 40, decision.blob, now),

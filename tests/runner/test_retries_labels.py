@@ -20,7 +20,7 @@ from mergegate.audit import log as audit
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.git.repo import Repo
 from mergegate.git.values import Signing
-from mergegate.rules.eligibility import Attempt, History, judge_attempts
+from mergegate.rules.eligibility import Attempt, AttemptHistory, judge_attempts
 from mergegate.rules.policy import Retries
 from tests.helpers.keys import shared_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
@@ -345,12 +345,12 @@ def test_eligibility_is_pure_planning_from_records_and_the_time(tmp_path: Path) 
     job = parse_job(job_yaml("j", ["echo"], retries=1).encode(), path="jobs/j.yaml", blob="b" * 40)
     decision = Decision("jobs/j.yaml", "b" * 40, "c" * 40, job, True, "ok")
     ended = datetime(2026, 1, 1, tzinfo=UTC)
-    failed = History((Attempt(1, "r1", "c" * 40, "runner", 5, "failed", ended, 6),))
+    failed = AttemptHistory((Attempt(1, "r1", "c" * 40, "runner", 5, "failed", ended, 6),))
     waiting = judge_attempts(decision, policy, failed, now=ended.replace(second=59))
     assert type(waiting).__name__ == "Queued" and waiting.state == "retrying"  # type: ignore[union-attr]
     due = judge_attempts(decision, policy, failed, now=ended.replace(minute=1))
     assert type(due).__name__ == "Runnable" and due.attempt == 2  # type: ignore[union-attr]
-    succeeded = History((Attempt(1, "r1", "c" * 40, "runner", 5, "succeeded", ended, 6),))
+    succeeded = AttemptHistory((Attempt(1, "r1", "c" * 40, "runner", 5, "succeeded", ended, 6),))
     assert judge_attempts(decision, policy, succeeded, now=ended.replace(hour=5)) is None
 
 

@@ -798,7 +798,9 @@ def append(
 
 # -- evidence: add-only files named by the SHA-256 of their bytes -----------------
 @dataclass(frozen=True)
-class Evidence:
+class EvidenceFile:
+    """One evidence file: its bytes and their SHA-256, which names it."""
+
     sha256: str
     data: bytes
 
@@ -807,13 +809,13 @@ class Evidence:
         return f"{EVIDENCE_DIR}{self.sha256}.json"
 
 
-def evidence(value: Any) -> Evidence:
+def evidence(value: Any) -> EvidenceFile:
     """A JSON value as an evidence file (canonical bytes, so equal values share one file)."""
     data = (
         json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         + b"\n"
     )
-    return Evidence(hashlib.sha256(data).hexdigest(), data)
+    return EvidenceFile(hashlib.sha256(data).hexdigest(), data)
 
 
 def is_evidence_path(path: str) -> str | None:
@@ -842,7 +844,7 @@ def read_evidence(repo: Repo, commit: str | None, sha256: str) -> bytes:
 
 
 # -- the unapproved map, recorded once by reference -------------------------------
-def unapproved_fields(files: Mapping[str, str]) -> tuple[dict[str, Any], Evidence | None]:
+def unapproved_fields(files: Mapping[str, str]) -> tuple[dict[str, Any], EvidenceFile | None]:
     """A `scanned` record's reference to the unapproved map, and the evidence file holding it.
 
     The map can hold every file of an unsigned push (thousands), so a record

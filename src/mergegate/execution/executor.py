@@ -65,7 +65,9 @@ _MEMORY_TEXT = re.compile(
 
 
 @dataclass(frozen=True)
-class Limits:
+class ProcessLimits:
+    """What one job's process tree may use: the policy's limits, with the job's timeout."""
+
     timeout_seconds: int
     max_output_bytes: int = 65536
     max_memory_mb: int | None = None
@@ -83,7 +85,7 @@ class ExecRequest:
     cwd: str  # relative to workspace; "" or "." for the root
     env: Mapping[str, str]  # the child's complete environment
     secrets: tuple[str, ...]  # values replaced by *** wherever they appear
-    limits: Limits
+    limits: ProcessLimits
     search_path: str  # PATH used to resolve a bare command[0]
     run_id: str
     sandbox: Literal["none", "bwrap"] = "none"
@@ -180,7 +182,7 @@ def _resolve(request: ExecRequest) -> tuple[str, str, str]:
     return root, cwd, program
 
 
-def _rlimits(limits: Limits, root_user: bool) -> list[tuple[str, int, int, int]]:
+def _rlimits(limits: ProcessLimits, root_user: bool) -> list[tuple[str, int, int, int]]:
     """(name, resource, soft, hard), never above the runner's own hard limits."""
     mib = 1024 * 1024
     wanted = [
@@ -279,7 +281,7 @@ def _bwrap_argv(bwrap: str, root: str, cwd: str, program: str, request: ExecRequ
 def _pump(
     child: Child,
     sinks: dict[int, RedactedStream],
-    limits: Limits,
+    limits: ProcessLimits,
     tracker: Tracker,
     shutdown: Shutdown | None = None,
 ) -> str | None:
@@ -306,7 +308,7 @@ def _pump(
 
 def _pump_loop(
     sinks: dict[int, RedactedStream],
-    limits: Limits,
+    limits: ProcessLimits,
     tracker: Tracker,
     shutdown: Shutdown | None,
     sel: selectors.BaseSelector,
@@ -365,7 +367,7 @@ def _advance(
     drain: float,
     tracker: Tracker,
     shutdown: Shutdown | None,
-    limits: Limits,
+    limits: ProcessLimits,
 ) -> tuple[str, float, str | None]:
     """The job's next phase (run -> term -> kill -> drain), its end time, and how it ended."""
     stopping = shutdown is not None and shutdown.kill_due(now)
@@ -408,7 +410,7 @@ def _read_ready(
     return said
 
 
-def _failure(rc: int, limits: Limits, cpu: float, output: str, sandboxed: bool) -> str:
+def _failure(rc: int, limits: ProcessLimits, cpu: float, output: str, sandboxed: bool) -> str:
     sig = -rc if rc < 0 else None
     text = (
         f"killed by signal {-rc} ({_SIGNALS.get(-rc, '?')})" if rc < 0 else f"exited with code {rc}"

@@ -45,7 +45,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class History:
+class AttemptHistory:
     """What the audit says about one job revision: its attempts and the commits it was refused
     at."""
 
@@ -140,7 +140,7 @@ class Standing:
     policy: Policy  # in force at tip
 
 
-def histories(records: Iterable[Record]) -> dict[Key, History]:
+def histories(records: Iterable[Record]) -> dict[Key, AttemptHistory]:
     """Attempts and refusals per job revision, from any records (in chain order or not)."""
     started: dict[Key, list[Started]] = {}
     finished: dict[str, Finished] = {}
@@ -161,7 +161,7 @@ def histories(records: Iterable[Record]) -> dict[Key, History]:
             closed.setdefault((path, blob), []).append(
                 (str(record.commit), record.event, record.reason or "")
             )
-    result: dict[Key, History] = {}
+    result: dict[Key, AttemptHistory] = {}
     for key in {*started, *closed}:
         attempts = []
         for record in sorted(started.get(key, ()), key=lambda r: r.seq):
@@ -179,7 +179,7 @@ def histories(records: Iterable[Record]) -> dict[Key, History]:
                     finished_seq=end.seq if end is not None else None,
                 )
             )
-        result[key] = History(tuple(attempts), tuple(closed.get(key, ())))
+        result[key] = AttemptHistory(tuple(attempts), tuple(closed.get(key, ())))
     return result
 
 
@@ -191,7 +191,7 @@ def retriable(status: str | None, *, idempotent: bool) -> bool:
 def judge_attempts(
     decision: Decision,
     policy: Policy,
-    history: History | None,
+    history: AttemptHistory | None,
     *,
     now: datetime,
     late: bool = False,
@@ -207,7 +207,7 @@ def judge_attempts(
     late), for `max_approval_age` (`expired`). A start then needs every change window of the
     policy in force (`in_window`).
     """
-    verdict = _attempts(decision, policy, history or History(), now=now)
+    verdict = _attempts(decision, policy, history or AttemptHistory(), now=now)
     start = (
         verdict.attempt
         if isinstance(verdict, Runnable)
@@ -334,7 +334,9 @@ def late_refusal(decision: Decision, standing: Standing, attempt: int) -> str | 
     return None
 
 
-def _attempts(decision: Decision, policy: Policy, history: History, *, now: datetime) -> Verdict:
+def _attempts(
+    decision: Decision, policy: Policy, history: AttemptHistory, *, now: datetime
+) -> Verdict:
     job = decision.job
     assert job is not None and decision.runnable
     if history.closed_at(decision.commit) is not None:

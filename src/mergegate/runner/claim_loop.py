@@ -38,7 +38,7 @@ from mergegate.runner.launch import (
 from mergegate.runner.plan import Plan
 from mergegate.runner.publisher import Key, Publisher
 from mergegate.runner.results import Outcome
-from mergegate.runner.spool import Entry, Spool
+from mergegate.runner.spool import Spool, SpoolEntry
 
 # A lease covers the job's timeout, its kill grace and the runner's shutdown grace,
 # plus this much for pushing the result.
@@ -161,7 +161,7 @@ class ClaimLoop:
             exit_code=None,
             reason=reason,
         )
-        self.spool.put(Entry(finished, None, self.me, done=True))
+        self.spool.put(SpoolEntry(finished, None, self.me, done=True))
         self.pending.append(finished)
         self.outcomes.append(
             Outcome(
@@ -255,7 +255,7 @@ class ClaimLoop:
             # an upper bound).
             wait = 0.0 if index < free else span(ahead) + span(batch[:index])
             drafts.append(self._started(flight, wait))
-        self.spool.put_many([Entry(f.provisional, None, me, folders=f.folders) for f in batch])
+        self.spool.put_many([SpoolEntry(f.provisional, None, me, folders=f.folders) for f in batch])
         dropped = self.publish(
             [*self.pending, *drafts], {flight_key(f): (f.decision, f.attempt) for f in batch}
         )
@@ -303,7 +303,7 @@ class ClaimLoop:
             **votes(decision),
         )
 
-    def _lease(self, limits: executor.Limits, wait: float = 0.0) -> dict[str, str]:
+    def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> dict[str, str]:
         """Who holds the claim and until when: past `until` with no result, any runner closes it as
         `lost`.
         (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""

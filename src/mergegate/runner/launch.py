@@ -38,7 +38,7 @@ from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 from mergegate.runner.drafting import ORPHANED, Drafts, votes
 from mergegate.runner.results import Outcome
-from mergegate.runner.spool import Entry, Spool
+from mergegate.runner.spool import Spool, SpoolEntry
 
 # What a job's thread hands back: the flight, its `finished` draft, its outcome, its seconds.
 Landed = tuple["Flight", dict[str, Any], Outcome, float]
@@ -56,7 +56,7 @@ class Flight:
     decision: Decision
     policy: Policy
     run_id: str
-    limits: executor.Limits
+    limits: executor.ProcessLimits
     request: executor.ExecRequest
     tmp: Path
     program: str
@@ -64,7 +64,7 @@ class Flight:
     attempt: int = 1  # which attempt of the revision this run is (retries)
     folders: tuple[
         tuple[str, int], ...
-    ] = ()  # its workspace and the export folder (spool.Entry.folders)
+    ] = ()  # its workspace and the export folder (spool.SpoolEntry.folders)
     windows: tuple[str, ...] = ()  # the change windows that allowed its start
 
 
@@ -150,7 +150,7 @@ class Launcher:
             # Not synced (spool.py): a line written survives the runner's death, and a crash of the
             # machine ends the job too.
             self.spool.put(
-                Entry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False
+                SpoolEntry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False
             )
 
         try:
@@ -231,7 +231,7 @@ class Launcher:
                     reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt "
                     f"{flight.attempt + 1} is due at {iso_up(due)}",
                 )
-            self.spool.put(Entry(finished, None, me, done=True))
+            self.spool.put(SpoolEntry(finished, None, me, done=True))
             done.put((flight, finished, outcome, time.monotonic() - began))
 
         slots.run(body)
@@ -281,7 +281,7 @@ class Launcher:
         self,
         decision: Decision,
         policy: Policy,
-        limits: executor.Limits,
+        limits: executor.ProcessLimits,
         run_id: str,
         tmp: Path,
         on_start: Callable[[int], None] | None = None,
@@ -379,9 +379,9 @@ def discard(folder: Path) -> None:
     Watchdog.get().forget(folder)
 
 
-def job_limits(policy: Policy, timeout: int | None) -> executor.Limits:
+def job_limits(policy: Policy, timeout: int | None) -> executor.ProcessLimits:
     lim = policy.limits
-    return executor.Limits(
+    return executor.ProcessLimits(
         timeout_seconds=min(timeout or lim.max_timeout_seconds, lim.max_timeout_seconds),
         max_output_bytes=lim.max_output_bytes,
         max_memory_mb=lim.max_memory_mb,
@@ -393,5 +393,5 @@ def job_limits(policy: Policy, timeout: int | None) -> executor.Limits:
     )
 
 
-def limit_fields(limits: executor.Limits) -> dict[str, Any]:
+def limit_fields(limits: executor.ProcessLimits) -> dict[str, Any]:
     return {k: v for k, v in vars(limits).items() if v is not None}

@@ -55,7 +55,7 @@ from mergegate.runner.plan import Gate, Plan, check_new_records, open_after, pla
 from mergegate.runner.preview import dry_run
 from mergegate.runner.publisher import Key, Publisher
 from mergegate.runner.results import Outcome, PassResult, Preview
-from mergegate.runner.spool import Entry, Spool
+from mergegate.runner.spool import Spool, SpoolEntry
 from mergegate.runner.vetoes import Vetoes, WalkedView
 from mergegate.text import path_display
 
@@ -274,7 +274,7 @@ class Runner:
             work.waiting,
         )
 
-    def _still_running(self, entry: Entry) -> str:
+    def _still_running(self, entry: SpoolEntry) -> str:
         where = f" as pid {entry.job.pid}" if entry.job else ""
         return (
             f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, "

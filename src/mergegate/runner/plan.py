@@ -27,7 +27,7 @@ from mergegate.facts.branches import (
 from mergegate.facts.policy_log import policy_in_force, policy_lookup, remember_judged
 from mergegate.git.repo import Repo
 from mergegate.rules.eligibility import (
-    History,
+    AttemptHistory,
     Queued,
     Refused,
     Runnable,
@@ -367,7 +367,7 @@ def _sort(
         if key in seen:
             continue
         seen.add(key)
-        history = known.get((decision.path, decision.blob)) or History()
+        history = known.get((decision.path, decision.blob)) or AttemptHistory()
         if not decision.runnable:
             # A revision that already ran at this commit (a reopened commit judged again later,
             # say after a key expired) keeps its records: nothing new is said about it.

@@ -11,7 +11,7 @@ Before the claim is pushed, the entry holds a provisional result ("the runner
 stopped while this job ran"); once the job's process exists it also names that
 process; when the job ends the real result replaces it; once the result is
 pushed the entry is dropped. A later pass pushes what is left, but only once the
-job's process is known to be gone (`Entry.gone`).
+job's process is known to be gone (`SpoolEntry.gone`).
 
 The file is a journal: a change appends a line (the entry's new state, or
 `{"dropped": [run ids]}` once results are pushed), and reading keeps the last
@@ -61,7 +61,9 @@ COMPACT_SLACK = 64  # lines a journal may hold beyond twice its live entries bef
 
 
 @dataclass(frozen=True)
-class Entry:
+class SpoolEntry:
+    """One job's line in the spool: its `finished` draft and the processes and folders it holds."""
+
     record: dict[str, Any]  # a `finished` draft
     job: ProcessId | None = None
     runner: ProcessId | None = None
@@ -106,7 +108,7 @@ class Spool:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     # The live entries as this object last read or wrote them (one pass at a time per clone: the
     # run lock), and how many lines the file holds: a change appends without reading the file again.
-    _live: dict[str | None, Entry] | None = field(default=None, repr=False, compare=False)
+    _live: dict[str | None, SpoolEntry] | None = field(default=None, repr=False, compare=False)
     _lines: int = field(default=0, repr=False, compare=False)
 
     @classmethod
@@ -118,7 +120,7 @@ class Spool:
     def corrupt_path(self) -> Path:
         return self.path.with_name(self.path.name + ".corrupt")
 
-    def read(self) -> list[Entry]:
+    def read(self) -> list[SpoolEntry]:
         """The live entries on disk (the last state of each run not dropped since)."""
         try:
             data = self.path.read_bytes()
@@ -131,7 +133,7 @@ class Spool:
                 file=str(self.path),
                 hint="the runner keeps results it has not pushed there; check its permissions",
             ) from None
-        live: dict[str | None, Entry] = {}
+        live: dict[str | None, SpoolEntry] = {}
         bad: list[tuple[int, bytes]] = []
         lines = 0
         for number, line in enumerate(data.splitlines(), start=1):
@@ -158,15 +160,15 @@ class Spool:
 
     def recover(
         self, repo: Repo, tip: str | None, me: ProcessId | None
-    ) -> tuple[list[dict[str, Any]], list[Entry]]:
+    ) -> tuple[list[dict[str, Any]], list[SpoolEntry]]:
         """Finished records a previous pass could not push, and runs that may still be running.
 
         Entries that landed after all (on the audit branch at `tip`), and provisional ones whose
         claim never landed (the runner stopped before or while pushing it), are dropped. A dead
         runner's folders are removed (`me`: this runner, whose watchdog still removes its own).
         """
-        waiting: list[Entry] = []
-        running: list[Entry] = []
+        waiting: list[SpoolEntry] = []
+        running: list[SpoolEntry] = []
         for entry in self.read():
             gone = entry.gone()
             if gone and entry.folders and entry.runner is not None and entry.runner != me:
@@ -186,7 +188,7 @@ class Spool:
         self.write([*waiting, *running])
         return [e.record for e in waiting], running
 
-    def _set_aside(self, bad: list[tuple[int, bytes]], entries: list[Entry]) -> None:
+    def _set_aside(self, bad: list[tuple[int, bytes]], entries: list[SpoolEntry]) -> None:
         when = clock.now().isoformat(timespec="seconds")
         try:
             with open(self.corrupt_path, "ab") as f:
@@ -207,7 +209,7 @@ class Spool:
             "A run they belonged to is closed like any orphan."
         )
 
-    def write(self, entries: list[Entry]) -> None:
+    def write(self, entries: list[SpoolEntry]) -> None:
         """Replace the whole spool with `entries` (atomic: the old spool or the new one survives a
         crash)."""
         try:
@@ -240,16 +242,16 @@ class Spool:
             "record here",
         )
 
-    def put(self, entry: Entry, *, sync: bool = True) -> None:
+    def put(self, entry: SpoolEntry, *, sync: bool = True) -> None:
         """Keep `entry`, replacing an earlier one of the same run (`sync`: see above for what needs
         it)."""
         self.put_many([entry], sync=sync)
 
-    def put_many(self, entries: list[Entry], *, sync: bool = True) -> None:
+    def put_many(self, entries: list[SpoolEntry], *, sync: bool = True) -> None:
         """Keep `entries` (one append, synced unless told), replacing earlier ones of the same
         runs."""
 
-        def apply(live: dict[str | None, Entry]) -> None:
+        def apply(live: dict[str | None, SpoolEntry]) -> None:
             for entry in entries:
                 live.pop(entry.run_id, None)  # its latest state goes last
                 live[entry.run_id] = entry
@@ -261,7 +263,7 @@ class Spool:
         """Forget these runs (their results are pushed, or their claims never were); not synced (see
         above)."""
 
-        def apply(live: dict[str | None, Entry]) -> None:
+        def apply(live: dict[str | None, SpoolEntry]) -> None:
             for run_id in run_ids:
                 live.pop(run_id, None)
 
@@ -273,7 +275,7 @@ class Spool:
             )
 
     def _change(
-        self, apply: Callable[[dict[str | None, Entry]], None], line: bytes, *, sync: bool
+        self, apply: Callable[[dict[str | None, SpoolEntry]], None], line: bytes, *, sync: bool
     ) -> None:
         with self._lock:
             if self._live is None:
@@ -317,7 +319,7 @@ class Spool:
             os.close(fd)
 
 
-def _line(entry: Entry) -> bytes:
+def _line(entry: SpoolEntry) -> bytes:
     return json.dumps(entry.as_json(), sort_keys=True).encode() + b"\n"
 
 
@@ -333,7 +335,7 @@ def _dropped(line: bytes) -> list[str] | None:
     return ids if isinstance(ids, list) and all(isinstance(i, str) for i in ids) else None
 
 
-def _parse(line: bytes) -> Entry | None:
+def _parse(line: bytes) -> SpoolEntry | None:
     try:
         value = json.loads(line)
     except ValueError:
@@ -354,7 +356,7 @@ def _parse(line: bytes) -> Entry | None:
     )  # 0.1 entries carry no process to wait for
     folders = value.get("folders")
     held = tuple((f[0], f[1]) for f in folders if _folder(f)) if isinstance(folders, list) else ()
-    return Entry(
+    return SpoolEntry(
         record,
         ProcessId.from_json(value.get("job")),
         ProcessId.from_json(value.get("runner")),

@@ -16,7 +16,8 @@ from mergegate.github import gather as github
 from mergegate.rules.eligibility import iso_up, waiting_reason
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.runner import leases
-from mergegate.runner.plan import check_new_records, plan, read_gate
+from mergegate.runner.gate import check_new_records, read_gate
+from mergegate.runner.plan import plan
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,11 @@ from mergegate.runner import idle, leases
 from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
 from mergegate.runner.drafting import Drafts, job_id, policy_changes, votes
+from mergegate.runner.gate import Gate, check_new_records, read_gate
 from mergegate.runner.launch import Launcher, keep
 from mergegate.runner.lock import DEFAULT_WAIT, pass_lock
 from mergegate.runner.pending import Pending
-from mergegate.runner.plan import Gate, Plan, check_new_records, open_after, plan, read_gate
+from mergegate.runner.plan import Plan, open_after, plan
 from mergegate.runner.preview import dry_run
 from mergegate.runner.publisher import Key, Publisher
 from mergegate.runner.results import Outcome, PassResult, Preview

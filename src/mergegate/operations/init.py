@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mergegate.crypto.signatures import parse_public_key
-from mergegate.errors import GitError, UsageError
+from mergegate.errors import ConfigError, GitError, UsageError
 from mergegate.git.repo import Repo
 from mergegate.github import workflows
 from mergegate.rules.policy import POLICY_FILE, load_policy
@@ -20,7 +21,7 @@ version: 1
 
 # Who may approve: a merge into `approved` signed by one of these keys.
 approvers:
-  - name: {name}
+  - name: {name_json}
 {email}    key: {key_json}
 
 # Signed merges needed per job; the merge signer counts as one.
@@ -189,13 +190,9 @@ def init(
             )
         key_line = _key_line(repo, key)
         name = approver or repo.config("user.name") or "approver"
+        _check_name(name, flag="--approver" if approver else "git config user.name")
         parse_public_key(key_line, owner=name, source="--key")
-        files[POLICY_FILE] = POLICY_TEMPLATE.format(
-            name=name,
-            key_json=json.dumps(key_line),
-            email=f"    email: {email}\n" if email else "",
-            self_approval="true" if solo else "false",
-        )
+        files[POLICY_FILE] = _written_policy(name=name, email=email, key_line=key_line, solo=solo)
     written = []
     for path, text in files.items():
         target = repo.path / path
@@ -221,6 +218,51 @@ def init(
     if not onto_branch:
         repo.run("branch", branch, head)
     return InitResult(head, branch, tuple(written), tuple(warnings))
+
+
+# The approver name rule of policy.schema.json ($defs/name), said once more here so that init can
+# refuse a name up front, naming the flag, instead of writing a policy that no command can load.
+_NAME = re.compile(r"[^\W_][\w .'@-]{0,127}")
+
+
+def _check_name(name: str, *, flag: str) -> None:
+    if _NAME.fullmatch(name) is None:
+        raise UsageError(
+            f"approver name {json.dumps(name, ensure_ascii=True)} (from {flag}) is not a policy "
+            "name: letters and digits of any script, then also spaces and . _ ' @ -",
+            hint='pass --approver with the name to write, e.g. --approver "Bob Smith" '
+            "(the name is shown in records; the key decides who approves)",
+        )
+
+
+def _written_policy(*, name: str, email: str | None, key_line: str, solo: bool) -> str:
+    """The policy init writes, loaded back with the runner's own loader before anything is
+    committed: a value YAML reads otherwise (`Bob: Smith`, `#ops`, `*admin`) must never pin a
+    trust root that every later command refuses.
+
+    Values go in as JSON strings, which YAML reads as double-quoted scalars (JSON is YAML).
+    """
+    text = POLICY_TEMPLATE.format(
+        name_json=json.dumps(name, ensure_ascii=False),
+        key_json=json.dumps(key_line),
+        email=f"    email: {json.dumps(email, ensure_ascii=False)}\n" if email else "",
+        self_approval="true" if solo else "false",
+    )
+    data = text.encode()
+    try:
+        policy = load_policy(lambda p: data if p == POLICY_FILE else None, commit="0" * 40)
+    except ConfigError as exc:
+        raise UsageError(
+            f"the policy init would write does not load: {exc.message}",
+            hint="check --approver and --email (or git config user.name); "
+            "or write policy/policy.yaml yourself and run init again",
+        ) from exc
+    if [p.name for p in policy.approvers] != [name]:
+        raise UsageError(
+            "the policy init would write does not name the approver as given",
+            hint="write policy/policy.yaml yourself and run init again",
+        )
+    return text
 
 
 def _key_line(repo: Repo, key: str | None) -> str:

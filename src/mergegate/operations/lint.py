@@ -8,6 +8,7 @@ the command is `check`'s question, which needs the gate's history.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,11 +90,46 @@ def _job_paths(root: Path) -> list[str]:
     ]
 
 
+class _Symlink(Exception):
+    def __init__(self, rel: str) -> None:
+        super().__init__(rel)
+        self.rel = rel
+
+
+def _read_regular(root: Path, rel: str) -> bytes | None:
+    """The bytes of `rel` under `root`, or None where there is no such file.
+
+    A symlink, at the file or at any folder on the way to it, raises _Symlink before anything is
+    read: `check` and the runner refuse a symlinked job or policy file, and lint must neither
+    pass one nor print what it points at (jobs/x.yaml -> ~/.git-credentials, issue 22 item 3).
+    """
+    here = root
+    for part in Path(rel).parts:
+        here = here / part
+        try:
+            if stat.S_ISLNK(os.lstat(here).st_mode):
+                raise _Symlink(here.relative_to(root).as_posix())
+        except FileNotFoundError:
+            return None
+    if not here.is_file():
+        return None
+    fd = os.open(here, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
+_SYMLINK_HINT = "job and policy files must be regular files in git; the runner refuses a symlink"
+
+
 def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> Finding:
     try:
-        text = (root / rel).read_bytes()
+        text = _read_regular(root, rel)
+    except _Symlink as link:
+        return Finding(shown, False, f"{link.rel} is a symlink; not read", hint=_SYMLINK_HINT)
     except OSError as exc:
         return Finding(shown, False, f"cannot read: {exc.strerror}")
+    if text is None:
+        return Finding(shown, False, "cannot read: No such file or directory")
     try:
         job = parse_job(text, path=rel, blob=ZERO)
     except MergegateError as exc:
@@ -107,11 +143,12 @@ def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> Findi
 
 def _lint_policy(root: Path, shown: str) -> Finding:
     def read(path: str) -> bytes | None:
-        target = root / path
-        return target.read_bytes() if target.is_file() else None
+        return _read_regular(root, path)
 
     try:
         policy = load_policy(read, commit=ZERO)
+    except _Symlink as link:
+        return Finding(shown, False, f"{link.rel} is a symlink; not read", hint=_SYMLINK_HINT)
     except MergegateError as exc:
         hint = (
             exc.hint

@@ -10,12 +10,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.helpers.readable import for_others
+
 
 def _remove_as_a_user(folder: Path) -> None:
     """workspaces.remove_tree as a runner runs it: not as root (whose CAP_DAC_OVERRIDE ignores mode
     bits).
     As root, the removal runs in a process of its own as `nobody`, the owner of `folder`."""
     src = str(Path(__file__).resolve().parents[2] / "src")
+    if os.geteuid() == 0:
+        src = str(for_others(Path(src)))  # nobody must reach it, wherever the checkout is
     code = (
         f"import sys; sys.path.insert(0, {src!r}); from pathlib import Path; from "
         f"mergegate.execution.workspaces import remove_tree; remove_tree(Path({str(folder)!r}))"

@@ -423,8 +423,11 @@ def test_t1_the_action_step_leaves_no_process_holding_the_secrets(tmp_path: Any)
         ]
         if s.get("id") == "mergegate"
     )
-    src = str(Path(mergegate.__file__).resolve().parent.parent)
-    site = next(p for p in sys.path if p.endswith("site-packages"))
+    from tests.helpers.readable import for_others
+
+    # uid 65534 must reach both, wherever the checkout is (a 0700 /root included)
+    src = str(for_others(Path(mergegate.__file__).resolve().parent.parent))
+    site = str(for_others(Path(next(p for p in sys.path if p.endswith("site-packages")))))
     import tempfile
 
     work = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is not reachable for another uid

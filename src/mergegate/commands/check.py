@@ -93,7 +93,7 @@ def main(
             where=actions.locate(Repo(repo).blob),
             reviews=actions.review_state(report),
             approvers=tuple(p.name for p in policy.approvers) if policy is not None else (),
-            echo=lambda text: output.line(text, err=True),
+            echo=output.workflow_command,
         )  # Actions reads commands on stderr too; stdout stays --json
     if as_json:
         output.emit(

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from mergegate.text import for_reader
+
 
 def emit(data: Any) -> None:
     """One stable JSON object on stdout (keys sorted, two-space indent)."""
@@ -28,12 +30,19 @@ def emit_line(data: Any) -> None:
 
 
 def line(text: str = "", *, err: bool = False) -> None:
-    click.echo(text, err=err)
+    """A line for people: control and bidi characters escaped, no workflow command (text.py)."""
+    click.echo(for_reader(text), err=err)
+
+
+def workflow_command(text: str) -> None:
+    """A GitHub Actions workflow command (`::error ...`) on stderr; its values were escaped by
+    whoever built it (check_annotations.py). Controls and bidi characters are still escaped."""
+    click.echo("::" + for_reader(text[2:]), err=True)
 
 
 def warn(warnings: Iterable[str]) -> None:
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(for_reader(f"warning: {warning}"), err=True)
 
 
 def brief(text: str, limit: int = 140) -> str:

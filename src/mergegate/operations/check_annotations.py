@@ -21,6 +21,7 @@ from mergegate.operations.check import CheckReport, FileCheck
 from mergegate.rules import config
 from mergegate.rules.job import parse_job
 from mergegate.rules.model import Vote
+from mergegate.text import shown
 
 Locate = Callable[[FileCheck], "Place"]
 
@@ -79,7 +80,9 @@ def in_actions(env: Mapping[str, str] | None = None) -> bool:
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: %, CR and LF as Actions requires, then every other control
+    and bidi character escaped visibly (the annotation is read by a reviewer)."""
+    return shown(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:
@@ -205,8 +208,9 @@ def pull_number(env: Mapping[str, str] | None = None) -> int | None:
 
 
 def _cell(text: str) -> str:
-    # A table cell is one line; a pipe would end it, and HTML would render.
-    return (
+    # A table cell is one line; a pipe would end it, and HTML would render. Controls and bidi
+    # characters are escaped visibly, as everywhere a reviewer reads.
+    return shown(
         text.replace("\\", "\\\\")
         .replace("|", "\\|")
         .replace("\n", " ")

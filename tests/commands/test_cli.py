@@ -501,3 +501,16 @@ def test_the_command_line_freezes_what_is_alive_before_the_process_exits() -> No
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stdout) == (3, "frozen True\n"), done.stderr
+
+
+def test_a_trust_root_must_be_a_full_commit_id_not_a_prefix_or_a_ref(world: World) -> None:
+    """Issue 22, item 9: a short prefix (or a branch, or approved~1) was accepted, though the docs
+    ask for the full id: what it resolves to must not decide the trust."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    root = world.git("runner", "rev-parse", "origin/approved")
+    for given in (root[:12], "origin/approved", "approved~0", root.upper()[:39]):
+        result = world.mg("status", "--trust-root", given)
+        assert result.code == 2, (given, result.err)
+        assert "does not name a commit by its full id" in result.err
+        assert "hint: pin the full 40-character id" in result.err
+    assert world.mg("status", "--trust-root", root).code == 0

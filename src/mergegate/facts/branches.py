@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mergegate.errors import GitError, IntegrityError, StateError, UsageError
 from mergegate.git.repo import Repo
+from mergegate.text import shown
 
 AUDIT_BRANCH = (
     "mergegate/audit"  # fixed: every runner, `status` and `verify` agree on it without a flag
@@ -244,7 +245,15 @@ def trust_root(
             f"no trust root pinned; trusting {root[:12]}, the first commit of approved with a "
             f"policy (pin it: --trust-root {root} or MERGEGATE_TRUST_ROOT={root})"
         ]
-    sha = repo.rev(given)
+    if not _FULL.fullmatch(given.lower()):
+        # A prefix, a branch or `approved~3` would let what the name resolves to decide the
+        # trust: the docs ask for the full id of the reviewed commit, and nothing else is taken.
+        raise UsageError(
+            f"trust root {shown(given)!r} does not name a commit by its full id",
+            hint="pin the full 40-character id `mergegate init` printed "
+            "(git rev-parse COMMIT gives it)",
+        )
+    sha = repo.rev(given.lower())
     if sha is None:
         raise UsageError(
             f"trust root {given!r} does not name a commit in this repository",

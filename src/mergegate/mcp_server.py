@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from mergegate.errors import MergegateError, UsageError
 
 if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
     from mergegate.operations.status import StatusReport
 
 # Tool I/O: every tool returns one JSON object (the SDK derives each tool's output schema from it).
@@ -68,13 +70,48 @@ def _guard(call: Callable[[], ToolResult]) -> ToolResult:
         )
 
 
+def _error_json(message: str, hint: str | None) -> str:
+    return json.dumps({"error": message, "file": None, "line": None, "hint": hint, "ok": False})
+
+
+def _server_class() -> type[MCPServer]:
+    """MCPServer whose argument errors are the documented JSON, not pydantic's prose.
+
+    The SDK validates a tool's arguments before the tool runs and answers a mismatch with the
+    validation error's text (several lines of pydantic wording, quoting the rejected values). An
+    agent is promised `{"error", "file", "line", "hint", "ok": false}` for every error (issue
+    22, item 9), so the mismatch is said here: which arguments, never their values.
+    """
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import CallToolResult, TextContent
+    from pydantic import ValidationError
+
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, ValidationError):
+                    raise
+                fields = sorted(
+                    {".".join(str(p) for p in e["loc"]) or "(arguments)" for e in cause.errors()}
+                )
+                text = _error_json(
+                    f"invalid arguments for {name}: {', '.join(fields)}",
+                    f"see the input schema of {name} (list_tools); docs/agents.md lists each",
+                )
+                return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+    return Server
+
+
 def build(gate: ServedGate) -> Any:
     """The MCPServer with mergegate's five tools."""
-    from mcp.server.mcpserver import MCPServer
-
     from mergegate import __version__
 
-    server = MCPServer(
+    server = _server_class()(
         "mergegate",
         version=__version__,
         instructions=(

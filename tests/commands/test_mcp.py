@@ -137,6 +137,27 @@ def test_mcp_no_push_server_refuses_push(world: World) -> None:
     assert "propose/" not in world.git("admin", "ls-remote", "origin")
 
 
+def test_mcp_arguments_of_the_wrong_type_are_the_documented_json_error_not_pydantic_prose(
+    world: World,
+) -> None:
+    """Issue 22, item 9: the SDK answered a type mismatch with pydantic's wording (and the
+    rejected value); every error an agent gets is `{"error", "file", "line", "hint", "ok"}`."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    secret = "ghp_" + "a1" * 18
+    _, [(err, data), (err2, data2)] = call(
+        world,
+        [
+            ("propose_job", {"job_id": "hello", "command": "echo hi", "timeout_seconds": secret}),
+            ("job_status", {}),
+        ],
+    )
+    assert err and sorted(data) == ["error", "file", "hint", "line", "ok"], data
+    assert data["ok"] is False
+    assert data["error"] == "invalid arguments for propose_job: command, timeout_seconds"
+    assert secret not in json.dumps(data) and "pydantic" not in json.dumps(data)
+    assert err2 and data2["error"] == "invalid arguments for job_status: job_id"
+
+
 def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(
     world: World, tmp_path: Path
 ) -> None:

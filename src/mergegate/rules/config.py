@@ -336,7 +336,7 @@ def validate(doc: Document, *, schema: str) -> None:
         extra = sorted(set(error.instance) - set(known))
         if extra:
             path = (*path, extra[0])
-    field = ".".join(str(p) for p in path)
+    field = ".".join(_shape(p) if _secret_inside(p) else str(p) for p in path)
     prefix = f"field '{field}': " if field else ""
     raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
 
@@ -363,7 +363,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         guess = difflib.get_close_matches(extra[0], list(known), n=1) if extra else []
         hint = f" (did you mean '{guess[0]}'?)" if guess else ""
         return (
-            f"unknown key {', '.join(map(repr, extra))}{hint}; allowed keys: "
+            f"unknown key {', '.join(map(_short, extra))}{hint}; allowed keys: "
             f"{', '.join(sorted(known))}"
         )
     if error.validator == "required":
@@ -371,12 +371,49 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "pattern":
         return f"{_short(instance)} does not match {schema['pattern']}"
     if error.validator == "type":
+        if _secret_inside(instance):
+            return f"expected {schema['type']}, found {_shape(instance)}"
         return f"expected {schema['type']}, found {type(instance).__name__} {_short(instance)}"
     if error.validator in ("oneOf", "anyOf") and "description" in schema:
         return f"expected {schema['description']}, found {_short(instance)}"
+    if _secret_inside(instance):
+        # jsonschema's own wording quotes the value; this one would be masked, so its shape only.
+        return f"{_short(instance)} is not valid here ({error.validator})"
     return str(error.message)
 
 
 def _short(value: Any) -> str:
+    """A value as an error may show it: quoted and cut, unless the redactor would mask some of it.
+
+    Errors reach the terminal, an Actions annotation and the step summary, and a job file's error
+    becomes the permanent `rejected` record on mergegate/audit: a token pasted into the wrong
+    field is named by its shape ("str (looks like a GitHub token)"), never quoted (issue 22).
+    """
+    if _secret_inside(value):
+        return _shape(value)
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _secret_inside(value: Any) -> bool:
+    from mergegate.redaction import find_credential, redact_text
+
+    if isinstance(value, str):
+        return find_credential(value) is not None or redact_text(value) != value
+    if isinstance(value, dict):
+        return any(_secret_inside(k) or _secret_inside(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_secret_inside(v) for v in value)
+    return False
+
+
+def _shape(value: Any) -> str:
+    from mergegate.redaction import find_credential
+
+    if isinstance(value, str):
+        kind = find_credential(value) or "secret"
+        article = "an" if kind[0] in "aeiouAEIOU" else "a"
+        return f"str (looks like {article} {kind})"
+    if isinstance(value, dict):
+        return f"mapping of {len(value)} key(s), one of which looks like a secret"
+    return f"list of {len(value)} item(s), one of which looks like a secret"

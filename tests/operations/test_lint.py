@@ -122,7 +122,10 @@ def test_pre_commit_hook_definition_runs_lint_on_the_files_it_selects(world: Wor
     )
     assert proc.returncode == 2
     assert proc.stdout == ""  # --quiet: only problems
-    assert proc.stderr.splitlines() == ["error: 'command' is required (jobs/bad.yml:1)"]
+    assert proc.stderr.splitlines() == [
+        "error: 'command' is required (jobs/bad.yml:1)",
+        "hint: every job key is in docs/policy.md#job-files",  # (job errors lead somewhere too)
+    ]
 
 
 def test_policy_errors_end_with_a_hint_that_leads_somewhere(world: World) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mergegate.errors import MergegateError
+from mergegate.rules import config
 from mergegate.rules.job import JOBS_DIR, check_unique_ids, is_job_path, parse_job
 from mergegate.rules.policy import POLICY_DIR, POLICY_FILE, load_policy
 
@@ -55,7 +56,7 @@ def lint(paths: list[Path], *, root: Path) -> list[Finding]:
         elif is_job_path(rel):
             if unique is None:
                 unique = check_unique_ids(sorted(_job_paths(root)))
-            findings.append(_lint_job(root, rel, shown, unique.get(rel)))
+            findings.extend(_lint_job(root, rel, shown, unique.get(rel)))
         elif rel.startswith(JOBS_DIR):
             findings.append(
                 Finding(shown, True, "not a job file (jobs end in .yaml or .yml); ignored")
@@ -121,24 +122,41 @@ def _read_regular(root: Path, rel: str) -> bytes | None:
 _SYMLINK_HINT = "job and policy files must be regular files in git; the runner refuses a symlink"
 
 
-def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> Finding:
+def _lint_job(root: Path, rel: str, shown: str, not_unique: str | None) -> list[Finding]:
     try:
         text = _read_regular(root, rel)
     except _Symlink as link:
-        return Finding(shown, False, f"{link.rel} is a symlink; not read", hint=_SYMLINK_HINT)
+        return [Finding(shown, False, f"{link.rel} is a symlink; not read", hint=_SYMLINK_HINT)]
     except OSError as exc:
-        return Finding(shown, False, f"cannot read: {exc.strerror}")
+        return [Finding(shown, False, f"cannot read: {exc.strerror}")]
     if text is None:
-        return Finding(shown, False, "cannot read: No such file or directory")
+        return [Finding(shown, False, "cannot read: No such file or directory")]
     try:
         job = parse_job(text, path=rel, blob=ZERO)
     except MergegateError as exc:
-        return Finding(shown, False, exc.message, exc.line, exc.hint)
+        return [
+            Finding(shown, False, p.message, p.line, p.hint) for p in _every_problem(text, rel, exc)
+        ]
     if not_unique is not None:
-        return Finding(
-            shown, False, not_unique, hint="every job id (its file name) must be unique under jobs/"
-        )
-    return Finding(shown, True, f"job {job.id}: {' '.join(job.command)[:80]}")
+        return [
+            Finding(
+                shown,
+                False,
+                not_unique,
+                hint="every job id (its file name) must be unique under jobs/",
+            )
+        ]
+    return [Finding(shown, True, f"job {job.id}: {' '.join(job.command)[:80]}")]
+
+
+def _every_problem(text: bytes, rel: str, first: MergegateError) -> list[MergegateError]:
+    """The schema's every problem (capped at config.MAX_PROBLEMS) when the first was one of them,
+    so a file is fixed in one round, not one error per run; else the one error."""
+    try:
+        found = config.problems(config.parse_yaml(text, file=rel), schema="job")
+    except MergegateError:
+        return [first]
+    return list(found) if found and found[0].message == first.message else [first]
 
 
 def _lint_policy(root: Path, shown: str) -> Finding:

@@ -146,6 +146,16 @@ def _compose_pyyaml(text: str, file: str) -> yaml.Node | None:
         line = mark.line + 1 if mark is not None else None
         what = exc.problem or exc.context or "invalid YAML"
         raise ConfigError(f"invalid YAML: {what}", file=file, line=line) from None
+    except yaml.reader.ReaderError as exc:
+        # A character YAML does not allow (a NUL, most controls): one line, with its line, not
+        # PyYAML's two lines about "<unicode string>", position N.
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(
+            f"invalid YAML: character U+{exc.character:04X} is not allowed in YAML",
+            file=file,
+            line=line,
+            hint="remove it (a NUL or control character; a file saved as UTF-16 shows as NULs)",
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
 
@@ -311,11 +321,23 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def validate(doc: Document, *, schema: str) -> None:
+    """ConfigError for the first problem (the one that explains most others), if any."""
+    found = problems(doc, schema=schema, limit=1)
+    if found:
+        raise found[0]
+
+
+# `lint` reports every problem of a file up to this many; more would bury the first.
+MAX_PROBLEMS = 20
+
+
+def problems(doc: Document, *, schema: str, limit: int = MAX_PROBLEMS) -> list[ConfigError]:
+    """Every schema problem of `doc`, the one `validate` raises first, then the others by line."""
     from fastjsonschema import JsonSchemaValueException
 
     try:
         _fast_check(schema)(doc.data)
-        return  # valid to jsonschema too (fastjsonschema never accepts what jsonschema refuses)
+        return []  # valid to jsonschema too (fastjsonschema never accepts what jsonschema refuses)
     except JsonSchemaValueException:
         pass  # jsonschema decides (fastjsonschema refuses a little more) and words the error
     import jsonschema
@@ -325,11 +347,24 @@ def validate(doc: Document, *, schema: str) -> None:
         validator.iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message)
     )
     if not errors:
-        return
+        return []
     # An unknown key explains most other errors (a typo'd `comand` is why `command`
     # is missing), so it is reported first, at the line of the key itself.
     unknown = [e for e in errors if e.validator == "additionalProperties"]
-    error = unknown[0] if unknown else jsonschema.exceptions.best_match(errors)
+    first = unknown[0] if unknown else jsonschema.exceptions.best_match(errors)
+    found = [_problem(doc, schema, first)]
+    seen = {found[0].message}
+    rest = [_problem(doc, schema, e) for e in errors if e is not first]
+    for problem in sorted(rest, key=lambda p: p.line or 0):
+        if len(found) >= limit:
+            break
+        if problem.message not in seen:
+            seen.add(problem.message)
+            found.append(problem)
+    return found
+
+
+def _problem(doc: Document, schema: str, error: jsonschema.ValidationError) -> ConfigError:
     path: Path_ = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
@@ -338,11 +373,23 @@ def validate(doc: Document, *, schema: str) -> None:
             path = (*path, extra[0])
     field = ".".join(_shape(p) if _secret_inside(p) else str(p) for p in path)
     prefix = f"field '{field}': " if field else ""
-    raise doc.error(path, prefix + _describe(error), hint=_hint(schema, path))
+    return doc.error(path, prefix + _describe(error), hint=_hint(schema, path, error))
 
 
-def _hint(schema: str, path: Path_) -> str | None:
-    """Where to look next: the page that documents the field (job errors explain themselves)."""
+# YAML 1.1 reads these unquoted words as booleans, and digits as numbers: a job's argument or
+# label written so is not the string its author meant.
+_QUOTE_IT = (
+    'quote it: YAML reads yes/no, on/off, true/false as booleans and digits as numbers ("yes")'
+)
+
+
+def _hint(schema: str, path: Path_, error: jsonschema.ValidationError | None = None) -> str | None:
+    """Where to look next: how to fix the value, or the page that documents the field."""
+    if error is not None and error.validator == "type" and _wants_string(error.schema):
+        if isinstance(error.instance, bool | int | float):
+            return _QUOTE_IT
+    if schema == "job":
+        return "every job key is in docs/policy.md#job-files"
     if schema != "policy":
         return None
     if len(path) >= 3 and path[0] in ("approvers", "proposers", "runners") and path[2] == "github":
@@ -350,6 +397,11 @@ def _hint(schema: str, path: Path_) -> str | None:
     if path[:1] == ("github",):
         return "the github: keys are in docs/policy.md and docs/github.md"
     return "every policy key is in docs/policy.md"
+
+
+def _wants_string(schema: object) -> bool:
+    wanted = schema.get("type") if isinstance(schema, dict) else None
+    return wanted == "string" or (isinstance(wanted, list) and "string" in wanted)
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

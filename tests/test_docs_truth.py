@@ -32,9 +32,9 @@ def test_every_dependency_list_in_the_docs_is_pyprojects() -> None:
 def test_the_mcp_table_names_every_argument_of_every_tool(tmp_path: Path) -> None:
     import anyio
 
-    from mergegate.mcp_server import Gate, build
+    from mergegate.mcp_server import ServedGate, build
 
-    server = build(Gate(repo=tmp_path))
+    server = build(ServedGate(repo=tmp_path))
 
     async def schemas() -> dict[str, set[str]]:
         return {

@@ -12,6 +12,7 @@ from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.errors import GitError, MergegateError, UsageError
 from mergegate.git.refnames import branch_name
 from mergegate.git.repo import Repo
+from mergegate.git.values import check_signing_key
 from mergegate.runner import idle
 
 if (
@@ -141,6 +142,8 @@ def command(
       mergegate run --dry-run                            # what a pass would do
       mergegate run --once --parallel 8                  # up to 8 jobs at once
     """
+    if signing_key is not None:
+        check_signing_key(signing_key)
     if dry_run:
         return dry_pass(
             repo=repo,

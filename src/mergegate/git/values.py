@@ -9,6 +9,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from mergegate.errors import UsageError
+
 ZERO = "0" * 40
 _ASK_GIT = object()  # file_blob, _ref_from_files: an answer only git gives exactly
 _HEX = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -78,6 +80,26 @@ class Change:
         ""  # "100644", "100755", "120000" (symlink), "160000" (gitlink); "000000" when absent
     )
     new_mode: str = ""
+
+
+# An OpenPGP key as gpg takes it here: a key id or fingerprint (8, 16 or 40 hex digits), or a user
+# id naming an email address.
+_OPENPGP_KEY = re.compile(r"(0x)?([0-9A-Fa-f]{8}|[0-9A-Fa-f]{16}|[0-9A-Fa-f]{40})!?|.*@.*")
+
+
+def check_signing_key(value: str) -> None:
+    """Refuse, before any work, a --signing-key that is neither an existing key file nor an
+    OpenPGP key id: a mistyped path used to become a gpg key id silently (exit 0 while idle,
+    then "gpg failed to sign" at the first job) (issue 22, item 9)."""
+    if os.path.isfile(value):
+        return
+    if _OPENPGP_KEY.fullmatch(value) and os.sep not in value:
+        return
+    raise UsageError(
+        f"--signing-key {value!r}: no such key file, and not an OpenPGP key id",
+        hint="pass the path of the runner's ssh private key (a literal ~ is not expanded: use "
+        "$HOME), or an OpenPGP key id or fingerprint (8, 16 or 40 hex digits) or email",
+    )
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ def command(
 
     REF defaults to HEAD (the current branch); a branch that only exists on the
     remote is read from there. Exit 0 if all would be allowed, 1 if any would be
-    denied, 2 if a file is invalid.
+    denied, 2 if a file is invalid, 3 if the gate's history or records fail an
+    integrity check.
 
     \b
     Example (a pull request check):

@@ -31,6 +31,7 @@ def _locate(path: Path) -> tuple[Path, Path, Path]:
             str(path),
             "rev-parse",
             "--path-format=absolute",
+            "--show-object-format",
             "--git-dir",
             "--git-common-dir",
             "--is-inside-work-tree",
@@ -40,12 +41,19 @@ def _locate(path: Path) -> tuple[Path, Path, Path]:
         env={**os.environ, "LC_ALL": "C"},
         check=False,
     )
-    lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    object_format, *lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines() or [""]
     # Outside a work tree (a bare repository, or inside .git) rev-parse stops at --show-toplevel.
     if len(lines) < 3 or (proc.returncode != 0 and (len(lines) != 3 or lines[2] != "false")):
         raise GitError(
             f"{path} is not a git repository",
             hint="run inside a clone of the gate repository, or point --repo at one",
+        )
+    if object_format != "sha1":
+        # Said once, up front: object ids of 40 hex digits are assumed throughout (records,
+        # trailers, the trust root), and a SHA-256 repository failed later: "object not found".
+        raise GitError(
+            f"{path} is a {object_format} repository; mergegate supports SHA-1 repositories only",
+            hint="make the gate a SHA-1 repository (git init --object-format=sha1, the default)",
         )
     git_dir, common_dir = Path(lines[0]), Path(lines[1])
     if len(lines) >= 4 and lines[2] == "true":

@@ -17,6 +17,7 @@ import click
 from mergegate.commands import output
 from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.git.refnames import branch_name
+from mergegate.operations.check_annotations import escape_data
 from mergegate.rules.job import runner_labels
 from mergegate.runner.one_pass import Options, Runner
 from mergegate.runner.results import Planned
@@ -125,9 +126,9 @@ def main(
         commit, why = preview.waiting
         output.warn([f"stopped at {commit[:12]}: {why}; jobs from there on are not planned yet"])
         if github:
-            output.line(
-                f"::warning title=mergegate: waiting for evidence::stopped at {commit[:12]}: {why}",
-                err=True,
+            output.workflow_command(
+                "::warning title=mergegate: waiting for evidence::"
+                + escape_data(f"stopped at {commit[:12]}: {why}")
             )
     runnable = [j for j in preview.jobs if j.status == "would run"]
     include = [entry(j) for j in runnable[:limit]]

@@ -317,7 +317,15 @@ def _votes(
             )
         elif name in excluded:
             if policy.allow_self_approval:
-                votes.append(Vote(name, via + f", self-approved: {excluded[name]}", True, ""))
+                votes.append(
+                    Vote(
+                        name,
+                        via + f", self-approved: {excluded[name]}",
+                        True,
+                        "",
+                        self_approved=True,
+                    )
+                )
                 continue
             why = excluded[name]
         votes.append(Vote(name, via, not why, why))

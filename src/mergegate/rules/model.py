@@ -46,6 +46,9 @@ class Vote:
     via: str  # "merge signature of 1a2b3c4" / "approval commit 5d6e7f8" / "review 12 on PR #3"
     counted: bool
     why: str  # why it did not count ("" when it did)
+    # It counted although its person wrote part of the change (allow_self_approval): `via` says
+    # so to people; this says so to the code (a `started` record's `self_approved`).
+    self_approved: bool = False
 
     def describe(self) -> str:
         return (

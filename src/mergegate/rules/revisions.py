@@ -68,7 +68,7 @@ def judge_job(
             job,
             requirement=requirement,
         )
-    self_approved = any("self-approved" in v.via for v in votes if v.counted)
+    self_approved = any(v.self_approved for v in votes if v.counted)
     return Decision(
         path,
         blob,

@@ -161,7 +161,13 @@ def _exclude(vote: Vote, excluded: Mapping[str, str], policy: Policy) -> Vote:
     if not vote.counted or vote.person not in excluded:
         return vote
     if policy.allow_self_approval:
-        return Vote(vote.person, vote.via + f", self-approved: {excluded[vote.person]}", True, "")
+        return Vote(
+            vote.person,
+            vote.via + f", self-approved: {excluded[vote.person]}",
+            True,
+            "",
+            self_approved=True,
+        )
     return Vote(vote.person, vote.via, False, excluded[vote.person])
 
 

@@ -42,6 +42,7 @@ from poll_scale import (
 )
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Repo
@@ -82,9 +83,7 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
     # The records name commits and blobs; `audit verify` checks the chain, not what they name.
     merges = [f"{i:040x}" for i in range(1, jobs + 1)]
     blobs = {f"jobs/job-{i}.yaml": f"{i:040x}" for i in range(1, jobs + 1)}
-    sealed = audit.seal(
-        past_records(jobs, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS
-    )
+    sealed = audit.seal(past_records(jobs, root, merges, blobs), after_seq=0, after_hash=GENESIS)
     repo = Repo(remote)
     files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
     # Where each record ends: (its file, the offset after its line), to cut the files as each commit

@@ -58,6 +58,7 @@ from typing import Any
 from perfdoc import LoadWatch, write_section
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS, Record
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Repo
@@ -378,9 +379,7 @@ def build_gate(
         for entry in git(remote, "ls-tree", "-r", merges[-1], "--", "jobs/").splitlines():
             meta, path = entry.split("\t", 1)
             blobs[path] = meta.split()[2]
-        sealed = audit.seal(
-            past_records(n, root, merges, blobs), after_seq=0, after_hash=audit.GENESIS
-        )
+        sealed = audit.seal(past_records(n, root, merges, blobs), after_seq=0, after_hash=GENESIS)
         repo = Repo(remote)
         empty = audit.read_tail(repo, None)  # no log files yet
         files = audit.append(repo, None, empty, sealed)  # split into log-NNNNNN.jsonl files
@@ -418,7 +417,7 @@ def build_gate(
     return gate
 
 
-def _pass_commits(sealed: Sequence[audit.Record], k: int, merges: list[str]) -> bytes:
+def _pass_commits(sealed: Sequence[Record], k: int, merges: list[str]) -> bytes:
     """fast-import commands for the audit branch: everything before the last k jobs in one commit,
     then one commit per job (2 records) and one with the final `scanned` record, as a pass writes
     them."""

@@ -46,6 +46,7 @@ from perfdoc import LoadWatch, cleanup, finish, header
 from poll_scale import RUNNER, _commit, fast_import, past_records
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS
 from mergegate.crypto.armor import armor, dearmor
 from mergegate.crypto.signatures import parse_public_key, split_signed_commit, verify_signature
 from mergegate.facts import audit_commits as audit_branch
@@ -329,7 +330,7 @@ def build_gate(
             for job in [f"id: job-{i}\ncommand: [echo, '{i}']\n".encode()]
         }
         sealed = audit.seal(
-            past_records(n, new[order[0]], merges, blobs), after_seq=0, after_hash=audit.GENESIS
+            past_records(n, new[order[0]], merges, blobs), after_seq=0, after_hash=GENESIS
         )
         files = audit.append(Repo(remote), None, audit.read_tail(Repo(remote), None), sealed)
         message = audit_branch.message(f"mergegate: audit seq 1-{len(sealed)}", merges[-1])

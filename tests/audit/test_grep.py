@@ -37,7 +37,7 @@ def _whole_log(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str,
     ).stdout
     runs = leases._pairs(leases._Runs(), out.splitlines())
     named = audit.grep_any(repo, tip, ['"evidence"', '"reviewed"'])
-    return runs.started, runs.finished, [dict(r.fields) for r in named]
+    return runs.started, runs.finished, [r.as_json() for r in named]
 
 
 def _ours(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, object]]]:
@@ -54,7 +54,7 @@ def _ours(repo: Repo, tip: str) -> tuple[set[str], set[str], list[dict[str, obje
     return (
         runs.started,
         runs.finished,
-        [dict(r.fields) for r in github._naming(repo, tip, remember=True)],
+        [r.as_json() for r in github._naming(repo, tip, remember=True)],
     )
 
 
@@ -124,11 +124,11 @@ def test_the_memory_of_closed_log_files_gives_what_a_grep_of_the_whole_log_gives
     # The quirks of the grep's pairing are kept (a `started` with no run id pairs with the next run
     # id, c3).
     assert ours[0] - ours[1] == {"c3", "e5", "ef6"}
-    assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == [
+    assert [r.written("run_id") for r in leases.open_runs(repo, tip)] == [
         "e5",
         "ef6",
     ]  # (c3 has no started record to read)
-    assert [r.get("seq") for r in github._naming(repo, tip, remember=True)] == [3, 10]
+    assert [r.seq for r in github._naming(repo, tip, remember=True)] == [3, 10]
     # A closed file that is not the one remembered (a rewrite; here the memory is of another
     # branch): all files again.
     other = _repo(tmp_path / "other")
@@ -167,4 +167,4 @@ def test_evidence_files_are_not_records_to_the_open_runs_grep(tmp_path: Path) ->
     tip = repo.write_commit(
         parent=tip, files=files, message="evidence\n", author=("t", "t@x"), signing=None
     )
-    assert [r.get("run_id") for r in leases.open_runs(repo, tip)] == ["ab12"]
+    assert [r.written("run_id") for r in leases.open_runs(repo, tip)] == ["ab12"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError
 from mergegate.git.repo import Repo
 
@@ -232,7 +233,7 @@ def test_a_pass_checks_the_audit_commits_since_the_one_that_added_the_last_scann
     assert unchecked(repo, claim, seen=claim, tail=audit.read_tail(repo, claim)) == []
 
 
-def _slow(data: bytes, prev_seq: int, prev_hash: str) -> list[audit.Record] | str:
+def _slow(data: bytes, prev_seq: int, prev_hash: str) -> list[Record] | str:
     """The reference reading of one file (parse_file + check_links): its records, or its error."""
     try:
         records = audit.parse_file(data, "f")
@@ -356,7 +357,7 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
                 data
             )  # no edit of the canonical file gets through, whatever the reference says
             assert not isinstance(reference, str)
-            assert [r.fields for r in fast] == [r.fields for r in reference]
+            assert [r.as_json() for r in fast] == [r.as_json() for r in reference]
     assert audit._checked_fast(good, prev_seq=4, prev_hash="e" * 64) is not None
     assert (
         audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None
@@ -456,8 +457,8 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
         fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
         reference = _slow(data, 4, "e" * 64)
         if fast is not None:
-            assert not isinstance(reference, str) and [r.fields for r in fast] == [
-                r.fields for r in reference
+            assert not isinstance(reference, str) and [r.as_json() for r in fast] == [
+                r.as_json() for r in reference
             ]
     assert reached >= 8  # the canonical traps (5.0, 0.25, integers, the string) go through orjson
     # The forged small float in orjson's spelling: orjson alone would take it; the screen hands it
@@ -609,7 +610,13 @@ def _outcome(
             (c.path, c.blob, c.records, c.first_seq, c.summary)
             for c in audit_chain.check_chain(repo, tip, audit_check._facts, workers=workers)
         ] + [
-            ("kept", str(kept.verified), kept.records, kept.files, [r.fields for r in kept.naming])
+            (
+                "kept",
+                str(kept.verified),
+                kept.records,
+                kept.files,
+                [r.as_json() for r in kept.naming],
+            )
         ]
     except Exception as exc:  # (compared across worker counts, whatever it is)
         return type(exc).__name__, str(exc), getattr(exc, "file", None), getattr(exc, "line", None)
@@ -632,7 +639,7 @@ def test_the_chain_checked_in_workers_is_the_chain_checked_here(
     )
     assert serial[4][4].finished == [("run-4", 10)]  # type: ignore[attr-defined]
 
-    def no_reference(data: bytes, path: str) -> list[audit.Record]:
+    def no_reference(data: bytes, path: str) -> list[Record]:
         raise AssertionError(f"{path} was read the reference way")
 
     monkeypatch.setattr(audit, "parse_file", no_reference)
@@ -658,9 +665,7 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
     if tamper == "prev":
         data = _resealed_file(repo, tip, number, after_seq=before.seq, after_hash="f" * 64)
     elif tamper == "seq":
-        data = _resealed_file(
-            repo, tip, number, after_seq=before.seq + 1, after_hash=before["hash"]
-        )
+        data = _resealed_file(repo, tip, number, after_seq=before.seq + 1, after_hash=before.hash)
     elif tamper == "edit":
         data = data.replace(b'"exit_code":0', b'"exit_code":1')
     if tamper != "two finished":
@@ -668,11 +673,11 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
     # the file's `finished` record takes the run id of the file before's, in a log sealed again
     else:
         drafts = [
-            {k: v for k, v in r.fields.items() if k not in ("seq", "prev", "hash")}
+            {k: v for k, v in r.as_json().items() if k not in ("seq", "prev", "hash")}
             for r in audit.read_all(repo, tip)
         ]
         drafts[2 * number - 1]["run_id"] = f"run-{number - 2}"
-        sealed = audit.seal(drafts, after_seq=0, after_hash=audit.GENESIS)
+        sealed = audit.seal(drafts, after_seq=0, after_hash=GENESIS)
         files = audit.append(repo, None, audit.read_tail(repo, None), sealed)
         bad = repo.write_commit(
             parent=tip, files=files, message="tamper\n", author=("t", "t@x"), signing=None

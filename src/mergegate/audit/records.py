@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
@@ -460,6 +460,24 @@ def _names(kind: type[Record]) -> frozenset[str]:
     """The members `kind` types, and `event`."""
     _specs(kind)
     return _NAMES[kind]
+
+
+# Members every draft writes, null or not: the revision it is about (and its runner and time,
+# which are never None).
+_ALWAYS = frozenset({"job", "path", "blob", "commit", "runner", "time"})
+
+
+def draft(record: R, *, null: Iterable[str] = ()) -> R:
+    """`record` as the runner writes it: no place in the chain yet (no seq, prev or hash: `sealed`
+    gives it one), and without the members it leaves at None, but for those named in `null` and
+    the revision's own, which are written as JSON null."""
+    written_null = frozenset(null) | _ALWAYS
+    left = [
+        name
+        for name, _, _ in _specs(type(record))
+        if name not in written_null and getattr(record, name) is None
+    ]
+    return replace(record, absent=frozenset({"seq", "prev", "hash", *left}))
 
 
 def parse(value: Mapping[str, object]) -> Record:

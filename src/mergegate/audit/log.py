@@ -33,19 +33,17 @@ except ImportError:  # pragma: no cover
 from mergegate import clock
 from mergegate.audit.records import (
     EVENTS,
+    GENESIS,
+    OpenCommit,
+    Record,
     Scanned,
     Started,
     body_hash,
     canonical,
+    parse,
+    parse_time,
     seq_of,
 )
-
-# The names runner/one_pass.py and runner/plan.py read from here until they are converted (issue
-# 21, step 3: they are being split meanwhile); everything else imports them from audit.records.
-from mergegate.audit.records import GENESIS as GENESIS
-from mergegate.audit.records import Record as Record
-from mergegate.audit.records import parse as parse
-from mergegate.audit.records import parse_time as parse_time
 from mergegate.errors import IntegrityError
 from mergegate.git.repo import Repo
 
@@ -82,9 +80,11 @@ def draft(
     path: str | None = None,
     blob: str | None = None,
     commit: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A record before it has a place in the chain (no seq, prev or hash yet)."""
+    **extra: object,
+) -> dict[str, object]:
+    """A record before it has a place in the chain, as its JSON object: for records made from
+    their members (tests, benchmarks, forged records; `seal` reads it as a runner's). The runner
+    drafts typed records (records.draft)."""
     assert event in EVENTS
     return {
         "event": event,
@@ -844,38 +844,41 @@ def read_evidence(repo: Repo, commit: str | None, sha256: str) -> bytes:
 
 
 # -- the unapproved map, recorded once by reference -------------------------------
-def unapproved_fields(files: Mapping[str, str]) -> tuple[dict[str, Any], EvidenceFile | None]:
-    """A `scanned` record's reference to the unapproved map, and the evidence file holding it.
+def unapproved_ref(files: Mapping[str, str]) -> tuple[int, str | None, EvidenceFile | None]:
+    """A `scanned` record's reference to the unapproved map (its `unapproved_count` and
+    `unapproved_file`), and the evidence file holding it.
 
     The map can hold every file of an unsigned push (thousands), so a record
     carries only its count and hash; the same map is the same file, written once.
     """
     if not files:
-        return {"unapproved_count": 0, "unapproved_file": None}, None
+        return 0, None, None
     held = evidence({"kind": "unapproved", "files": dict(sorted(files.items()))})
-    return {"unapproved_count": len(files), "unapproved_file": held.sha256}, held
+    return len(files), held.sha256, held
 
 
-def read_unapproved(repo: Repo, commit: str | None, record: Record) -> dict[str, str]:
-    """The unapproved map a `scanned` record refers to (an `unapproved_file` that is no hash, or
-    any record but `scanned` naming one, is refused as a reference to nothing)."""
-    named = record.unapproved_file if isinstance(record, Scanned) else None
-    digest: object = record.extra.get("unapproved_file", named)
+def read_unapproved(
+    repo: Repo, commit: str | None, record: Scanned, entry: OpenCommit | None = None
+) -> dict[str, str]:
+    """The unapproved map a `scanned` record refers to, or the one an entry of its `open` list
+    does (an `unapproved_file` that is no hash is read as written, and refused)."""
+    digest: object
+    count: object
+    if entry is not None:
+        digest, count = entry.unapproved_file, entry.unapproved_count
+    else:
+        digest, count = record.written("unapproved_file"), record.written("unapproved_count")
     if not digest:
         return {}
     try:
         value = json.loads(read_evidence(repo, commit, str(digest)))
         files = value["files"]
-        if (
-            value.get("kind") != "unapproved"
-            or not isinstance(files, dict)
-            or len(files) != record.written("unapproved_count")
-        ):
+        if value.get("kind") != "unapproved" or not isinstance(files, dict) or len(files) != count:
             raise ValueError(digest)
     except (ValueError, KeyError, TypeError):
         raise IntegrityError(
             f"seq {record.seq}: its unapproved_file {str(digest)[:12]} is not an unapproved map "
-            f"of {record.written('unapproved_count')} paths",
+            f"of {count} paths",
             file=f"{EVIDENCE_DIR}{digest}.json",
         ) from None
     return {str(k): str(v) for k, v in files.items()}

@@ -247,31 +247,6 @@ class Record:
             return None
         return self.event if name == "event" else _as_json(getattr(self, name))
 
-    # -- the compatibility reading, for callers not converted yet ---------------------------
-    @property
-    def fields(self) -> Mapping[str, Any]:
-        return self.as_json()
-
-    def __getitem__(self, key: str) -> Any:
-        found = self.get(key, _MISSING)
-        if found is _MISSING:
-            raise KeyError(key)
-        return found
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in self.extra:
-            return self.extra[key]
-        if key in self.absent:
-            return default
-        if key == "event":
-            return self.event
-        if key in _names(type(self)):
-            return _as_json(getattr(self, key))
-        return default
-
-    def __contains__(self, key: str) -> bool:
-        return self.get(key, _MISSING) is not _MISSING
-
 
 _MISSING: Any = object()
 

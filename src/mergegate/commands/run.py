@@ -469,7 +469,7 @@ def dry_pass(
                 "dry_run": True,
                 "tip": preview.tip,
                 "jobs": [j.as_json() for j in preview.jobs],
-                "records": [dict(r) for r in preview.records],
+                "records": [r.as_json() for r in preview.records],
                 "policy_changes": changes,
             }
         )
@@ -482,7 +482,7 @@ def dry_pass(
             f"{output.state(j.status, 12)} {j.job or j.path}  ({j.commit[:7]}): "
             f"{output.brief(what)}"
         )
-    events = [str(r.get("event")) for r in preview.records]
+    events = [r.event for r in preview.records]
     counts = ", ".join(f"{events.count(e)} {e}" for e in dict.fromkeys(events))
     output.line(f"would record: {counts}" if events else "nothing to run or record")
     output.line("dry run: nothing was written or pushed")

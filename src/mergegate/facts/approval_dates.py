@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record
 from mergegate.facts.assessor import Assessor
 from mergegate.git.repo import Repo
 from mergegate.rules.model import Decision
@@ -22,7 +23,7 @@ class ApprovalDates:
 
     def __init__(self, repo: Repo, records: str | None, tip: str) -> None:
         self.repo, self.records, self.tip = repo, records, tip
-        self._read: tuple[list[audit.Record], dict[str, int], audit.Appenders] | None = None
+        self._read: tuple[list[Record], dict[str, int], audit.Appenders] | None = None
         self._signer = Assessor(repo)
 
     def approved(self, decision: Decision, before: Policy, now: Policy) -> datetime | None:

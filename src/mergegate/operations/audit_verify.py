@@ -282,7 +282,7 @@ class Unapproved:
     """The first `scanned` record naming each evidence file of unapproved files."""
 
     def __init__(self) -> None:
-        self.first: dict[str, Record] = {}
+        self.first: dict[str, Scanned] = {}
 
     def add(self, record: Record) -> None:
         # As written: a reference that is no hash is checked too, and fails.

@@ -14,10 +14,9 @@ import queue
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from mergegate import clock
-from mergegate.audit import log as audit
+from mergegate.audit.records import Lease, Record, Refusal, Started
 from mergegate.errors import GitError, MergegateError, StateError
 from mergegate.execution import executor
 from mergegate.execution.processes import ProcessId
@@ -25,7 +24,7 @@ from mergegate.execution.shutdown import Shutdown
 from mergegate.rules.eligibility import Runnable
 from mergegate.rules.model import Decision
 from mergegate.runner.claims import BatchSize, Book, holder, jump
-from mergegate.runner.drafting import Drafts, job_id, votes
+from mergegate.runner.drafting import Drafts, job_id
 from mergegate.runner.launch import (
     Flight,
     Landed,
@@ -63,7 +62,7 @@ class ClaimLoop:
         launcher: Launcher,
         # Push drafts (with the evidence files they name); with claims, what was dropped and why.
         publish: Callable[
-            [list[dict[str, Any]], Mapping[Key, tuple[Decision, int]] | None],
+            [list[Record], Mapping[Key, tuple[Decision, int]] | None],
             dict[Key, tuple[str, str]],
         ],
     ) -> None:
@@ -76,7 +75,7 @@ class ClaimLoop:
         self.launcher = launcher
         self.publish = publish
         self.outcomes: list[Outcome] = []
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[Record] = []
         self.queue: list[Runnable] = []
         self.keys: set[tuple[str, str]] = set()  # (path, blob) of the jobs the pass claims
         self.batch: list[Flight] = []  # prepared (exported), not claimed yet
@@ -89,8 +88,8 @@ class ClaimLoop:
         self.slots = Slots(self.parallel)
 
     def run(
-        self, runnable: list[Runnable], pending: list[dict[str, Any]]
-    ) -> tuple[list[Outcome], list[dict[str, Any]]]:
+        self, runnable: list[Runnable], pending: list[Record]
+    ) -> tuple[list[Outcome], list[Record]]:
         """Claim and run `runnable` (in this runner's order, claims.spread), up to `parallel` at a
         time, pushing `pending` with the first claims."""
         self.queue = list(runnable)
@@ -153,13 +152,8 @@ class ClaimLoop:
             self.launcher.start(flight, self.done, self.me, self.slots)
 
     def _never_started(self, flight: Flight, reason: str) -> None:
-        finished = self.drafts.draft(
-            "finished",
-            flight.decision,
-            run_id=flight.run_id,
-            status="interrupted",
-            exit_code=None,
-            reason=reason,
+        finished = self.drafts.closed(
+            flight.decision, run_id=flight.run_id, status="interrupted", reason=reason
         )
         self.spool.put(SpoolEntry(finished, None, self.me, done=True))
         self.pending.append(finished)
@@ -280,30 +274,26 @@ class ClaimLoop:
             )
         return claimed
 
-    def _started(self, flight: Flight, wait: float) -> dict[str, Any]:
+    def _started(self, flight: Flight, wait: float) -> Started:
         """The claim: the `started` draft of a prepared job."""
         decision, policy, job = flight.decision, flight.policy, flight.decision.job
         assert job is not None
-        return self.drafts.draft(
-            "started",
+        return self.drafts.claim(
             decision,
             run_id=flight.run_id,
-            command=list(job.command),
+            command=tuple(job.command),
             cwd=job.cwd,
             sandbox=policy.sandbox,
-            rule=decision.rule.describe() if decision.rule else None,
             policy_commit=policy.commit,
-            self_approved=decision.self_approved,
             limits=limit_fields(flight.limits),
             resolved_program=flight.program,
             lease=self._lease(flight.limits, wait),
             attempt=flight.attempt,
-            **({"runs_on": list(job.runs_on)} if job.runs_on else {}),
-            **({"windows": list(flight.windows)} if flight.windows else {}),
-            **votes(decision),
+            runs_on=tuple(job.runs_on),
+            windows=tuple(flight.windows),
         )
 
-    def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> dict[str, str]:
+    def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> Lease:
         """Who holds the claim and until when: past `until` with no result, any runner closes it as
         `lost`.
         (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
@@ -315,10 +305,7 @@ class ClaimLoop:
             + LEASE_SLACK_SECONDS
         )
         until = clock.now() + timedelta(seconds=seconds)
-        return {
-            "holder": self.runner_name,
-            "until": until.isoformat().replace("+00:00", "Z"),
-        }
+        return Lease(self.runner_name, until.isoformat().replace("+00:00", "Z"))
 
     def _vetoed_since_claimed(self, flight: Flight) -> str | None:
         """Why a job claimed ahead of a free slot must not start now: a veto merged while it waited.
@@ -341,7 +328,7 @@ class ClaimLoop:
         untaken = sum(1 for item in self.queue if self._taken(item) is None)
         return untaken, len(self.pub.book.runners(self.keys) | {self.runner_name})
 
-    def _taken(self, item: Runnable) -> audit.Record | None:
+    def _taken(self, item: Runnable) -> Started | Refusal | None:
         """Another runner's claim (or refusal) of this item, as of the last look at the audit
         branch."""
         decision = item.decision
@@ -366,11 +353,7 @@ def claimed_before(
         if not decision.runnable or (decision.path, decision.commit) in told:
             continue
         record = book.claimed(decision.path, decision.blob)
-        if (
-            record is None
-            or record.get("commit") != decision.commit
-            or record.get("runner") == runner_name
-        ):
+        if record is None or record.commit != decision.commit or record.runner == runner_name:
             continue
         told.add((decision.path, decision.commit))
         # The reason is the one a lost race gives, exactly (`claimed by <runner>`): one status,

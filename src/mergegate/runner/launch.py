@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from mergegate import clock
+from mergegate.audit.records import Finished, Rejected, Vetoed
 from mergegate.errors import Denied
 from mergegate.execution import executor
 from mergegate.execution.processes import ProcessId, Watchdog
@@ -36,12 +36,12 @@ from mergegate.rules.eligibility import iso_up, retriable
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
-from mergegate.runner.drafting import ORPHANED, Drafts, votes
+from mergegate.runner.drafting import ORPHANED, Drafts
 from mergegate.runner.results import Outcome
 from mergegate.runner.spool import Spool, SpoolEntry
 
 # What a job's thread hands back: the flight, its `finished` draft, its outcome, its seconds.
-Landed = tuple["Flight", dict[str, Any], Outcome, float]
+Landed = tuple["Flight", Finished, Outcome, float]
 
 
 def _not_exported(path: str) -> bool:
@@ -60,7 +60,7 @@ class Flight:
     request: executor.ExecRequest
     tmp: Path
     program: str
-    provisional: dict[str, Any]  # the spool's "runner stopped" result until the real one
+    provisional: Finished  # the spool's "runner stopped" result until the real one
     attempt: int = 1  # which attempt of the revision this run is (retries)
     folders: tuple[
         tuple[str, int], ...
@@ -133,16 +133,14 @@ class Launcher:
 
     def prepare(
         self, decision: Decision, policy: Policy, attempt: int
-    ) -> Flight | tuple[Outcome, dict[str, Any]]:
+    ) -> Flight | tuple[Outcome, Rejected | Vetoed]:
         """Everything that can refuse the job, checked before it is claimed (a refusal is final)."""
         job = decision.job
         assert job is not None
         run_id = uuid.uuid4().hex
         limits = job_limits(policy, job.timeout_seconds)
         tmp = Path(tempfile.mkdtemp(prefix="mergegate-job-"))
-        provisional = self.drafts.draft(
-            "finished", decision, run_id=run_id, status="lost", exit_code=None, reason=ORPHANED
-        )
+        provisional = self.drafts.closed(decision, run_id=run_id, status="lost", reason=ORPHANED)
         me = self.me
         held: list[tuple[str, int]] = []
 
@@ -169,7 +167,7 @@ class Launcher:
             reason = f"denied before start: {exc.message}"
             return (
                 Outcome(job.id, job.path, decision.commit, "rejected", reason),
-                self.drafts.draft("rejected", decision, reason=reason, **votes(decision)),
+                self.drafts.refusal("rejected", decision, reason),
             )
         except BaseException:  # the export failed (a full TMPDIR), a signal: nothing will use it
             discard(tmp)
@@ -210,13 +208,8 @@ class Launcher:
                     f"the runner failed while running the job ({type(exc).__name__}: {exc}); "
                     "it is not run again"
                 )
-                finished = self.drafts.draft(
-                    "finished",
-                    decision,
-                    run_id=flight.run_id,
-                    status="lost",
-                    exit_code=None,
-                    reason=reason,
+                finished = self.drafts.closed(
+                    decision, run_id=flight.run_id, status="lost", reason=reason
                 )
                 outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
             finally:
@@ -238,7 +231,7 @@ class Launcher:
 
     def _execute(
         self, decision: Decision, run_id: str, request: executor.ExecRequest
-    ) -> tuple[dict[str, Any], Outcome]:
+    ) -> tuple[Finished, Outcome]:
         """Run, and keep what it said (bounded and redacted) for the finished record."""
         job = decision.job
         assert job is not None
@@ -246,34 +239,9 @@ class Launcher:
             result = executor.run(request)
         except Denied as exc:
             reason = f"denied before start: {exc.message}"
-            finished = self.drafts.draft(
-                "finished", decision, run_id=run_id, status="failed", exit_code=None, reason=reason
-            )
+            finished = self.drafts.closed(decision, run_id=run_id, status="failed", reason=reason)
             return finished, Outcome(job.id, job.path, decision.commit, "failed", reason, run_id)
-        fields: dict[str, Any] = {
-            "run_id": run_id,
-            "status": result.status,
-            "exit_code": result.exit_code,
-            "signal": result.signal,
-            "duration_ms": result.duration_ms,
-            "reason": result.reason,
-            "resolved_program": result.resolved_program,
-            "sandbox": result.sandbox,
-            "limits_applied": dict(result.limits_applied),
-        }
-        for name, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
-            fields.update(
-                {
-                    f"{name}_tail": stream.tail,
-                    f"{name}_bytes": stream.bytes,
-                    f"{name}_sha256": stream.sha256,
-                }
-            )
-            if stream.file is not None:
-                fields.update(
-                    {f"{name}_file": stream.file, f"{name}_file_sha256": stream.file_sha256}
-                )
-        return self.drafts.draft("finished", decision, **fields), Outcome(
+        return self.drafts.result(decision, run_id, result), Outcome(
             job.id, job.path, decision.commit, result.status, result.reason, run_id
         )
 
@@ -393,5 +361,5 @@ def job_limits(policy: Policy, timeout: int | None) -> executor.ProcessLimits:
     )
 
 
-def limit_fields(limits: executor.ProcessLimits) -> dict[str, Any]:
+def limit_fields(limits: executor.ProcessLimits) -> dict[str, int | float]:
     return {k: v for k, v in vars(limits).items() if v is not None}

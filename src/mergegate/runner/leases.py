@@ -20,13 +20,13 @@ from typing import Any
 
 from mergegate.audit import grep as loggrep
 from mergegate.audit import log as audit
-from mergegate.audit.records import Record, Started, parse_time
+from mergegate.audit.records import Started, parse_time
 from mergegate.git.repo import Repo
 
 _PAIR = re.compile(rb'"event":"(started|finished)"|"run_id":"([0-9a-f]{1,64})"')
 
 
-def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list[Record]:
+def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list[Started]:
     """`started` records at `records` with no `finished` for their run id."""
     if records is None:
         return []
@@ -43,7 +43,7 @@ def open_runs(repo: Repo, records: str | None, *, remember: bool = True) -> list
         load=_Runs.load,
         remember=remember,
     )
-    found: list[Record] = []
+    found: list[Started] = []
     for run_id in sorted(runs.started - runs.finished):
         found += [
             r
@@ -95,18 +95,17 @@ def _pairs(runs: _Runs, lines: list[bytes]) -> _Runs:
     return runs
 
 
-def until(record: Record) -> datetime | None:
+def until(record: Started) -> datetime | None:
     """When a `started` record's lease ends (None: it has none, or no time)."""
-    lease = record.lease if isinstance(record, Started) else None
-    return parse_time(lease.until) if lease is not None else None
+    return parse_time(record.lease.until) if record.lease is not None else None
 
 
-def expired(repo: Repo, records: str | None, now: datetime) -> list[Record]:
+def expired(repo: Repo, records: str | None, now: datetime) -> list[Started]:
     """Open runs whose lease ran out before `now` (records without a lease never expire)."""
     return ended(open_runs(repo, records), now)
 
 
-def ended(runs: Sequence[Record], now: datetime) -> list[Record]:
+def ended(runs: Sequence[Started], now: datetime) -> list[Started]:
     """Those of open `runs` whose lease ran out before `now`."""
     return [
         record

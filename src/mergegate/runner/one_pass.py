@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from mergegate import clock
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record, Started
 from mergegate.audit.tail import LogEnd
 from mergegate.crypto.signatures import ssh_blob, ssh_fingerprint, ssh_key_file_blob
 from mergegate.errors import UsageError
@@ -47,7 +47,7 @@ from mergegate.rules.policy import Policy
 from mergegate.runner import idle, leases
 from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
-from mergegate.runner.drafting import Drafts, job_id, policy_changes, votes
+from mergegate.runner.drafting import Drafts, job_id, policy_changes
 from mergegate.runner.gate import Gate, check_new_records, read_gate
 from mergegate.runner.launch import Launcher, keep
 from mergegate.runner.lock import DEFAULT_WAIT, pass_lock
@@ -195,27 +195,20 @@ class Runner:
         # Results a previous pass could not push come first; their jobs are not orphans,
         # and a job whose process may still run is not closed yet.
         spooled, running = self.spool.recover(self.repo, gate.records, self._me)
-        recovered = {d.get("run_id") for d in spooled} | {e.run_id for e in running}
-        work.orphans = [o for o in work.orphans if o.get("run_id") not in recovered]
-        closing = recovered | {o.get("run_id") for o in work.orphans}
+        recovered = {d.run_id for d in spooled} | {e.run_id for e in running}
+        work.orphans = [o for o in work.orphans if o.run_id not in recovered]
+        closing = recovered | {o.run_id for o in work.orphans}
         runs = leases.open_runs(self.repo, gate.records)
-        work.expired = [r for r in leases.ended(runs, now) if r.get("run_id") not in closing]
+        work.expired = [r for r in leases.ended(runs, now) if r.run_id not in closing]
         warnings += [self._still_running(entry) for entry in running]
         outcomes = [
-            Outcome(
-                d.get("job"),
-                str(d.get("path")),
-                str(d.get("commit")),
-                str(d.get("status")),
-                d.get("reason"),
-                d.get("run_id"),
-            )
+            Outcome(d.job, str(d.path), str(d.commit), str(d.status), d.reason, d.run_id)
             for d in spooled
         ]
         warnings += _newly_unapproved(work)
         # `run --job PATH` claims and runs that one revision and records nothing else (the sweep
         # pass does).
-        pending = (
+        pending: list[Record] = (
             [*spooled, *self._drafts.bookkeeping(work, outcomes)]
             if self.options.job is None
             else [*spooled]
@@ -278,7 +271,7 @@ class Runner:
     def _still_running(self, entry: SpoolEntry) -> str:
         where = f" as pid {entry.job.pid}" if entry.job else ""
         return (
-            f"{entry.record.get('path')} (run {entry.run_id}) may still be running{where}, "
+            f"{entry.record.path} (run {entry.run_id}) may still be running{where}, "
             "from a runner "
             f"that stopped; it is closed once its process is gone ({self.spool.path})"
         )
@@ -302,11 +295,11 @@ class Runner:
             book,
             vetoes=lambda: self._vetoes.of(work),
             more_vetoes=lambda spec: self._vetoes.more(work, spec),
-            vetoed_draft=lambda event, d, why: self._drafts.draft(event, d, reason=why, **votes(d)),
+            vetoed_draft=self._drafts.refusal,
         )
 
     def _refuse(
-        self, work: Plan, pending: list[dict[str, Any]], outcomes: list[Outcome]
+        self, work: Plan, pending: list[Record], outcomes: list[Outcome]
     ) -> tuple[list[Runnable], dict[tuple[str, str, str], str]]:
         """Record what planning refused and what a veto stops; the rest is this pass's to claim.
         Also returns what the pass did with each runnable item (for `open`)."""
@@ -315,9 +308,7 @@ class Runner:
         done: dict[tuple[str, str, str], str] = {}
         for refused in work.refused if only is None else ():
             decision = refused.decision
-            pending.append(
-                self._drafts.draft("rejected", decision, reason=refused.reason, **votes(decision))
-            )
+            pending.append(self._drafts.refusal("rejected", decision, refused.reason))
             outcomes.append(
                 Outcome(
                     job_id(decision), decision.path, decision.commit, "rejected", refused.reason
@@ -330,9 +321,7 @@ class Runner:
             refusal = self._vetoes.refusal(decision, work)
             if refusal is not None:
                 event, reason = refusal
-                pending.append(
-                    self._drafts.draft(event, decision, reason=reason, **votes(decision))
-                )
+                pending.append(self._drafts.refusal(event, decision, reason))
                 outcomes.append(
                     Outcome(job_id(decision), decision.path, decision.commit, event, reason)
                 )
@@ -342,36 +331,17 @@ class Runner:
         return runnable, done
 
     def _scanned(
-        self, work: Plan, done: dict[tuple[str, str, str], str], pending: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self, work: Plan, done: dict[tuple[str, str, str], str], pending: list[Record]
+    ) -> list[Record]:
         """The pass's `scanned` record, when it walked new commits or the open list changed."""
         still, files = open_after(work, done)
         if self.options.job is not None or not (
             work.new_commits or still != list(work.open_before)
         ):
             return []
-        # The unapproved map can hold thousands of paths: it goes into an
-        # evidence file (written once per distinct map), the record names it.
-        # `open` lists commits whose jobs may still need a runner: the next pass judges them
-        # again.
-        fields, held = audit.unapproved_fields(work.unapproved)
-        if held is not None:
-            self._drafts.files[held.path] = held.data
+        # `open` lists commits whose jobs may still need a runner: the next pass judges them again.
         self._drafts.files.update(files)
-        return [
-            audit.draft(
-                "scanned",
-                runner=self.options.runner_name,
-                commit=work.tip,
-                start=work.start,
-                judged=self._drafts.judged,
-                policy_commit=work.policy.commit,
-                commits=len(work.assessments),
-                open=still,
-                **fields,
-                **self._drafts.walked_evidence(work, pending),
-            )
-        ]
+        return [self._drafts.scanned(work, still=still, pending=pending)]
 
     def quiet_key(self) -> str:
         """What the pass decides by besides the two refs and the time (idle.py): the same key,
@@ -386,7 +356,7 @@ class Runner:
         )
 
     def _remember_quiet(
-        self, gate: Gate, work: Plan, runs: list[audit.Record], outcomes: list[Outcome]
+        self, gate: Gate, work: Plan, runs: list[Started], outcomes: list[Outcome]
     ) -> None:
         """A pass that ended settled leaves its memory, so that the next `run --once` with nothing
         new costs one `ls-remote` (idle.py), also right after a pass that ran jobs.
@@ -543,7 +513,7 @@ class Runner:
 
     def _publish(
         self,
-        drafts: list[dict[str, Any]],
+        drafts: list[Record],
         claims: Mapping[Key, tuple[Decision, int]] | None = None,
     ) -> dict[Key, tuple[str, str]]:
         """Push drafts (publisher.py), with the evidence files they name."""
@@ -554,7 +524,7 @@ class Runner:
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
 
 
-def _due(work: Plan, runs: list[audit.Record]) -> datetime | None:
+def _due(work: Plan, runs: list[Started]) -> datetime | None:
     """When time-based work falls due: a retry's backoff ending, another runner's lease running out
     (its job is then closed as lost), whichever is first."""
     dues = [q.due for q in work.queued if q.due is not None] + [

@@ -14,12 +14,11 @@ pending commit, however long the outage.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mergegate.audit import log as audit
-from mergegate.audit.records import Record
+from mergegate.audit.records import Record, Started
 from mergegate.git.repo import Repo
 
 PREFIX = "refs/mergegate/pending/"
@@ -55,18 +54,18 @@ class Pending:
         return self._known[self.ref]
 
     def reusable(
-        self, parent: str | None, last_seq: int, drafts: Sequence[Mapping[str, Any]]
+        self, parent: str | None, last_seq: int, drafts: Sequence[Record]
     ) -> tuple[str, list[Record]] | None:
         """The pending commit and its new records, if pushing it says what `drafts` would on
         `parent`."""
         sha = self.get()
-        if sha is None or any(d.get("event") == "started" for d in drafts):
+        if sha is None or any(isinstance(d, Started) for d in drafts):
             return None
         commit = self.repo.commit(sha)
         if commit.parents != ((parent,) if parent is not None else ()):
             return None
         records = new_records(self.repo, sha, last_seq)
-        if [_same(r.as_json()) for r in records] != [_same(d) for d in drafts]:
+        if [_same(r) for r in records] != [_same(d) for d in drafts]:
             return None
         return sha, records
 
@@ -104,5 +103,5 @@ def new_records(repo: Repo, sha: str, last_seq: int) -> list[Record]:
     return found
 
 
-def _same(record: Mapping[str, object]) -> dict[str, object]:
-    return {k: v for k, v in record.items() if k not in _VOLATILE}
+def _same(record: Record) -> dict[str, object]:
+    return {k: v for k, v in record.as_json().items() if k not in _VOLATILE}

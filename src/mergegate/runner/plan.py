@@ -13,6 +13,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from mergegate.audit import log as audit
+from mergegate.audit.records import (
+    Finished,
+    OpenCommit,
+    PolicyChange,
+    Record,
+    Refusal,
+    Started,
+)
 from mergegate.errors import IntegrityError, NotYet
 from mergegate.facts.approval_dates import ApprovalDates
 from mergegate.facts.assessor import Assessor
@@ -104,11 +112,9 @@ class Plan:
     assessments: list[Assessment] = field(default_factory=list)
     vetoes: list[Veto] = field(default_factory=list)
     handled: dict[tuple[str | None, str | None, str | None], str] = field(default_factory=dict)
-    orphans: list[audit.Record] = field(default_factory=list)
-    expired: list[audit.Record] = field(
-        default_factory=list
-    )  # any runner's claims whose lease ran out
-    handled_policy: list[audit.Record] = field(default_factory=list)
+    orphans: list[Started] = field(default_factory=list)
+    expired: list[Started] = field(default_factory=list)  # any runner's claims whose lease ran out
+    handled_policy: list[PolicyChange] = field(default_factory=list)
     unapproved: dict[str, str] = field(default_factory=dict)
     all_vetoes: dict[tuple[str, str], Veto] | None = None
     new_commits: int = 0
@@ -126,14 +132,14 @@ class Plan:
     reopened: list[str] = field(
         default_factory=list
     )  # earlier commits judged again: they still had open jobs
-    open_before: tuple[dict[str, object], ...] = ()  # the last scanned record's `open` list
-    carried: list[dict[str, object]] = field(
+    open_before: tuple[OpenCommit, ...] = ()  # the last scanned record's `open` list
+    carried: list[OpenCommit] = field(
         default_factory=list
     )  # open entries not judged this pass (evidence not there)
     before: dict[str, dict[str, str]] = field(
         default_factory=dict
     )  # commit -> the unapproved map before it
-    revisions: list[audit.Record] = field(
+    revisions: list[Record] = field(
         default_factory=list
     )  # every record naming a decided blob (one grep; the claim book's start)
 
@@ -166,7 +172,7 @@ def plan(
     # 1. Resume after the last scanned commit, which must still be in the history.
     start, unapproved = root, {}
     if tail.scanned is not None:
-        scanned = str(tail.scanned["commit"])
+        scanned = str(tail.scanned.commit)
         if repo.rev(scanned) is None or not repo.is_ancestor(scanned, tip):
             raise IntegrityError(
                 f"the audit says commit {scanned[:12]} was processed, but it is not an ancestor of "
@@ -231,18 +237,16 @@ def plan(
     if remember:  # `run --dry-run` writes nothing, not even this clone's memory of judging times
         remember_judged(repo, [a.commit for a in result.assessments if a.policy_changed], at)
     # 4. What a previous pass that stopped midway already recorded is not done again.
-    finished = {r.get("run_id") for r in tail.since_scanned if r.event == "finished"}
+    finished = {r.run_id for r in tail.since_scanned if isinstance(r, Finished)}
     for record in tail.since_scanned:
-        if record.event in ("started", "rejected", "vetoed"):
-            result.handled[(record.get("path"), record.get("blob"), record.get("commit"))] = (
-                record.event
-            )
-        if record.event == "policy":
+        if isinstance(record, Started | Refusal):
+            result.handled[(record.path, record.blob, record.commit)] = record.event
+        if isinstance(record, PolicyChange):
             result.handled_policy.append(record)
         if (
-            record.event == "started"
-            and record.get("run_id") not in finished
-            and record.get("runner") == runner_name
+            isinstance(record, Started)
+            and record.run_id not in finished
+            and record.runner == runner_name
         ):
             result.orphans.append(record)
     # 5. Commits with jobs still open, judged again, then what every revision may do now.
@@ -268,24 +272,25 @@ def _reopen(
     Trust stays with the history: the record only says which commits to look at
     again, and each must be on approved's first-parent line after the trust root.
     """
-    entries = tail.scanned.get("open") if tail.scanned is not None else None
-    if not isinstance(entries, list) or not entries:
+    scanned = tail.scanned
+    if scanned is None:
         return []
-    assert tail.scanned is not None
-    result.open_before = tuple(e for e in entries if isinstance(e, dict))
+    if "open" in scanned.extra:
+        # (a runner writes each entry as {commit, unapproved_count, unapproved_file}, nothing else)
+        raise IntegrityError(
+            f"seq {scanned.seq}: the scanned record's open list is not a list of open commits"
+        )
+    if not scanned.open_commits:
+        return []
+    result.open_before = scanned.open_commits
     line = set(repo.first_parent_chain(root, result.start))
     assessor = Assessor(repo, reviews=reviews)
     judge = Assessor(repo)
     policy_at = policy_lookup(repo, lambda: judge, at=at, root=root, records=records)
     found: list[tuple[Decision, Policy, dict[str, str] | None]] = []
     for entry in result.open_before:
-        sha = entry.get("commit")
-        if (
-            isinstance(sha, str)
-            and sha not in line
-            and repo.rev(sha) is not None
-            and repo.is_ancestor(sha, root)
-        ):
+        sha = entry.commit
+        if sha not in line and repo.rev(sha) is not None and repo.is_ancestor(sha, root):
             # On approved before a trust root pinned since: that root is where judging starts now.
             repo.warnings.append(
                 f"{sha[:12]} is before the trust root {root[:12]}: the jobs of it that were still "
@@ -293,13 +298,13 @@ def _reopen(
                 "(waiting for a runner, or for a retry) are not judged again"
             )
             continue
-        if not isinstance(sha, str) or sha not in line:
+        if sha not in line:
             raise IntegrityError(
-                f"seq {tail.scanned.seq}: the scanned record lists {str(sha)[:12]} as open, but it "
+                f"seq {scanned.seq}: the scanned record lists {sha[:12]} as open, but it "
                 "is not "
                 f"on the first-parent history of approved after the trust root {root[:12]}"
             )
-        unapproved = _open_unapproved(repo, records, tail.scanned, entry)
+        unapproved = audit.read_unapproved(repo, records, scanned, entry)
         parent = repo.commit(sha).parents[0]
         policy = policy_at(parent)
         try:
@@ -313,18 +318,6 @@ def _reopen(
         result.before[sha] = unapproved
         found.extend((d, policy, unapproved) for d in assessment.decisions)
     return found
-
-
-def _open_unapproved(
-    repo: Repo, records: str | None, scanned: audit.Record, entry: dict[str, object]
-) -> dict[str, str]:
-    """The unapproved map before an open commit, from the evidence file its entry names."""
-    fields = {
-        **scanned.fields,
-        "unapproved_file": entry.get("unapproved_file"),
-        "unapproved_count": entry.get("unapproved_count"),
-    }
-    return audit.read_unapproved(repo, records, audit.parse(fields))
 
 
 def _sort(
@@ -405,7 +398,7 @@ def _sort(
 
 def open_after(
     work: Plan, outcomes: dict[tuple[str, str, str], str]
-) -> tuple[list[dict[str, object]], dict[str, bytes]]:
+) -> tuple[list[OpenCommit], dict[str, bytes]]:
     """The `open` list of this pass's `scanned` record, and the evidence files it names.
 
     `outcomes` maps (path, blob, commit) to what this pass did with a runnable
@@ -417,13 +410,13 @@ def open_after(
         key = (item.decision.path, item.decision.blob, item.decision.commit)
         if item.decision.commit not in commits and still_open(item, outcomes.get(key)):
             commits.append(item.decision.commit)
-    entries: list[dict[str, object]] = list(work.carried)
+    entries: list[OpenCommit] = list(work.carried)
     files: dict[str, bytes] = {}
     for sha in commits:
-        fields, held = audit.unapproved_fields(work.before.get(sha, {}))
+        count, digest, held = audit.unapproved_ref(work.before.get(sha, {}))
         if held is not None:
             files[held.path] = held.data
-        entries.append({"commit": sha, **fields})
+        entries.append(OpenCommit(sha, count, digest))
     return entries, files
 
 

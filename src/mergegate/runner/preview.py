@@ -7,11 +7,9 @@ only a run can say (its result, its lease); nothing is written, pushed or rememb
 
 from __future__ import annotations
 
-from typing import Any
-
-from mergegate.audit import log as audit
+from mergegate.audit.records import Record
 from mergegate.rules.model import Decision
-from mergegate.runner.drafting import Drafts, job_id, policy_changes, votes
+from mergegate.runner.drafting import Drafts, job_id, policy_changes
 from mergegate.runner.plan import Plan
 from mergegate.runner.results import Outcome, Planned, Preview
 from mergegate.runner.vetoes import Vetoes
@@ -30,7 +28,7 @@ def dry_run(
     for refused in work.refused:
         decision = refused.decision
         command = decision.job.command if decision.job is not None else ()
-        pending.append(drafts.draft("rejected", decision, reason=refused.reason, **votes(decision)))
+        pending.append(drafts.refusal("rejected", decision, refused.reason))
         jobs.append(
             Planned(
                 job_id(decision),
@@ -47,7 +45,7 @@ def dry_run(
         command = decision.job.command if decision.job is not None else ()
         if refusal is not None:
             event, reason = refusal
-            pending.append(drafts.draft(event, decision, reason=reason, **votes(decision)))
+            pending.append(drafts.refusal(event, decision, reason))
             would = _WOULD.get(event, f"would record {event}")
             jobs.append(
                 Planned(job_id(decision), decision.path, decision.commit, would, reason, command)
@@ -68,16 +66,7 @@ def dry_run(
             )
         )
     if work.new_commits:
-        pending.append(
-            audit.draft(
-                "scanned",
-                runner=drafts.runner_name,
-                commit=work.tip,
-                start=work.start,
-                policy_commit=work.policy.commit,
-                commits=len(work.assessments),
-            )
-        )
+        pending.append(drafts.scanned(work))
     return Preview(
         tip, tuple(jobs), tuple(pending), tuple(warnings), policy_changes(work), work.waiting
     )
@@ -85,11 +74,9 @@ def dry_run(
 
 def _would_run(
     drafts: Drafts, decision: Decision, command: tuple[str, ...], attempt: int
-) -> list[dict[str, Any]]:
+) -> list[Record]:
     """The claim and the result a run would record (the result's fields unknown yet)."""
     return [
-        drafts.draft(
-            "started", decision, command=list(command), attempt=attempt, **votes(decision)
-        ),
-        drafts.draft("finished", decision),
+        drafts.claim(decision, command=command, attempt=attempt),
+        drafts.would_finish(decision),
     ]

@@ -15,12 +15,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from mergegate import clock
 from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Record, Started
 from mergegate.audit.tail import LogEnd
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.facts import audit_commits as audit_branch
@@ -29,6 +29,7 @@ from mergegate.git.repo import Repo
 from mergegate.git.values import Signing
 from mergegate.rules.eligibility import Standing, late_refusal
 from mergegate.rules.model import Decision, Veto
+from mergegate.runner import leases
 from mergegate.runner.claims import Book, holder
 from mergegate.runner.pending import Pending
 from mergegate.runner.spool import Spool
@@ -67,9 +68,8 @@ class Publisher:
     more_vetoes: Callable[
         [str], None
     ]  # search first-parent commits old..new of approved for vetoes
-    vetoed_draft: Callable[
-        [str, Decision, str], dict[str, Any]
-    ]  # the `vetoed` or `rejected` record for a dropped claim
+    # the `vetoed` or `rejected` record for a dropped claim
+    vetoed_draft: Callable[[str, Decision, str], Record]
     veto_tip: str = ""
     fetched: float = field(default_factory=time.monotonic)  # the last look at both branches
     files: dict[str, bytes] = field(default_factory=dict)  # evidence files the next commit adds
@@ -89,7 +89,7 @@ class Publisher:
 
     def publish(
         self,
-        drafts: list[dict[str, Any]],
+        drafts: list[Record],
         *,
         claims: Mapping[Key, tuple[Decision, int]] | None = None,
     ) -> dict[Key, tuple[str, str]]:
@@ -104,7 +104,7 @@ class Publisher:
         # between
         # them would otherwise spend the few seconds of slack, and the job, started late, outlive
         # its lease.
-        drafted, leases = time.monotonic(), _leases(drafts)
+        drafted, ends = time.monotonic(), _leases(drafts)
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
         tried = (
@@ -113,13 +113,13 @@ class Publisher:
         for attempt in range(MAX_PUSH_ATTEMPTS):
             if attempt:
                 drafts = self._not_closed_yet(drafts)
-            drafts = _later_leases(drafts, leases, time.monotonic() - drafted)
+            drafts = _later_leases(drafts, ends, time.monotonic() - drafted)
             for key, (decision, number) in list(claims.items()):
                 why = self._claim_dropped(decision, number, self.end.commit)
                 if why is not None:
                     dropped[key] = why
                     del claims[key]
-                    drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
+                    drafts = [d for d in drafts if not (isinstance(d, Started) and _key(d) == key)]
                     if why[0] in ("vetoed", "rejected"):
                         drafts.append(self.vetoed_draft(why[0], decision, why[1]))
             if not drafts:
@@ -152,7 +152,7 @@ class Publisher:
                 published = self.branch.publish_records(sha, parent)
             except GitError as exc:
                 self.pending.keep(sha)  # the next attempt pushes it again if it would say the same
-                if any(d["event"] == "finished" for d in drafts):
+                if any(isinstance(d, Finished) for d in drafts):
                     exc.hint = (
                         f"the job's result is kept in {self.spool.path} and pushed by the next run"
                     )
@@ -163,7 +163,7 @@ class Publisher:
                 self.end = after if reuse is None else self.end.advance(self.repo, sha)[0]
                 self.book.add(records)
                 self.files = {}
-                self.spool.drop({d.get("run_id") for d in drafts if d["event"] == "finished"})
+                self.spool.drop({d.run_id for d in drafts if isinstance(d, Finished)})
                 return dropped
             # Refused because the branch moved: this commit can never be pushed; its objects go.
             if reuse is not None:
@@ -193,8 +193,8 @@ class Publisher:
         )
 
     def _one_per_revision(
-        self, drafts: list[dict[str, Any]], claims: dict[Key, tuple[Decision, int]]
-    ) -> tuple[list[dict[str, Any]], dict[Key, tuple[str, str]]]:
+        self, drafts: list[Record], claims: dict[Key, tuple[Decision, int]]
+    ) -> tuple[list[Record], dict[Key, tuple[str, str]]]:
         """At most once within one push too: one claim per revision (planning makes one; this is
         the backstop). Drops the others from `claims`; returns the drafts left and those dropped."""
         dropped: dict[Key, tuple[str, str]] = {}
@@ -203,26 +203,25 @@ class Publisher:
             if key[:2] in held:
                 dropped[key] = ("claimed", f"claimed by {self.runner_name} in the same push")
                 del claims[key]
-                drafts = [d for d in drafts if not (d["event"] == "started" and _key(d) == key)]
+                drafts = [d for d in drafts if not (isinstance(d, Started) and _key(d) == key)]
             held.add(key[:2])
         return drafts, dropped
 
-    def _lease_left(self, drafts: list[dict[str, Any]]) -> float | None:
+    def _lease_left(self, drafts: list[Record]) -> float | None:
         """Seconds until the first lease ends of the runs whose results `drafts` carry (None: no
         result)."""
         ends = []
         for d in drafts:
             started = (
-                self.book.started.get((str(d.get("path")), str(d.get("blob"))))
-                if d["event"] == "finished"
+                self.book.started.get((str(d.path), str(d.blob)))
+                if isinstance(d, Finished)
                 else None
             )
-            lease = (
-                started.get("lease")
-                if started is not None and started.get("run_id") == d.get("run_id")
+            until = (
+                leases.until(started)
+                if started is not None and isinstance(d, Finished) and started.run_id == d.run_id
                 else None
             )
-            until = audit.parse_time(lease.get("until")) if isinstance(lease, dict) else None
             if until is not None:
                 ends.append(until)
         return (min(ends) - clock.now()).total_seconds() if ends else None
@@ -280,21 +279,17 @@ class Publisher:
             self.veto_tip = tip
         self.fetched = time.monotonic()
 
-    def _not_closed_yet(self, drafts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _not_closed_yet(self, drafts: list[Record]) -> list[Record]:
         """Drafts less `finished` ones whose run another runner closed meanwhile (its lease ran
         out): one result per run."""
         keep = []
         for d in drafts:
-            run_id = d.get("run_id")
-            if (
-                d["event"] == "finished"
-                and isinstance(run_id, str)
-                and run_id in self.book.finished
-            ):
+            run_id = d.run_id if isinstance(d, Finished) else None
+            if isinstance(d, Finished) and run_id is not None and run_id in self.book.finished:
                 self.repo.warnings.append(
-                    f"run {run_id} of {d.get('path')} was closed by another runner first (lease "
+                    f"run {run_id} of {d.path} was closed by another runner first (lease "
                     "expired); "
-                    f"its result here ({d.get('status')}) is not recorded"
+                    f"its result here ({d.status}) is not recorded"
                 )
                 self.spool.drop({run_id})
                 continue
@@ -364,47 +359,36 @@ class Publisher:
         self.own_checked = judged
 
 
-def _leases(drafts: list[dict[str, Any]]) -> dict[str, datetime]:
+def _leases(drafts: list[Record]) -> dict[str, datetime]:
     """The lease end of each `started` draft, by run id, as the runner stamped it."""
     found = {}
     for d in drafts:
-        lease = d.get("lease")
-        until = (
-            audit.parse_time(lease.get("until"))
-            if d["event"] == "started" and isinstance(lease, dict)
-            else None
-        )
-        if until is not None and isinstance(d.get("run_id"), str):
-            found[d["run_id"]] = until
+        until = leases.until(d) if isinstance(d, Started) else None
+        if until is not None and isinstance(d, Started) and d.run_id is not None:
+            found[d.run_id] = until
     return found
 
 
-def _later_leases(
-    drafts: list[dict[str, Any]], leases: Mapping[str, datetime], late: float
-) -> list[dict[str, Any]]:
+def _later_leases(drafts: list[Record], ends: Mapping[str, datetime], late: float) -> list[Record]:
     """`drafts` with each claim's lease moved on by `late` seconds (the time since it was
     stamped)."""
     moved = []
     for d in drafts:
-        until = (
-            leases.get(d["run_id"])
-            if d["event"] == "started" and isinstance(d.get("run_id"), str)
-            else None
-        )
-        if until is not None:
+        until = ends.get(d.run_id) if isinstance(d, Started) and d.run_id is not None else None
+        if until is not None and isinstance(d, Started) and d.lease is not None:
             later = (until + timedelta(seconds=late)).isoformat().replace("+00:00", "Z")
-            d = {**d, "lease": {**d["lease"], "until": later}}
+            d = replace(d, lease=replace(d.lease, until=later))
         moved.append(d)
     return moved
 
 
-def _key(draft: Mapping[str, Any]) -> Key:
-    return (str(draft.get("path")), str(draft.get("blob")), str(draft.get("commit")))
+def _key(draft: Record) -> Key:
+    return (str(draft.path), str(draft.blob), str(draft.commit))
 
 
-def _summary(drafts: list[dict[str, Any]], after_seq: int) -> str:
+def _summary(drafts: list[Record], after_seq: int) -> str:
     summary: dict[str, int] = {}
     for draft in drafts:
-        summary[str(draft["event"])] = summary.get(str(draft["event"]), 0) + 1
+        summary[draft.event] = summary.get(draft.event, 0) + 1
     parts = ", ".join(f"{n} {event}" for event, n in summary.items())
     return f"mergegate: audit seq {after_seq + 1}-{after_seq + len(drafts)} ({parts})"

@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from mergegate.audit.records import Record
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Outcome:
         None  # when the next attempt is due, if this one ended retriable with retries left
     )
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "job": self.job,
             "path": self.path,
@@ -73,7 +74,7 @@ class Planned:
     attempt: int | None = None  # would run: which attempt
     runs_on: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "job": self.job,
             "path": self.path,
@@ -91,9 +92,8 @@ class Planned:
 class Preview:
     tip: str
     jobs: tuple[Planned, ...]
-    records: tuple[
-        dict[str, Any], ...
-    ]  # drafts, as the pass would record them (the results are unknown yet)
+    # drafts, as the pass would record them (the results are unknown yet)
+    records: tuple[Record, ...]
     warnings: tuple[str, ...]
     policy_changes: tuple[tuple[str, str, str], ...]
     waiting: tuple[str, str] | None = (

@@ -52,6 +52,7 @@ from typing import Any
 
 from mergegate import clock
 from mergegate.audit import log as audit
+from mergegate.audit.records import Finished, Started, parse
 from mergegate.errors import StateError
 from mergegate.execution.processes import ProcessId
 from mergegate.execution.workspaces import remove_stale
@@ -64,7 +65,7 @@ COMPACT_SLACK = 64  # lines a journal may hold beyond twice its live entries bef
 class SpoolEntry:
     """One job's line in the spool: its `finished` draft and the processes and folders it holds."""
 
-    record: dict[str, Any]  # a `finished` draft
+    record: Finished  # a `finished` draft
     job: ProcessId | None = None
     runner: ProcessId | None = None
     done: bool = False  # the record is the job's real result, not the provisional one
@@ -75,8 +76,7 @@ class SpoolEntry:
 
     @property
     def run_id(self) -> str | None:
-        value = self.record.get("run_id")
-        return value if isinstance(value, str) else None
+        return self.record.run_id
 
     def gone(self) -> bool:
         """Whether nothing of this run can still be running: neither its runner nor its job."""
@@ -90,9 +90,9 @@ class SpoolEntry:
             return False
         return self.job is None or not (self.job.alive() or self.job.group_alive())
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
-            "record": self.record,
+            "record": self.record.as_json(),
             "job": self.job and self.job.as_json(),
             "runner": self.runner and self.runner.as_json(),
             "done": self.done,
@@ -160,7 +160,7 @@ class Spool:
 
     def recover(
         self, repo: Repo, tip: str | None, me: ProcessId | None
-    ) -> tuple[list[dict[str, Any]], list[SpoolEntry]]:
+    ) -> tuple[list[Finished], list[SpoolEntry]]:
         """Finished records a previous pass could not push, and runs that may still be running.
 
         Entries that landed after all (on the audit branch at `tip`), and provisional ones whose
@@ -177,10 +177,10 @@ class Spool:
                 )  # its runner died, and its watchdog with it (else it removed them)
                 entry = replace(entry, folders=())
             said = audit.grep(repo, tip, str(entry.run_id))
-            if any(r.event == "finished" and r.get("run_id") == entry.run_id for r in said):
+            if any(isinstance(r, Finished) and r.run_id == entry.run_id for r in said):
                 continue
             if (
-                not any(r.event == "started" and r.get("run_id") == entry.run_id for r in said)
+                not any(isinstance(r, Started) and r.run_id == entry.run_id for r in said)
                 and not entry.done
             ):
                 continue  # never claimed: nothing to close
@@ -344,12 +344,9 @@ def _parse(line: bytes) -> SpoolEntry | None:
         return None
     if "record" not in value and value.get("event") == "finished":
         value = {"record": value}  # written by 0.1, before entries named processes
-    record = value.get("record")
-    if (
-        not isinstance(record, dict)
-        or record.get("event") != "finished"
-        or not isinstance(record.get("run_id"), str)
-    ):
+    fields = value.get("record")
+    record = parse(fields) if isinstance(fields, dict) else None
+    if not isinstance(record, Finished) or record.run_id is None:
         return None
     done = (
         value.get("done") is True or "runner" not in value

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from mergegate import clock
 from mergegate.audit import log as audit
+from mergegate.audit.records import Record
 from mergegate.crypto.signatures import split_signed_commit
 from mergegate.facts.assessor import VETO_TRAILER, Assessor
 from mergegate.facts.policy_log import policy_lookup
@@ -36,7 +37,7 @@ class WalkedView:
         self.repo, self.root, self.records, self.tip, self.now = repo, root, records, tip, now
         self._policy_at: Callable[[str], Policy] | None = None
         self._line: dict[str, int] = {}
-        self._scanned: list[audit.Record] = []
+        self._scanned: list[Record] = []
         self._appenders: audit.Appenders | None = None
         self._signer = Assessor(repo)
         self._found: dict[

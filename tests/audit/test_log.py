@@ -132,11 +132,10 @@ def test_a_file_beside_audit_is_tampering(tmp_path: Path) -> None:
 def test_the_unapproved_map_is_kept_by_reference_and_checked_on_reading(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     files = {f"vendor/{i}.txt": "c" * 40 for i in range(2000)}
-    fields, held = audit.unapproved_fields(files)
-    assert held is not None and fields == {"unapproved_count": 2000, "unapproved_file": held.sha256}
-    assert (
-        audit.unapproved_fields(dict(reversed(files.items())))[1] == held
-    )  # canonical: one map, one file
+    count, digest, held = audit.unapproved_ref(files)
+    assert held is not None and (count, digest) == (2000, held.sha256)
+    assert audit.unapproved_ref(dict(reversed(files.items())))[2] == held  # one map, one file
+    fields = {"unapproved_count": count, "unapproved_file": digest}
     tip = _append(repo, repo.rev("HEAD"), [audit.draft("scanned", runner="r", **fields)])
     tip = repo.write_commit(
         parent=tip, files={held.path: held.data}, message="x\n", author=("t", "t@x"), signing=None

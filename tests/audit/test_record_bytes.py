@@ -137,6 +137,72 @@ def test_a_real_gates_log_is_written_back_byte_for_byte(world: World, tmp_path: 
     assert any(r.open_commits for r in read if isinstance(r, Scanned))
     assert world.mg("audit", "verify").code == 0
     assert world.mg("verify").code == 0
+    forms = {(r.event, frozenset(r.as_json())) for r in read}
+    assert {
+        (event, members)
+        for event, members in forms
+        if not (event == "started" and "runs_on" in members)
+    } == _FORMS, sorted((e, sorted(m - _CHAIN)) for e, m in forms)
+
+
+# Every form of record a runner writes, as docs/audit-format.md lists their members (a gate that
+# keeps output, whose jobs are approved by signed merges).
+_CHAIN = frozenset({"seq", "prev", "hash", "time", "event", "runner", "job", "path", "blob"})
+_VOTES = frozenset({"approvers", "votes", "requirement", "approval"})
+_FORMS = {
+    (event, _CHAIN | {"commit"} | members)
+    for event, members in (
+        (
+            "started",
+            _VOTES
+            | {
+                "judged", "run_id", "command", "cwd", "sandbox", "rule", "policy_commit",
+                "resolved_program", "self_approved", "limits", "lease", "attempt",
+            },
+        ),
+        (
+            "finished",
+            {
+                "run_id", "status", "exit_code", "signal", "duration_ms", "reason",
+                "resolved_program", "sandbox", "limits_applied",
+                *(f"{s}_{m}" for s in ("stdout", "stderr")
+                  for m in ("tail", "bytes", "sha256", "file", "file_sha256")),
+            },
+        ),
+        ("rejected", _VOTES | {"judged", "reason"}),
+        ("vetoed", _VOTES | {"judged", "reason"}),
+        ("policy", {"judged", "status", "reason", "policy_commit"}),
+        (
+            "scanned",
+            {
+                "judged", "start", "policy_commit", "commits", "unapproved_count",
+                "unapproved_file", "open",
+            },
+        ),
+    )
+}  # fmt: skip
+
+
+def test_a_dry_run_shows_the_drafts_a_pass_would_write(world: World) -> None:
+    """`run --dry-run --json` lists the drafts as the pass would record them, less what only a run
+    says: each with exactly the members it had before records were typed."""
+    _gate(world)
+    world.propose(
+        "jobs",
+        {
+            "jobs/ok.yaml": job_yaml("ok", ["echo", "x"]),
+            "jobs/no.yaml": job_yaml("no", ["rm", "x"]),
+        },
+    )
+    world.signed_merge("jobs")
+    data = world.mg("run", "--dry-run", "--json").json()
+    ids = {"event", "runner", "time", "job", "path", "blob", "commit"}
+    assert [(r["event"], set(r)) for r in data["records"]] == [
+        ("rejected", ids | _VOTES | {"judged", "reason"}),
+        ("started", ids | _VOTES | {"judged", "command", "attempt"}),
+        ("finished", ids),
+        ("scanned", ids | {"start", "policy_commit", "commits"}),
+    ]
 
 
 # The example of docs/audit-format.md: records as a runner wrote them (one pass of `demo`).

@@ -208,23 +208,19 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
 
 
 def test_spool_entry_is_gone_only_when_its_processes_are(tmp_path: Path) -> None:
+    from mergegate.audit.records import Finished
     from mergegate.execution.processes import ProcessId
     from mergegate.runner.spool import SpoolEntry
 
+    record = Finished(run_id="r1")
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         job = ProcessId.of(child.pid)
         assert job is not None
-        entry = SpoolEntry({"event": "finished", "run_id": "r1"}, job, None)
+        entry = SpoolEntry(record, job, None)
         assert not entry.gone()
-        assert not SpoolEntry(
-            {"event": "finished", "run_id": "r1"}, None, ProcessId.of(os.getppid())
-        ).gone()  # its runner lives
-        assert SpoolEntry(
-            {"event": "finished", "run_id": "r1"},
-            ProcessId(job.pid, job.start, "another-boot"),
-            None,
-        ).gone()
+        assert not SpoolEntry(record, None, ProcessId.of(os.getppid())).gone()  # its runner lives
+        assert SpoolEntry(record, ProcessId(job.pid, job.start, "another-boot"), None).gone()
     finally:
         child.kill()
         child.wait()
@@ -457,10 +453,13 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
     rewrite under a lock bounded --parallel); a fresh reader sees exactly what the writer holds."""
     import threading
 
+    from mergegate.audit.records import Finished, parse
     from mergegate.runner.spool import COMPACT_SLACK, Spool, SpoolEntry
 
     def entry(run_id: str, *, done: bool = False, n: int = 0) -> SpoolEntry:
-        return SpoolEntry({"event": "finished", "run_id": run_id, "n": n}, None, None, done=done)
+        record = parse({"event": "finished", "run_id": run_id, "n": n})
+        assert isinstance(record, Finished)
+        return SpoolEntry(record, None, None, done=done)
 
     spool = Spool(tmp_path / "s.jsonl")
     spool.put_many([entry("a"), entry("b")])  # created: an atomic write
@@ -481,7 +480,7 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
     for n in range(3 * COMPACT_SLACK):
         fresh.put(entry("c", n=n))
     assert len(fresh.path.read_bytes().splitlines()) <= 2 * 2 + COMPACT_SLACK + 1
-    assert [(e.run_id, e.record["n"]) for e in Spool(fresh.path).read()] == [
+    assert [(e.run_id, e.record.written("n")) for e in Spool(fresh.path).read()] == [
         ("a", 0),
         ("c", 3 * COMPACT_SLACK - 1),
     ]
@@ -494,7 +493,7 @@ def test_the_spool_is_a_journal_a_change_appends_one_line_and_reading_keeps_each
         thread.start()
     for thread in threads:
         thread.join()
-    assert {e.run_id: e.record["n"] for e in Spool(fresh.path).read()} == {
+    assert {e.run_id: e.record.written("n") for e in Spool(fresh.path).read()} == {
         "a": 0,
         "c": 3 * COMPACT_SLACK - 1,
         **{f"t{k}": 19 for k in range(8)},
@@ -514,19 +513,20 @@ def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state
 import os, resource, signal
 from pathlib import Path
 from mergegate.errors import StateError
-from mergegate.runner.spool import SpoolEntry, Spool
+from mergegate.runner.spool import Spool, SpoolEntry
+from mergegate.audit.records import parse
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 spool = Spool(Path({str(tmp_path / "s.jsonl")!r}))
 record = {{"event": "finished", "run_id": "run-1", "status": "lost"}}
-spool.put_many([SpoolEntry(record, None, None)])
+spool.put_many([SpoolEntry(parse(record), None, None)])
 resource.setrlimit(resource.RLIMIT_FSIZE, (spool.path.stat().st_size + 40, resource.RLIM_INFINITY))
 try:
-    spool.put(SpoolEntry({{**record, "reason": "x" * 200}}, None, None))
+    spool.put(SpoolEntry(parse({{**record, "reason": "x" * 200}}), None, None))
     print("no error")
 except StateError as exc:
     print("error:", exc.message, exc.file)
 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-spool.put(SpoolEntry({{**record, "status": "succeeded"}}, None, None, done=True))
+spool.put(SpoolEntry(parse({{**record, "status": "succeeded"}}), None, None, done=True))
 """
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
@@ -538,16 +538,17 @@ spool.put(SpoolEntry({{**record, "status": "succeeded"}}, None, None, done=True)
     from mergegate.runner.spool import Spool
 
     fresh = Spool(tmp_path / "s.jsonl")
-    assert [(e.run_id, e.record["status"], e.done) for e in fresh.read()] == [
+    assert [(e.run_id, e.record.status, e.done) for e in fresh.read()] == [
         ("run-1", "succeeded", True)
     ]
 
 
 def test_spool_survives_any_bytes(tmp_path: Path) -> None:
+    from mergegate.audit.records import Finished
     from mergegate.runner.spool import Spool, SpoolEntry
 
     spool = Spool(tmp_path / "s.jsonl")
-    good = SpoolEntry({"event": "finished", "run_id": "ok"}, None, None, done=True)
+    good = SpoolEntry(Finished(run_id="ok"), None, None, done=True)
     spool.write([good])
     with open(spool.path, "ab") as f:
         f.write(b"\xff\xfe[1,2]\n{}\n\n" + b'{"record": {"event": "finished"}}\n')

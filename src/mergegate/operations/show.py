@@ -134,7 +134,7 @@ def show(
         reason,
         revisions,
         attempts,
-        _next(state, reason),
+        _next(state, reason, labelled=bool(current and current.runs_on)),
         tip,
         report.warnings,
     )
@@ -211,11 +211,12 @@ def _tail(text: str | None) -> str:
     return "\n".join(lines[-TAIL_LINES:])
 
 
-def _next(state: str, reason: str | None) -> str:
+def _next(state: str, reason: str | None, *, labelled: bool) -> str:
+    """What happens next; a queued job that needs runner labels says which (its reason)."""
     return {
         "queued": "the next runner pass runs it (mergegate run --once, or the next push on "
         f"GitHub); {reason}"
-        if reason and "labels" in reason
+        if labelled
         else "the next runner pass runs it (mergegate run --once, or the next push on GitHub)",
         "retrying": f"the next pass after the backoff runs it again: {reason}",
         "running": "a runner is running it; its finished record follows",

@@ -37,7 +37,7 @@ def duration(text: str | None) -> int | None:
     return int(text[:-1]) * _UNITS[text[-1]]
 
 
-def read_windows(doc: config.Document, data: dict[str, Any]) -> tuple[Window, ...]:
+def read_windows(doc: config.Document, data: config.RawMapping) -> tuple[Window, ...]:
     """Every window the policy defines; a zone or span that cannot be read names its field."""
     found = []
     for name, spec in data.items():
@@ -67,7 +67,7 @@ def read_windows(doc: config.Document, data: dict[str, Any]) -> tuple[Window, ..
     return tuple(found)
 
 
-def known_windows(doc: config.Document, data: dict[str, Any], known: set[str]) -> None:
+def known_windows(doc: config.Document, data: config.RawMapping, known: set[str]) -> None:
     """A window a job must start in that the policy does not define is an error, not a window
     that is always open (or never)."""
     places: list[tuple[tuple[str | int, ...], str, list[str]]] = [
@@ -92,7 +92,7 @@ def known_windows(doc: config.Document, data: dict[str, Any], known: set[str]) -
                 )
 
 
-def no_expiry_without_runners(doc: config.Document, data: dict[str, Any]) -> None:
+def no_expiry_without_runners(doc: config.Document, data: config.RawMapping) -> None:
     """Approval expiry needs an authenticated clock: the time a runner first judged the approval.
 
     Only runner-signed audit records say when an approving commit was first judged; without

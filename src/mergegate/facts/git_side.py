@@ -2,7 +2,7 @@
 
 `Reads` is the questions (`history.Side` answers them from the whole history read
 once, for `verify`); `GitSide` asks them of git, a process (or a tree listing) each,
-the trees read through the `Assessor`'s cache of them (`Trees`).
+the trees read through the `Assessor`'s cache of them (`TreeReader`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Reads(Protocol):
     def symlinks(self, tree: str) -> tuple[tuple[str, str], ...]: ...
 
 
-class Trees(Protocol):
+class TreeReader(Protocol):
     """What `GitSide` asks of the `Assessor`: its repository, and its cache of listed trees."""
 
     @property
@@ -44,7 +44,7 @@ class Trees(Protocol):
 class GitSide:
     """The questions of `Reads` asked of git, a process (or a tree listing) each."""
 
-    def __init__(self, assessor: Trees, first: str, second: str) -> None:
+    def __init__(self, assessor: TreeReader, first: str, second: str) -> None:
         self.assessor, self.repo, self.first, self.second = assessor, assessor.repo, first, second
         self.base = self.repo.merge_base(first, second)
         self._touched: list[tuple[str, frozenset[bytes]]] | bool | None = False  # not read yet

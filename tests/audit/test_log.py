@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mergegate.audit import fast_read
 from mergegate.audit import log as audit
 from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError
@@ -350,24 +351,24 @@ def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_
     ]
     for data in corpus:
         reference = _slow(data, 4, "e" * 64)
-        fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
+        fast = fast_read.checked_fast(data, prev_seq=4, prev_hash="e" * 64)
         if fast is not None:
             assert data == good, (
                 data
             )  # no edit of the canonical file gets through, whatever the reference says
             assert not isinstance(reference, str)
             assert [r.as_json() for r in fast] == [r.as_json() for r in reference]
-    assert audit._checked_fast(good, prev_seq=4, prev_hash="e" * 64) is not None
+    assert fast_read.checked_fast(good, prev_seq=4, prev_hash="e" * 64) is not None
     assert (
-        audit._checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None
+        fast_read.checked_fast(good, prev_seq=5, prev_hash="e" * 64) is None
     )  # the link to the file before
-    assert audit._checked_fast(good, prev_seq=4, prev_hash="f" * 64) is None
+    assert fast_read.checked_fast(good, prev_seq=4, prev_hash="f" * 64) is None
     # Other spellings with right hashes (the BOM and duplicate-key ones aside) the reference
     # accepts:
     # the fast path hands them over, and iter_all reads them the reference way.
     accepted = [data for data in others if not isinstance(_slow(data, 4, "e" * 64), str)]
     assert len(accepted) >= 5 and all(
-        audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted
+        fast_read.checked_fast(data, prev_seq=4, prev_hash="e" * 64) is None for data in accepted
     )
 
 
@@ -397,7 +398,7 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
     orjson = pytest.importorskip("orjson")
     good = _canonical_file()
     assert (
-        audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+        fast_read._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
     )  # the stage is reached
 
     def sorted_orjson(
@@ -439,11 +440,11 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
     reached = 0
     for data in corpus:
         lines = data.split(b"\n")[:-1]
-        for stage in (audit._canonical_values_orjson, audit._canonical_values_json):
+        for stage in (fast_read._canonical_values_orjson, fast_read._canonical_values_json):
             values = stage(data, lines)
             if values is None:
                 continue
-            reached += stage is audit._canonical_values_orjson
+            reached += stage is fast_read._canonical_values_orjson
             expected = [json.loads(line) for line in lines]
             assert values == expected and [type(v) for v in _leaves(values)] == [
                 type(v) for v in _leaves(expected)
@@ -453,7 +454,7 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
                 == line
                 for v, line in zip(expected, lines, strict=True)
             ), data
-        fast = audit._checked_fast(data, prev_seq=4, prev_hash="e" * 64)
+        fast = fast_read.checked_fast(data, prev_seq=4, prev_hash="e" * 64)
         reference = _slow(data, 4, "e" * 64)
         if fast is not None:
             assert not isinstance(reference, str) and [r.as_json() for r in fast] == [
@@ -464,7 +465,7 @@ def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() ->
     # to json, which refuses.
     forged = _own_hashed([{**v, "trap": 1.5e-05} for v in base], sorted_orjson)
     assert b"0.000015" in forged and isinstance(_slow(forged, 4, "e" * 64), str)
-    assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
+    assert fast_read.checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
 
 
 def _leaves(value: object) -> list[object]:
@@ -506,7 +507,7 @@ def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it()
             continue
         spelled = orjson.dumps(x)
         assert b"E" not in spelled
-        if not audit._holds_float_forms(spelled):
+        if not fast_read._holds_float_forms(spelled):
             assert spelled == repr(x).encode(), x
             checked += 1
     assert checked > 10000
@@ -517,16 +518,16 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
     repr()
     (the test above holds orjson to that), but not for text that merely holds `e-` (`one-time`)."""
     for spelled in (b"1e-7", b"-1.5e-07", b"1e+16", b"2.5E+300".lower(), b"0.000015", b"-0.00001"):
-        assert audit._holds_float_forms(b'{"x":' + spelled + b"}") and audit._holds_float_forms(
-            spelled
-        ), spelled
+        assert fast_read._holds_float_forms(
+            b'{"x":' + spelled + b"}"
+        ) and fast_read._holds_float_forms(spelled), spelled
     for text in (
         b'{"rule":"one-time","a":"make-release e+ c++","t":0.001,"n":1e3}',
         b"e-",
         b"",
         b"0.000",
     ):
-        assert not audit._holds_float_forms(text), text
+        assert not fast_read._holds_float_forms(text), text
     # A canonical file whose text holds `e-` goes through orjson; a forged 1e-07 next to that text
     # does not.
     good = _canonical_file().replace(b"jobs/j.yaml", b"jobs/one-time.yaml")
@@ -535,7 +536,8 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
         lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
     )
     assert (
-        b"e-" in good and audit._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
+        b"e-" in good
+        and fast_read._canonical_values_orjson(good, good.split(b"\n")[:-1]) is not None
     )
     orjson = pytest.importorskip("orjson")
     forged = _own_hashed(
@@ -543,7 +545,7 @@ def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
         lambda v: bytes(orjson.dumps(v, option=orjson.OPT_SORT_KEYS)),
     )
     assert b'"trap":1e-7' in forged and isinstance(_slow(forged, 4, "e" * 64), str)
-    assert audit._checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
+    assert fast_read.checked_fast(forged, prev_seq=4, prev_hash="e" * 64) is None
 
 
 # -- audit verify on every core (audit_chain) ----------------------------------------
@@ -731,7 +733,7 @@ def test_a_worker_that_dies_or_fails_fails_the_check(
     from mergegate.operations import audit_verify as audit_check
 
     repo, tip = _many_files(tmp_path, monkeypatch)
-    proven = audit._proven
+    proven = fast_read._proven
 
     def failing(data: bytes) -> object:
         if b'"jobs/6.yaml"' in data:  # log-000007, the first file of worker 0 that it cannot finish
@@ -742,7 +744,7 @@ def test_a_worker_that_dies_or_fails_fails_the_check(
             os._exit(0)
         return proven(data)
 
-    monkeypatch.setattr(audit, "_proven", failing)
+    monkeypatch.setattr(fast_read, "_proven", failing)
     forked: list[int] = []
     fork = os.fork
 
@@ -851,14 +853,14 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
     from mergegate.audit import chain as audit_chain
 
     repo, tip = _many_files(tmp_path, monkeypatch)
-    proven = audit._proven
+    proven = fast_read._proven
 
     def slow(data: bytes) -> object:
         if b'"jobs/0.yaml"' in data:  # log-000001
             time.sleep(1.5)
         return proven(data)
 
-    monkeypatch.setattr(audit, "_proven", slow)
+    monkeypatch.setattr(fast_read, "_proven", slow)
     started: list[list[str]] = []
     popen = sp.Popen
 

@@ -1,5 +1,5 @@
 """review redteam7b G3: one audit line holding two records joined by a bare CR blinds
-audit.Appenders.
+dating.Appenders.
 
 `parse_file` (the chain check) splits a log file with bytes.splitlines(), which also splits at a
 lone
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.git.repo import Repo
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
@@ -63,7 +64,7 @@ def test_a_cr_joined_line_is_refused_or_read_alike(world: World) -> None:
     assert last, "the last scanned record is not the last record"
     line = repo.out("rev-list", "--first-parent", "--reverse", tip).split()
     assert poisoned in line
-    finder = audit.Appenders(repo, tip)
+    finder = dating.Appenders(repo, tip)
     # Probe the poisoned commit, as a binary search over a longer line would.
     assert finder._last_seq(poisoned) is not None, (
         "Appenders cannot read the newest log file at the CR commit"

@@ -1,7 +1,7 @@
 """review redteam7b G1: a runner key's lifetime must not undo an adopted policy change on fresh
 runners.
 
-`audit.first_vouched` (and verify's `_unvouched_dates`) check the audit commit that dates a policy
+`dating.first_vouched` (and verify's `_unvouched_dates`) check the audit commit that dates a policy
 change
 with an Assessor at the clock *now*. Runner keys may carry `valid_before` (docs/threat-model.md:
 "Set

@@ -2,7 +2,7 @@
 
 A writer of approved pushes empty commits carrying a `Mergegate-Veto:` trailer, signed by nobody.
 Such a commit can never be a veto, at any time, by any policy. Since ba928b9 the runner judges each
-one again through `vetoes.WalkedView.vetoes` -> `audit.first_covering`: a `git grep` over every log
+one again through `vetoes.WalkedView.vetoes` -> `dating.first_covering`: a `git grep` over every log
 file for every `scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search
 of ls-tree + blob reads), two more greps and an ssh-keygen per veto commit, on every pass that
 decides a job.

@@ -2,7 +2,7 @@
 
 Log files depend on each other through one link only: the first record of a file
 follows the last record of the file before (its seq plus one, its prev that
-record's hash). So the checks of each file alone (`audit._proven`: canonical
+record's hash). So the checks of each file alone (`fast_read._proven`: canonical
 lines, every hash, the seqs and prevs inside the file) run in forked worker
 processes, which read the files from one shared `git cat-file --batch` in chain
 order, each taking the next file when it is free, while this process checks the
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
 from mergegate import errors
+from mergegate.audit import fast_read
 from mergegate.audit import log as audit
 from mergegate.audit.records import GENESIS, Record
 from mergegate.errors import IntegrityError, MergegateError
@@ -173,7 +174,7 @@ class ChainCheck(Generic[T]):
             prev_seq, prev_hash = 0, GENESIS
             for index, (path, blob) in enumerate(self.files):
                 proof = answers.proof(index)
-                if proof is not None and audit.linked(
+                if proof is not None and fast_read.linked(
                     proof.first_seq, proof.first_prev, prev_seq=prev_seq, prev_hash=prev_hash
                 ):
                     yield Checked(path, blob, proof.records, proof.first_seq, proof.summary)
@@ -220,7 +221,7 @@ def _first_seq(records: Sequence[Record]) -> int | None:
 
 @dataclass(frozen=True)
 class _Proof(Generic[T]):
-    """What a worker proved of one file alone (`audit._proven`): all but the link to the file
+    """What a worker proved of one file alone (`fast_read._proven`): all but the link to the file
     before."""
 
     records: int
@@ -233,7 +234,7 @@ class _Proof(Generic[T]):
 
 
 def _prove(data: bytes, summarise: Summarise[T]) -> _Proof[T] | None:
-    values = audit._proven(data)
+    values = fast_read._proven(data)
     if values is None:
         return None
     first_seq, first_prev = values[0]["seq"], values[0]["prev"]

@@ -2,7 +2,7 @@
 
 An approval's time must be one nobody can choose: not a commit date (its author writes it), but
 the `judged` time of the first `scanned` record whose range holds the approving commit
-(audit.first_covering, as `verify` dates commits), appended by an audit commit that a runner of
+(dating.first_covering, as `verify` dates commits), appended by an audit commit that a runner of
 the policy before that commit signed. That is why `max_approval_age` requires `runners`.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.audit.records import Record
 from mergegate.facts.assessor import Assessor
@@ -23,7 +24,7 @@ class ApprovalDates:
 
     def __init__(self, repo: Repo, records: str | None, tip: str) -> None:
         self.repo, self.records, self.tip = repo, records, tip
-        self._read: tuple[list[Record], dict[str, int], audit.Appenders] | None = None
+        self._read: tuple[list[Record], dict[str, int], dating.Appenders] | None = None
         self._signer = Assessor(repo)
 
     def approved(self, decision: Decision, before: Policy, now: Policy) -> datetime | None:
@@ -49,11 +50,11 @@ class ApprovalDates:
                     self.repo.out("rev-list", "--first-parent", self.tip).split()
                 )
             }
-            self._read = (scanned, line, audit.Appenders(self.repo, self.records))
+            self._read = (scanned, line, dating.Appenders(self.repo, self.records))
         scanned, line, appenders = self._read
         keys = before.runner_keys()
 
         def vouched(commit: str, when: datetime) -> bool:
             return self._signer.signature(self.repo.commit(commit), keys, at=when).ok
 
-        return audit.first_covering(scanned, decision.commit, line, appenders, vouched)
+        return dating.first_covering(scanned, decision.commit, line, appenders, vouched)

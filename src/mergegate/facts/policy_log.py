@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.facts.branches import policy_changes
 from mergegate.git.repo import Repo
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # (the judge's modules: `audit verify` imports them only if a
     from mergegate.facts.assessor import Assessor
 
 JUDGED = "judged.json"  # when this clone first judged each policy change
-DATED = "dated.json"  # the first vouched record's date of each (audit.first_vouched), found once
+DATED = "dated.json"  # the first vouched record's date of each (dating.first_vouched), found once
 
 
 def policy_lookup(
@@ -104,10 +105,10 @@ def policy_in_force(
         when = dated.get(sha) if policy.runners else None
         if when is None and policy.runners:
             # Only a record a runner of the policy before the change appended dates it
-            # (audit.first_vouched); the first such record, once there, is every clone's date
+            # (dating.first_vouched); the first such record, once there, is every clone's date
             # (the audit only grows): before this clone's own memory, so a runner whose record of
             # the change landed second judges as the rest.
-            when = audit.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
+            when = dating.first_vouched(repo, records, sha, _vouched_by(repo, signer, policy))
             if when is not None and remember:
                 remember_judged(repo, [sha], when, DATED)
         policy = assessor.assess(sha, policy, at=when or judged.get(sha) or now, known=known).policy

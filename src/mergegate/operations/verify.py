@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from mergegate import clock
+from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
 from mergegate.errors import IntegrityError, MergegateError, NotYet
@@ -381,7 +382,7 @@ def _outside_windows(
         path, blob = str(record.path), str(record.blob)
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = judged[at][1] if at >= 0 else None
-        job, when = jobs.get((path, blob)), audit.judged_time(record)
+        job, when = jobs.get((path, blob)), dating.judged_time(record)
         if tip is None or job is None or when is None or tip not in policies:
             continue
         decision = Decision(path, blob, str(record.commit), job, True, "")
@@ -409,7 +410,7 @@ def _expired_starts(
         path, blob = str(record.path), str(record.blob)
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = judged[at][1] if at >= 0 else None
-        job, when = jobs.get((path, blob)), audit.judged_time(record)
+        job, when = jobs.get((path, blob)), dating.judged_time(record)
         first = seen.get(str(record.commit))
         if tip is None or job is None or when is None or tip not in policies:
             continue
@@ -488,7 +489,7 @@ def _first_seen(
     walked = [root, *chain]
     index = {sha: i for i, sha in enumerate(walked)}
     for record in records:
-        when = audit.judged_time(record)
+        when = dating.judged_time(record)
         if when is None:
             # says nothing about when (an unauthenticated record; a runner always writes a zone)
             continue

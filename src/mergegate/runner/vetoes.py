@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from mergegate import clock
+from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.audit.records import Record
 from mergegate.crypto.signatures import split_signed_commit
@@ -38,7 +39,7 @@ class WalkedView:
         self._policy_at: Callable[[str], Policy] | None = None
         self._line: dict[str, int] = {}
         self._scanned: list[Record] = []
-        self._appenders: audit.Appenders | None = None
+        self._appenders: dating.Appenders | None = None
         self._signer = Assessor(repo)
         self._found: dict[
             str, list[Veto]
@@ -70,7 +71,7 @@ class WalkedView:
                 ),
                 key=lambda r: r.seq,
             )
-            self._appenders = audit.Appenders(self.repo, self.records)
+            self._appenders = dating.Appenders(self.repo, self.records)
         assert self._appenders is not None
         before = self._policy_at(commit.parents[0])
         found: list[Veto] = []
@@ -82,7 +83,7 @@ class WalkedView:
             def vouched(audit_commit: str, when: datetime) -> bool:
                 return self._signer.signature(self.repo.commit(audit_commit), keys, at=when).ok
 
-            when = audit.first_covering(
+            when = dating.first_covering(
                 self._scanned, commit.sha, self._line, self._appenders, vouched
             )
             if when is not None:

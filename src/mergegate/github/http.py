@@ -7,13 +7,17 @@ Built on httpx. What this module adds is what a gate needs from it:
 - every failure is an `Unavailable` (a `NotYet`): missing evidence is never a yes;
 - the token goes in one header and nowhere else: not in errors, logs, `Response`
   values or URLs, and it is sent only to the API's own origin (a `Link` header or
-  a redirect pointing elsewhere is refused, not followed).
+  a redirect pointing elsewhere is refused, not followed);
+- TLS trusts the system store plus SSL_CERT_FILE / SSL_CERT_DIR, and HTTPS_PROXY / NO_PROXY
+  are honoured with CONNECT tunnels only (network.py); nothing else is read from the
+  environment.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,10 +26,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urljoin, urlsplit
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 from mergegate import __version__
 from mergegate.errors import NotYet
+from mergegate.github import network
 
 DEFAULT_TIMEOUT = 15.0  # seconds, per connect/read/write
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; a reviews page of 100 is well under 1 MiB
@@ -144,6 +151,7 @@ class Client:
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], datetime] = _now,
         transport: httpx.BaseTransport | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         problem = url_problem(base_url)
         if problem:
@@ -169,13 +177,25 @@ class Client:
         # here, not at the top: an idle pass that asks GitHub nothing never pays its import
         import httpx
 
+        env = os.environ if env is None else env
+        try:
+            context = network.ssl_context(env)
+            # A given transport (tests) is the whole network: a proxy mount would bypass it.
+            proxy = None if transport is not None else network.proxy_for(self.base_url, env)
+        except network.NetworkSettingError as exc:
+            raise Unreachable(str(exc), url=self.base_url, hint=exc.hint) from None
+        self.proxied = proxy is not None
         # follow_redirects=False: a redirect is an answer we refuse, so the token never travels.
+        # trust_env=False: httpx reads no .netrc and no variable; network.py reads the few we
+        # honour. The proxy gets only CONNECT (the API is https), so it never sees the headers.
         self._http = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(timeout),
             follow_redirects=False,
             transport=transport,
             trust_env=False,
+            verify=context,
+            proxy=None if proxy is None else _proxy(proxy, context),
         )
 
     def __enter__(self) -> Client:
@@ -277,11 +297,13 @@ class Client:
                 f"{method} {url}: timed out", url=url, hint="the next pass asks again"
             ) from None
         except httpx.TransportError as exc:
-            # The exception text names the host and the OS error, never a header.
+            # The exception text names the host and the OS error, never a header (nor the proxy's
+            # URL, which may hold its password).
+            via = " (through the proxy in HTTPS_PROXY)" if self.proxied else ""
             raise Unreachable(
-                f"{method} {url}: {exc.__class__.__name__}: {exc}",
+                f"{method} {url}{via}: {exc.__class__.__name__}: {exc}",
                 url=url,
-                hint="the next pass asks again",
+                hint=_transport_hint(str(exc)),
             ) from None
 
     def _rate_limit_wait(self, response: Response) -> float | None:
@@ -295,6 +317,14 @@ class Client:
         if response.status == 429:
             return 60.0  # rate limited without saying until when: GitHub asks for at least a minute
         return None  # a plain 403: permission, not a limit
+
+
+def _proxy(url: str, context: ssl.SSLContext) -> httpx.Proxy:
+    """The proxy; one reached over TLS (https://) is verified with the same trust as the API."""
+    import httpx
+
+    tls = url.lower().startswith("https://")
+    return httpx.Proxy(url, ssl_context=context if tls else None)
 
 
 def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Response:
@@ -371,6 +401,15 @@ def _message(response: Response) -> str:
         return ""
     message = data.get("message") if isinstance(data, dict) else None
     return f": {message[:200]}" if isinstance(message, str) and message else ""
+
+
+def _transport_hint(error: str) -> str:
+    if "CERTIFICATE_VERIFY_FAILED" in error:
+        return (
+            "the server's certificate is not trusted here: for a private certificate authority "
+            "set SSL_CERT_FILE to its PEM file (docs/github.md, company networks)"
+        )
+    return "the next pass asks again"
 
 
 def _status_hint(status: int) -> str:

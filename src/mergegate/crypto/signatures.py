@@ -58,6 +58,9 @@ _SSH_TYPES = {
     "ecdsa-sha2-nistp384": 3,
     "ecdsa-sha2-nistp521": 3,
     "ssh-rsa": 3,
+    # FIDO (hardware) keys: the plain key's strings, then the application (PROTOCOL.u2f).
+    "sk-ssh-ed25519@openssh.com": 3,
+    "sk-ecdsa-sha2-nistp256@openssh.com": 4,
 }
 _PGP_KEY = "PGP PUBLIC KEY BLOCK"
 _SSH_SIG = "SSH SIGNATURE"
@@ -181,8 +184,10 @@ def _parse_ssh_key(line: str, owner: str, source: str) -> str:
         raise _config_error(owner, message, source)
     if (
         len(fields) != _SSH_TYPES[declared]
-        or (declared == "ssh-ed25519" and len(fields[1]) != 32)
+        or (declared.endswith(("ssh-ed25519", "ed25519@openssh.com")) and len(fields[1]) != 32)
         or (declared.startswith("ecdsa-") and fields[1] != declared.rsplit("-", 1)[1].encode())
+        or (declared.startswith("sk-ecdsa-") and fields[1] != b"nistp256")
+        or (declared.startswith("sk-") and b"\0" in fields[-1])  # OpenSSH's application: a C string
     ):
         raise _config_error(owner, f"the {declared} key data is malformed", source)
     return ssh_fingerprint(blob)

@@ -12,10 +12,18 @@ and the key signed
 This module does what `ssh-keygen -Y verify` does with those bytes, step by
 step, each step refusing with one reason; the tests hold it to ssh-keygen's
 verdict over a corpus of good, bad and hostile signatures for every key type.
+FIDO keys (`sk-ssh-ed25519@openssh.com`, `sk-ecdsa-sha2-nistp256@openssh.com`, a
+hardware key) are read as OpenSSH's PROTOCOL.u2f says: the key blob ends with its
+application string, the signature carries a flags byte and a counter after the
+signature proper, and what the token signed is
+
+    SHA256(application) byte(flags) uint32(counter) SHA256(the data above)
+
+The user-presence flag (0x01: someone touched the key) is required.
 Matching the signature's key to a trusted key, and key lifetimes, stay with
 the caller (signatures.py): this module answers only "did this key sign this
 message in this namespace". Where ssh-keygen is looser than this module, the
-difference is listed (docs/performance.md, "In-process SSH signatures") and
+difference is listed (docs/policy.md, "People and keys") and
 always in the direction of refusing.
 """
 
@@ -42,6 +50,10 @@ _CURVES: Final = {
     b"nistp384": (ec.SECP384R1, hashes.SHA384),
     b"nistp521": (ec.SECP521R1, hashes.SHA512),
 }
+# FIDO keys (PROTOCOL.u2f): the type, and the number of ssh strings in its public key blob.
+SK_ED25519: Final = b"sk-ssh-ed25519@openssh.com"
+SK_ECDSA: Final = b"sk-ecdsa-sha2-nistp256@openssh.com"
+USER_PRESENT: Final = 0x01  # the flag a FIDO token sets when it was touched
 _RSA_MIN_BITS: Final = 1024  # OpenSSH's SSH_RSA_MINIMUM_MODULUS_SIZE
 _MAX_MPINT: Final = 16384 // 8 + 1  # OpenSSH's SSHBUF_MAX_BIGNUM, plus a sign byte
 
@@ -101,6 +113,9 @@ def verify(message: bytes, sig: Sshsig, *, namespace: bytes) -> None:
     signed = MAGIC + _string(namespace) + _string(b"") + _string(sig.hash_algorithm)
     signed += _string(digest(message).digest())
     # 5. The signature, by the key's own algorithm.
+    if (_strings(sig.public_key, None) or [b""])[0] in (SK_ED25519, SK_ECDSA):
+        _verify_sk(key, sig.public_key, sig.signature, signed)
+        return
     parts = _strings(sig.signature, 2)
     if parts is None:
         raise SshsigError("malformed signature")
@@ -118,12 +133,19 @@ def verify(message: bytes, sig: Sshsig, *, namespace: bytes) -> None:
 
 @functools.lru_cache(maxsize=256)
 def load_public_key(blob: bytes) -> PublicKeyObject:
-    """The key in an ssh public key blob (Ed25519, ECDSA nistp256/384/521, RSA).
+    """The key in an ssh public key blob (Ed25519, ECDSA nistp256/384/521, RSA, and the two FIDO
+    types, whose blob ends with the application string).
 
     Cached: a history is signed by a handful of keys, thousands of times.
     """
     fields = _strings(blob, None) or [b""]
     kind = fields[0]
+    if kind in (SK_ED25519, SK_ECDSA):
+        # PROTOCOL.u2f: the plain type's fields, then the application (a C string to OpenSSH, so
+        # no NUL in it); nistp256 is the only curve, which the plain ECDSA check below demands.
+        plain = b"ssh-ed25519" if kind == SK_ED25519 else b"ecdsa-sha2-nistp256"
+        usable = len(fields) > 2 and b"\0" not in fields[-1]
+        kind, fields = (plain, [plain, *fields[1:-1]]) if usable else (b"", [])
     try:
         if kind == b"ssh-ed25519" and len(fields) == 2 and len(fields[1]) == 32:
             return ed25519.Ed25519PublicKey.from_public_bytes(fields[1])
@@ -156,11 +178,44 @@ def _verify_ecdsa(
     kind, curve = (_strings(blob, 3) or [b"", b""])[:2]
     if form != kind:
         raise SshsigError("ECDSA signature of another type")
+    _check_ecdsa(key, raw, signed, _CURVES[curve][1]())
+
+
+def _check_ecdsa(
+    key: ec.EllipticCurvePublicKey, raw: bytes, signed: bytes, digest: hashes.HashAlgorithm
+) -> None:
+    """An ssh ECDSA signature (mpint r, mpint s) of `signed`, hashed with `digest`."""
     numbers = _strings(raw, 2)
     if numbers is None:
         raise SshsigError("malformed ECDSA signature")
     r, s = _mpint(numbers[0]), _mpint(numbers[1])
-    key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(_CURVES[curve][1]()))
+    key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(digest))
+
+
+def _verify_sk(key: PublicKeyObject, blob: bytes, signature: bytes, signed: bytes) -> None:
+    """A FIDO key's signature: string(format) string(signature) byte(flags) uint32(counter)."""
+    fields = _strings(blob, None) or [b""]
+    kind, application = fields[0], fields[-1]
+    parts = _strings(signature[:-5], 2) if len(signature) >= 5 else None
+    if parts is None:
+        raise SshsigError("malformed signature")
+    form, raw = parts
+    if form != kind:
+        raise SshsigError("FIDO signature of another type")
+    flags, counter = signature[-5], signature[-4:]
+    if not flags & USER_PRESENT:
+        raise SshsigError("FIDO signature without user presence (the key was not touched)")
+    data = hashlib.sha256(application).digest() + bytes([flags]) + counter
+    data += hashlib.sha256(signed).digest()
+    try:
+        if isinstance(key, ed25519.Ed25519PublicKey):
+            _verify_ed25519(key, b"ssh-ed25519", raw, data)
+        elif isinstance(key, ec.EllipticCurvePublicKey):
+            _check_ecdsa(key, raw, data, hashes.SHA256())  # nistp256, the only FIDO curve
+        else:
+            raise SshsigError("unsupported FIDO key")
+    except InvalidSignature as exc:
+        raise SshsigError("bad signature") from exc
 
 
 def _verify_rsa(key: rsa.RSAPublicKey, form: bytes, raw: bytes, signed: bytes) -> None:

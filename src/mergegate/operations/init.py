@@ -274,7 +274,7 @@ def _key_line(repo: Repo, key: str | None) -> str:
                 "no approver key given",
                 hint="pass --key ~/.ssh/id_ed25519.pub (the key you sign merges with)",
             )
-    if key.startswith(("ssh-", "ecdsa-")):
+    if key.startswith(("ssh-", "ecdsa-", "sk-")):
         return key.strip()
     path = Path(key).expanduser()
     if path.suffix != ".pub" and path.with_name(path.name + ".pub").exists():

@@ -5,7 +5,8 @@ hundred bytes it has seen, so a secret or token split across two reads is still
 caught. A private key block whose END line has not arrived yet is dropped as it
 streams, so a job that dies mid-key never leaks the body. `RedactedStream` adds
 counting, hashing and a bounded tail; `redact_text` is for whole strings and
-`find_credential` names the credential shape in a string (never its value).
+`find_credential` names the credential shape in a string (never its value), and
+`describe` gives a value's type and shape for an error message without quoting it.
 docs/execution.md lists the shapes and what redaction cannot catch.
 """
 
@@ -48,6 +49,25 @@ def _assignment(name: str, key: bytes) -> _Pattern:
 
 
 _TOKEN_MORE = re.compile(rb"[A-Za-z0-9_-]*")
+_ALNUM_MORE = re.compile(rb"[A-Za-z0-9]*")
+# A JSON Web Token: three base64url parts, the first a JSON object ("{" is "eyJ"). The lookbehind
+# (not just word_start) keeps a long run of "eyJeyJ..." from being tried at every "eyJ" in it.
+_JWT = re.compile(
+    rb"(?<![A-Za-z0-9_])eyJ[A-Za-z0-9_-]{10,1024}\.[A-Za-z0-9_-]{2,16384}\.[A-Za-z0-9_-]{16,1024}"
+)
+# Longest JWT whose end the streaming redactor waits for (see Redactor._held_jwt).
+JWT_MAX = 20 * 1024
+_JWT_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+
+
+def _token(
+    name: str, prefix: bytes, body: bytes, more: re.Pattern[bytes] = _TOKEN_MORE
+) -> _Pattern:
+    """A token recognised by its literal prefix (case-sensitive, not inside a word)."""
+    regex = re.compile(re.escape(prefix) + body)
+    return _Pattern(name, prefix.lower(), regex, more, on_lower=False, word_start=True)
+
+
 _PATTERNS: tuple[_Pattern, ...] = (
     _Pattern(
         "Authorization header",
@@ -108,11 +128,28 @@ _PATTERNS: tuple[_Pattern, ...] = (
     _Pattern(
         "Slack token",
         b"xox",
-        re.compile(rb"xox[abprs]-[A-Za-z0-9-]{10,255}"),
+        re.compile(rb"xox[abposr]-[A-Za-z0-9-]{10,255}"),
         _TOKEN_MORE,
         on_lower=False,
         word_start=True,
     ),
+    # GitLab's newer tokens go on with ".01.<id>": the dots are part of the value.
+    _token("GitLab token", b"glpat-", rb"[A-Za-z0-9_-]{20,255}", re.compile(rb"[A-Za-z0-9_.-]*")),
+    _token("Google API key", b"AIza", rb"[A-Za-z0-9_-]{35,255}"),
+    _token("npm token", b"npm_", rb"[A-Za-z0-9]{36,255}", _ALNUM_MORE),
+    # A PyPI token is a macaroon: base64 that starts "Ag" (its version byte).
+    _token("PyPI token", b"pypi-", rb"Ag[A-Za-z0-9_-]{50,255}"),
+    # Secret and restricted keys, live and test: one pattern, since every pattern costs a scan.
+    _Pattern(
+        "Stripe secret key",
+        b"k_",
+        re.compile(rb"[rs]k_(?:live|test)_[A-Za-z0-9]{20,255}"),
+        _ALNUM_MORE,
+        on_lower=False,
+        word_start=True,
+    ),
+    _token("Hugging Face token", b"hf_", rb"[A-Za-z0-9]{34,255}", _ALNUM_MORE),
+    _Pattern("JSON Web Token", b"eyj", _JWT, _TOKEN_MORE, on_lower=False, word_start=True),
     _Pattern(
         "OpenAI API key",
         b"sk-",
@@ -128,7 +165,7 @@ _PEM_END = re.compile(rb"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END_MAX = 96
 # Every pattern match contains one of these single bytes (memchr-fast), so a
 # chunk without any skips the much slower per-pattern scan: bulk output stays fast.
-_QUICK = (b"-", b"_", b"=", b":", b"A")
+_QUICK = (b"-", b"_", b"=", b":", b"A", b"eyJ")
 
 _Span = tuple[int, int, re.Pattern[bytes] | None]
 
@@ -146,7 +183,8 @@ class Redactor:
 
     @property
     def window(self) -> int:
-        """Most bytes held back (not yet returned) between calls."""
+        """Most bytes held back (not yet returned) between calls; up to JWT_MAX while the end
+        of the output may be a JWT still arriving."""
         return self._window
 
     def feed(self, chunk: bytes) -> bytes:
@@ -182,7 +220,7 @@ class Redactor:
             head = self._emit(buf, spans, open_pem)
             self._in_pem, self._carry = True, b""
             return head + REPLACEMENT + self._process(buf[open_pem:], final=final)
-        cut = len(buf) if final else max(0, len(buf) - self._window)
+        cut = len(buf) if final else _jwt_start(buf, max(0, len(buf) - self._window))
         for start, end, more in spans:
             if start < cut < end:
                 cut = end
@@ -284,6 +322,25 @@ class RedactedStream:
         return text
 
 
+def _jwt_start(buf: bytes, cut: int) -> int:
+    """`cut`, or earlier where a JWT that may still be arriving starts.
+
+    A JWT can be far longer than the window, and only a whole one matches: without this, its
+    first part would be emitted before its signature arrived, and the rest would not look like
+    a JWT any more. So the run of JWT characters that ends the buffer is held back from an "eyJ"
+    at a word start with at most two dots after it, up to JWT_MAX bytes.
+    """
+    run = len(buf.rstrip(_JWT_CHARS))
+    if run >= cut or len(buf) - run > JWT_MAX:
+        return cut
+    at = buf.find(b"eyJ", run, cut + 2)  # one that starts before the cut
+    while at >= 0:
+        if (at == run or buf[at - 1] not in _WORD) and buf.count(b".", at) <= 2:
+            return at
+        at = buf.find(b"eyJ", at + 1, cut + 2)
+    return cut
+
+
 def _skip_continuation(data: bytes) -> int:
     start = 0
     while start < min(3, len(data)) and 0x80 <= data[start] < 0xC0:
@@ -326,3 +383,39 @@ def find_credential(text: str) -> str | None:
             if not (pattern.word_start and m.start() > 0 and data[m.start() - 1] in _WORD):
                 return pattern.name
     return None
+
+
+def describe(value: object) -> str:
+    """A value's type and shape for an error message, never the value itself.
+
+    "str (looks like a GitHub token)", "str of 12 characters", "list of 2 items", "null": what
+    a person needs to see what is wrong with a field, with nothing a log or a record should not
+    keep (a secret pasted in the wrong field is named by its shape, as the redactor would mask it).
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int | float):
+        return type(value).__name__
+    if isinstance(value, str | bytes):
+        kind = type(value).__name__
+        text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        shape = find_credential(text)
+        if shape is not None:
+            return f"{kind} (looks like {_article(shape)} {shape})"
+        if not value:
+            return f"empty {kind}"
+        return f"{kind} of {len(value)} {'character' if kind == 'str' else 'byte'}{_s(len(value))}"
+    if isinstance(value, list | tuple):
+        return f"list of {len(value)} item{_s(len(value))}"
+    if isinstance(value, dict):
+        return f"mapping of {len(value)} key{_s(len(value))}"
+    return type(value).__name__
+
+
+def _article(name: str) -> str:
+    # By sound: "an AWS access key id", "an npm token", but "a URL with a password".
+    return "an" if name[0] in "AEIOaeio" or name.startswith("npm") else "a"
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"

@@ -22,8 +22,12 @@ from tests.helpers.company_network import (
     api_server,
     hashed_directory,
     make_authority,
+    server_context,
     url,
 )
+from tests.helpers.fake_github import FakeGitHub
+from tests.helpers.github_world import ALICE, GithubGate
+from tests.helpers.repos import World
 
 TOKEN = "ghs_company_network_token_must_stay_inside_tls_42"
 VARIABLES = (
@@ -192,6 +196,39 @@ def test_netrc_is_still_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with api_server(None) as server, Client(url(server, "http"), timeout=5.0) as api:
         api.get("/x")
     assert "authorization" not in server.seen[0][1]
+
+
+# --- the whole runner ----------------------------------------------------------------------
+
+
+def test_a_runner_behind_a_proxy_reads_reviews_from_a_private_ca_api(
+    world: World, authority: Authority
+) -> None:
+    with FakeGitHub(tls=server_context(authority)) as fake, ConnectProxy() as proxy:
+        gate = GithubGate(world, fake)
+        gate.setup()
+        gate.reviewed_merge("backup", ALICE)
+        assert fake.url.startswith("https://127.0.0.1:")
+
+        untrusted = gate.run_once(env={"HTTPS_PROXY": proxy.url})
+        assert untrusted.code == 1, untrusted.err
+        reason = untrusted.json()["waiting"]["reason"]
+        assert "CERTIFICATE_VERIFY_FAILED" in reason and "through the proxy" in reason
+
+        trusted = gate.run_once(
+            env={"HTTPS_PROXY": proxy.url, "SSL_CERT_FILE": str(authority.ca_file)}
+        )
+        assert trusted.code == 0, trusted.err
+        out = trusted.json()
+        assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+        assert fake.requests and all(
+            headers.get("authorization", "").startswith("Bearer ")
+            for _, _, headers in fake.requests
+        )
+    token = fake.env()["GITHUB_TOKEN"].encode()
+    assert proxy.heads and all(head.startswith(b"CONNECT 127.0.0.1:") for head in proxy.heads)
+    assert not any(token in head or b"authorization:" in head.lower() for head in proxy.heads)
+    assert token not in proxy.tunnelled
 
 
 # --- NO_PROXY, as curl reads it ------------------------------------------------------------

@@ -97,6 +97,13 @@ def make_authority(directory: Path) -> Authority:
     return authority
 
 
+def server_context(authority: Authority) -> ssl.SSLContext:
+    """A TLS server context presenting the certificate the authority signed."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(authority.cert_file, authority.key_file)
+    return context
+
+
 def hashed_directory(authority: Authority, directory: Path) -> Path:
     """A directory in OpenSSL's hashed layout holding the CA: what SSL_CERT_DIR points at."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -168,11 +175,7 @@ class _ApiServer(ThreadingHTTPServer):
 @contextmanager
 def api_server(authority: Authority | None) -> Iterator[_ApiServer]:
     """A JSON API on 127.0.0.1: https with the authority's certificate, or plain http."""
-    context = None
-    if authority is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(authority.cert_file, authority.key_file)
-    server = _ApiServer(context)
+    server = _ApiServer(None if authority is None else server_context(authority))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()

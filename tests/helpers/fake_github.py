@@ -11,6 +11,7 @@ a test can assert what was asked and that no token leaked anywhere else.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -237,10 +238,36 @@ class Fault:
     )
 
 
+class _Server(ThreadingHTTPServer):
+    """The loopback server; each connection wrapped in TLS in its own thread when given a
+    context."""
+
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.tls = tls
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(10.0)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # the client refused the certificate: nothing was asked
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            conn.close()
+
+
 class FakeGitHub:
     """State plus a server thread; use as a context manager or via the `fake_github` fixture."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: a server context (a private CA's certificate) to answer over https."""
         self.pulls: dict[int, PullRequest] = {}
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path+query, headers)
@@ -248,8 +275,7 @@ class FakeGitHub:
         self.hang_seconds = 3.0
         self._lock = threading.Lock()
         self._next_review = 1
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(_handler(self), tls)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -257,7 +283,8 @@ class FakeGitHub:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        scheme = "http" if self._server.tls is None else "https"
+        return f"{scheme}://{host!s}:{port}"
 
     def start(self) -> FakeGitHub:
         self._thread.start()

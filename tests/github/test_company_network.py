@@ -178,8 +178,14 @@ def test_a_refusing_proxy_is_unreachable_and_its_password_stays_out(
     assert b"\r\nauthorization" not in proxy.heads[0].lower()
 
 
-def test_a_socks_proxy_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", "socks5://user:pw-s3cret@127.0.0.1:1080")
+@pytest.mark.parametrize(
+    "proxy",
+    ["socks5://user:pw-s3cret@127.0.0.1:1080", "http://user:pw-s3cret@127.0.0.1:port", "http://"],
+)
+def test_a_proxy_that_is_no_http_proxy_is_refused_by_name(
+    proxy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
     with pytest.raises(Unreachable) as info:
         Client("https://127.0.0.1:9", token=TOKEN)
     assert "HTTPS_PROXY" in str(info.value) and "pw-s3cret" not in str(info.value)

@@ -82,18 +82,27 @@ def proxy_for(url: str, env: Mapping[str, str]) -> str | None:
     if not proxy:
         return None
     no_proxy = env.get("no_proxy") or env.get("NO_PROXY") or ""
-    if bypassed(parts.hostname, parts.port or 443, no_proxy):
+    if bypassed(parts.hostname, _port(url) or 443, no_proxy):
         return None
     if "://" not in proxy:
         proxy = f"http://{proxy}"
     proxy_parts = urlsplit(proxy)
-    if proxy_parts.scheme.lower() not in PROXY_SCHEMES or not proxy_parts.hostname:
+    scheme = proxy_parts.scheme.lower()
+    if scheme not in PROXY_SCHEMES or not proxy_parts.hostname or _port(proxy) == -1:
         shown = proxy_parts._replace(netloc=proxy_parts.netloc.rpartition("@")[2]).geturl()
         raise NetworkSettingError(
-            f"HTTPS_PROXY={shown!r} is not an http:// or https:// proxy URL",
+            f"HTTPS_PROXY={shown!r} is not an http:// or https:// proxy URL with a host and port",
             hint="set HTTPS_PROXY to http://HOST:PORT (a proxy that accepts CONNECT), or unset it",
         )
     return proxy
+
+
+def _port(url: str) -> int | None:
+    """The URL's port, None when it names none, -1 when it is not a port number."""
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return -1
 
 
 def bypassed(host: str, port: int, no_proxy: str) -> bool:

@@ -461,34 +461,7 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
             raw = json.dumps(data).encode()
             if fault is not None:
-                if fault.kind == "timeout":
-                    time.sleep(fake.hang_seconds)
-                elif fault.kind == "status":
-                    status, raw, headers = fault.status, b'{"message": "Server Error"}', {}
-                elif fault.kind == "rate":
-                    status = fault.status if fault.status in (403, 429) else 403
-                    raw = b'{"message": "API rate limit exceeded"}'
-                    if fault.header == "retry-after":
-                        headers = {"retry-after": str(int(fault.reset_in))}
-                    elif fault.header == "retry-after-date":
-                        headers = {
-                            "retry-after": formatdate(time.time() + fault.reset_in, usegmt=True)
-                        }
-                    else:
-                        headers = {
-                            "x-ratelimit-remaining": "0",
-                            "x-ratelimit-limit": "5000",
-                            "x-ratelimit-reset": str(int(time.time() + fault.reset_in)),
-                        }
-                elif fault.kind == "malformed":
-                    raw = b'{"truncated": '
-                elif fault.kind == "empty":
-                    raw = b"[]"
-                elif fault.kind == "bad-next":
-                    # A next link that points back at this very page: pagination that never ends.
-                    headers = {"link": f'<{fake.url}{self.path}>; rel="next"'}
-                elif fault.kind == "foreign-next":
-                    headers = {"link": '<https://evil.example/steal?page=2>; rel="next"'}
+                status, raw, headers = _faulted(fake, fault, self.path, status, raw, headers)
             self.send_response(status)
             self.send_header("content-type", "application/json; charset=utf-8")
             self.send_header("x-github-request-id", f"FAKE:{len(fake.requests):04d}")
@@ -502,6 +475,44 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 pass
 
     return Handler
+
+
+def _faulted(
+    fake: FakeGitHub,
+    fault: Any,
+    path: str,
+    status: int,
+    raw: bytes,
+    headers: dict[str, str],
+) -> tuple[int, bytes, dict[str, str]]:
+    """The answer a fault makes of the one the route gave."""
+    if fault.kind == "timeout":
+        time.sleep(fake.hang_seconds)
+    elif fault.kind == "status":
+        status, raw, headers = fault.status, b'{"message": "Server Error"}', {}
+    elif fault.kind == "rate":
+        status = fault.status if fault.status in (403, 429) else 403
+        raw = b'{"message": "API rate limit exceeded"}'
+        if fault.header == "retry-after":
+            headers = {"retry-after": str(int(fault.reset_in))}
+        elif fault.header == "retry-after-date":
+            headers = {"retry-after": formatdate(time.time() + fault.reset_in, usegmt=True)}
+        else:
+            headers = {
+                "x-ratelimit-remaining": "0",
+                "x-ratelimit-limit": "5000",
+                "x-ratelimit-reset": str(int(time.time() + fault.reset_in)),
+            }
+    elif fault.kind == "malformed":
+        raw = b'{"truncated": '
+    elif fault.kind == "empty":
+        raw = b"[]"
+    elif fault.kind == "bad-next":
+        # A next link that points back at this very page: pagination that never ends.
+        headers = {"link": f'<{fake.url}{path}>; rel="next"'}
+    elif fault.kind == "foreign-next":
+        headers = {"link": '<https://evil.example/steal?page=2>; rel="next"'}
+    return status, raw, headers
 
 
 def serve() -> Iterator[FakeGitHub]:

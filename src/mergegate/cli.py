@@ -188,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         from mergegate.redaction import redact_text
 
         message, hint = redact_text(str(exc)), redact_text(exc.hint) if exc.hint else None
-        click.echo(f"error: {message}", err=True)
+        _say(f"error: {message}")
         if hint:
-            click.echo(f"hint: {hint}", err=True)
+            _say(f"hint: {hint}")
         _json_error(redact_text(exc.message), file=exc.file, line=exc.line, hint=hint)
         return exc.exit_code
     except click.exceptions.Abort:
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{ctx.command_path if ctx is not None else 'mergegate'} --help shows how to call "
             "it, with an example"
         )
-        click.echo(f"error: {exc.format_message()}", err=True)
-        click.echo(f"hint: {hint}", err=True)
+        _say(f"error: {exc.format_message()}")
+        _say(f"hint: {hint}")
         _json_error(exc.format_message(), hint=hint)
         return UsageError.exit_code
     except click.exceptions.Exit as exc:
@@ -218,11 +218,18 @@ def main(argv: list[str] | None = None) -> int:
         if Flags.debug:
             raise
         hint = "run again with --debug for a traceback, and report it"
-        click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-        click.echo(f"hint: {hint}", err=True)
+        _say(f"error: unexpected {type(exc).__name__}: {exc}")
+        _say(f"hint: {hint}")
         _json_error(f"unexpected {type(exc).__name__}: {exc}", hint=hint)
         return 1
     return int(code) if isinstance(code, int) else 0
+
+
+def _say(text: str) -> None:
+    """An error line for people: control and bidi characters escaped, no workflow command."""
+    from mergegate.text import for_reader
+
+    click.echo(for_reader(text), err=True)
 
 
 def _json_error(

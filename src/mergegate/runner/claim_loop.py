@@ -125,7 +125,10 @@ class ClaimLoop:
         return self.outcomes, self.pending
 
     def _land(self, item: Landed) -> None:
-        flight, finished, outcome, seconds = item
+        flight, finished, outcome, seconds, failure = item
+        if failure is not None and self.failure is None:
+            # Its result is pushed with the others (below, `run`), then the pass stops loudly.
+            self.failure = failure
         self.flying.pop(flight.run_id, None)
         self.pending.append(finished)
         self.outcomes.append(outcome)

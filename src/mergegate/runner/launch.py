@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mergegate import clock
 from mergegate.audit.records import Finished, Rejected, Vetoed
-from mergegate.errors import Denied
+from mergegate.errors import Denied, MergegateError, StateError
 from mergegate.execution import executor
 from mergegate.execution.processes import ProcessId, Watchdog
 from mergegate.execution.shutdown import Shutdown
@@ -40,8 +40,9 @@ from mergegate.runner.drafting import ORPHANED, Drafts
 from mergegate.runner.results import Outcome
 from mergegate.runner.spool import Spool, SpoolEntry
 
-# What a job's thread hands back: the flight, its `finished` draft, its outcome, its seconds.
-Landed = tuple["Flight", Finished, Outcome, float]
+# What a job's thread hands back: the flight, its `finished` draft, its outcome, its seconds, and
+# the error that keeps the pass from going on (its result could not be spooled: a full disk).
+Landed = tuple["Flight", Finished, Outcome, float, "MergegateError | None"]
 
 
 def _not_exported(path: str) -> bool:
@@ -224,10 +225,34 @@ class Launcher:
                     reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt "
                     f"{flight.attempt + 1} is due at {iso_up(due)}",
                 )
-            self.spool.put(SpoolEntry(finished, None, me, done=True))
-            done.put((flight, finished, outcome, time.monotonic() - began))
+            failure: MergegateError | None = None
+            try:
+                self.spool.put(SpoolEntry(finished, None, me, done=True))
+            except MergegateError as exc:
+                # A full disk: the result is still handed back, so the loop pushes it and ends
+                # the pass with this error (a thread that died here left the loop waiting
+                # forever, and the next pass closed a run that succeeded as lost).
+                failure = exc
+            done.put((flight, finished, outcome, time.monotonic() - began, failure))
 
-        slots.run(body)
+        def guarded() -> None:
+            try:
+                body()
+            except BaseException as exc:  # never leave the claim loop waiting for this job
+                reason = f"the runner failed after the job ({type(exc).__name__}: {exc})"
+                error = exc if isinstance(exc, MergegateError) else StateError(reason)
+                lost = self.drafts.draft(
+                    "finished",
+                    decision,
+                    run_id=flight.run_id,
+                    status="lost",
+                    exit_code=None,
+                    reason=f"{reason}; it is not run again",
+                )
+                outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)
+                done.put((flight, lost, outcome, 0.0, error))
+
+        slots.run(guarded)
 
     def _execute(
         self, decision: Decision, run_id: str, request: executor.ExecRequest

@@ -1,0 +1,97 @@
+"""Local state the runner cannot write (issue 23, runner faults): a full disk while a job runs, a
+stale lock on the runner's own state. Any such failure ends the pass with an error naming the
+file, after recording what can be recorded; it never hangs and never claims what it could not
+account for. Real processes, a real full file system (a small tmpfs), real signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.repos import World
+from tests.runner.test_reliability import (
+    _gate,
+    _merge_jobs,
+    _spooled_process,
+    _start_runner,
+    _until,
+)
+
+
+@contextlib.contextmanager
+def _small_tmpfs(where: Path, size: str = "64k") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (root only: skips elsewhere), unmounted after."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    """Write into `folder` until its file system has no room left."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096) > 0:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_while_a_job_runs_ends_the_pass_naming_the_spool_and_keeps_the_result(
+    world: World,
+) -> None:
+    _gate(world)
+    go = world.tmp / "go"
+    # The job waits for the test, then prints more than a page: its result's spool line needs room.
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done; head -c 8000 /dev/zero | tr '\\0' x"
+    _merge_jobs(world, "p", {"j": ["sh", "-c", script]})
+    spool = world.clone("runner") / ".git/mergegate/spool"
+    with _small_tmpfs(spool):
+        runner = _start_runner(world, "--once", "--json")
+        try:
+            _until(lambda: _spooled_process(world))  # claimed, and its process runs
+            _fill(spool)  # the disk is full now
+            go.touch()
+            try:
+                out, err = runner.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                runner.send_signal(signal.SIGTERM)
+                try:
+                    runner.communicate(timeout=10)
+                    stopped = "SIGTERM stopped it"
+                except subprocess.TimeoutExpired:
+                    stopped = "SIGTERM did not stop it either"
+                pytest.fail(f"the runner hung once its result could not be spooled ({stopped})")
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()
+            go.touch()
+        (spool / "filler").unlink()
+    assert runner.returncode == 2, (out, err)
+    path = spool / "runner.jsonl"
+    assert f"error: cannot write the spool: No space left on device ({path})" in err, err
+    # What could be recorded was: the job's real result is on the audit branch.
+    [finished] = world.events("finished")
+    assert finished["status"] == "succeeded", finished
+    assert json.loads(out)["file"] == str(path), out
+    # The next pass (the disk has room again) does not close that run as lost.
+    again = world.run_once()
+    assert again.code == 0, again.out + again.err
+    assert [r["status"] for r in world.events("finished")] == ["succeeded"]

@@ -95,3 +95,47 @@ def test_a_full_disk_while_a_job_runs_ends_the_pass_naming_the_spool_and_keeps_t
     again = world.run_once()
     assert again.code == 0, again.out + again.err
     assert [r["status"] for r in world.events("finished")] == ["succeeded"]
+
+
+def test_a_stale_lock_on_the_audit_seen_ref_stops_the_pass_before_it_claims(world: World) -> None:
+    """A `.lock` on the audit branch's seen ref, found only when the pass moved it after its jobs
+    ran (issue 23, item 12): every piece of local state the pass will write is checked first."""
+    _gate(world)
+    assert world.run_once().code == 0  # the audit branch exists, the seen refs are set
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    lock = world.clone("runner") / ".git/refs/mergegate/seen/origin/mergegate/audit.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    result = world.run_once()
+    assert result.code == 2, result.out + result.err
+    assert f"({lock})" in result.err and f"rm '{lock}'" in result.err, result.err
+    assert world.events("started") == [], (
+        "the pass claimed and ran a job before the lock stopped it"
+    )
+    lock.unlink()
+    assert [j["status"] for j in world.run_once().json()["jobs"]] == ["succeeded"]
+
+
+@pytest.mark.parametrize(
+    "blocked",
+    [
+        ".git/refs/mergegate/pending/runner.lock",
+        ".git/mergegate/judged.json/",
+        ".git/mergegate/dated.tmp/",
+    ],
+)
+def test_any_state_the_pass_will_write_is_checked_before_it_claims(
+    world: World, blocked: str
+) -> None:
+    _gate(world)
+    assert world.run_once().code == 0
+    _merge_jobs(world, "p", {"j": ["echo", "j"]})
+    path = world.clone("runner") / blocked
+    if blocked.endswith("/"):
+        path.mkdir(parents=True)  # a folder where the runner writes a file
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    result = world.run_once()
+    assert result.code == 2 and f"({path})" in result.err, result.out + result.err
+    assert world.events("started") == []

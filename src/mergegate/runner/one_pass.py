@@ -36,7 +36,7 @@ from mergegate.execution.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import AUDIT_BRANCH
-from mergegate.facts.policy_log import policy_lookup
+from mergegate.facts.policy_log import DATED, JUDGED, policy_lookup
 from mergegate.git.repo import Repo
 from mergegate.git.values import Signing
 from mergegate.github import gather as github
@@ -44,7 +44,7 @@ from mergegate.rules.eligibility import Runnable
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
-from mergegate.runner import idle, leases
+from mergegate.runner import idle, leases, writable
 from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
 from mergegate.runner.drafting import Drafts, job_id, policy_changes
@@ -174,6 +174,9 @@ class Runner:
         # seen ref that cannot be written stops the pass here (StateError, naming it).
         # (The audit tip only now: it is where the next pass starts checking.)
         seen = branch.remember(tip, gate.records, gate.seen)
+        # And everything else this pass will write, before it claims anything: a stale lock found
+        # only at the end (after the jobs ran) let a rewind of the audit branch go unseen.
+        self._can_write([branch.seen_ref, branch.seen_audit_ref])
         self._can_sign(
             work.policy, key=work.waiting is None
         )  # (again: a policy change the walk adopted may list runners)
@@ -266,6 +269,19 @@ class Runner:
             policy_changes(work),
             stopped,
             work.waiting,
+        )
+
+    def _can_write(self, seen_refs: list[str]) -> None:
+        state = self.repo.git_dir / "mergegate"
+        writable.check(
+            self.repo.common_dir,
+            refs=[*seen_refs, self.pending.ref],
+            files=[
+                self.spool.path,  # (its temporary file: the spool's own first write, before claims)
+                idle.path(self.repo.git_dir, self.options.runner_name),
+                *(state / name for name in (JUDGED, DATED)),
+                *(state / Path(name).with_suffix(".tmp") for name in (JUDGED, DATED)),
+            ],
         )
 
     def _still_running(self, entry: SpoolEntry) -> str:

@@ -294,6 +294,8 @@ class Started(Votes):
     runs_on: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
     # The change windows that allowed the start (absent before windows existed, or with none).
     windows: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
+    # The claiming clone's random id (leases.clone_id); absent before clones had ids.
+    clone: str | None = field(default=None, metadata=_read(_str))
 
     @property
     def attempt_number(self) -> int:

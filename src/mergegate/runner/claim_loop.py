@@ -54,6 +54,7 @@ class ClaimLoop:
         self,
         *,
         runner_name: str,
+        clone: str | None = None,
         parallel: int,
         shutdown: Shutdown,
         spool: Spool,
@@ -67,6 +68,7 @@ class ClaimLoop:
         ],
     ) -> None:
         self.runner_name = runner_name
+        self.clone = clone
         self.parallel = max(1, parallel)
         self.shutdown = shutdown
         self.spool = spool
@@ -294,6 +296,7 @@ class ClaimLoop:
             attempt=flight.attempt,
             runs_on=tuple(job.runs_on),
             windows=tuple(flight.windows),
+            clone=self.clone,
         )
 
     def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> Lease:

@@ -67,6 +67,7 @@ class Drafts:
         lease: Lease | None = None,
         runs_on: tuple[str, ...] = (),
         windows: tuple[str, ...] = (),
+        clone: str | None = None,
     ) -> Started:
         """The `started` draft of `decision` (a dry run's leaves out what only a claim says: its
         run, its limits, its lease)."""
@@ -89,6 +90,7 @@ class Drafts:
                 attempt=attempt,
                 runs_on=runs_on or None,
                 windows=windows or None,
+                clone=clone,
                 **_votes(decision),
             ),
             null=("rule", "requirement", "approval") if claimed else ("requirement", "approval"),

@@ -241,12 +241,10 @@ class Launcher:
             except BaseException as exc:  # never leave the claim loop waiting for this job
                 reason = f"the runner failed after the job ({type(exc).__name__}: {exc})"
                 error = exc if isinstance(exc, MergegateError) else StateError(reason)
-                lost = self.drafts.draft(
-                    "finished",
+                lost = self.drafts.closed(
                     decision,
                     run_id=flight.run_id,
                     status="lost",
-                    exit_code=None,
                     reason=f"{reason}; it is not run again",
                 )
                 outcome = Outcome(job.id, job.path, decision.commit, "lost", reason, flight.run_id)

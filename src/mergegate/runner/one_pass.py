@@ -36,7 +36,7 @@ from mergegate.execution.shutdown import DEFAULT_GRACE, Shutdown
 from mergegate.facts import audit_commits as audit_branch
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.branches import AUDIT_BRANCH
-from mergegate.facts.policy_log import DATED, JUDGED, policy_lookup
+from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
 from mergegate.git.values import Signing
 from mergegate.github import gather as github
@@ -155,6 +155,7 @@ class Runner:
         reviews = self._review_source(gate, now)
         self._drafts = Drafts(self.options.runner_name, judged=judged, reviews=reviews)
         self._vetoes = Vetoes(self.repo, WalkedView(self.repo, gate.root, gate.records, tip, now))
+        clone = leases.clone_id(self.repo.git_dir)  # (its orphans are its own: leases.mine)
         work = plan(
             self.repo,
             tip,
@@ -163,6 +164,7 @@ class Runner:
             records=gate.records,
             at=now,
             runner_name=self.options.runner_name,
+            clone=clone,
             reviews=reviews,
             labels=self._labels(),
             before_walk=self._can_sign,
@@ -176,7 +178,12 @@ class Runner:
         seen = branch.remember(tip, gate.records, gate.seen)
         # And everything else this pass will write, before it claims anything: a stale lock found
         # only at the end (after the jobs ran) let a rewind of the audit branch go unseen.
-        self._can_write([branch.seen_ref, branch.seen_audit_ref])
+        writable.check_pass(
+            self.repo,
+            [branch.seen_ref, branch.seen_audit_ref, self.pending.ref],
+            self.spool.path,
+            self.options.runner_name,
+        )
         self._can_sign(
             work.policy, key=work.waiting is None
         )  # (again: a policy change the walk adopted may list runners)
@@ -204,6 +211,7 @@ class Runner:
         runs = leases.open_runs(self.repo, gate.records)
         work.expired = [r for r in leases.ended(runs, now) if r.run_id not in closing]
         warnings += [self._still_running(entry) for entry in running]
+        warnings += leases.shared_name(runs, self.options.runner_name, clone, now)
         outcomes = [
             Outcome(d.job, str(d.path), str(d.commit), str(d.status), d.reason, d.run_id)
             for d in spooled
@@ -230,6 +238,7 @@ class Runner:
         )
         ran, pending = ClaimLoop(
             runner_name=self.options.runner_name,
+            clone=clone,
             parallel=self.options.parallel,
             shutdown=self.shutdown,
             spool=self.spool,
@@ -269,19 +278,6 @@ class Runner:
             policy_changes(work),
             stopped,
             work.waiting,
-        )
-
-    def _can_write(self, seen_refs: list[str]) -> None:
-        state = self.repo.git_dir / "mergegate"
-        writable.check(
-            self.repo.common_dir,
-            refs=[*seen_refs, self.pending.ref],
-            files=[
-                self.spool.path,  # (its temporary file: the spool's own first write, before claims)
-                idle.path(self.repo.git_dir, self.options.runner_name),
-                *(state / name for name in (JUDGED, DATED)),
-                *(state / Path(name).with_suffix(".tmp") for name in (JUDGED, DATED)),
-            ],
         )
 
     def _still_running(self, entry: SpoolEntry) -> str:

@@ -41,6 +41,7 @@ from mergegate.rules.eligibility import (
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Assessment, Decision, Veto
 from mergegate.rules.policy import Policy
+from mergegate.runner.leases import mine
 
 if TYPE_CHECKING:
     from mergegate.github.gather import ReviewSource
@@ -153,6 +154,7 @@ def plan(
     records: str | None,
     at: datetime,
     runner_name: str,
+    clone: str | None = None,
     remember: bool = True,
     reviews: ReviewSource | None = None,
     labels: frozenset[str] | None = None,
@@ -246,7 +248,7 @@ def plan(
         if (
             isinstance(record, Started)
             and record.run_id not in finished
-            and record.runner == runner_name
+            and mine(record, runner_name, clone)
         ):
             result.orphans.append(record)
     # 5. Commits with jobs still open, judged again, then what every revision may do now.

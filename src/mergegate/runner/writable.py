@@ -17,11 +17,32 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mergegate.errors import StateError
+from mergegate.facts.policy_log import DATED, JUDGED
+from mergegate.git.repo import Repo
+from mergegate.runner import idle, leases
 
 _HINT_LOCK = (
     "another git process may be using the repository; if none is (one was killed), remove it: "
     "rm '{lock}'"
 )
+
+
+def check_pass(repo: Repo, refs: list[str], spool: Path, runner_name: str) -> None:
+    """What one runner pass writes: `refs` (the seen refs, its pending ref), its `spool` (its
+    temporary file is the spool's own first write, before any claim), its quiet-pass memory, the
+    clone's id and the judged-times files."""
+    state = repo.git_dir / "mergegate"
+    check(
+        repo.common_dir,
+        refs=refs,
+        files=[
+            spool,
+            idle.path(repo.git_dir, runner_name),
+            leases.clone_path(repo.git_dir),
+            *(state / name for name in (JUDGED, DATED)),
+            *(state / Path(name).with_suffix(".tmp") for name in (JUDGED, DATED)),
+        ],
+    )
 
 
 def check(common_dir: Path, *, refs: Iterable[str], files: Iterable[Path]) -> None:

@@ -86,6 +86,7 @@ class ClaimLoop:
         self.done: queue.Queue[Landed] = queue.Queue()
         self.size = BatchSize(self.parallel)
         self.failure: MergegateError | None = None
+        self.look_after_claim = False  # a claim landed since the last look at approved
         self.me = ProcessId.of(os.getpid())
         self.slots = Slots(self.parallel)
 
@@ -196,6 +197,9 @@ class ClaimLoop:
         if self.batch:
             try:
                 self.waiting += self._claim(self.batch, [*self.flying.values(), *self.waiting])
+                # The claim went to the audit branch, so a veto landing on approved meanwhile did
+                # not make its push fail: look again before any of these starts (issue 23, item 8).
+                self.look_after_claim = True
             except (GitError, StateError) as exc:
                 # Nothing of this batch was claimed; what runs already finishes and is kept.
                 self.failure = exc
@@ -317,7 +321,11 @@ class ClaimLoop:
         """Why a job claimed ahead of a free slot must not start now: a veto merged while it waited.
         (The claim's push looked for vetoes; a look that fails now leaves it at that one.)"""
         try:
-            self.pub.fresh()
+            if self.look_after_claim:
+                self.look_after_claim = False
+                self.pub.refresh(fetch=self.pub.fetch)
+            else:
+                self.pub.fresh()
         except (GitError, StateError):
             return None
         veto = self.pub.vetoes().get((flight.decision.path, flight.decision.blob))

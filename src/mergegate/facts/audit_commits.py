@@ -33,6 +33,8 @@ if (
 
 APPROVED_TRAILER = "Mergegate-Approved"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+# The commits of approved a record names: its `commit` (and `open` entries'), a scan's `start`.
+_NAMED = re.compile(rb'"(?:commit|start)":"([0-9a-f]{40})"')
 
 
 def approved_of(commit: Commit) -> str | None:
@@ -127,6 +129,7 @@ class Checker:
         # look at the line, which is history-long: read it for the first commit judged elsewhere.
         said = approved_of(self.repo.commit(sha))
         line = self._first_parent_line() if self._line or said != self.approved_tip else None
+        appended: list[bytes] = []
         first = (
             self.check_shape(
                 self.repo,
@@ -135,6 +138,7 @@ class Checker:
                 tips=self._tips[0] if self._tips else None,
                 line=line,
                 logs=self._logs[0] if self._logs else None,
+                sink=appended,
             )
             if shape
             else None
@@ -166,6 +170,30 @@ class Checker:
             if not check.ok:
                 raise Tampering(
                     sha, f"is not signed by a runner in {policy.where} ({check.reason})"
+                )
+        # (Last: the rules above name what they find first, whatever the records say.)
+        self._tied(sha, approved, appended if shape else _appended_bytes(self.repo, sha), line)
+
+    def _tied(
+        self, sha: str, approved: str, appended: list[bytes], line: Mapping[str, int] | None
+    ) -> None:
+        """Every commit the records appended by `sha` name is its trailer's commit or an ancestor
+        of it (issue 23, item 9): a trailer repeating an older tip (which picks an older policy,
+        one without `runners`, say) cannot carry records of what came after it."""
+        named = {m.decode() for data in appended for m in _NAMED.findall(data)} - {approved}
+        for commit in sorted(named):
+            if line is not None and commit in line and approved in line:
+                inside = line[commit] >= line[approved]
+            else:
+                inside = self.repo.rev(commit) is not None and self.repo.is_ancestor(
+                    commit, approved
+                )
+            if not inside:
+                raise Tampering(
+                    sha,
+                    f"appends a record naming commit {commit[:12]}, which is not in the history "
+                    f"of {approved[:12]}, the tip of approved its {APPROVED_TRAILER} trailer "
+                    "says it judged",
                 )
 
     def moved_to(self, tip: str) -> Checker:
@@ -210,10 +238,11 @@ class Checker:
         tips: Tips | None = None,
         line: Mapping[str, int] | None = None,
         logs: set[int] | None = None,
+        sink: list[bytes] | None = None,
     ) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports
-        that)."""
+        that); the appended bytes go to `sink`."""
         commit = repo.commit(sha)
         if len(commit.parents) > 1:
             raise Tampering(sha, "is a merge (the audit branch is linear)")
@@ -238,7 +267,7 @@ class Checker:
                     f"{before[:12]}, "
                     "judged by the commit before it",
                 )
-        return cls._only_appends(repo, sha, parent, verified or {}, tips, logs)
+        return cls._only_appends(repo, sha, parent, verified or {}, tips, logs, sink)
 
     @staticmethod
     def _only_appends(
@@ -248,6 +277,7 @@ class Checker:
         verified: Mapping[str, int],
         tips: Tips | None = None,
         numbers: set[int] | None = None,
+        sink: list[bytes] | None = None,
     ) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
@@ -258,7 +288,7 @@ class Checker:
                 continue
             _check_log_file(sha, change)
             logs += 1
-            first = _appended(repo, sha, change, verified, tips, first)
+            first = _appended(repo, sha, change, verified, tips, first, sink)
         if logs == 0:
             raise Tampering(sha, "appends no record")
         _check_numbering(repo, sha, changes, numbers)
@@ -407,6 +437,19 @@ def _check_evidence(repo: Repo, sha: str, change: Change) -> None:
         )
 
 
+def _appended_bytes(repo: Repo, sha: str) -> list[bytes]:
+    """What an audit commit whose shape was checked already appended to its log files."""
+    commit = repo.commit(sha)
+    parent = commit.parents[0] if commit.parents else None
+    return [
+        repo.blob(change.new_blob)[
+            (repo.object_size(change.old_blob) or 0) if change.old_blob != ZERO else 0 :
+        ]
+        for change in repo.diff(parent, sha)
+        if change.status != "D" and audit.is_evidence_path(change.path) is None
+    ]
+
+
 def _check_log_file(sha: str, change: Change) -> None:
     """Anything but an evidence file is a log file, kept and plain."""
     path = change.path
@@ -434,11 +477,14 @@ def _appended(
     verified: Mapping[str, int],
     tips: Tips | None,
     first: int | None,
+    sink: list[bytes] | None = None,
 ) -> int | None:
     """Check that a log file's change only appends complete lines; the smaller of `first` and the
-    seq of the first record it appends."""
+    seq of the first record it appends. The appended bytes go to `sink` (when given)."""
+    sink = sink if sink is not None else []
     path = change.path
     if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
+        sink.append(repo.blob(change.new_blob))
         return verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
     size = tips.prefix(path, change.new_blob) if tips is not None else None
     if tips is not None and size is not None:
@@ -452,11 +498,13 @@ def _appended(
                 line=data.count(b"\n", 0, size) + 1,
             )
         if change.status == "A":
+            sink.append(data[:size])
             return _first_seq(data, 0, first)
         old_size = tips.prefix(path, change.old_blob)
         if (
             old_size is not None and old_size <= size
         ):  # the old version is a prefix too, and shorter: appended
+            sink.append(data[old_size:size])
             return _first_seq(data, old_size, first)
     new = repo.blob(change.new_blob)
     if not new.endswith(b"\n"):
@@ -467,8 +515,10 @@ def _appended(
             line=new.count(b"\n") + 1,
         )
     if change.status == "A":
+        sink.append(new)
         return _first_seq(new, 0, first)
     if _extends(repo, new, change.old_blob):
+        sink.append(new[repo.object_size(change.old_blob) or 0 :])
         return _first_seq(new, repo.object_size(change.old_blob) or 0, first)
     old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
     if not new.startswith(old):
@@ -478,6 +528,7 @@ def _appended(
             file=path,
             line=_first_difference(old, new),
         )
+    sink.append(new[len(old) :])
     return _first_seq(new, len(old), first)
 
 

@@ -1,0 +1,36 @@
+"""Every commit a record names is tied to its audit commit's `Mergegate-Approved` trailer: nothing
+past it (issue 23, item 9). Right after a policy change adds `runners`, an unsigned audit commit
+that repeats the older trailer (whose policy lists no runners, so no signature is asked) must not
+carry a `scanned` record that walks past the change."""
+
+from __future__ import annotations
+
+from tests.facts.test_key_dating import _forge
+from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
+
+
+def test_an_unsigned_audit_commit_with_a_stale_trailer_cannot_name_commits_past_it(
+    world: World,
+) -> None:
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], policy_approvals_required=1))
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
+    world.signed_merge("j", world.bob)
+    assert world.run_once().code == 0
+    honest = world.events("scanned")[-1]
+    # A policy change that adds runners, merged; no runner has judged it yet.
+    runners = world.signing_runner()
+    stricter = policy_yaml(
+        [world.bob.approver_entry()], [ECHO_RULE], runners=runners, policy_approvals_required=1
+    )
+    world.propose("runners", {"policy/policy.yaml": stricter}, who=world.alice)
+    change = world.signed_merge("runners", world.bob)
+    # mallory appends, unsigned and repeating the older trailer, a scan past the change.
+    scan = {k: v for k, v in honest.items() if k not in ("seq", "prev", "hash")}
+    forged = _forge(world, {**scan, "commit": change, "start": honest["commit"]}, sign=None)
+    result = world.run_once()
+    assert result.code == 3, result.out + result.err
+    assert forged[:12] in result.err and change[:12] in result.err, result.err
+    audit_verify = world.mg("audit", "verify", where="auditor")
+    assert audit_verify.code == 3 and forged[:12] in audit_verify.out + audit_verify.err
+    verify = world.mg("verify", where="auditor")
+    assert verify.code == 3, verify.out[-900:] + verify.err[-600:]

@@ -80,8 +80,9 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
     )
     root = marks[1]
     jobs = max(1, (records - 1) // 2)
-    # The records name commits and blobs; `audit verify` checks the chain, not what they name.
-    merges = [f"{i:040x}" for i in range(1, jobs + 1)]
+    # The records name commits and blobs; `audit verify` checks the chain, and that every commit a
+    # record names is in the history its audit commit's trailer judged (here: the one commit).
+    merges = [root] * jobs
     blobs = {f"jobs/job-{i}.yaml": f"{i:040x}" for i in range(1, jobs + 1)}
     sealed = audit.seal(past_records(jobs, root, merges, blobs), after_seq=0, after_hash=GENESIS)
     repo = Repo(remote)

@@ -369,8 +369,10 @@ def _append(
     world.git(where, "fetch", "-q", "origin")
     tip = repo.rev("refs/remotes/origin/mergegate/audit")
     assert tip is not None
-    approved = audit_branch.approved_of(repo.commit(tip))
-    assert approved is not None
+    # The trailer a runner writes: the tip of approved it judged (records naming commits past
+    # the trailer are tampering, issue 23 item 9).
+    approved = repo.rev("refs/remotes/origin/approved")
+    assert approved is not None and audit_branch.approved_of(repo.commit(tip)) is not None
     tail = audit.read_tail(repo, tip)
     records = audit.seal(drafts, after_seq=tail.last_seq, after_hash=tail.last_hash)
     sha = repo.write_commit(

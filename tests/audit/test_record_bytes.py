@@ -158,6 +158,7 @@ _FORMS = {
             | {
                 "judged", "run_id", "command", "cwd", "sandbox", "rule", "policy_commit",
                 "resolved_program", "self_approved", "limits", "lease", "attempt",
+                "clone",  # (issue 23, item 11: the clone that claimed it; new records only)
             },
         ),
         (

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 REPOSITORY = "acme/gate"
+REPOSITORY_ID = 7  # GitHub's Link headers name later pages /repositories/<id>/...
 
 
 def iso(when: datetime) -> str:
@@ -273,6 +274,9 @@ class FakeGitHub:
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path+query, headers)
         self.created: list[dict[str, Any]] = []  # POST /pulls bodies
         self.hang_seconds = 3.0
+        # GitHub's Link headers name pages by repository id ("repositories"); "repos" keeps the
+        # /repos/<owner>/<name> form the first page was asked with.
+        self.link_form = "repositories"
         self._lock = threading.Lock()
         self._next_review = 1
         self._server = _Server(_handler(self), tls)
@@ -352,6 +356,9 @@ class FakeGitHub:
         self, method: str, path: str, query: dict[str, list[str]], body: bytes
     ) -> tuple[int, Any, dict[str, str]]:
         prefix = f"/repos/{REPOSITORY}/"
+        by_id = f"/repositories/{REPOSITORY_ID}/"
+        if path.startswith(by_id):
+            path = prefix + path[len(by_id) :]
         if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}
         rest = path[len(prefix) :].strip("/").split("/")
@@ -428,7 +435,11 @@ class FakeGitHub:
         page = int(query.get("page", ["1"])[0])
         last = max(1, -(-len(items) // per_page))
         chunk = items[(page - 1) * per_page : page * per_page]
+        if self.link_form == "repositories":
+            path = path.replace(f"/repos/{REPOSITORY}/", f"/repositories/{REPOSITORY_ID}/", 1)
         links = []
+        if page > 1:
+            links.append(f'<{self.url}{path}?per_page={per_page}&page={page - 1}>; rel="prev"')
         if page < last:
             links.append(f'<{self.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"')
             links.append(f'<{self.url}{path}?per_page={per_page}&page={last}>; rel="last"')
@@ -457,7 +468,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             fake.requests.append(
                 (method, self.path, {k.lower(): v for k, v in self.headers.items()})
             )
-            fault = fake._fault_for(parts.path)
+            fault = fake._fault_for(
+                parts.path.replace(f"/repositories/{REPOSITORY_ID}/", f"/repos/{REPOSITORY}/", 1)
+            )
             status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
             raw = json.dumps(data).encode()
             if fault is not None:
@@ -510,6 +523,9 @@ def _faulted(
     elif fault.kind == "bad-next":
         # A next link that points back at this very page: pagination that never ends.
         headers = {"link": f'<{fake.url}{path}>; rel="next"'}
+    elif fault.kind == "other-next":
+        # On the API's origin, but a page of another listing.
+        headers = {"link": f'<{fake.url}/repositories/8/issues/1/comments?page=2>; rel="next"'}
     elif fault.kind == "foreign-next":
         headers = {"link": '<https://evil.example/steal?page=2>; rel="next"'}
     return status, raw, headers

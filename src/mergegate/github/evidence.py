@@ -165,9 +165,21 @@ class Evidence:
         return _path(url) == _path(f"{self.api_url}/repos/{self.repository}{suffix}")
 
     def pages(self, suffix: str) -> list[Any]:
-        """The items of every page of one listing (`/repos/<repository><suffix>`), in order."""
+        """The items of every page of one listing (`/repos/<repository><suffix>`), in order.
+
+        GitHub's Link headers name later pages as `/repositories/<id><suffix>` (its pagination
+        docs show that form): such a page is one of ours when the page before it names it as
+        next, which is how the runner came to ask for it.
+        """
         items: list[Any] = []
-        listing = [e for e in self.exchanges if self._is(e.url, suffix)]
+        listing: list[Exchange] = []
+        expected: str | None = None
+        for exchange in self.exchanges:
+            if self._is(exchange.url, suffix) or (
+                exchange.url == expected and is_listing_page(exchange.url, self.api_url, suffix)
+            ):
+                listing.append(exchange)
+                expected = next_link(exchange.link)
         for index, exchange in enumerate(listing):
             page = exchange.json()
             if not isinstance(page, list):
@@ -220,3 +232,17 @@ class MergeFacts:
 
 def _path(url: str) -> str:
     return url.split("?", 1)[0].rstrip("/")
+
+
+def is_listing_page(url: str, api_url: str, suffix: str, *, repository: str = "") -> bool:
+    """Whether `url` is a page of the listing `<suffix>` of one repository, in either form GitHub
+    uses: `/repos/<owner>/<name><suffix>` (`repository`, when given) or
+    `/repositories/<id><suffix>` (what its Link headers name)."""
+    path, api = _path(url), _path(api_url)
+    if repository and path == f"{api}/repos/{repository}{suffix}".rstrip("/"):
+        return True
+    prefix, tail = f"{api}/repositories/", suffix.rstrip("/")
+    if not (path.startswith(prefix) and path.endswith(tail)):
+        return False
+    repo_id = path[len(prefix) : len(path) - len(tail)]
+    return repo_id.isascii() and repo_id.isdigit()

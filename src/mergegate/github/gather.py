@@ -23,7 +23,13 @@ from mergegate.audit.records import Record, Scanned
 from mergegate.crypto.signatures import split_signed_commit, verify_signature
 from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.git.repo import Repo
-from mergegate.github.evidence import EVIDENCE_DIR, Evidence, Exchange, MergeFacts
+from mergegate.github.evidence import (
+    EVIDENCE_DIR,
+    Evidence,
+    Exchange,
+    MergeFacts,
+    is_listing_page,
+)
 from mergegate.github.http import Client, Malformed, redact_url, url_problem
 from mergegate.rules.policy import Policy
 
@@ -153,9 +159,8 @@ def _times(raw: bytes) -> tuple[int, int]:
 def gather_open(settings: Settings, client: Client, number: int, *, now: str) -> Evidence:
     """What GitHub says about an open pull request (for `check`): the PR, reviews, commits,
     timeline."""
-    base = f"/repos/{settings.repository}"
     exchanges: list[Exchange] = []
-    _pull(client, base, number, exchanges)
+    _pull(client, settings.repository, number, exchanges)
     return Evidence(
         commit="",
         repository=settings.repository,
@@ -166,29 +171,30 @@ def gather_open(settings: Settings, client: Client, number: int, *, now: str) ->
     )
 
 
-def _pull(client: Client, base: str, number: int, exchanges: list[Exchange]) -> None:
-    response = client.get(f"{base}/pulls/{number}")
+def _pull(client: Client, repository: str, number: int, exchanges: list[Exchange]) -> None:
+    response = client.get(f"/repos/{repository}/pulls/{number}")
     if not isinstance(response.json(), dict):
         raise Malformed(
             f"GET {response.url}: expected an object", url=response.url, status=response.status
         )
     exchanges.append(Exchange.of(response))
-    _listing(client, f"{base}/pulls/{number}/reviews", exchanges)
-    _listing(client, f"{base}/pulls/{number}/commits", exchanges)
-    _listing(client, f"{base}/issues/{number}/timeline", exchanges, max_pages=MAX_TIMELINE_PAGES)
+    _listing(client, repository, f"/pulls/{number}/reviews", exchanges)
+    _listing(client, repository, f"/pulls/{number}/commits", exchanges)
+    _listing(
+        client, repository, f"/issues/{number}/timeline", exchanges, max_pages=MAX_TIMELINE_PAGES
+    )
 
 
 def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
     """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete
     answer."""
-    base = f"/repos/{settings.repository}"
     exchanges: list[Exchange] = []
-    lookup = _listing(client, f"{base}/commits/{commit}/pulls", exchanges)
+    lookup = _listing(client, settings.repository, f"/commits/{commit}/pulls", exchanges)
     number = pick_pull(lookup, commit=commit, repository=settings.repository)
     truncated = ""
     if number is not None:
         try:
-            _pull(client, base, number, exchanges)
+            _pull(client, settings.repository, number, exchanges)
         except TooLarge as exc:
             # Past the bounds the merge is refused (with what was read, and why), so that
             # comment spam cannot hold every later commit waiting behind this one.
@@ -228,9 +234,20 @@ def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
 
 
 def _listing(
-    client: Client, path: str, exchanges: list[Exchange], *, max_pages: int | None = None
+    client: Client,
+    repository: str,
+    suffix: str,
+    exchanges: list[Exchange],
+    *,
+    max_pages: int | None = None,
 ) -> list[Any]:
-    """Every page of a listing, following `Link: rel="next"`; a broken chain is not yet evidence."""
+    """Every page of a listing, following `Link: rel="next"`; a broken chain is not yet evidence.
+
+    GitHub names later pages `/repositories/<id><suffix>`; a next link to anything other than a
+    page of this listing (in that form or as `/repos/<repository><suffix>`) is refused, so the
+    pages followed are the pages `Evidence.pages` reads back.
+    """
+    path = f"/repos/{repository}{suffix}"
     items: list[Any] = []
     url: str | None = client.url(path) + f"?per_page={PER_PAGE}"
     seen: set[str] = set()
@@ -258,6 +275,10 @@ def _listing(
         next_url = response.next_url()
         if next_url is not None and len(page) == 0:
             raise Malformed(f"GET {url}: an empty page that links to a next one", url=url)
+        if next_url is not None and not is_listing_page(
+            client.url(next_url), client.base_url, suffix, repository=repository
+        ):
+            raise Malformed(f"GET {url}: its next page {next_url} is not a page of {path}", url=url)
         url = next_url
     return items
 

@@ -1,0 +1,85 @@
+"""GitHub's answers as they come, large, slow or odd, never freeze the gate (issue 23, 1-5).
+
+Every bound ends in a decision the records keep (the merge is refused as unreviewable and
+says why), never in "waiting" forever; a page named the way GitHub names it is read back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers.fake_github import REPOSITORY_ID, FakeGitHub, PullRequest
+from tests.helpers.github_world import ALICE, GithubGate
+
+OFFLINE = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}
+
+
+def run(gate: GithubGate, **env: str) -> dict[str, Any]:
+    result = gate.run_once(env=env)
+    assert result.code in (0, 1), result.err
+    return result.json()  # type: ignore[no-any-return]
+
+
+def started(gate: GithubGate) -> list[str]:
+    return sorted(str(r["job"]) for r in gate.world.events("started"))
+
+
+def reasons(out: dict[str, Any]) -> dict[str, str]:
+    return {str(j["job"]): str(j.get("reason") or "") for j in out["jobs"]}
+
+
+def verify_fresh(gate: GithubGate, name: str = "fresh") -> dict[str, Any]:
+    gate.world.clone(name)
+    result = gate.world.mg("verify", "--json", where=name, env=OFFLINE)
+    assert result.code == 0, result.out + result.err
+    return result.json()  # type: ignore[no-any-return]
+
+
+# --- 1: GitHub's own pagination links ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["repositories", "repos"])
+def test_pages_linked_by_repository_id_are_followed_and_read_back(
+    gate: GithubGate, form: str
+) -> None:
+    """GitHub's Link headers name page 2 as /repositories/<id>/...: the runner reads it, stores
+    it, and reading the evidence back (the next pass, verify) keeps it: the job runs, verify ok."""
+    gate.fake.link_form = form
+    gate.setup()
+    pr = gate.open_pr("backup")
+    for i in range(150):  # two pages of reviews and of timeline events
+        gate.fake.review(pr.number, 10_000 + i, "COMMENTED", pr.head_sha, minutes_ago=20)
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    out = run(gate)
+    assert out["waiting"] is None and started(gate) == ["backup"], out
+    by_id = [p for p in gate.fake.paths() if p.startswith(f"/repositories/{REPOSITORY_ID}/")]
+    assert bool(by_id) is (form == "repositories")
+    assert verify_fresh(gate)["incomplete"] is None
+
+
+def test_a_next_link_to_another_listing_is_not_followed(fake: FakeGitHub) -> None:
+    """A Link to a page of something else (even on the API's origin) is no page of this listing."""
+    from mergegate.github import gather
+    from mergegate.github.http import Client, Malformed
+
+    fake.add_pull(PullRequest(1, 200, "a" * 40, "", merged=False))
+    fake.review(1, ALICE, "APPROVED", "a" * 40)
+    fake.fail("/reviews", "other-next")
+    with Client(fake.url) as client, pytest.raises(Malformed, match="is not a page of"):
+        gather._listing(client, "acme/gate", "/pulls/1/reviews", [])
+
+
+def test_listing_pages_in_both_forms() -> None:
+    from mergegate.github.evidence import is_listing_page
+
+    api = "https://ghe.example/api/v3"
+    suffix = "/issues/3/timeline"
+    assert is_listing_page(f"{api}/repositories/42{suffix}?page=2", api, suffix)
+    assert is_listing_page(f"{api}/repos/a/b{suffix}?page=2", api, suffix, repository="a/b")
+    assert not is_listing_page(f"{api}/repos/a/c{suffix}?page=2", api, suffix, repository="a/b")
+    assert not is_listing_page(f"{api}/repositories/x1{suffix}", api, suffix)
+    assert not is_listing_page(f"{api}/repositories/42/issues/4/timeline", api, suffix)
+    assert not is_listing_page(f"https://other/api/v3/repositories/42{suffix}", api, suffix)

@@ -83,3 +83,48 @@ def test_listing_pages_in_both_forms() -> None:
     assert not is_listing_page(f"{api}/repositories/x1{suffix}", api, suffix)
     assert not is_listing_page(f"{api}/repositories/42/issues/4/timeline", api, suffix)
     assert not is_listing_page(f"https://other/api/v3/repositories/42{suffix}", api, suffix)
+
+
+# --- 5: a deadline per answer, a budget per pass -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["trickle", "trickle-headers"])
+def test_an_answer_trickling_in_ends_at_its_deadline(fake: FakeGitHub, kind: str) -> None:
+    """One byte every 0.2s of a body (or of a header) resets every per-read timeout: the request's
+    deadline ends it all the same, as a "not yet" naming the deadline."""
+    import time
+
+    from mergegate.github.http import Client, Unreachable
+
+    fake.add_pull(PullRequest(1, 200, "a" * 40, "", merged=False))
+    fake.fail("/pulls/1", kind)
+    began = time.monotonic()
+    with Client(fake.url, deadline=1.5) as client, pytest.raises(Unreachable) as caught:
+        client.get("/repos/acme/gate/pulls/1")
+    assert time.monotonic() - began < 4
+    assert "no complete answer within 1.5s (its deadline)" in caught.value.message
+    # The client (one per pass) still asks and gets answers after a request was cut off.
+    with Client(fake.url, deadline=1.5) as client:
+        fake.fail("/pulls/1", kind)
+        with pytest.raises(Unreachable):
+            client.get("/repos/acme/gate/pulls/1")
+        assert client.get("/repos/acme/gate/pulls/1").json()["number"] == 1
+
+
+def test_a_pass_spends_at_most_its_budget_asking_github(fake: FakeGitHub) -> None:
+    import time
+
+    from mergegate.github.http import Client, Unreachable
+
+    fake.add_pull(PullRequest(1, 200, "a" * 40, "", merged=False))
+    fake.fail("/pulls/1", "trickle", times=5)
+    began = time.monotonic()
+    with Client(fake.url, deadline=1.0, max_api_time=2.5) as client:
+        for _ in range(2):
+            with pytest.raises(Unreachable, match="within 1s"):
+                client.get("/repos/acme/gate/pulls/1")
+        with pytest.raises(Unreachable, match=r"what is left of this pass's 2\.5s for GitHub"):
+            client.get("/repos/acme/gate/pulls/1")
+        with pytest.raises(Unreachable, match=r"its budget \(2\.5s\)"):
+            client.get("/repos/acme/gate/pulls/1")
+    assert time.monotonic() - began < 6

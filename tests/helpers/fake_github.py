@@ -274,6 +274,8 @@ class FakeGitHub:
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path+query, headers)
         self.created: list[dict[str, Any]] = []  # POST /pulls bodies
         self.hang_seconds = 3.0
+        self.trickle_seconds = 0.2  # between two bytes of a "trickle" answer
+        self.stopped = threading.Event()
         # GitHub's Link headers name pages by repository id ("repositories"); "repos" keeps the
         # /repos/<owner>/<name> form the first page was asked with.
         self.link_form = "repositories"
@@ -295,6 +297,7 @@ class FakeGitHub:
         return self
 
     def stop(self) -> None:
+        self.stopped.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -475,6 +478,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             raw = json.dumps(data).encode()
             if fault is not None:
                 status, raw, headers = _faulted(fake, fault, self.path, status, raw, headers)
+            if fault is not None and fault.kind in ("trickle", "trickle-headers"):
+                self._trickle(raw, headers=fault.kind == "trickle-headers")
+                return
             self.send_response(status)
             self.send_header("content-type", "application/json; charset=utf-8")
             self.send_header("x-github-request-id", f"FAKE:{len(fake.requests):04d}")
@@ -485,6 +491,30 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             try:
                 self.wfile.write(raw)
             except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _trickle(self, raw: bytes, *, headers: bool) -> None:
+            """One byte every `trickle_seconds`: of a long header, or of the body."""
+            head = (
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(raw)}\r\n"
+            ).encode()
+            if headers:
+                slow, rest = b"x-padding: " + b"x" * 1000 + b"\r\n\r\n", raw
+            else:
+                head, slow, rest = head + b"\r\n", raw, b""
+            self.close_connection = True
+            try:
+                self.wfile.write(head)
+                for byte in slow:
+                    if fake.stopped.is_set():
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(fake.trickle_seconds)
+                self.wfile.write(rest)
+                self.wfile.flush()
+            except OSError:  # the client hung up (BrokenPipe, ConnectionReset)
                 pass
 
     return Handler

@@ -1,7 +1,9 @@
 """The one HTTP client: every request mergegate makes goes through `Client`.
 
 Built on httpx. What this module adds is what a gate needs from it:
-- every request has a timeout, and a body is read only up to a bound;
+- every request has a timeout per read and a deadline in all (a server trickling a byte
+  every few seconds cannot hold a pass), the pass's requests a budget in all, and a body
+  is read only up to a bound;
 - a rate limit (`403`/`429` with `retry-after` or `x-ratelimit-reset`) is waited
   out only within a bound, else it is a "not yet" for this pass;
 - every failure is an `Unavailable` (a `NotYet`): missing evidence is never a yes;
@@ -18,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +39,8 @@ from mergegate.errors import NotYet
 from mergegate.github import network
 
 DEFAULT_TIMEOUT = 15.0  # seconds, per connect/read/write
+DEFAULT_DEADLINE = 60.0  # seconds one request may take in all, however its bytes trickle in
+DEFAULT_MAX_API_TIME = 600.0  # seconds a pass's requests may take in all (one client per pass)
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; a reviews page of 100 is well under 1 MiB
 DEFAULT_MAX_WAIT = 60.0  # seconds a pass may wait out rate limits, in all (one client per pass)
 MIN_WAIT = (
@@ -148,6 +154,8 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
         max_wait: float = DEFAULT_MAX_WAIT,
+        deadline: float = DEFAULT_DEADLINE,
+        max_api_time: float = DEFAULT_MAX_API_TIME,
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], datetime] = _now,
         transport: httpx.BaseTransport | None = None,
@@ -167,6 +175,12 @@ class Client:
         self.waited = (
             0.0  # seconds this client has slept on rate limits: max_wait bounds the whole pass
         )
+        self.deadline = deadline
+        self.max_api_time = max_api_time
+        self.spent = 0.0  # seconds this client's requests took: max_api_time bounds the pass
+        # Every socket this client opened, so a request past its deadline can be cut off even
+        # while a read blocks (httpx's timeouts are per read; a trickle resets them).
+        self._sockets: list[socket.socket] = []
         headers = {
             "accept": "application/vnd.github+json",
             "x-github-api-version": "2022-11-28",
@@ -274,13 +288,38 @@ class Client:
     def _once(self, method: str, url: str, body: Any) -> Response:
         import httpx
 
+        allowed = min(self.deadline, self.max_api_time - self.spent)
+        if allowed <= 0:
+            raise Unreachable(
+                f"{method} {url}: this pass's requests to GitHub took {_secs(self.spent)}, its "
+                f"budget ({_secs(self.max_api_time)})",
+                url=url,
+                hint="the next pass asks again",
+            )
         content = None if body is None else json.dumps(body).encode()
+        start = time.monotonic()
+        late = threading.Event()
+
+        def cut_off() -> None:  # past the deadline: end the blocked read, whatever it waits for
+            late.set()
+            for sock in self._sockets:
+                try:
+                    # The plain socket's shutdown, on a TLS socket too: its own would drop the TLS
+                    # state under the thread still reading.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(allowed, cut_off)
+        timer.daemon = True
+        timer.start()
         try:
             with self._http.stream(
                 method,
                 url,
                 content=content,
                 headers={"content-type": "application/json"} if content is not None else None,
+                extensions={"trace": self._trace},
             ) as raw:
                 data = bytearray()
                 for chunk in raw.iter_bytes():
@@ -291,12 +330,18 @@ class Client:
                             url=url,
                             status=raw.status_code,
                         )
+                    if late.is_set() or time.monotonic() - start > allowed:
+                        raise httpx.ReadTimeout("past the deadline")
                 return _response(raw, url, bytes(data), self._now())
         except httpx.TimeoutException:
+            if late.is_set() or time.monotonic() - start >= allowed:
+                raise self._late(method, url, allowed) from None
             raise Unreachable(
                 f"{method} {url}: timed out", url=url, hint="the next pass asks again"
             ) from None
         except httpx.TransportError as exc:
+            if late.is_set():
+                raise self._late(method, url, allowed) from None
             # The exception text names the host and the OS error, never a header (nor the proxy's
             # URL, which may hold its password).
             via = " (through the proxy in HTTPS_PROXY)" if self.proxied else ""
@@ -305,6 +350,32 @@ class Client:
                 url=url,
                 hint=_transport_hint(str(exc)),
             ) from None
+        finally:
+            timer.cancel()
+            self.spent += time.monotonic() - start
+            if late.is_set():
+                self._sockets.clear()  # shut down: the pool opens new ones
+
+    def _late(self, method: str, url: str, allowed: float) -> Unreachable:
+        which = (
+            "its deadline"
+            if allowed >= self.deadline
+            else f"what is left of this pass's {_secs(self.max_api_time)} for GitHub"
+        )
+        return Unreachable(
+            f"{method} {url}: no complete answer within {_secs(allowed)} ({which})",
+            url=url,
+            hint="the next pass asks again",
+        )
+
+    def _trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpcore's trace hook: keep the socket of every connection this client opens."""
+        if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                self._sockets = [s for s in self._sockets if s.fileno() != -1]
+                self._sockets.append(sock)
 
     def _rate_limit_wait(self, response: Response) -> float | None:
         """Seconds to wait before asking again, when the answer is a rate limit."""
@@ -410,6 +481,8 @@ def _transport_hint(error: str) -> str:
             "set SSL_CERT_FILE to its PEM file (docs/github.md, company networks)"
         )
     return "the next pass asks again"
+def _secs(seconds: float) -> str:
+    return f"{round(seconds, 1):g}s"
 
 
 def _status_hint(status: int) -> str:

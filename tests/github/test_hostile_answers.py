@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.fake_github import REPOSITORY_ID, FakeGitHub, PullRequest
-from tests.helpers.github_world import ALICE, GithubGate
+from tests.helpers.github_world import ALICE, DAVE, GithubGate
 
 OFFLINE = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}
 
@@ -128,3 +128,52 @@ def test_a_pass_spends_at_most_its_budget_asking_github(fake: FakeGitHub) -> Non
         with pytest.raises(Unreachable, match=r"its budget \(2\.5s\)"):
             client.get("/repos/acme/gate/pulls/1")
     assert time.monotonic() - began < 6
+
+
+# --- 4: one merge, two pull requests -------------------------------------------------------------
+
+
+def _copy(gate: GithubGate, pr: PullRequest, number: int) -> PullRequest:
+    """Another pull request with the same head, which GitHub marks merged with the same commit."""
+    copy = PullRequest(
+        number=number,
+        author=DAVE,
+        head_sha=pr.head_sha,
+        merge_commit_sha=pr.merge_commit_sha,
+        head_ref=f"copy-{number}",
+        commits=list(pr.commits),
+        merged_at=pr.merged_at,
+    )
+    return gate.fake.add_pull(copy)
+
+
+def test_two_merged_pulls_for_one_merge_the_one_its_message_names_is_judged(
+    gate: GithubGate,
+) -> None:
+    gate.setup()
+    pr = gate.reviewed_merge("backup", ALICE)  # "Merge pull request #1 from acme/backup"
+    _copy(gate, pr, 2)
+    out = run(gate)
+    assert out["waiting"] is None and started(gate) == ["backup"], out
+    [record] = gate.world.events("started")
+    assert record["votes"] == ["alice (review 1 on PR #1)"]
+    assert verify_fresh(gate)["incomplete"] is None
+
+
+def test_two_merged_pulls_its_message_names_neither_is_refused_and_later_merges_proceed(
+    gate: GithubGate,
+) -> None:
+    gate.setup()
+    pr = gate.reviewed_merge("backup", ALICE)
+    _copy(gate, pr, 2)
+    _copy(gate, pr, 3)
+    del gate.fake.pulls[1]  # GitHub lists #2 and #3; the message names #1
+    out = run(gate)
+    assert out["waiting"] is None and started(gate) == [], out
+    reason = reasons(out)["backup"]
+    assert "GitHub lists pull requests #2, #3 as merged with merge commit" in reason
+    assert "its message names none of them" in reason and "signed merge" in reason
+    gate.numbers = 3
+    gate.reviewed_merge("cleanup", ALICE)
+    assert run(gate)["waiting"] is None and started(gate) == ["cleanup"]
+    assert verify_fresh(gate)["incomplete"] is None

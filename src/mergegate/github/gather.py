@@ -185,13 +185,19 @@ def _pull(client: Client, repository: str, number: int, exchanges: list[Exchange
     )
 
 
-def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evidence:
+def gather(
+    settings: Settings, client: Client, commit: str, *, now: str, message: str = ""
+) -> Evidence:
     """Ask GitHub about `commit` (on approved): raises NotYet on any failure or incomplete
-    answer."""
+    answer. `message` is the commit's message: it names the pull request when GitHub lists
+    two merged with this one merge commit (a copy opened with the same head)."""
     exchanges: list[Exchange] = []
     lookup = _listing(client, settings.repository, f"/commits/{commit}/pulls", exchanges)
-    number = pick_pull(lookup, commit=commit, repository=settings.repository)
     truncated = ""
+    try:
+        number = pick_pull(lookup, commit=commit, repository=settings.repository, message=message)
+    except Ambiguous as exc:
+        number, truncated = None, exc.message
     if number is not None:
         try:
             _pull(client, settings.repository, number, exchanges)
@@ -210,9 +216,19 @@ def gather(settings: Settings, client: Client, commit: str, *, now: str) -> Evid
     )
 
 
-def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
-    """The merged pull request whose merge commit `commit` is, from `commits/{sha}/pulls`."""
-    found = set()
+class Ambiguous(Malformed):
+    """GitHub lists several merged pull requests for one merge commit and the commit's message
+    names none of them (or several): the merge is refused, never waited for."""
+
+
+def pick_pull(lookup: list[Any], *, commit: str, repository: str, message: str = "") -> int | None:
+    """The merged pull request whose merge commit `commit` is, from `commits/{sha}/pulls`.
+
+    When GitHub lists several (a copy opened with the same head is marked merged too), the one
+    the merge commit's message names is it: GitHub's button writes "Merge pull request #N from
+    ..." (a merge) or "... (#N)" (a squash). Otherwise `Ambiguous`: a decision, never a wait.
+    """
+    found: set[int] = set()
     for item in lookup:
         if not isinstance(item, dict):
             raise Malformed(f"commits/{commit}/pulls: an item is not an object", url="")
@@ -226,11 +242,24 @@ def pick_pull(lookup: list[Any], *, commit: str, repository: str) -> int | None:
         ):
             found.add(item["number"])
     if len(found) > 1:
-        raise Malformed(
-            f"commits/{commit}/pulls names {len(found)} merged pull requests for one merge commit",
+        named = [n for n in sorted(found) if names_pull(message, n)]
+        if len(named) == 1:
+            return named[0]
+        shown = ", ".join(f"#{n}" for n in sorted(found))
+        raise Ambiguous(
+            f"GitHub lists pull requests {shown} as merged with merge commit {commit[:7]}, and "
+            f"its message names {'none' if not named else 'several'} of them",
             url="",
         )
     return found.pop() if found else None
+
+
+def names_pull(message: str, number: int) -> bool:
+    """Whether a merge commit's subject is the one GitHub's button writes for PR `number`."""
+    subject = message.split("\n", 1)[0].strip()
+    return subject.startswith(f"Merge pull request #{number} from ") or subject.endswith(
+        f"(#{number})"
+    )
 
 
 def _listing(
@@ -326,7 +355,13 @@ def review(
         own = client is None
         client = client or settings.client()
         try:
-            evidence = gather(settings, client, sha, now=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            evidence = gather(
+                settings,
+                client,
+                sha,
+                now=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                message=repo.commit(sha).message,
+            )
         except NotYet as exc:
             raise not_yet(exc.message) from None
         finally:

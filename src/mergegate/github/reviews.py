@@ -74,6 +74,14 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         return Verdict(
             None, "none", "", refused=f"the evidence is for {evidence.commit[:7]}, not {short}"
         )
+    if evidence.pull is None and evidence.truncated:
+        return Verdict(
+            None,
+            "none",
+            "",
+            refused=f"GitHub's answers about {short} cannot be judged on reviews "
+            f"({evidence.truncated}); approve it with a signed merge",
+        )
     if evidence.pull is None:
         age = now.timestamp() - facts.committer_time
         if -300 <= age <= policy.github.empty_lookup_minutes * 60:

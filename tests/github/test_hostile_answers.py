@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.fake_github import REPOSITORY_ID, FakeGitHub, PullRequest
+from tests.helpers.fake_github import REPOSITORY_ID, FakeGitHub, PullRequest, comment_event
 from tests.helpers.github_world import ALICE, DAVE, GithubGate
 
 OFFLINE = {"GITHUB_API_URL": "http://127.0.0.1:9", "GITHUB_REPOSITORY": "acme/gate"}
@@ -177,3 +177,81 @@ def test_two_merged_pulls_its_message_names_neither_is_refused_and_later_merges_
     gate.reviewed_merge("cleanup", ALICE)
     assert run(gate)["waiting"] is None and started(gate) == ["cleanup"]
     assert verify_fresh(gate)["incomplete"] is None
+
+
+# --- 3: size bounds decide, they never freeze the gate nor taint what comes after ---------------
+
+
+def _comments(count: int, size: int) -> list[dict[str, Any]]:
+    return [comment_event(60_000 + i, 424242, "x" * size) for i in range(count)]
+
+
+def _refused_then_later_runs(gate: GithubGate, out: dict[str, Any], why: str) -> None:
+    """The bounded merge is refused in this pass with its reason; a later merge runs."""
+    assert out["waiting"] is None, out
+    assert started(gate) == []
+    reason = reasons(out)["backup"]
+    assert "pass mergegate's bounds" in reason and why in reason, reason
+    assert "approve it with a signed merge" in reason
+    gate.reviewed_merge("cleanup", ALICE)
+    again = run(gate)
+    assert again["waiting"] is None and started(gate) == ["cleanup"], again
+    assert verify_fresh(gate)["incomplete"] is None
+
+
+def test_a_timeline_page_past_the_body_bound_refuses_the_merge_not_waits(gate: GithubGate) -> None:
+    """45 comments of 200 kB make one timeline page larger than 8 MiB."""
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    spam = _comments(45, 200_000)
+    original = pr.timeline
+    pr.timeline = lambda: [*original(), *spam]  # type: ignore[method-assign]
+    gate.merge(pr)
+    _refused_then_later_runs(gate, run(gate), "the body is larger than 8388608 bytes")
+
+
+def test_a_huge_commit_message_in_the_merged_pull_refuses_it_not_waits(gate: GithubGate) -> None:
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    pr.commits[-1].message = "m" * 9_000_000  # as GitHub would list a 9 MB commit message
+    gate.merge(pr)
+    _refused_then_later_runs(gate, run(gate), "the body is larger than")
+
+
+def test_spam_past_the_total_bound_refuses_the_merge_not_waits(
+    gate: GithubGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mergegate.github import gather
+
+    monkeypatch.setattr(gather, "MAX_EVIDENCE_BYTES", 200_000)
+    gate.setup()
+    pr = gate.open_pr("backup")
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    spam = _comments(250, 2_000)  # three pages, past 200 kB in all
+    original = pr.timeline
+    pr.timeline = lambda: [*original(), *spam]  # type: ignore[method-assign]
+    gate.merge(pr)
+    _refused_then_later_runs(gate, run(gate), "GitHub's answers pass 0 MiB")
+
+
+def test_a_lookup_past_its_bounds_refuses_the_merge_not_waits(
+    gate: GithubGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone may open pull requests whose head holds the merge commit: a lookup past its pages
+    is decided too."""
+    from mergegate.github import gather
+
+    monkeypatch.setattr(gather, "MAX_PAGES", 1)
+    monkeypatch.setattr(gather, "PER_PAGE", 1)
+    gate.setup()
+    pr = gate.reviewed_merge("backup", ALICE)
+    for number in (2, 3):
+        gate.fake.add_pull(
+            PullRequest(number, DAVE, pr.merge_commit_sha, "", merged=False, head_ref=f"x{number}")
+        )
+    out = run(gate)
+    assert out["waiting"] is None and started(gate) == [], out
+    reason = reasons(out)["backup"]
+    assert "cannot be judged on reviews" in reason and "more than 1 pages" in reason, reason

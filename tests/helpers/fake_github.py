@@ -48,6 +48,25 @@ def user(uid: int, login: str | None = None, *, kind: str = "User") -> dict[str,
     }
 
 
+def comment_event(comment_id: int, uid: int, body: str, *, when: str = "") -> dict[str, Any]:
+    """A `timeline-comment-event`: what anyone may add to a public repository's pull request."""
+    when = when or ago(5)
+    return {
+        "event": "commented",
+        "id": comment_id,
+        "node_id": f"IC_{comment_id}",
+        "url": f"https://api.github.com/repos/{REPOSITORY}/issues/comments/{comment_id}",
+        "html_url": f"https://github.com/{REPOSITORY}/pull/1#issuecomment-{comment_id}",
+        "issue_url": f"https://api.github.com/repos/{REPOSITORY}/issues/1",
+        "body": body,
+        "user": user(uid),
+        "actor": user(uid),
+        "created_at": when,
+        "updated_at": when,
+        "author_association": "NONE",
+    }
+
+
 @dataclass
 class Review:
     uid: int

@@ -200,6 +200,10 @@ class Evidence:
             items += page
         return items
 
+    def holds(self, suffix: str) -> bool:
+        """Whether an answer for `/repos/<repository><suffix>` is stored."""
+        return any(self._is(exchange.url, suffix) for exchange in self.exchanges)
+
     def one(self, suffix: str) -> Any:
         for exchange in self.exchanges:
             if self._is(exchange.url, suffix):

@@ -30,7 +30,7 @@ from mergegate.github.evidence import (
     MergeFacts,
     is_listing_page,
 )
-from mergegate.github.http import Client, Malformed, redact_url, url_problem
+from mergegate.github.http import Client, Malformed, TooLarge, redact_url, url_problem
 from mergegate.rules.policy import Policy
 
 if (
@@ -47,10 +47,6 @@ MAX_TIMELINE_PAGES = 100
 MAX_EVIDENCE_BYTES = (
     48 * 1024 * 1024
 )  # all answers about one merge; evidence is stored on the audit branch
-
-
-class TooLarge(Malformed):
-    """A pull request whose listings pass the bounds: judged (refused), not waited for forever."""
 
 
 @dataclass(frozen=True)
@@ -192,19 +188,18 @@ def gather(
     answer. `message` is the commit's message: it names the pull request when GitHub lists
     two merged with this one merge commit (a copy opened with the same head)."""
     exchanges: list[Exchange] = []
-    lookup = _listing(client, settings.repository, f"/commits/{commit}/pulls", exchanges)
+    number: int | None = None
     truncated = ""
     try:
+        lookup = _listing(client, settings.repository, f"/commits/{commit}/pulls", exchanges)
         number = pick_pull(lookup, commit=commit, repository=settings.repository, message=message)
-    except Ambiguous as exc:
-        number, truncated = None, exc.message
-    if number is not None:
-        try:
+        if number is not None:
             _pull(client, settings.repository, number, exchanges)
-        except TooLarge as exc:
-            # Past the bounds the merge is refused (with what was read, and why), so that
-            # comment spam cannot hold every later commit waiting behind this one.
-            truncated = exc.message
+    except (TooLarge, Ambiguous) as exc:
+        # Past a bound (one answer's size, a listing's pages, all answers' size), or two pull
+        # requests for one merge: the merge is refused, with what was read and why, so that
+        # comment spam or a huge commit message cannot hold every later commit waiting behind it.
+        truncated = exc.message
     return Evidence(
         commit=commit,
         repository=settings.repository,

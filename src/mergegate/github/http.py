@@ -91,6 +91,11 @@ class Malformed(Unavailable):
     """An answer whose body is not what the API documents (not JSON, wrong shape, too large)."""
 
 
+class TooLarge(Malformed):
+    """Answers past a size bound (a body, a listing's pages, all answers about one merge): what
+    they are about is decided (refused as unreviewable), never waited for."""
+
+
 @dataclass(frozen=True)
 class Response:
     """One answer, as evidence: what was asked, what came back, when, and its hash."""
@@ -325,7 +330,7 @@ class Client:
                 for chunk in raw.iter_bytes():
                     data += chunk
                     if len(data) > self.max_body:
-                        raise Malformed(
+                        raise TooLarge(
                             f"{method} {url}: the body is larger than {self.max_body} bytes",
                             url=url,
                             status=raw.status_code,

@@ -95,6 +95,8 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             refused=f"GitHub lists no merged pull request whose merge commit is {short}",
         )
     number = evidence.pull
+    if evidence.truncated and not evidence.holds(f"/pulls/{number}"):
+        return Verdict(number, "none", "", refused=_past_bounds(evidence, number))
     pr = evidence.one(f"/pulls/{number}")
     head = _sha(pr["head"]["sha"])
     if pr.get("merged") is not True or pr.get("merge_commit_sha") != facts.sha:
@@ -109,14 +111,7 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             f"{evidence.repository}:approved",
         )
     if evidence.truncated:
-        return Verdict(
-            number,
-            "none",
-            head,
-            refused=f"GitHub's answers about PR #{number} pass mergegate's bounds "
-            f"({evidence.truncated}): it cannot be judged on reviews; approve it with a signed "
-            "merge",
-        )
+        return Verdict(number, "none", head, refused=_past_bounds(evidence, number))
     method = _method(facts, head, evidence.pages(f"/pulls/{number}/commits"))
     if method == "rebase":
         return Verdict(
@@ -157,6 +152,13 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         verdict.excluded,
         refused=verdict.refused,
         waiting=verdict.waiting,
+    )
+
+
+def _past_bounds(evidence: Evidence, number: int) -> str:
+    return (
+        f"GitHub's answers about PR #{number} pass mergegate's bounds ({evidence.truncated}): it "
+        "cannot be judged on reviews; approve it with a signed merge"
     )
 
 

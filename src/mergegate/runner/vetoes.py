@@ -124,20 +124,31 @@ class Vetoes:
             found.setdefault((veto.path, veto.blob), veto)
 
     def search(self, spec: str, policy: Policy) -> list[Veto]:
-        """Vetoes in the first-parent commits `spec` (a tip, or old..new)."""
+        """Vetoes in the first-parent commits `spec` (a tip, or old..new), and signed veto commits
+        a merge brought in (a pull request merged with a merge commit: where branch protection
+        lets nothing but pull requests into approved, that is how a veto gets there)."""
         assessor, now = Assessor(self.repo), clock.now()
         # As loose as the trailer parser (any case, any spacing), so that no veto
         # the walk would honour is missed here; the parser then decides.
         grep = f"--grep=^{VETO_TRAILER}:"
+        listed = self.repo.out("log", "--regexp-ignore-case", grep, "--format=%H", spec).split()
+        line = (  # (one git log when there is no veto at all, as on most passes)
+            set(
+                self.repo.out(
+                    "log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec
+                ).split()
+            )
+            if listed
+            else set()
+        )
         found: list[Veto] = []
-        for sha in self.repo.out(
-            "log", "--first-parent", "--regexp-ignore-case", grep, "--format=%H", spec
-        ).split():
+        for sha in listed:
             commit = self.repo.commit(sha)
             if self.repo.diff(commit.parents[0] if commit.parents else None, sha):
                 continue  # a veto is an empty, signed commit (a merge too), as the walk judges it
             vetoes = list(assessor.veto(commit, policy, at=now).vetoes)
-            if not vetoes:
+            # A merged-in veto is judged by the policy at the tip, now: no pass walked it.
+            if not vetoes and sha in line:
                 vetoes = self.walked.vetoes(commit)
             found += vetoes
         return found

@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.helpers import openapi
+
 REPOSITORY = "acme/gate"
 REPOSITORY_ID = 7  # GitHub's Link headers name later pages /repositories/<id>/...
 
@@ -34,17 +36,118 @@ def ago(minutes: float) -> str:
     return iso(datetime.now(UTC) - timedelta(minutes=minutes))
 
 
+API = "https://api.github.com"
+
+
 def user(uid: int, login: str | None = None, *, kind: str = "User") -> dict[str, Any]:
     """A `simple-user`, as GitHub returns it inside other objects."""
     login = login or f"user{uid}"
+    at = f"{API}/users/{login}"
     return {
         "login": login,
         "id": uid,
         "node_id": f"U_{uid}",
+        "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
+        "gravatar_id": "",
+        "url": at,
+        "html_url": f"https://github.com/{login}",
+        "followers_url": f"{at}/followers",
+        "following_url": f"{at}/following{{/other_user}}",
+        "gists_url": f"{at}/gists{{/gist_id}}",
+        "starred_url": f"{at}/starred{{/owner}}{{/repo}}",
+        "subscriptions_url": f"{at}/subscriptions",
+        "organizations_url": f"{at}/orgs",
+        "repos_url": f"{at}/repos",
+        "events_url": f"{at}/events{{/privacy}}",
+        "received_events_url": f"{at}/received_events",
         "type": kind,
         "site_admin": False,
-        "url": f"https://api.github.com/users/{login}",
-        "html_url": f"https://github.com/{login}",
+    }
+
+
+_REPO_URLS = {
+    "archive_url": "/{archive_format}{/ref}",
+    "assignees_url": "/assignees{/user}",
+    "blobs_url": "/git/blobs{/sha}",
+    "branches_url": "/branches{/branch}",
+    "collaborators_url": "/collaborators{/collaborator}",
+    "comments_url": "/comments{/number}",
+    "commits_url": "/commits{/sha}",
+    "compare_url": "/compare/{base}...{head}",
+    "contents_url": "/contents/{+path}",
+    "contributors_url": "/contributors",
+    "deployments_url": "/deployments",
+    "downloads_url": "/downloads",
+    "events_url": "/events",
+    "forks_url": "/forks",
+    "git_commits_url": "/git/commits{/sha}",
+    "git_refs_url": "/git/refs{/sha}",
+    "git_tags_url": "/git/tags{/sha}",
+    "hooks_url": "/hooks",
+    "issue_comment_url": "/issues/comments{/number}",
+    "issue_events_url": "/issues/events{/number}",
+    "issues_url": "/issues{/number}",
+    "keys_url": "/keys{/key_id}",
+    "labels_url": "/labels{/name}",
+    "languages_url": "/languages",
+    "merges_url": "/merges",
+    "milestones_url": "/milestones{/number}",
+    "notifications_url": "/notifications{?since,all,participating}",
+    "pulls_url": "/pulls{/number}",
+    "releases_url": "/releases{/id}",
+    "stargazers_url": "/stargazers",
+    "statuses_url": "/statuses/{sha}",
+    "subscribers_url": "/subscribers",
+    "subscription_url": "/subscription",
+    "tags_url": "/tags",
+    "teams_url": "/teams",
+    "trees_url": "/git/trees{/sha}",
+}
+
+
+def repository(full_name: str = REPOSITORY, repo_id: int = REPOSITORY_ID) -> dict[str, Any]:
+    """A `repository`, as a pull request's `head.repo` and `base.repo` hold it."""
+    owner, name = full_name.split("/")
+    at = f"{API}/repos/{full_name}"
+    return {
+        "id": repo_id,
+        "node_id": f"R_{repo_id}",
+        "name": name,
+        "full_name": full_name,
+        "owner": user(1, owner, kind="Organization"),
+        "private": False,
+        "html_url": f"https://github.com/{full_name}",
+        "description": None,
+        "fork": False,
+        "url": at,
+        **{key: at + tail for key, tail in _REPO_URLS.items()},
+        "git_url": f"git://github.com/{full_name}.git",
+        "ssh_url": f"git@github.com:{full_name}.git",
+        "clone_url": f"https://github.com/{full_name}.git",
+        "svn_url": f"https://github.com/{full_name}",
+        "mirror_url": None,
+        "homepage": None,
+        "language": None,
+        "forks_count": 0,
+        "forks": 0,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "watchers": 0,
+        "size": 1,
+        "default_branch": "main",
+        "open_issues_count": 0,
+        "open_issues": 0,
+        "has_issues": True,
+        "has_projects": True,
+        "has_wiki": True,
+        "has_pages": False,
+        "has_downloads": True,
+        "archived": False,
+        "disabled": False,
+        "license": None,
+        "pushed_at": ago(1),
+        "created_at": ago(60 * 24),
+        "updated_at": ago(1),
     }
 
 
@@ -77,6 +180,8 @@ class Review:
     id: int = 0
 
     def body(self, number: int) -> dict[str, Any]:
+        html = f"https://github.com/{REPOSITORY}/pull/{number}#pullrequestreview-{self.id}"
+        pull = f"{API}/repos/{REPOSITORY}/pulls/{number}"
         return {
             "id": self.id,
             "node_id": f"PRR_{self.id}",
@@ -85,10 +190,10 @@ class Review:
             "state": self.state,
             "commit_id": self.commit_id,
             "submitted_at": self.submitted_at,
-            "html_url": f"https://github.com/{REPOSITORY}/pull/{number}#pullrequestreview-{self.id}",
-            "pull_request_url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{number}",
+            "html_url": html,
+            "pull_request_url": pull,
             "author_association": "MEMBER",
-            "_links": {"html": {"href": ""}, "pull_request": {"href": ""}},
+            "_links": {"html": {"href": html}, "pull_request": {"href": pull}},
         }
 
 
@@ -102,26 +207,31 @@ class PrCommit:
     tree: str = ""
 
     def body(self) -> dict[str, Any]:
+        """A `commit`, as `GET /repos/{owner}/{repo}/pulls/{n}/commits` lists it."""
         person = {
             "name": "someone",
             "email": "someone@example.com",
             "date": self.author_date or ago(60),
         }
+        tree = self.tree or "0" * 40
+        at = f"{API}/repos/{REPOSITORY}"
         return {
             "sha": self.sha,
             "node_id": f"C_{self.sha[:8]}",
+            "url": f"{at}/commits/{self.sha}",
+            "html_url": f"https://github.com/{REPOSITORY}/commit/{self.sha}",
+            "comments_url": f"{at}/commits/{self.sha}/comments",
             "commit": {
+                "url": f"{at}/git/commits/{self.sha}",
                 "author": person,
                 "committer": person,
                 "message": self.message,
-                "tree": {"sha": self.tree or "0" * 40, "url": ""},
+                "tree": {"sha": tree, "url": f"{at}/git/trees/{tree}"},
                 "comment_count": 0,
             },
             "author": user(self.author_id) if self.author_id is not None else None,
             "committer": user(self.committer_id) if self.committer_id is not None else None,
             "parents": [],
-            "url": "",
-            "html_url": "",
         }
 
 
@@ -145,50 +255,86 @@ class PullRequest:
     body_text: str = ""
 
     def simple(self) -> dict[str, Any]:
+        """A `pull-request-simple`, as listings of pull requests hold it."""
+        at = f"{API}/repos/{REPOSITORY}"
+        html = f"https://github.com/{REPOSITORY}/pull/{self.number}"
+        pull = f"{at}/pulls/{self.number}"
+        issue = f"{at}/issues/{self.number}"
         return {
-            "url": f"https://api.github.com/repos/{REPOSITORY}/pulls/{self.number}",
+            "url": pull,
             "id": 1000 + self.number,
+            "node_id": f"PR_{self.number}",
+            "html_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
+            "issue_url": issue,
+            "commits_url": f"{pull}/commits",
+            "review_comments_url": f"{pull}/comments",
+            "review_comment_url": f"{at}/pulls/comments{{/number}}",
+            "comments_url": f"{issue}/comments",
+            "statuses_url": f"{at}/statuses/{self.head_sha}",
             "number": self.number,
             "state": "closed" if self.merged else "open",
             "locked": False,
             "title": self.title,
             "user": user(self.author),
             "body": self.body_text,
+            "labels": [],
+            "milestone": None,
+            "active_lock_reason": None,
             "created_at": ago(120),
             "updated_at": ago(1),
-            "closed_at": self.merged_at or ago(1) if self.merged else None,
+            "closed_at": (self.merged_at or ago(1)) if self.merged else None,
             "merged_at": (self.merged_at or ago(1)) if self.merged else None,
-            "merge_commit_sha": self.merge_commit_sha,
-            "draft": False,
+            "merge_commit_sha": self.merge_commit_sha or None,
+            "assignee": None,
+            "assignees": [],
+            "requested_reviewers": [],
+            "requested_teams": [],
             "head": {
                 "label": f"acme:{self.head_ref}",
                 "ref": self.head_ref,
                 "sha": self.head_sha,
                 "user": user(self.author),
-                "repo": {"id": 7, "full_name": REPOSITORY, "name": "gate"},
+                "repo": repository(),
             },
             "base": {
                 "label": f"acme:{self.base_ref}",
                 "ref": self.base_ref,
                 "sha": "0" * 40,
                 "user": user(1),
-                "repo": {
-                    "id": 7,
-                    "full_name": self.base_repo,
-                    "name": self.base_repo.split("/")[-1],
-                },
+                "repo": repository(self.base_repo),
+            },
+            "_links": {
+                name: {"href": href}
+                for name, href in (
+                    ("self", pull),
+                    ("html", html),
+                    ("issue", issue),
+                    ("comments", f"{issue}/comments"),
+                    ("review_comments", f"{pull}/comments"),
+                    ("review_comment", f"{at}/pulls/comments{{/number}}"),
+                    ("commits", f"{pull}/commits"),
+                    ("statuses", f"{at}/statuses/{self.head_sha}"),
+                )
             },
             "author_association": "MEMBER",
+            "auto_merge": None,
+            "draft": False,
         }
 
     def full(self) -> dict[str, Any]:
+        """A `pull-request`, as `GET /repos/{owner}/{repo}/pulls/{n}` answers."""
         return {
             **self.simple(),
             "merged": self.merged,
             "mergeable": None,
+            "rebaseable": None,
+            "mergeable_state": "unknown",
             "merged_by": user(1) if self.merged else None,
             "comments": 0,
             "review_comments": 0,
+            "maintainer_can_modify": False,
             "commits": len(self.commits),
             "additions": 1,
             "deletions": 0,
@@ -294,6 +440,12 @@ class FakeGitHub:
         self.created: list[dict[str, Any]] = []  # POST /pulls bodies
         self.hang_seconds = 3.0
         self.trickle_seconds = 0.2  # between two bytes of a "trickle" answer
+        # Every answer served is held to GitHub's OpenAPI description (when .ci/run installed
+        # it): what the fake says GitHub says must be what GitHub documents. A test that serves
+        # a shape GitHub never would, on purpose, says why in `off_shape`.
+        self.description = openapi.description()
+        self.shape_errors: list[str] = []
+        self.off_shape = ""
         self.stopped = threading.Event()
         # GitHub's Link headers name pages by repository id ("repositories"); "repos" keeps the
         # /repos/<owner>/<name> form the first page was asked with.
@@ -320,11 +472,24 @@ class FakeGitHub:
         self._server.shutdown()
         self._server.server_close()
 
+    def check_shapes(self, method: str, path: str, status: int, data: Any) -> None:
+        if self.description is None or self.off_shape or not 200 <= status < 300:
+            return
+        problems = self.description.problems(method, path, status, data)
+        with self._lock:
+            self.shape_errors += problems[:5]
+
     def __enter__(self) -> FakeGitHub:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         self.stop()
+        if kind is None and self.shape_errors:
+            shown = "\n".join(self.shape_errors[:10])
+            raise AssertionError(
+                f"the fake served {len(self.shape_errors)} answer(s) GitHub's OpenAPI "
+                f"description does not allow:\n{shown}"
+            )
 
     # -- describing the world -----------------------------------------------------
     def add_pull(self, pr: PullRequest) -> PullRequest:
@@ -494,6 +659,8 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 parts.path.replace(f"/repositories/{REPOSITORY_ID}/", f"/repos/{REPOSITORY}/", 1)
             )
             status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
+            if fault is None:
+                fake.check_shapes(method, parts.path, status, data)
             raw = json.dumps(data).encode()
             if fault is not None:
                 status, raw, headers = _faulted(fake, fault, self.path, status, raw, headers)

@@ -58,6 +58,8 @@ def test_pages_linked_by_repository_id_are_followed_and_read_back(
     by_id = [p for p in gate.fake.paths() if p.startswith(f"/repositories/{REPOSITORY_ID}/")]
     assert bool(by_id) is (form == "repositories")
     assert verify_fresh(gate)["incomplete"] is None
+    audit = gate.world.mg("audit", "verify", where="fresh", env=OFFLINE)
+    assert audit.code == 0, audit.out + audit.err
 
 
 def test_a_next_link_to_another_listing_is_not_followed(fake: FakeGitHub) -> None:

@@ -257,3 +257,35 @@ def test_a_lookup_past_its_bounds_refuses_the_merge_not_waits(
     assert out["waiting"] is None and started(gate) == [], out
     reason = reasons(out)["backup"]
     assert "cannot be judged on reviews" in reason and "more than 1 pages" in reason, reason
+
+
+def test_the_pull_request_judged_is_rederived_from_the_stored_lookup(gate: GithubGate) -> None:
+    """verify re-derives which of two merged pull requests a merge is: evidence naming the other
+    one (a runner's choice, stored) is refused, never judged on the other one's reviews."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from mergegate.git.repo import Repo
+    from mergegate.github import gather
+    from mergegate.rules.policy import load_policy
+
+    w = gate.world
+    gate.setup()
+    pr = gate.reviewed_merge("backup", ALICE)
+    copy = _copy(gate, pr, 2)
+    gate.fake.review(copy.number, ALICE, "APPROVED", copy.head_sha)
+    sha = pr.merge_commit_sha
+    w.git("runner", "fetch", "-q", "origin")
+    repo = Repo(w.clone("runner"))
+    parent = repo.commit(sha).parents[0]
+    policy = load_policy(lambda p: repo.read_file(parent, p), commit=parent)
+    settings = gather.Settings(gate.fake.url, "acme/gate", "ghs_token_xyz")
+    now = datetime.now(UTC)
+    with settings.client() as client:
+        result = gather.review(repo, policy, sha, now=now, settings=settings, client=client)
+    assert result.evidence.pull == 1 and result.verdict.counted == ("alice",)
+    other = dataclasses.replace(result.evidence, pull=2)
+    again = gather.review(repo, policy, sha, now=now, stored=other)
+    assert again.verdict.refused == (
+        "the evidence judges PR #2, but GitHub's lookup names PR #1"
+    ), again.verdict

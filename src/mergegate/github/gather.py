@@ -25,10 +25,12 @@ from mergegate.errors import GitError, IntegrityError, NotYet, UsageError
 from mergegate.git.repo import Repo
 from mergegate.github.evidence import (
     EVIDENCE_DIR,
+    Ambiguous,
     Evidence,
     Exchange,
     MergeFacts,
     is_listing_page,
+    pick_pull,
 )
 from mergegate.github.http import Client, Malformed, TooLarge, redact_url, url_problem
 from mergegate.rules.policy import Policy
@@ -208,52 +210,6 @@ def gather(
         exchanges=tuple(exchanges),
         gathered_at=now,
         truncated=truncated,
-    )
-
-
-class Ambiguous(Malformed):
-    """GitHub lists several merged pull requests for one merge commit and the commit's message
-    names none of them (or several): the merge is refused, never waited for."""
-
-
-def pick_pull(lookup: list[Any], *, commit: str, repository: str, message: str = "") -> int | None:
-    """The merged pull request whose merge commit `commit` is, from `commits/{sha}/pulls`.
-
-    When GitHub lists several (a copy opened with the same head is marked merged too), the one
-    the merge commit's message names is it: GitHub's button writes "Merge pull request #N from
-    ..." (a merge) or "... (#N)" (a squash). Otherwise `Ambiguous`: a decision, never a wait.
-    """
-    found: set[int] = set()
-    for item in lookup:
-        if not isinstance(item, dict):
-            raise Malformed(f"commits/{commit}/pulls: an item is not an object", url="")
-        base = item.get("base") or {}
-        repo = (base.get("repo") or {}).get("full_name")
-        if (
-            item.get("merge_commit_sha") == commit
-            and item.get("merged_at")
-            and repo == repository
-            and type(item.get("number")) is int
-        ):
-            found.add(item["number"])
-    if len(found) > 1:
-        named = [n for n in sorted(found) if names_pull(message, n)]
-        if len(named) == 1:
-            return named[0]
-        shown = ", ".join(f"#{n}" for n in sorted(found))
-        raise Ambiguous(
-            f"GitHub lists pull requests {shown} as merged with merge commit {commit[:7]}, and "
-            f"its message names {'none' if not named else 'several'} of them",
-            url="",
-        )
-    return found.pop() if found else None
-
-
-def names_pull(message: str, number: int) -> bool:
-    """Whether a merge commit's subject is the one GitHub's button writes for PR `number`."""
-    subject = message.split("\n", 1)[0].strip()
-    return subject.startswith(f"Merge pull request #{number} from ") or subject.endswith(
-        f"(#{number})"
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from mergegate.github.evidence import Evidence, MergeFacts
+from mergegate.github.evidence import Ambiguous, Evidence, MergeFacts, pick_pull
 from mergegate.github.http import ApiObject, Malformed
 from mergegate.rules.model import Vote
 from mergegate.rules.policy import Policy
@@ -95,6 +95,9 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
             refused=f"GitHub lists no merged pull request whose merge commit is {short}",
         )
     number = evidence.pull
+    disagrees = _lookup_disagrees(evidence, facts)
+    if disagrees:
+        return Verdict(number, "none", "", refused=disagrees)
     if evidence.truncated and not evidence.holds(f"/pulls/{number}"):
         return Verdict(number, "none", "", refused=_past_bounds(evidence, number))
     pr = evidence.one(f"/pulls/{number}")
@@ -153,6 +156,31 @@ def _judge(evidence: Evidence, facts: MergeFacts, policy: Policy, *, now: dateti
         refused=verdict.refused,
         waiting=verdict.waiting,
     )
+
+
+def _lookup_disagrees(evidence: Evidence, facts: MergeFacts) -> str:
+    """Why the pull request the evidence judges is not the one its lookup names ("" when it is).
+
+    The lookup may list several merged pull requests for one merge commit; the one the merge's
+    message names is it (`pick_pull`), re-derived here so that verify checks the runner's choice.
+    """
+    lookup = f"/commits/{facts.sha}/pulls"
+    if not evidence.holds(lookup):
+        return ""
+    why = ""
+    try:
+        chosen = pick_pull(
+            evidence.pages(lookup),
+            commit=facts.sha,
+            repository=evidence.repository,
+            message=facts.message,
+        )
+    except Ambiguous as exc:
+        chosen, why = None, exc.message
+    if chosen == evidence.pull:
+        return ""
+    why = why or f"GitHub's lookup names {f'PR #{chosen}' if chosen else 'no merged pull request'}"
+    return f"the evidence judges PR #{evidence.pull}, but {why}"
 
 
 def _past_bounds(evidence: Evidence, number: int) -> str:

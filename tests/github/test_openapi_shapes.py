@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 
 from tests.helpers import openapi
-from tests.helpers.fake_github import FakeGitHub, PrCommit, PullRequest, comment_event, user
+from tests.helpers.fake_github import (
+    FakeGitHub,
+    PrCommit,
+    PullRequest,
+    Review,
+    comment_event,
+    user,
+)
 
 pytestmark = pytest.mark.skipif(
     openapi.description() is None and not os.environ.get("CI"),
@@ -108,6 +115,12 @@ def test_the_check_catches_an_answer_github_would_not_give() -> None:
     del pr["head"]
     assert description.problems("GET", "/repositories/7/pulls/1", 200, pr)
     assert description.problems("GET", "/repos/a/b/pulls/1/reviews", 404, {})
+    # Item by item, a shape found valid once aside: the bad item of a page still counts.
+    good = Review(5, "APPROVED", "a" * 40, "2024-01-01T00:00:00Z", id=1).body(1)
+    bad = {**Review(6, "APPROVED", "a" * 40, "2024-01-01T00:00:00Z", id=2).body(1), "user": 5}
+    assert description.problems("GET", "/repos/a/b/pulls/1/reviews", 200, [good, good]) == []
+    [problem] = description.problems("GET", "/repos/a/b/pulls/1/reviews", 200, [good, bad])
+    assert problem.startswith("GET /repos/a/b/pulls/1/reviews (200): 1/user: 5 is not of type")
 
 
 class ExampleGitHub(FakeGitHub):

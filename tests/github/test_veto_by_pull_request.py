@@ -80,3 +80,28 @@ def test_an_unsigned_veto_merged_through_a_pull_request_is_no_veto(gate: GithubG
     gate.merge(veto)
     out = _run(gate)
     assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+
+
+def test_a_veto_squashed_by_github_stops_nothing_and_the_pass_says_so(gate: GithubGate) -> None:
+    """A squash (or rebase) merge re-creates the veto commit without the approver's signature:
+    no veto, and the pass that walks it says so, naming the way that works."""
+    from tests.helpers.github_world import GITHUB
+
+    w = gate.world
+    gate.setup()
+    backup = gate.open_pr("backup")
+    gate.fake.review(backup.number, ALICE, "APPROVED", backup.head_sha)
+    gate.merge(backup)
+    veto = _veto_pull(gate, "jobs/backup.yaml")
+    w.git("approver", "fetch", "-q", "origin")
+    w.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    blob = w.git("approver", "rev-parse", "origin/approved:jobs/backup.yaml")
+    message = f"Veto backup (#{veto.number})\n\nMergegate-Veto: jobs/backup.yaml {blob}"
+    w.git("approver", "commit", "-q", "--allow-empty", "-m", message, who=w.carol, env=GITHUB)
+    w.git("approver", "push", "-q", "origin", "approved")
+    veto.merged, veto.merge_commit_sha = True, w.git("approver", "rev-parse", "HEAD")
+    result = gate.run_once()
+    assert result.code in (0, 1), result.err
+    assert [(j["job"], j["status"]) for j in result.json()["jobs"]] == [("backup", "succeeded")]
+    assert "veto ignored: unsigned" in result.err, result.err
+    assert "merge it with a merge commit, not squash or rebase" in result.err

@@ -216,7 +216,7 @@ class Runner:
             Outcome(d.job, str(d.path), str(d.commit), str(d.status), d.reason, d.run_id)
             for d in spooled
         ]
-        warnings += _newly_unapproved(work)
+        warnings += _newly_unapproved(work) + _ignored_vetoes(work)
         # `run --job PATH` claims and runs that one revision and records nothing else (the sweep
         # pass does).
         pending: list[Record] = (
@@ -543,6 +543,19 @@ def _due(work: Plan, runs: list[Started]) -> datetime | None:
         end for r in runs if (end := leases.until(r)) is not None
     ]
     return min(d.astimezone(UTC) for d in dues) if dues else None
+
+
+def _ignored_vetoes(work: Plan) -> list[str]:
+    """Loud, once (the pass that walks it): a veto that stops nothing, so its author knows.
+    A veto pull request merged by squash or rebase is one: GitHub re-creates the commit under
+    its own signature, not the approver's."""
+    return [
+        f"{a.summary} (commit {a.commit[:7]}): it stops nothing. A veto is an empty commit signed "
+        "by an approver; through a pull request, merge it with a merge commit, not squash or "
+        "rebase (docs/github.md, vetoes on a gate that admits only pull requests)"
+        for a in work.assessments
+        if a.summary.startswith("veto ignored:")
+    ]
 
 
 def _newly_unapproved(work: Plan) -> list[str]:

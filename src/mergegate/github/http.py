@@ -486,6 +486,8 @@ def _transport_hint(error: str) -> str:
             "set SSL_CERT_FILE to its PEM file (docs/github.md, company networks)"
         )
     return "the next pass asks again"
+
+
 def _secs(seconds: float) -> str:
     return f"{round(seconds, 1):g}s"
 

@@ -111,10 +111,9 @@ def build(base: Path, records: int, commits: int = 1) -> tuple[Path, int, int]:
         )
     fast_import(remote, b"".join(stream))
     # fast-import stores each log file as a delta of the one before (50 deep), a layout no gate has:
-    # an
-    # audit branch grows by pushes (loose objects) that gc, or the host, repacks with deltas chosen
-    # afresh. Repacked once so, reading the 100 files costs git about 120 ms of CPU less (av8,
-    # session 8).
+    # an audit branch grows by pushes (loose objects) that gc, or the host, repacks with deltas
+    # chosen afresh. Repacked once so, reading the 100 files costs git about 120 ms of CPU less
+    # (av8, session 8).
     git(remote, "repack", "-adfq")
     return remote, len(sealed), sum(len(data) for data in files.values())
 
@@ -151,14 +150,12 @@ def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path | Non
     """Wall seconds, own peak RSS, peak RSS with children (bytes), stdout and CPU seconds of one
     process.
 
-    Peaks: GNU time's %M (`/usr/bin/time`) is the process and every child it
-    waited for (git, for mergegate; a job's process for a runner). For argv
-    made by python_module, the Python process's own peak is read too; else it
-    is reported as the %M figure. (wait4() from this 40 MB process would not
-    do: on Linux a child's ru_maxrss starts at its parent's size at fork.)
-    CPU is GNU time's %U + %S: user and system time of the process and every
-    child it waited for, which load inflates less than wall time.
-    RuntimeError if the process fails.
+    Peaks: GNU time's %M (`/usr/bin/time`) is the process and every child it waited for (git, for
+    mergegate; a job's process for a runner). For argv made by python_module, the Python process's
+    own peak is read too; else it is reported as the %M figure. (wait4() from this 40 MB process
+    would not do: on Linux a child's ru_maxrss starts at its parent's size at fork.) CPU is GNU
+    time's %U + %S: user and system time of the process and every child it waited for, which load
+    inflates less than wall time. RuntimeError if the process fails.
     """
     if not Path("/usr/bin/time").exists():
         raise RuntimeError("GNU time is needed to measure peak memory: apt-get install time")

@@ -19,9 +19,8 @@ package index) and both do the same work in one run:
    peak RSS of the runner process (`run --once` against `agent-safe run
    --execute`).
 
-Only whole figures are compared (ratios seed / mergegate: above 1 means
-mergegate is ahead). The figures go to "## Side by side with the seed" in
-docs/performance.md.
+Only whole figures are compared (ratios seed / mergegate: above 1 means mergegate is ahead). The
+figures go to "## Side by side with the seed" in docs/performance.md.
 
 Usage: python benchmarks/compare_seed.py [--jobs 1000] [--history 10000] [--records 100000]
                                          [--output-bytes 1073741824] [--seed-venv DIR]

@@ -7,11 +7,10 @@ remote), timing until the last exits. Every case is a fresh gate. Checked after 
 every job exactly one `started` and one `finished` (all `succeeded`), every runner
 exit 0.
 
-Cases (the issue's goals): 100 trivial jobs (`echo`), 1 runner vs 4 (4 no slower);
-20 jobs of 2 s (`sleep 2`), 1 runner vs 4 (4 at least 3.5x faster). For each, also the bound: the
-same
-jobs dealt over R gates of their own, one runner alone on each, all started at once (nothing to race
-for: what no claim protocol can beat on this machine). CPU is that of every runner and its git.
+Cases (the issue's goals): 100 trivial jobs (`echo`), 1 runner vs 4 (4 no slower); 20 jobs of 2 s
+(`sleep 2`), 1 runner vs 4 (4 at least 3.5x faster). For each, also the bound: the same jobs dealt
+over R gates of their own, one runner alone on each, all started at once (nothing to race for: what
+no claim protocol can beat on this machine). CPU is that of every runner and its git.
 
 Usage: python benchmarks/fleet.py [--trivial 100] [--slow 20] (0: leave that case out)
 [--slow-seconds 2] [--runners 1,4]
@@ -87,9 +86,8 @@ def _cpu() -> float:
 
 def apart(tmp: Path, key: Path, jobs: dict[str, bytes], runners: int, label: str) -> dict[str, Any]:
     """The bound no claim protocol can beat on this machine: `runners` runners started at once, each
-    alone
-    on a gate of its own holding its share of `jobs` (nothing to race for), wall until the last
-    exits."""
+    alone on a gate of its own holding its share of `jobs` (nothing to race for), wall until the
+    last exits."""
     names = sorted(jobs)
     shares = [{name: jobs[name] for name in names[k::runners]} for k in range(runners)]
     gates = [gate(tmp, f"{label}-{k}", key, share) for k, share in enumerate(shares)]

@@ -1,7 +1,7 @@
 """Does the runner's memory stay flat while a job prints 1 GiB?
 
-executor.run() reads a job's output in chunks: it hashes and counts every byte,
-redacts, and keeps only the last max_output_bytes, so the runner should not
+executor.run() reads a job's output in chunks: it hashes and counts every byte, redacts, and keeps
+only the last max_output_bytes, so the runner should not
 grow with what the job prints. This script checks that with real jobs:
 
 1. a job that prints 1 GiB of zero bytes (`head -c 1073741824 /dev/zero`), the
@@ -9,13 +9,11 @@ grow with what the job prints. This script checks that with real jobs:
 2. a job that prints 1 GiB of log lines full of "-", ":" and "=" (a Python
    one-liner), which sends every chunk through the credential patterns.
 
-For each it measures the runner's own peak resident memory: VmHWM from
-/proc/self/status, reset through /proc/self/clear_refs right before the run
-(where the kernel refuses the reset it falls back to ru_maxrss of
-RUSAGE_SELF). The job is a child process, so its memory is not counted.
-It prints a table and rewrites the section "## Runner memory while a job
-prints 1 GiB" of docs/performance.md (the generated part; notes below the end
-marker are kept).
+For each it measures the runner's own peak resident memory: VmHWM from /proc/self/status, reset
+through /proc/self/clear_refs right before the run (where the kernel refuses the reset it falls back
+to ru_maxrss of RUSAGE_SELF). The job is a child process, so its memory is not counted. It prints a
+table and rewrites the section "## Runner memory while a job prints 1 GiB" of docs/performance.md
+(the generated part; notes below the end marker are kept).
 
 Usage: python benchmarks/output_memory.py [--mib N] [--no-docs]
 """

@@ -62,9 +62,8 @@ class LoadWatch:
 
     The load average counts the benchmark's own processes too (four runners make a load of 2 on an
     idle machine) and lags by a minute, so quiet is judged by what the machine's busy time
-    (/proc/stat)
-    exceeds the CPU time of this process and every child it waited for: work that is not the
-    benchmark's.
+    (/proc/stat) exceeds the CPU time of this process and every child it waited for: work that is
+    not the benchmark's.
     """
 
     def __init__(self) -> None:

@@ -1,8 +1,8 @@
 """Does `mergegate run --once` cost in proportion to what is new, or to all of history?
 
-The issue: "a `run --once` must cost in proportion to what is new since the
-runner's last record, so that a repository with 10,000 past jobs polls as
-fast as a new one." This script measures exactly that, end to end, the way a
+The issue: "a `run --once` must cost in proportion to what is new since the runner's last record, so
+that a repository with 10,000 past jobs polls as fast as a new one." This script measures exactly
+that, end to end, the way a
 user runs the command (a subprocess of `python -m mergegate`):
 
 1. It builds, with `git fast-import`, a gate (a bare remote and a runner
@@ -26,12 +26,12 @@ Usage: python benchmarks/poll_scale.py [--jobs N] [--last-pass K] [--repeat R] [
 
 The big gate's audit branch ends as a pass that ran its last K jobs (default
 300) leaves it: one audit commit per job, then one with the `scanned` record.
-Row (a1) is the idle poll right after a real pass that ran K new jobs of one
-merge (that pass leaves the clone's memory, idle.py, as it ended settled);
-(a0) is the first poll with no memory at all (a full pass that finds nothing).
+Row (a1) is the idle poll right after a real pass that ran K new jobs of one merge (that pass leaves
+the clone's memory, idle.py, as it ended settled); (a0) is the first poll with no memory at all (a
+full pass that finds nothing).
 
-HOME, GIT_CONFIG_GLOBAL and GNUPGHOME point into a temporary directory so the
-machine's git config, keys and identity are never read; it is removed at the end.
+HOME, GIT_CONFIG_GLOBAL and GNUPGHOME point into a temporary directory so the machine's git config,
+keys and identity are never read; it is removed at the end.
 """
 
 from __future__ import annotations
@@ -696,11 +696,9 @@ def startup(repeat: int, cwd: Path) -> Timing:
 
 def precompile() -> str:
     """Compile mergegate's modules to bytecode first, as an installed copy has them (pip compiles a
-    wheel
-    on install; an editable install writes them on first import). Where PYTHONDONTWRITEBYTECODE is
-    set,
-    every process would compile all of mergegate from source again (about 0.2 s of CPU for
-    `run`)."""
+    wheel on install; an editable install writes them on first import). Where
+    PYTHONDONTWRITEBYTECODE is set, every process would compile all of mergegate from source again
+    (about 0.2 s of CPU for `run`)."""
     import compileall
 
     import mergegate

@@ -16,8 +16,8 @@
    earlier life of every job revision they name. Timed as a whole process
    (`python -m mergegate verify --json`).
 
-The figures go to the section "## SSH signature checks" of docs/performance.md
-(notes below the end marker are kept).
+The figures go to the section "## SSH signature checks" of docs/performance.md (notes below the end
+marker are kept).
 
 Usage: python benchmarks/signature_checks.py [--approvals 100,1000] [--repeat 3]
                                        [--no-docs] [--keep]

@@ -1,13 +1,12 @@
 """Runner throughput: one merge adding N trivial jobs, run by one `run --once` (issue 12).
 
-Builds with `git fast-import` a gate (a bare remote and a runner clone) whose
-`approved` is the policy, then one merge signed by an approver adding N jobs
-(`echo`), and times `python -m mergegate run --once --json` in the runner clone,
-sequentially and with `--parallel P`. Each figure is a fresh gate (so no run
-benefits from another's objects). Per-job cost is the wall time over N; "flat"
-compares the claim-to-claim interval of the first 10% of jobs with the last 10%
-(from the `started` records' times, the same clock), so a cost that grows with
-the jobs already recorded shows as a ratio above 1.
+Builds with `git fast-import` a gate (a bare remote and a runner clone) whose `approved` is the
+policy, then one merge signed by an approver adding N jobs (`echo`), and times `python -m mergegate
+run --once --json` in the runner clone, sequentially and with `--parallel P`. Each figure is a fresh
+gate (so no run benefits from another's objects). Per-job cost is the wall time over N; "flat"
+compares the claim-to-claim interval of the first 10% of jobs with the last 10% (from the `started`
+records' times, the same clock), so a cost that grows with the jobs already recorded shows as a
+ratio above 1.
 
 Usage: python benchmarks/throughput.py [--jobs 1000] [--parallel 1,8] [--repeat 1]
                                        [--no-docs] [--keep]
@@ -58,8 +57,7 @@ def gate(
     policy_for: Callable[[str], bytes] = policy,
 ) -> tuple[Path, str]:
     """A remote whose approved is the policy (`policy_for(alice's public key)`), then one merge
-    signed
-    by alice adding `jobs`; a runner clone."""
+    signed by alice adding `jobs`; a runner clone."""
     remote, runner = base / f"{name}.git", base / f"{name}-runner"
     git(base, "init", "-q", "--bare", str(remote))
     public = Path(f"{key}.pub").read_text().strip()
@@ -149,10 +147,9 @@ def flatness(found: list[dict[str, Any]]) -> float:
 
 def workspace_fs() -> str:
     """Where the runner makes its jobs' workspaces (TMPDIR): the file system, and for ext4 whether
-    it
-    has a journal. Without one, each new file or folder walks past the inodes freed in the last
-    minute
-    or more (ext4's recently_deleted), so a figure depends on what was removed just before it."""
+    it has a journal. Without one, each new file or folder walks past the inodes freed in the last
+    minute or more (ext4's recently_deleted), so a figure depends on what was removed just before
+    it."""
     where = os.path.realpath(tempfile.gettempdir())
     best = ("", "?", "?")
     try:

@@ -69,13 +69,12 @@ def _temporary_root_in_memory(config: pytest.Config) -> None:
     """pytest's temporary directories (every gate, clone and key of every test) in /dev/shm.
 
     A test makes about a hundred git processes and each writes files (objects, refs, index, lock
-    files, logs): on this machine's disk about a third of the suite's system time went to the
-    file system's journal. The same work on tmpfs: tests/facts/test_bypasses.py 15.6 s of CPU
-    instead of 18.9 s (mean of 3 each, alternating, load 8 to 10). pytest's layout and retention
-    are kept (`pytest-of-<user>/pytest-N`, the last 3 runs); only the root moves. Files the
-    runner itself makes (job workspaces, export indexes) stay in TMPDIR. Set
-    PYTEST_DEBUG_TEMPROOT (or pass --basetemp) to choose the place, e.g.
-    PYTEST_DEBUG_TEMPROOT=/tmp for the disk.
+    files, logs): on this machine's disk about a third of the suite's system time went to the file
+    system's journal. The same work on tmpfs: tests/facts/test_bypasses.py 15.6 s of CPU instead of
+    18.9 s (mean of 3 each, alternating, load 8 to 10). pytest's layout and retention are kept
+    (`pytest-of-<user>/pytest-N`, the last 3 runs); only the root moves. Files the runner itself
+    makes (job workspaces, export indexes) stay in TMPDIR. Set PYTEST_DEBUG_TEMPROOT (or pass
+    --basetemp) to choose the place, e.g. PYTEST_DEBUG_TEMPROOT=/tmp for the disk.
     """
     if os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.getoption("basetemp", None):
         return
@@ -133,8 +132,7 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _git_template
     home.mkdir()
     gitconfig = home / ".gitconfig"
     # No automatic gc or maintenance: each is one more git process after every fetch, push and
-    # commit
-    # (about a tenth of a test's processes), and packing is not what any test here checks.
+    # commit (about a tenth of a test's processes), and packing is not what any test here checks.
     # The template (_git_template): no hook samples copied into every repository.
     # core.alternateRefsCommand: receive-pack checks a push's objects with `rev-list --not --all
     # --alternate-refs`, and in its quarantine the only alternate is the repository itself, whose

@@ -1,10 +1,9 @@
 """One judge: over a table of proposals, `check`'s verdict is the runner's.
 
-Each proposal (one per rule and per bypass of issue 8 that a pull request can
-carry) is first checked as the merge bob would sign (`check(..., merger="bob")`),
-then bob makes that signed merge and the runner judges it. Per job file, the
-verdict (runs or not, and the reason, with the merge's id written as "the
-merge") and the policy change's verdict must be identical.
+Each proposal (one per rule and per bypass of issue 8 that a pull request can carry) is first
+checked as the merge bob would sign (`check(..., merger="bob")`), then bob makes that signed merge
+and the runner judges it. Per job file, the verdict (runs or not, and the reason, with the merge's
+id written as "the merge") and the policy change's verdict must be identical.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Command line: the group and the one error handler.
 
-Each command lives in its own module under `mergegate/commands/`: its click
-definition (arguments, options, help) next to its glue (calling the domain,
-printing); the options several share are in `commands/options.py`. Only the
-command asked for is imported, so `mergegate --help` and `--version` import none
-of them. One handler turns every MergegateError into `error: <what>
-(<file>:<line>)` and a `hint:`.
+Each command lives in its own module under `mergegate/commands/`: its click definition (arguments,
+options, help) next to its glue (calling the domain, printing); the options several share are in
+`commands/options.py`. Only the command asked for is imported, so `mergegate --help` and `--version`
+import none of them. One handler turns every MergegateError into `error: <what> (<file>:<line>)` and
+a `hint:`.
 """
 
 from __future__ import annotations
@@ -245,9 +244,7 @@ def _json_error(
 def entry() -> None:
     code = main()
     # The process ends now. Left to itself, Python's exit would walk every object still tracked once
-    # more
-    # (20 to 35 ms of CPU after `audit verify`, every command alike) to free cycles that die with
-    # the
-    # process anyway; frozen, they are not walked (issue 12).
+    # more (20 to 35 ms of CPU after `audit verify`, every command alike) to free cycles that die
+    # with the process anyway; frozen, they are not walked (issue 12).
     gc.freeze()
     sys.exit(code)

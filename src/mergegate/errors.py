@@ -6,8 +6,8 @@ from __future__ import annotations
 class MergegateError(Exception):
     """Base of every error mergegate reports to a user.
 
-    `file` and `line` locate the problem when it comes from a file; `hint`
-    says how to fix it when a fix is known.
+    `file` and `line` locate the problem when it comes from a file; `hint` says how to fix it when a
+    fix is known.
     """
 
     exit_code = 1
@@ -55,8 +55,8 @@ class ConfigError(UsageError):
 class GitError(UsageError):
     """git could not do what was asked (missing ref, no repository).
 
-    `detail` keeps what git said in full (bounded), for logs and --json; the
-    message is the part that says why.
+    `detail` keeps what git said in full (bounded), for logs and --json; the message is the part
+    that says why.
     """
 
     detail: str | None = None
@@ -65,8 +65,8 @@ class GitError(UsageError):
 class StateError(MergegateError):
     """A write the runner relies on for safety failed (a lock, permissions, a full disk).
 
-    The pass stops before it can do anything that would need that write; nothing
-    was decided, so the exit code is that of bad input or a git failure.
+    The pass stops before it can do anything that would need that write; nothing was decided, so the
+    exit code is that of bad input or a git failure.
     """
 
     exit_code = 2

@@ -1,10 +1,9 @@
 """`mergegate mcp`: a stdio MCP server so AI agents can propose jobs, and nothing more.
 
-Agents propose; people approve. The server has tools to propose a job, check
-a proposal, and read jobs and their state. There is deliberately no tool that
-approves, vetoes or runs: approval is a signed merge by a person's key, which
-the server neither holds nor could use. Every tool result is one JSON object;
-an error is a tool error whose text is {"error", "file", "line", "hint"}.
+Agents propose; people approve. The server has tools to propose a job, check a proposal, and read
+jobs and their state. There is deliberately no tool that approves, vetoes or runs: approval is a
+signed merge by a person's key, which the server neither holds nor could use. Every tool result is
+one JSON object; an error is a tool error whose text is {"error", "file", "line", "hint"}.
 
 Built on the official `mcp` SDK (the extra `mcp`: `pip install '.[mcp]'` in a mergegate checkout).
 """

@@ -1,13 +1,12 @@
 """Replace secret values and credential-shaped text with *** in job output.
 
-A `Redactor` works on one output stream at a time and holds back the last few
-hundred bytes it has seen, so a secret or token split across two reads is still
-caught. A private key block whose END line has not arrived yet is dropped as it
-streams, so a job that dies mid-key never leaks the body. `RedactedStream` adds
-counting, hashing and a bounded tail; `redact_text` is for whole strings and
-`find_credential` names the credential shape in a string (never its value), and
-`describe` gives a value's type and shape for an error message without quoting it.
-docs/execution.md lists the shapes and what redaction cannot catch.
+A `Redactor` works on one output stream at a time and holds back the last few hundred bytes it has
+seen, so a secret or token split across two reads is still caught. A private key block whose END
+line has not arrived yet is dropped as it streams, so a job that dies mid-key never leaks the body.
+`RedactedStream` adds counting, hashing and a bounded tail; `redact_text` is for whole strings and
+`find_credential` names the credential shape in a string (never its value), and `describe` gives a
+value's type and shape for an error message without quoting it. docs/execution.md lists the shapes
+and what redaction cannot catch.
 """
 
 from __future__ import annotations
@@ -163,8 +162,8 @@ _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 _PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(rb"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END_MAX = 96
-# Every pattern match contains one of these single bytes (memchr-fast), so a
-# chunk without any skips the much slower per-pattern scan: bulk output stays fast.
+# Every pattern match contains one of these single bytes (memchr-fast), so a chunk without any skips
+# the much slower per-pattern scan: bulk output stays fast.
 _QUICK = (b"-", b"_", b"=", b":", b"A", b"eyJ")
 
 _Span = tuple[int, int, re.Pattern[bytes] | None]
@@ -282,8 +281,8 @@ class Redactor:
 class RedactedStream:
     """One output stream: hash and count the raw bytes, redact, keep a bounded tail.
 
-    Holds about 2 * tail_bytes plus the redactor's window whatever the job
-    prints; with `file` set the whole redacted stream is written there too.
+    Holds about 2 * tail_bytes plus the redactor's window whatever the job prints; with `file` set
+    the whole redacted stream is written there too.
     """
 
     def __init__(self, secrets: Sequence[str], tail_bytes: int, file: Path | None = None) -> None:

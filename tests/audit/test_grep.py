@@ -1,7 +1,6 @@
 """The pass-start greps of the audit log read only what is new (loggrep.py, issue 12), and say what
-a grep of
-the whole log says: the closed log files' part comes from the clone's memory only when it is of
-exactly those files."""
+a grep of the whole log says: the closed log files' part comes from the clone's memory only when it
+is of exactly those files."""
 
 from __future__ import annotations
 

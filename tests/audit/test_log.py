@@ -297,10 +297,9 @@ def _resealed(lines: list[bytes], transform: object) -> bytes:
 
 def test_the_fast_reading_of_a_log_file_accepts_only_what_the_reference_reading_accepts() -> None:
     """`_checked_fast` (audit verify's path for canonical files) against parse_file + check_links
-    over
-    a corpus: the canonical file, every single-byte change of it, and files written in other JSON
-    spellings whose hashes are right for their content (the reference accepts those: the fast path
-    must hand them over rather than refuse them)."""
+    over a corpus: the canonical file, every single-byte change of it, and files written in other
+    JSON spellings whose hashes are right for their content (the reference accepts those: the fast
+    path must hand them over rather than refuse them)."""
     good = _canonical_file()
     lines = good.splitlines()
     corpus = [good]
@@ -376,8 +375,7 @@ def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
     """Lines written by `write` (value -> bytes, keys sorted) whose hash is that of their own body
     bytes:
     what a forger would write. The reference (which re-encodes canonically) refuses any of them that
-    is
-    not canonical; so must the fast path."""
+    is not canonical; so must the fast path."""
     import hashlib
 
     out = []
@@ -389,11 +387,9 @@ def _own_hashed(values: list[dict[str, object]], write: object) -> bytes:
 
 def test_the_orjson_reading_accepts_only_canonical_lines_as_json_reads_them() -> None:
     """The orjson stage of `_checked_fast` (and the json stage after it) return values only for a
-    file
-    whose every line is json.dumps-canonical, and then exactly json.loads' values: over the corpus
-    of
-    the test above plus lines orjson writes unlike json.dumps (small and huge floats, big integers),
-    hashed over their own bytes so that only the canonical test stands between them and
+    file whose every line is json.dumps-canonical, and then exactly json.loads' values: over the
+    corpus of the test above plus lines orjson writes unlike json.dumps (small and huge floats, big
+    integers), hashed over their own bytes so that only the canonical test stands between them and
     acceptance."""
     orjson = pytest.importorskip("orjson")
     good = _canonical_file()
@@ -515,8 +511,8 @@ def test_orjson_writes_what_json_dumps_writes_where_the_fast_path_relies_on_it()
 
 def test_the_float_screen_passes_text_and_catches_every_float_form() -> None:
     """`_holds_float_forms` sends a file to json's reading for any float orjson may spell unlike
-    repr()
-    (the test above holds orjson to that), but not for text that merely holds `e-` (`one-time`)."""
+    repr() (the test above holds orjson to that), but not for text that merely holds `e-`
+    (`one-time`)."""
     for spelled in (b"1e-7", b"-1.5e-07", b"1e+16", b"2.5E+300".lower(), b"0.000015", b"-0.00001"):
         assert fast_read._holds_float_forms(
             b'{"x":' + spelled + b"}"
@@ -627,10 +623,8 @@ def test_the_chain_checked_in_workers_is_the_chain_checked_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """check_chain in 2 or 3 forked workers yields what the serial reading yields (files, counts,
-    first seqs,
-    the facts audit verify keeps), and proves canonical files in the workers (the reference reading,
-    here,
-    is never needed for them)."""
+    first seqs, the facts audit verify keeps), and proves canonical files in the workers (the
+    reference reading, here, is never needed for them)."""
     repo, tip = _many_files(tmp_path, monkeypatch)
     serial = _outcome(repo, tip, 1)
     assert (
@@ -655,10 +649,8 @@ def test_a_bad_link_or_record_in_a_worker_s_file_is_named_as_the_serial_reading_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, tamper: str
 ) -> None:
     """Files checked by different workers: a file right in itself but not linked to the one before
-    (its prev
-    or its seq), an edited record, and a run finished twice across files are the same error, file
-    and line,
-    with 1, 2 or 3 workers."""
+    (its prev or its seq), an edited record, and a run finished twice across files are the same
+    error, file and line, with 1, 2 or 3 workers."""
     repo, tip = _many_files(tmp_path, monkeypatch)
     before = audit.read_all(repo, tip)[2 * (number - 1) - 1]  # the last record of the file before
     data = repo.read_file(tip, f"audit/log-{number:06d}.jsonl")
@@ -724,8 +716,7 @@ def test_a_worker_that_dies_or_fails_fails_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """A worker killed by a signal, raising, or exiting without answering for its files: never a
-    pass, but an
-    IntegrityError naming the first file not verified; no worker is left running."""
+    pass, but an IntegrityError naming the first file not verified; no worker is left running."""
     import os
     import signal
 
@@ -801,9 +792,8 @@ def test_a_chain_check_closed_before_it_is_read_leaves_no_worker_and_raises_only
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """audit verify starts the workers before its other checks (a rewritten branch, the trust root):
-    when one
-    of those fails, closing the check ends its workers; an audit tree with a stray says so only when
-    read."""
+    when one of those fails, closing the check ends its workers; an audit tree with a stray says so
+    only when read."""
     import os
 
     from mergegate.audit import chain as audit_chain
@@ -844,8 +834,7 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
     """One `git cat-file --batch` serves every worker (in a pack a log file is a delta of the one
     before: one git
     per worker would rebuild the others' files too), and the files go to whichever worker is free:
-    while one
-    is held up on its first file, the other checks every other file."""
+    while one is held up on its first file, the other checks every other file."""
     import os
     import subprocess as sp
     import time
@@ -883,8 +872,7 @@ def test_the_workers_share_one_git_and_a_free_worker_takes_the_next_file(
 
 def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
     """Repo.blob_feed, read in turn by two processes, gives each blob's bytes (one larger than a
-    pipe, an empty
-    one) as Repo.blobs does, and the same GitError for a missing object or a tree."""
+    pipe, an empty one) as Repo.blobs does, and the same GitError for a missing object or a tree."""
     import os
 
     from mergegate.errors import GitError
@@ -920,9 +908,8 @@ def test_a_blob_feed_answers_as_blobs_does(tmp_path: Path) -> None:
 
 def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path) -> None:
     """The `cat-file --batch` that Repo.blobs and Repo.blob_feed read log files from caps git's
-    cache of rebuilt
-    delta bases (git's default, 96 MiB, only cost fresh pages: a fifth of its CPU and 60 MiB at
-    100,000 records)."""
+    cache of rebuilt delta bases (git's default, 96 MiB, only cost fresh pages: a fifth of its CPU
+    and 60 MiB at 100,000 records)."""
     repo = _repo(tmp_path)
     for start in (repo._blob_batch, lambda: repo.blob_feed().proc):
         proc = start()
@@ -949,9 +936,8 @@ def test_the_git_reading_log_files_keeps_a_small_delta_base_cache(tmp_path: Path
 
 def test_finished_runs_added_a_file_at_a_time_meet_the_first_problem_add_run_meets() -> None:
     """FinishedTwice.add_runs (one update for a log file's run ids) says what add_run one by one
-    says: nothing for
-    new, distinct ids; the first run finished twice, in order, within the file or with an earlier
-    file."""
+    says: nothing for new, distinct ids; the first run finished twice, in order, within the file or
+    with an earlier file."""
     from mergegate.operations.audit_verify import FinishedTwice
 
     def one_by_one(batches: list[list[tuple[str, int]]]) -> tuple[str | None, dict[str, int]]:

@@ -486,10 +486,8 @@ def test_orphan_is_closed_even_after_another_runner_moved_on(world: World) -> No
 
 def test_the_command_line_freezes_what_is_alive_before_the_process_exits() -> None:
     """`mergegate` (cli.entry) freezes the objects still alive once the command is done, so Python's
-    exit does not
-    walk them all once more for cycles that die with the process (20 to 35 ms of CPU after `audit
-    verify`), and
-    exits with the command's code."""
+    exit does not walk them all once more for cycles that die with the process (20 to 35 ms of CPU
+    after `audit verify`), and exits with the command's code."""
     script = (
         "import atexit, gc, sys\n"
         "from mergegate import cli\n"

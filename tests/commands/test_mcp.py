@@ -162,8 +162,7 @@ def test_mcp_without_the_sdk_says_how_to_install_it_next_to_this_mergegate(
     world: World, tmp_path: Path
 ) -> None:
     """The hint installs the SDK into mergegate's own environment; never `mergegate[mcp]` from an
-    index,
-    where that name is not mergegate's (it is installed from a checkout)."""
+    index, where that name is not mergegate's (it is installed from a checkout)."""
     world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
     blocked = tmp_path / "no-sdk" / "mcp"
     blocked.mkdir(parents=True)

@@ -622,10 +622,9 @@ def test_real_secret_key_block_is_refused(gpg_home: Path, gpg_keys: dict[str, Gp
 
 def test_the_public_half_of_a_key_file_is_what_ssh_keygen_says_or_nothing(tmp_path: Path) -> None:
     """ssh_key_file_blob (the runner's check of --signing-key before a pass): for OpenSSH private
-    keys of
-    every kind, behind a passphrase too, and public key files, the blob of the .pub ssh-keygen
-    wrote; for
-    what does not show it (PEM, garbage, a torn or lying file), None, never an exception."""
+    keys of every kind, behind a passphrase too, and public key files, the blob of the .pub
+    ssh-keygen wrote; for what does not show it (PEM, garbage, a torn or lying file), None, never an
+    exception."""
     import base64
 
     from mergegate.crypto.signatures import ssh_key_file_blob

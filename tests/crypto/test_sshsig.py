@@ -1,11 +1,10 @@
 """The in-process SSH signature check, held to `ssh-keygen -Y verify`'s verdict.
 
-For every key type a corpus of signatures (good ones made by ssh-keygen,
-damaged ones, and ones crafted with the real private key so that only one
-rule is broken) goes to both: mergegate's verify_signature with the policy
-key, and ssh-keygen -Y verify with an allowed-signers file holding that key.
-Each case also states the verdict it must get, so a broken reference
-(ssh-keygen refusing everything) cannot make the comparison pass.
+For every key type a corpus of signatures (good ones made by ssh-keygen, damaged ones, and ones
+crafted with the real private key so that only one rule is broken) goes to both: mergegate's
+verify_signature with the policy key, and ssh-keygen -Y verify with an allowed-signers file holding
+that key. Each case also states the verdict it must get, so a broken reference (ssh-keygen refusing
+everything) cannot make the comparison pass.
 """
 
 from __future__ import annotations
@@ -462,9 +461,9 @@ def _ecdsa_trailing_number(s: dict[str, Signer], k: str) -> tuple[bytes, bytes, 
 
 
 def _ed25519_s_plus_order(s: dict[str, Signer], k: str) -> tuple[bytes, bytes, bool]:
-    # A real signature re-encoded with S + L. OpenSSH 9.2's Ed25519 checks only
-    # the top bits of S and accepts it; RFC 8032 (and OpenSSL) demand S < L. The
-    # one listed divergence, and a refusal: it adds no signature the key did not make.
+    # A real signature re-encoded with S + L. OpenSSH 9.2's Ed25519 checks only the top bits of S
+    # and accepts it; RFC 8032 (and OpenSSL) demand S < L. The one listed divergence, and a refusal:
+    # it adds no signature the key did not make.
     def malleate(data: bytes) -> bytes:
         raw = (sshsig._strings(_raw_sign(s[k], data), 2) or [b"", b""])[1]
         big = int.from_bytes(raw[32:], "little") + ED25519_ORDER

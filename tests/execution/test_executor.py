@@ -537,8 +537,7 @@ def test_a_spawner_killed_while_its_job_runs_takes_the_job_with_it_and_the_next_
     tmp_path: Path,
 ) -> None:
     """The job's result is unknown (SpawnerLost: the runner records it lost, never runs it again),
-    its
-    process is gone (its parent-death signal), and the next job is started by a new spawner."""
+    its process is gone (its parent-death signal), and the next job is started by a new spawner."""
     import threading
 
     from mergegate.execution.children import Spawner, SpawnerLost
@@ -579,9 +578,8 @@ def test_the_spawner_starts_without_site_packages_and_imports_none_of_the_runner
     tmp_path: Path,
 ) -> None:
     """Every job is a fork of the spawner, and a fork costs in proportion to the memory its parent
-    has
-    written (issue 12's `--parallel 8`): the spawner runs `python -S` and imports only the standard
-    modules it uses, none of the runner's (typing alone was a fifth of its memory)."""
+    has written (issue 12's `--parallel 8`): the spawner runs `python -S` and imports only the
+    standard modules it uses, none of the runner's (typing alone was a fifth of its memory)."""
     import subprocess
 
     from mergegate.execution.children import Spawner
@@ -624,8 +622,7 @@ def test_the_watchdog_starts_without_site_or_runpy_and_imports_only_small_standa
     tmp_path: Path,
 ) -> None:
     """The watchdog starts once per runner process that runs a job, so four runners started at once
-    on
-    two CPUs pay its start four times (issue 9): `python -S -c`, no runpy, and none of pathlib,
+    on two CPUs pay its start four times (issue 9): `python -S -c`, no runpy, and none of pathlib,
     contextlib, typing or the runner's modules (10 ms of CPU of its 25 before)."""
     import subprocess
 

@@ -316,8 +316,7 @@ def outside_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """HOME in a fresh folder the sandbox would not hide but for the runner-home rule
     (launch.Launcher._private_paths):
     not under /tmp or /dev/shm (its scratch tmpfs), nor under what it hides for every job (/home,
-    /root,
-    /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide
+    /root, /run, ...). The tests' own HOME is under pytest's temporary root, which those tmpfs hide
     anyway."""
     from mergegate.execution.executor import SANDBOX_HIDDEN
 
@@ -382,8 +381,8 @@ def _workspace_with_links(workspace: Path, outside: Path, depth: int) -> None:
 
 def test_a_workspace_is_removed_however_deep_and_never_through_a_symlink(tmp_path: Path) -> None:
     """However deep (a tree deeper than one descriptor a level allows is moved up a piece at a
-    time); a
-    symlink in the workspace (to a folder or a file outside) is removed, never what it points to."""
+    time); a symlink in the workspace (to a folder or a file outside) is removed, never what it
+    points to."""
     from mergegate.execution.workspaces import CLEAR_DEPTH, remove_tree
 
     outside = tmp_path / "outside"
@@ -425,8 +424,7 @@ def test_jobs_in_parallel_run_on_at_most_parallel_threads_each_running_one_job_a
 ) -> None:
     """A thread per job cost its start and its end on every job, under the lock all threads share
     (issue 12's `--parallel 8`): a pass of 9 jobs with `--parallel 3` starts 3 job threads, and
-    every
-    job still runs once and succeeds."""
+    every job still runs once and succeeds."""
     import threading
 
     started: list[str] = []
@@ -458,8 +456,8 @@ def test_a_pass_syncs_the_spool_for_a_claim_and_for_a_result_not_for_the_jobs_pr
 ) -> None:
     """The line naming the job's process is written without a sync (spool.py says why a crash of the
     machine cannot make it matter): one job is the journal's creation (its file, then its folder)
-    with
-    the claim's provisional result, then the synced line of its real result, and nothing else."""
+    with the claim's provisional result, then the synced line of its real result, and nothing else.
+    """
     from mergegate.runner import spool
 
     synced: list[str] = []
@@ -480,8 +478,8 @@ def test_a_jobs_workspace_is_the_private_folder_made_for_it_with_no_folder_aroun
     world: World,
 ) -> None:
     """One folder fewer per job (issue 12: every inode made costs on some file systems): the job's
-    cwd is
-    the `mergegate-job-*` folder made in the runner's TMPDIR, mode 0700, holding only the export."""
+    cwd is the `mergegate-job-*` folder made in the runner's TMPDIR, mode 0700, holding only the
+    export."""
     import tempfile
 
     _gate(world)

@@ -15,8 +15,7 @@ from tests.helpers.readable import for_others
 
 def _remove_as_a_user(folder: Path) -> None:
     """workspaces.remove_tree as a runner runs it: not as root (whose CAP_DAC_OVERRIDE ignores mode
-    bits).
-    As root, the removal runs in a process of its own as `nobody`, the owner of `folder`."""
+    bits). As root, the removal runs in a process of its own as `nobody`, the owner of `folder`."""
     src = str(Path(__file__).resolve().parents[2] / "src")
     if os.geteuid() == 0:
         src = str(for_others(Path(src)))  # nobody must reach it, wherever the checkout is
@@ -50,8 +49,7 @@ def _remove_as_a_user(folder: Path) -> None:
 
 def _closed_workspaces(cases: dict[str, tuple[str, int, int | None]]) -> list[str]:
     """Each case a workspace with folder `sub` (mode `inner`) holding a file, the workspace itself
-    given
-    mode `top`; removed as a runner removes it; the cases whose workspace is left."""
+    given mode `top`; removed as a runner removes it; the cases whose workspace is left."""
     scratch = Path(tempfile.mkdtemp(prefix="rt8a-", dir="/tmp"))
     left = []
     try:
@@ -77,10 +75,8 @@ def test_a_job_cannot_keep_its_workspace_by_taking_its_own_permissions_away() ->
     """A job owns its workspace and may chmod what it made in it (`chmod 000 d`, `chmod 500 d`, even
     `chmod 500 .`): the runner's, the watchdog's and the next pass's removal (and `rm -rf`, its
     fallback) then failed with EACCES and the workspace, with what the job wrote and the export of
-    the
-    approving commit, stayed for good. The runner owns every folder in it: it gives itself the
-    rights
-    back, on the folder it holds open, never through a path a job could swap."""
+    the approving commit, stayed for good. The runner owns every folder in it: it gives itself the
+    rights back, on the folder it holds open, never through a path a job could swap."""
     cases = {
         "closed": ("d", 0o000, None),
         "read-only": ("a/b/d", 0o500, None),

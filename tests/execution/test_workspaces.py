@@ -90,11 +90,9 @@ def test_kill_9_of_a_runner_with_a_running_job_leaves_no_workspace_nor_export_fo
 
 def test_passes_that_end_fail_or_are_stopped_leave_nothing_in_tmpdir(world: World) -> None:
     """Jobs that succeed, fail, are denied before they start; a pass that fails after preparing a
-    job
-    (a signing key the policy does not list, in a PEM file: its public half shows only in the
-    signature of
-    the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM while its job
-    runs."""
+    job (a signing key the policy does not list, in a PEM file: its public half shows only in the
+    signature of the first audit commit, after the jobs were prepared); a pass stopped by SIGTERM
+    while its job runs."""
     runner_key = make_ssh_key(world.tmp / "keys", "runner")
     other = world.tmp / "keys" / "other_pem"
     subprocess.run(
@@ -151,9 +149,8 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
     world: World,
 ) -> None:
     """The runner, its watchdog and its spawner killed together (an OOM kill of all three): the
-    spool
-    names the run's workspace and export folder. A pass leaves them while a process of the job still
-    runs, and removes them in the pass that closes the run."""
+    spool names the run's workspace and export folder. A pass leaves them while a process of the job
+    still runs, and removes them in the pass that closes the run."""
     _gate(world)
     marker, outside, scratch = _marker(), _outside(world), _scratch(world)
     _merge_jobs(
@@ -163,8 +160,7 @@ def test_the_pass_that_closes_a_run_whose_runner_and_watchdog_died_removes_its_f
     try:
         _until(lambda: len(_with(marker)) == 3)  # sh and its two sleeps
         # The spool names the job's process once the runner hears it started (not synced: a line
-        # written
-        # survives the runner). Killed before that, a pass cannot know the job runs
+        # written survives the runner). Killed before that, a pass cannot know the job runs
         # (docs/execution.md).
         _until(lambda: _spooled_process(world))
         helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(runner.pid)}

@@ -420,8 +420,8 @@ def test_audit_commit_not_signed_by_a_runner_is_tampering(world: World) -> None:
     good = world.run_once("--signing-key", str(runner_key.private), "--runner-name", "ci")
     assert good.code == 0, good.err
     # An unsigned commit appending a record that chains correctly: only the signature rule can catch
-    # it
-    # (a copied line would stop at the seq check instead, and the rule would be executed nowhere).
+    # it (a copied line would stop at the seq check instead, and the rule would be executed
+    # nowhere).
     _append_record(world, {"event": "rejected", "reason": "forged"})
     world.propose("q", {"jobs/k.yaml": job_yaml("k", ["echo", "k"])}, who=world.alice)
     world.signed_merge("q", world.bob)
@@ -602,12 +602,10 @@ def test_approve_merge_refuses_a_merge_the_runner_would_reject_for_good(world: W
 
 def test_approve_merge_refuses_a_job_whose_script_changed_after_the_approvals(world: World) -> None:
     """carol approved the job and its script; alice then changed the script. bob's merge would give
-    the
-    job its quorum (carol and bob) but leave the script with one (carol's vote is stale): the runner
-    rejects the job for good ('holds changes that no signed approval covers'). approve --merge
-    refused
-    only jobs short of their own quorum, so it signed and pushed that merge; now it refuses, as
-    check says."""
+    the job its quorum (carol and bob) but leave the script with one (carol's vote is stale): the
+    runner rejects the job for good ('holds changes that no signed approval covers'). approve
+    --merge refused only jobs short of their own quorum, so it signed and pushed that merge; now it
+    refuses, as check says."""
     _two_person(world)
     world.propose(
         "p",
@@ -643,11 +641,9 @@ def test_approve_merge_refuses_a_merge_that_would_leave_other_files_without_thei
     world: World,
 ) -> None:
     """A policy change that also brings a script carol wrote: carol's approval counts for the policy
-    (she
-    did not write it) but not for her own script, so bob's merge would adopt the policy and leave
-    the
-    script without its two approvals, refusing every later job in the tree until a merge with
-    them."""
+    (she did not write it) but not for her own script, so bob's merge would adopt the policy and
+    leave the script without its two approvals, refusing every later job in the tree until a merge
+    with them."""
     approvers = [
         world.bob.approver_entry(),
         world.carol.approver_entry(),
@@ -933,10 +929,9 @@ def test_verify_judges_a_commit_at_the_time_its_runner_judged_it_not_at_its_reco
     world: World,
 ) -> None:
     """A pass judges every commit at its start and claims them one after another: a job claimed
-    after
-    another's 2 s has its `started` record written after carol's key ran out (valid_before), though
-    the
-    pass judged it before. verify must judge at the pass's time (`judged`), not at the record's."""
+    after another's 2 s has its `started` record written after carol's key ran out (valid_before),
+    though the pass judged it before. verify must judge at the pass's time (`judged`), not at the
+    record's."""
     import time
     from datetime import UTC, datetime, timedelta
 
@@ -1188,10 +1183,9 @@ def test_a_veto_of_a_revision_that_already_started_says_it_stops_only_what_has_n
     world: World,
 ) -> None:
     """Found by the new-user walk-through: a veto of a job that had already run printed 'signed veto
-    ...
-    pushed' and nothing else, as if it had stopped it. It is still pushed (it stops a later
-    attempt),
-    with a warning naming the `started` record; a veto before the start warns of nothing."""
+    ... pushed' and nothing else, as if it had stopped it. It is still pushed (it stops a later
+    attempt), with a warning naming the `started` record; a veto before the start warns of nothing.
+    """
     world.setup(
         policy_yaml([world.bob.approver_entry(), world.carol.approver_entry()], [ECHO_RULE])
     )
@@ -1265,8 +1259,7 @@ def test_key_file_swapped_by_an_unapproved_push_is_not_adopted_later(world: Worl
 
 def test_forged_record_time_cannot_revive_an_expired_key(world: World) -> None:
     """Record times count only when runners sign the audit, and without runners no key may have a
-    lifetime
-    (issue 8, bypass 2): a forged, unsigned record time has nothing to revive."""
+    lifetime (issue 8, bypass 2): a forged, unsigned record time has nothing to revive."""
     old = make_ssh_key(world.tmp / "keys", "xold")
     approvers = [
         world.alice.approver_entry(),
@@ -1459,10 +1452,8 @@ def test_a_runner_with_a_key_the_policy_does_not_list_refuses_with_nothing_to_ru
     world: World,
 ) -> None:
     """Set up with the wrong ssh key (an approver's, or a passphrase-protected key of someone else),
-    a
-    runner stops at its first pass, exit 2, naming the key, not only once a job gives it something
-    to
-    record; the runner's own key, also behind a passphrase (its public half is in the clear),
+    a runner stops at its first pass, exit 2, naming the key, not only once a job gives it something
+    to record; the runner's own key, also behind a passphrase (its public half is in the clear),
     passes."""
     runner_key, other = (
         make_ssh_key(world.tmp / "keys", "runner"),

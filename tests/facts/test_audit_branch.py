@@ -354,8 +354,7 @@ def test_a_rewrite_a_later_commit_undoes_is_named_though_the_tip_reads_clean(wor
     """audit verify proves most versions of a log file by hashing prefixes of the last one
     (audit_branch.Tips):
     a version that edited records, or cut them and a later commit put them back, is no prefix, or is
-    shorter
-    than the version before it, and is read and named as before."""
+    shorter than the version before it, and is read and named as before."""
     _gate(world)
     _run_job(world)
     _run_job(world, "j2")
@@ -745,9 +744,8 @@ def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_
     world: World,
 ) -> None:
     """With enough log files `audit verify` checks them in forked workers (audit_chain): the output
-    is the
-    same, and a file right in itself but not linked to the one before (another worker's) is named as
-    before."""
+    is the same, and a file right in itself but not linked to the one before (another worker's) is
+    named as before."""
     from mergegate.audit import chain as audit_chain
 
     _gate(world)
@@ -783,9 +781,8 @@ def test_audit_verify_of_a_log_of_many_files_checks_them_in_workers_and_names_a_
     assert result.code == 0, result.err
     assert (result.json()["records"], result.json()["files"]) == (len(records) + count - 1, count)
     # Instead (a fresh clone, as the log was never pushed otherwise), log-000007 sealed after a
-    # record that is
-    # not log-000006's, and the files after it chained on: each file right in itself, one broken
-    # link.
+    # record that is not log-000006's, and the files after it chained on: each file right in itself,
+    # one broken link.
     many = world.git("mallory", "rev-parse", "HEAD")
     world.git("mallory", "reset", "-q", "--hard", "HEAD~1")
     for number in range(2, 7):
@@ -821,8 +818,7 @@ def test_audit_verify_checks_evidence_a_scanned_record_names_only_in_its_reviewe
     """A `scanned` record's `reviewed` map names evidence files without the word "evidence" anywhere
     in its line:
     `audit verify` checks them too (as a pass's grep for '"evidence"' or '"reviewed"' finds them),
-    so one that is
-    not on the branch is an integrity error, not a pass."""
+    so one that is not on the branch is an integrity error, not a pass."""
     _gate(world)
     _run_job(world)
     records = world.records()
@@ -861,8 +857,7 @@ def test_audit_verify_of_a_missing_approved_branch_says_so_though_the_workers_ha
     world: World,
 ) -> None:
     """The workers start on the log before approved's tip is read: an approved branch that does not
-    exist (read
-    as it is, --no-fetch) is still the one-line error it always was, exit 2."""
+    exist (read as it is, --no-fetch) is still the one-line error it always was, exit 2."""
     from mergegate.audit import chain as audit_chain
 
     _gate(world)
@@ -908,12 +903,10 @@ def _imported(result_err: str) -> set[str]:
 
 def test_audit_verify_imports_the_judge_only_for_a_commit_check_that_needs_it(world: World) -> None:
     """`audit verify` makes the commit checks' Assessor (and imports the judge, approvals, GitHub's
-    evidence
-    reading and planning) only when a check asks for it (issue 12: start-up counts). A gate whose
-    policy lists
-    no runners and names no evidence passes without them; one that lists runners imports them to
-    check the
-    signature, accepts the signed commits and still refuses an unsigned one."""
+    evidence reading and planning) only when a check asks for it (issue 12: start-up counts). A gate
+    whose policy lists no runners and names no evidence passes without them; one that lists runners
+    imports them to check the signature, accepts the signed commits and still refuses an unsigned
+    one."""
     judge = {
         "mergegate.rules.judge",
         "mergegate.facts.assessor",

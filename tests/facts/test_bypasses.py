@@ -1,8 +1,7 @@
 """Issue 8: every way a job ran without the approvals its policy demands, closed one by one.
 
-Each test builds the attack with real git, real keys and real signed merges,
-asserts the job did not run and that the reason names the rule, and fails on
-the code before the fix.
+Each test builds the attack with real git, real keys and real signed merges, asserts the job did not
+run and that the reason names the rule, and fails on the code before the fix.
 """
 
 from __future__ import annotations
@@ -544,8 +543,7 @@ def test_check_exits_2_for_a_deleted_policy(world: World) -> None:
 
 def test_policy_change_that_adds_a_key_lifetime_without_runners_is_rejected(world: World) -> None:
     """Without runner-signed records, a fresh clone judges past changes at today's time: once the
-    keys that
-    adopted a change expired, the removed keys would come back. Lifetimes therefore need
+    keys that adopted a change expired, the removed keys would come back. Lifetimes therefore need
     `runners`."""
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
     world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))

@@ -45,14 +45,11 @@ def test_audit_verify_sees_runners_a_merged_policy_change_added_though_the_merge
     """av8's shortcut (policy_log.policy_lookup) takes the trust root's policy when `git log
     --first-parent
     root..sha -- policy/` lists nothing. A policy change that arrives as a merge is TREESAME to its
-    second parent
-    (the side that wrote it): without --first-parent, git's history simplification would drop the
-    merge and the
-    shortcut would keep the root's policy, which lists no runners, and accept an unsigned audit
-    commit. Here a
-    merged change adds a runner; audit verify (no walk, no memory: a fresh clone) and a fresh runner
-    must both
-    refuse an unsigned record appended after it."""
+    second parent (the side that wrote it): without --first-parent, git's history simplification
+    would drop the merge and the shortcut would keep the root's policy, which lists no runners, and
+    accept an unsigned audit commit. Here a merged change adds a runner; audit verify (no walk, no
+    memory: a fresh clone) and a fresh runner must both refuse an unsigned record appended after it.
+    """
     runners = world.signing_runner()
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
     world.setup(policy_yaml(approvers, [ECHO_RULE], policy_approvals_required=1))
@@ -110,15 +107,12 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     tmp_path: Path,
 ) -> None:
     """startup8's 4d3f52a takes a merge's side commits (whose approvals and authors are judged) from
-    the
-    `rev-list --parents` its touched paths read, reversed, instead of `rev-list --reverse`. A
+    the `rev-list --parents` its touched paths read, reversed, instead of `rev-list --reverse`. A
     crafted side that
     could make the two differ would hide a commit from the self-approval and signed-writer rules:
-    octopus merges
-    on the side, a side commit that is also merged into the first parent (criss-cross), and commit
-    dates that run
-    backwards and far into the future (rev-list's order is by date). Both must list the same commits
-    in the same order."""
+    octopus merges on the side, a side commit that is also merged into the first parent
+    (criss-cross), and commit dates that run backwards and far into the future (rev-list's order is
+    by date). Both must list the same commits in the same order."""
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
@@ -176,10 +170,9 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
     assert len(expected) >= 6 and shared not in expected
     assert side.side_commits() == expected
     # (`touching` is not git's answer here: git also lists `cross`, which differs on b1.txt only
-    # from `first`,
-    # a bottom commit git counts as a relevant parent; it is TREESAME to its side parent, so it
-    # wrote nothing
-    # there. The writers that matter, `b1` and the octopus, are in both: notes/redteam8b.md.)
+    # from `first`, a bottom commit git counts as a relevant parent; it is TREESAME to its side
+    # parent, so it wrote nothing there. The writers that matter, `b1` and the octopus, are in both:
+    # notes/redteam8b.md.)
     assert {"b1", "octopus"} <= {
         _git(path, "log", "-1", "--format=%s", sha) for sha in side.touching("b1.txt")
     }
@@ -188,12 +181,10 @@ def test_a_merges_side_commits_are_rev_lists_under_octopus_criss_cross_and_clock
 
 def test_a_signing_key_path_starting_with_ssh_dash_signs_with_that_file(world: World) -> None:
     """The lead's `_can_sign` reads `--signing-key` as a file (ssh_key_file_blob) when it is one,
-    and Signing
-    gives git that path as user.signingkey. git reads a user.signingkey that starts with `ssh-` (or
-    `key::`) as a
-    literal public key, not a path: a key file named `ssh-runner` (relative, as an operator types
-    it) passes the
-    runner's check against the policy, and then git cannot sign with it."""
+    and Signing gives git that path as user.signingkey. git reads a user.signingkey that starts with
+    `ssh-` (or `key::`) as a literal public key, not a path: a key file named `ssh-runner`
+    (relative, as an operator types it) passes the runner's check against the policy, and then git
+    cannot sign with it."""
     runners = world.signing_runner()
     approvers = [world.bob.approver_entry(), world.carol.approver_entry()]
     world.setup(policy_yaml(approvers, [ECHO_RULE], runners=runners))
@@ -213,16 +204,12 @@ def test_a_runner_or_auditor_whose_git_shows_signatures_in_logs_reads_the_policy
     world: World,
 ) -> None:
     """policy_changes (av8 moved it into branch.py; audit verify's shortcut and every pass read it)
-    lists the policy
-    changes with `git log --format=%H`. With `log.showSignature=true` in the user's git config (a
-    common setting)
-    git prints `No signature` (or `Good "git" signature for ...`) on stdout before each signed
-    commit it lists,
-    and a policy change is a signed merge: the words were read as commit ids, and a fresh runner's
-    pass and audit
-    verify stopped on `object No not found`. (Fails closed; but every runner or auditor with that
-    setting could
-    neither run nor verify a gate once its policy changed.)"""
+    lists the policy changes with `git log --format=%H`. With `log.showSignature=true` in the user's
+    git config (a common setting) git prints `No signature` (or `Good "git" signature for ...`) on
+    stdout before each signed commit it lists, and a policy change is a signed merge: the words were
+    read as commit ids, and a fresh runner's pass and audit verify stopped on `object No not found`.
+    (Fails closed; but every runner or auditor with that setting could neither run nor verify a gate
+    once its policy changed.)"""
     show = {
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": "log.showSignature",

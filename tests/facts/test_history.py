@@ -1,12 +1,11 @@
 """history.History answers what the Assessor asks git about each merge exactly as git does, one
 question at a time.
 
-Histories are built with `git fast-import` (committer dates set per commit), so
-each shape is cheap: sides based on the chain, on an older chain commit and on
-another side's commit, an empty side, a merge that writes files itself, a merge
-inside a side, an orphan side, an octopus, the same bytes written twice (with
-distinct and with equal dates), a file becoming a folder, symlinks, a name
-that is not UTF-8, and every edge of the content pathspec.
+Histories are built with `git fast-import` (committer dates set per commit), so each shape is cheap:
+sides based on the chain, on an older chain commit and on another side's commit, an empty side, a
+merge that writes files itself, a merge inside a side, an orphan side, an octopus, the same bytes
+written twice (with distinct and with equal dates), a file becoming a folder, symlinks, a name that
+is not UTF-8, and every edge of the content pathspec.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ def _build(
     last.
 
     A commit starts from its first parent's files; a merge from its last parent's (what merging a
-    side
-    based on the first parent gives), or from the files of the commit an op ("TREE", name) names.
+    side based on the first parent gives), or from the files of the commit an op ("TREE", name)
+    names.
     """
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     marks = {name: i for i, (name, *_) in enumerate(commits, start=1)}
@@ -195,8 +194,8 @@ def _shapes(policy: str) -> list[tuple[str, list[str], int, list[tuple[object, .
         ("s9c", ["s9b"], 1190, [("M", M, "jobs/j9.yaml", JOB.format("j9"))]),
         ("M9", ["M8", "s9c"], 1200, []),
         # M10: the content pathspec's edges: a .yaml deep in jobs/ (not content), other files in
-        # jobs/ and a
-        # folder named like a job file (content), policy/ (not content), a name that is not UTF-8.
+        # jobs/ and a folder named like a job file (content), policy/ (not content), a name that is
+        # not UTF-8.
         ("s10a", ["M9"], 1210, [("M", M, "jobs/deep/a/b.yaml", JOB.format("b"))]),
         (
             "s10b",
@@ -304,8 +303,8 @@ def test_history_before_the_trust_root_counts_for_earlier_writers_and_a_base_the
     tmp_path: Path,
 ) -> None:
     """The trust root has a past: bytes written there count as written before (producers), and a
-    side based
-    before the root (its base off the chain, reached from the root only) is left to git."""
+    side based before the root (its base off the chain, reached from the root only) is left to git.
+    """
     M = "100644"
     before = [
         ("P0", [], 900, [("M", M, "jobs/j2.yaml", JOB.format("j2")), ("M", M, "old.txt", "o")]),
@@ -450,8 +449,7 @@ NAMES = [
 
 def test_the_content_pathspec_matches_a_name_here_as_git_matches_it(tmp_path: Path) -> None:
     """Every name in one tree, and git's diff-tree of it with CONTENT_PATHSPEC: the names git lists
-    are
-    exactly those history._content says are content."""
+    are exactly those history._content says are content."""
     from mergegate.facts.history import CONTENT_PATHSPEC, _content
 
     # One root commit per name (a file and a folder of one name cannot share a tree).
@@ -494,8 +492,7 @@ def test_a_pathspec_variable_in_the_environment_leaves_every_merge_to_git(
     shapes: tuple[Repo, dict[str, str]], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """git reads them for every pathspec it matches (the content pathspec, each literal path): its
-    answers then
-    are the environment's, and only git knows them."""
+    answers then are the environment's, and only git knows them."""
     repo, shas = shapes
     chain = repo.first_parent_chain(shas["R"], shas["M10"])
     assert History.read(repo, shas["R"], chain) is not None

@@ -1,11 +1,9 @@
 """Histories where verify's fast reading (history.History) could answer unlike git (the runner's
 reading):
 trees git never writes, and a user's git config (from a differential fuzz; notes/histrt.md). Each
-failed
-before its fix: History now declines a history whose diffs list a path twice (verify then asks git,
-as
-the runner does), and git.py pins log.follow=false. Not covered: a tree entry whose name holds a `/`
-(fsck's fullPathname), which diffs cannot show; see docs/threat-model.md.
+failed before its fix: History now declines a history whose diffs list a path twice (verify then
+asks git, as the runner does), and git.py pins log.follow=false. Not covered: a tree entry whose
+name holds a `/` (fsck's fullPathname), which diffs cannot show; see docs/threat-model.md.
 """
 
 from __future__ import annotations
@@ -77,17 +75,13 @@ def _policy(tmp_path: Path) -> bytes:
 
 def test_a_side_commit_with_an_unsorted_tree_has_the_entries_git_lists(tmp_path: Path) -> None:
     """Finding 1. A side commit whose tree lists `jobs` after `z.txt` (unsorted: git never writes
-    it, but
-    hash-object --literally does, and neither receive-pack nor fetch checks by default). git's
-    diff-tree
-    against its parent then reports jobs/j.yaml twice, deleted and then added; `ls-tree` (what
-    GitSide
-    reads) lists it with its new bytes. History.entry for a commit off the first-parent line returns
-    the
-    FIRST change of the path in the diff (history.py, `entry`: `for change in self.diffs[sha]: ...
-    return`),
-    the deletion: the side's entry is ABSENT for verify and the new job for the runner, so the judge
-    decides who wrote the job (the side, or the merge itself) differently."""
+    it, but hash-object --literally does, and neither receive-pack nor fetch checks by default).
+    git's diff-tree against its parent then reports jobs/j.yaml twice, deleted and then added;
+    `ls-tree` (what GitSide reads) lists it with its new bytes. History.entry for a commit off the
+    first-parent line returns the FIRST change of the path in the diff (history.py, `entry`: `for
+    change in self.diffs[sha]: ... return`), the deletion: the side's entry is ABSENT for verify and
+    the new job for the runner, so the judge decides who wrote the job (the side, or the merge
+    itself) differently."""
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])
@@ -153,14 +147,11 @@ def test_a_symlink_in_a_merge_whose_first_parent_has_an_unsorted_tree_is_seen(
     tmp_path: Path,
 ) -> None:
     """Finding 1, on the first-parent line: D1 (a direct push) lists `jobs` after `z.txt`; the merge
-    M after it
-    is canonical. diff-tree D1 M then reports jobs/evil.yaml added and then deleted, and History's
-    entry on the
-    line (the LAST change of the path, history.py `entry`/`__init__`'s `_changes`) says it is absent
-    at M;
-    ls-tree M lists it. So verify does not see the escaping symlink jobs/evil.yaml -> ../.. in M's
-    tree
-    (CommitFacts.symlinks, the judge's symlink check) while the runner does."""
+    M after it is canonical. diff-tree D1 M then reports jobs/evil.yaml added and then deleted, and
+    History's entry on the line (the LAST change of the path, history.py `entry`/`__init__`'s
+    `_changes`) says it is absent at M; ls-tree M lists it. So verify does not see the escaping
+    symlink jobs/evil.yaml -> ../.. in M's tree (CommitFacts.symlinks, the judge's symlink check)
+    while the runner does."""
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])
@@ -230,11 +221,9 @@ def _repo_with_side_tree(
 
 def test_a_tree_with_a_name_twice_has_the_entry_git_lists(tmp_path: Path) -> None:
     """Finding 1 (duplicate entries): the side's jobs/ lists j.yaml twice, a regular file and then a
-    symlink.
-    ls-tree lists both (the Assessor's dict keeps the last, the symlink); diff-tree reports both as
-    added and
-    History.entry off the line keeps the first (the regular file): FileFacts.side of jobs/j.yaml
-    differs."""
+    symlink. ls-tree lists both (the Assessor's dict keeps the last, the symlink); diff-tree reports
+    both as added and History.entry off the line keeps the first (the regular file): FileFacts.side
+    of jobs/j.yaml differs."""
 
     def build(repo: Path, policy_tree: str) -> list[tuple[str, str, str]]:
         jobs = _tree(
@@ -262,16 +251,12 @@ def test_a_tree_with_a_name_twice_has_the_entry_git_lists(tmp_path: Path) -> Non
 
 def test_earlier_writers_are_gits_whatever_log_follow_says(tmp_path: Path) -> None:
     """Finding 2. `Repo.producers` (the runner's earlier writers, the git reference of
-    Side.producers) runs
-    porcelain `git log ... -- <one pathspec>`; with `log.follow=true` in the user's config and one
-    path asked
-    (a merge that brings one job file), git log follows renames and prints a rename as
-    `R100 <old> <new>`: the parser takes <old> as the path (git.py producers: `path =
-    path_text(fields[i + 1])`)
-    and the writer of <new> is lost. History reads no config and keeps it: verify's and the runner's
-    writers
-    differ, and the runner's misses bob (who wrote these bytes in s1) for the self-approval
-    check."""
+    Side.producers) runs porcelain `git log ... -- <one pathspec>`; with `log.follow=true` in the
+    user's config and one path asked (a merge that brings one job file), git log follows renames and
+    prints a rename as `R100 <old> <new>`: the parser takes <old> as the path (git.py producers:
+    `path = path_text(fields[i + 1])`) and the writer of <new> is lost. History reads no config and
+    keeps it: verify's and the runner's writers differ, and the runner's misses bob (who wrote these
+    bytes in s1) for the self-approval check."""
     repo = tmp_path / "gate.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
     policy_tree = _tree(repo, [("100644", "policy.yaml", _blob(repo, _policy(tmp_path)))])

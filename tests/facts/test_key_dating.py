@@ -1,14 +1,11 @@
 """Who may say when a commit was judged (key lifetimes are judged at that time): only a record
-appended by
-an audit commit that a runner of the policy in force *before* that commit signed (review redteam7a,
-F1, F2).
+appended by an audit commit that a runner of the policy in force *before* that commit signed (review
+redteam7a, F1, F2).
 
 A policy change's own runner keys never date it: else someone who can push both branches, holding an
 approver key whose life has ended (or not begun), merges a change signed with it that lists a runner
-key of
-theirs, and dates it inside the key's life in an audit commit signed with that key. And the runner
-and
-verify take the same record: the first in chain order, not the earliest time.
+key of theirs, and dates it inside the key's life in an audit commit signed with that key. And the
+runner and verify take the same record: the first in chain order, not the earliest time.
 """
 
 from __future__ import annotations
@@ -63,8 +60,7 @@ def test_a_forged_first_record_does_not_adopt_an_expired_policy_change(
     assert world.run_once().code == 0
     honest = world.events("scanned")[-1]
     # carol, whose key ran out yesterday, merges a policy change signed with it (trusting her key
-    # for good,
-    # allowing sh, listing one more runner key: mallory's, which carol holds) ...
+    # for good, allowing sh, listing one more runner key: mallory's, which carol holds) ...
     evil = policy_yaml(
         [world.bob.approver_entry(), world.carol.approver_entry()],
         [ECHO_RULE, {"program": "sh", "args_prefix": []}],
@@ -73,9 +69,8 @@ def test_a_forged_first_record_does_not_adopt_an_expired_policy_change(
     world.propose("evil", {"policy/policy.yaml": evil}, who=world.alice)
     change = world.signed_merge("evil", world.carol)
     # ... and before any runner's pass, appends two records dated before her key ran out, in an
-    # audit commit
-    # that says it judged approved at the change and is signed with mallory's key (a runner in the
-    # change).
+    # audit commit that says it judged approved at the change and is signed with mallory's key (a
+    # runner in the change).
     early = _stamp(datetime.now(UTC) + timedelta(days=forged_days))  # inside carol's lifetime
     records = world.records()
     forged = [
@@ -191,8 +186,7 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
         )
     )
     # carol (whose key ran out yesterday) merges a policy change she signs with it: it trusts her
-    # key for
-    # good, allows sh, and lists one more runner key (mallory's, which carol holds).
+    # key for good, allows sh, and lists one more runner key (mallory's, which carol holds).
     evil = policy_yaml(
         [world.bob.approver_entry(), world.carol.approver_entry()],
         [ECHO_RULE, {"program": "sh", "args_prefix": []}],
@@ -210,9 +204,8 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
 
 def _forge_adoption_and_pwn(world: World, change: str, times: dict[str, str]) -> None:
     """One forged `policy` record saying the change was adopted (with `times`), in an audit commit
-    signed by
-    the runner key the *change itself* lists; then carol's sh job, which only the change would
-    allow."""
+    signed by the runner key the *change itself* lists; then carol's sh job, which only the change
+    would allow."""
     _forge(
         world,
         {
@@ -370,16 +363,16 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
     ran = [r for r in world.records() if r["event"] == "started" and r["path"] == "jobs/s.yaml"]
     verify = world.mg("verify", where="auditor")
     # Both take the first record of the change in the chain (rejected, judged after the key ran
-    # out), not the
-    # earliest time: the fresh runner refuses s, and verify agrees with everything every runner did.
+    # out), not the earliest time: the fresh runner refuses s, and verify agrees with everything
+    # every runner did.
     assert ran == [], (
         f"fresh ran s ({fresh.code}); verify says:\n{verify.out[-1200:]}{verify.err[-600:]}"
     )
     assert fresh.code == 1 and "denied" in fresh.out, fresh.out + fresh.err
     assert verify.code == 0, verify.out[-1200:] + verify.err[-600:]
     # And "slow", which judged the change adopted first (its own memory says so) but recorded it
-    # second,
-    # now judges as the chain says too: another job only the change allows is refused there as well.
+    # second, now judges as the chain says too: another job only the change allows is refused there
+    # as well.
     hook.unlink()
     world.propose("s2", {"jobs/s2.yaml": job_yaml("s2", ["sh", "-c", "echo s2"])}, who=world.alice)
     world.signed_merge("s2", world.bob)
@@ -400,10 +393,9 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
 
 def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: World) -> None:
     """A veto a pass walked while its signer's key was valid is judged as that pass judged it (the
-    policy
-    before it, at the time its first record says), as verify judges it: it does not lapse with the
-    key
-    (review redteam7a, F3: the runner judged every veto again at the clock now and ran the job)."""
+    policy before it, at the time its first record says), as verify judges it: it does not lapse
+    with the key (review redteam7a, F3: the runner judged every veto again at the clock now and ran
+    the job)."""
     runners = world.signing_runner()
     until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
     carol = {

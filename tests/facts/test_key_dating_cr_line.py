@@ -2,16 +2,12 @@
 dating.Appenders.
 
 `parse_file` (the chain check) splits a log file with bytes.splitlines(), which also splits at a
-lone
-b"\\r"; `Appenders._last_seq` splits at b"\\n" only, and json.loads of `{...}\\r{...}` fails ("Extra
-data"),
-so every binary search that probes such a commit answers None. Anyone can push such a commit while
-the
-policy lists no runners (audit commits are not authenticated then); verify and `audit verify` accept
-it.
-Secure outcome: the chain check and Appenders read the same lines (the CR line is refused, or
-Appenders
-reads it), so Appenders still finds the commit that appended a record after it.
+lone b"\\r"; `Appenders._last_seq` splits at b"\\n" only, and json.loads of `{...}\\r{...}` fails
+("Extra data"), so every binary search that probes such a commit answers None. Anyone can push such
+a commit while the policy lists no runners (audit commits are not authenticated then); verify and
+`audit verify` accept it. Secure outcome: the chain check and Appenders read the same lines (the CR
+line is refused, or Appenders reads it), so Appenders still finds the commit that appended a record
+after it.
 """
 
 from __future__ import annotations

@@ -4,19 +4,13 @@ runners.
 `dating.first_vouched` (and verify's `_unvouched_dates`) check the audit commit that dates a policy
 change
 with an Assessor at the clock *now*. Runner keys may carry `valid_before` (docs/threat-model.md:
-"Set
-valid_before on keys ahead of time"). Once the runner key that signed the pass judging a change has
-run
-out, its records vouch for nothing: a fresh runner (every GitHub Actions run) judges the change at
-the
-clock now. If the change's approver key has run out too, the change is rejected, and the policy
-before it
-is back: the threat-model row "key lifetimes undoing an adopted policy", reopened. Here the change
-took
-`sh` away; after both keys end, a fresh runner runs an `sh` job. (Before 9a7e5e1 the change was
-dated by
-its first record whoever signed it, and the job was rejected.)
-Secure outcome: the job is rejected, as by the runner that walked the change.
+"Set valid_before on keys ahead of time"). Once the runner key that signed the pass judging a change
+has run out, its records vouch for nothing: a fresh runner (every GitHub Actions run) judges the
+change at the clock now. If the change's approver key has run out too, the change is rejected, and
+the policy before it is back: the threat-model row "key lifetimes undoing an adopted policy",
+reopened. Here the change took `sh` away; after both keys end, a fresh runner runs an `sh` job.
+(Before 9a7e5e1 the change was dated by its first record whoever signed it, and the job was
+rejected.) Secure outcome: the job is rejected, as by the runner that walked the change.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ Such a commit can never be a veto, at any time, by any policy. Since ba928b9 the
 one again through `vetoes.WalkedView.vetoes` -> `dating.first_covering`: a `git grep` over every log
 file for every `scanned` record, a new `Appenders` (a `rev-list` of the audit line, a binary search
 of ls-tree + blob reads), two more greps and an ssh-keygen per veto commit, on every pass that
-decides a job.
-The secure outcome: what a pass costs does not grow with the number of such commits.
+decides a job. The secure outcome: what a pass costs does not grow with the number of such commits.
 Real git (a shim on PATH that logs each call and execs the real git), real keys.
 """
 

@@ -250,8 +250,7 @@ def test_a_small_export_copies_checkout_indexs_own_output_exactly_as_checkout_in
 
 def test_blobs_reads_ahead_in_order_and_fails_on_what_is_not_a_blob(tmp_path: Path) -> None:
     """Repo.blobs: every blob's bytes in the order asked (one larger than a default pipe), the same
-    as
-    Repo.blob gives one at a time; a missing object or a tree is an error, not empty bytes."""
+    as Repo.blob gives one at a time; a missing object or a tree is an error, not empty bytes."""
     from mergegate.errors import GitError
 
     work = tmp_path / "r"
@@ -514,9 +513,8 @@ def test_the_runners_walk_lists_the_commits_touching_each_file_of_a_line_as_rev_
 
 def _random_side(tmp_path: Path, seed: int) -> tuple[Path, str, str, list[str]]:
     """A history with merges on the merged side (some of approved merged in, some branches of the
-    side), trees
-    written by git, and dates sometimes out of order; (repo, first, second, the paths asked
-    about)."""
+    side), trees written by git, and dates sometimes out of order; (repo, first, second, the paths
+    asked about)."""
     import random
 
     rnd = random.Random(seed)
@@ -607,9 +605,8 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
     tmp_path: Path, seed: int
 ) -> None:
     """Sides with merges (approved merged in, branches of the side merged) and clock skew: the
-    commits
-    touching each path, from full diffs against each relevant parent, are git's own, in git's
-    order."""
+    commits touching each path, from full diffs against each relevant parent, are git's own, in
+    git's order."""
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
@@ -635,12 +632,10 @@ def test_the_walk_lists_the_commits_touching_each_file_of_any_side_as_rev_list_d
 
 def test_a_tree_not_in_gits_order_does_not_hide_who_wrote_a_job(tmp_path: Path) -> None:
     """git's path-limited walk stops at the first entry that sorts after the path: a root tree
-    listing `jobs`
-    after `x` (written with hash-object --literally; a plain bare remote takes it) hides the commit
-    that
-    changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log -- jobs/a.yaml`. Writers are found
-    from
-    full diffs, on a line and on a side with a merge, and as earlier writers of the same bytes."""
+    listing `jobs` after `x` (written with hash-object --literally; a plain bare remote takes it)
+    hides the commit that changes jobs/a.yaml from `rev-list -- jobs/a.yaml` and `log --
+    jobs/a.yaml`. Writers are found from full diffs, on a line and on a side with a merge, and as
+    earlier writers of the same bytes."""
 
     from mergegate.facts.assessor import Assessor
     from mergegate.facts.git_side import GitSide
@@ -706,9 +701,8 @@ def test_a_push_leaves_the_tracking_ref_at_what_it_pushed_with_update_ref_only_w
     tmp_path: Path, refspec: str
 ) -> None:
     """Repo.push: the remote-tracking ref is the pushed commit after it, as `update-ref` left it
-    before; `git push`
-    moves it itself where the remote's fetch refspec maps the branch there, and then no update-ref
-    runs."""
+    before; `git push` moves it itself where the remote's fetch refspec maps the branch there, and
+    then no update-ref runs."""
     remote, clone = tmp_path / "remote.git", tmp_path / "clone"
     _git(tmp_path, "init", "-q", "--bare", str(remote))
     _git(tmp_path, "clone", "-q", str(remote), str(clone))
@@ -764,12 +758,9 @@ def test_a_diff_of_two_commits_compared_through_the_object_process_is_what_diff_
     tmp_path: Path,
 ) -> None:
     """Repo.diff without pathspecs compares the trees itself (no diff-tree process) where it can:
-    every pair of
-    commits and trees of a history with every kind of change (added, deleted, edited, a mode, a
-    type, a file
-    and a folder of one name, names sorting around a folder's), against diff-tree; git answers for
-    gitlinks
-    and trees not in git's order."""
+    every pair of commits and trees of a history with every kind of change (added, deleted, edited,
+    a mode, a type, a file and a folder of one name, names sorting around a folder's), against
+    diff-tree; git answers for gitlinks and trees not in git's order."""
     from mergegate.errors import GitError
 
     repo = _history(tmp_path)
@@ -863,8 +854,7 @@ def test_the_chain_walk_answers_as_rev_list_and_merge_base_do_or_leaves_it_to_gi
     """Repo.chain (an audit branch walked in-process after another runner's push) lists exactly what
     `rev-list --reverse --topo-order old..new` lists wherever it answers, and answers only where
     `merge-base --is-ancestor old new` says yes; a merge, a root, a malformed commit, a bound,
-    grafts and
-    a shallow clone are git's to say (None)."""
+    grafts and a shallow clone are git's to say (None)."""
     repo = _history(tmp_path)
     for number in range(4):
         _git(repo, "commit", "-q", "--allow-empty", "-m", f"linear {number}")

@@ -1,7 +1,6 @@
 """Repo.rev and Repo.is_ancestor(x, x) answer without a git process where they can: held to git's
-own answers
-(rev-parse ^{commit}, merge-base) over every shape a ref or an id can have (from the session-6
-review)."""
+own answers (rev-parse ^{commit}, merge-base) over every shape a ref or an id can have (from the
+session-6 review)."""
 
 from __future__ import annotations
 
@@ -213,11 +212,9 @@ def test_a_checker_moved_to_a_later_tip_knows_the_same_first_parent_line_as_one_
     tmp_path: Path,
 ) -> None:
     """Checker.moved_to reads only the new first-parent commits when the later tip continues the
-    line it
-    read (approved moved during a pass: merges landed); held to a checker that reads the later tip's
-    whole
-    line, also where it must not take the shortcut (a line that joins through a second parent; a
-    rewind)."""
+    line it read (approved moved during a pass: merges landed); held to a checker that reads the
+    later tip's whole line, also where it must not take the shortcut (a line that joins through a
+    second parent; a rewind)."""
     from mergegate.facts.audit_commits import Checker
 
     repo = tmp_path / "r"
@@ -260,8 +257,8 @@ def test_revs_of_many_refs_in_one_process_answer_what_rev_parse_answers(
     shapes: tuple[Path, dict[str, str]], replaced: bool
 ) -> None:
     """Repo.revs (the four refs a pass starts from, one for-each-ref) is held to rev-parse as
-    Repo.rev is,
-    also for names that are a prefix of another ref (for-each-ref matches those as patterns)."""
+    Repo.rev is, also for names that are a prefix of another ref (for-each-ref matches those as
+    patterns)."""
     repo, ids = shapes
     if replaced:
         _git(repo, "replace", "-f", ids["tree"], ids["c1"])
@@ -295,9 +292,8 @@ def test_rev_of_a_full_ref_name_read_from_the_ref_files_answers_as_for_each_ref(
     shapes: tuple[Path, dict[str, str]],
 ) -> None:
     """Repo.rev reads a `refs/...` name from its loose file or its packed-refs line (no for-each-ref
-    process)
-    where the files say what git says; every shape a ref's files can have, against for-each-ref +
-    rev-parse."""
+    process) where the files say what git says; every shape a ref's files can have, against
+    for-each-ref + rev-parse."""
     from mergegate.git.values import _ASK_GIT
 
     repo, ids = shapes
@@ -460,8 +456,7 @@ def _reference_ls_tree(repo: Path, commit: str, prefix: str) -> object:
 
 def test_ls_tree_read_through_the_object_process_lists_what_ls_tree_lists(tmp_path: Path) -> None:
     """Repo.ls_tree walks the trees through cat-file (no ls-tree process) where it can: every shape
-    of tree and
-    prefix against `git ls-tree -r`, and git asked where the walk could differ."""
+    of tree and prefix against `git ls-tree -r`, and git asked where the walk could differ."""
     from mergegate.errors import GitError
 
     repo = tmp_path / "r"

@@ -1,11 +1,11 @@
 """A loopback GitHub REST API (127.0.0.1, ephemeral port) for tests, with faults.
 
-It serves the endpoints mergegate reads, with GitHub's documented field names and
-shapes (pull request, simple user, review, pull request commit, timeline event),
-and GitHub's pagination: `per_page`/`page` query parameters and a `Link` header
-with `rel="next"` / `rel="last"`. Tests describe pull requests with `PullRequest`
-and inject faults with `fail(...)`; every request is logged (path and headers) so
-a test can assert what was asked and that no token leaked anywhere else.
+It serves the endpoints mergegate reads, with GitHub's documented field names and shapes (pull
+request, simple user, review, pull request commit, timeline event), and GitHub's pagination:
+`per_page`/`page` query parameters and a `Link` header with `rel="next"` / `rel="last"`. Tests
+describe pull requests with `PullRequest` and inject faults with `fail(...)`; every request is
+logged (path and headers) so a test can assert what was asked and that no token leaked anywhere
+else.
 """
 
 from __future__ import annotations

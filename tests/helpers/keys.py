@@ -1,9 +1,8 @@
 """Real keys for tests: ssh-keygen ed25519 (and OpenPGP via gpg).
 
-The OpenPGP helpers always pass an explicit `gnupghome`; gpg starts an agent
-there, so call `stop_gpg_agent` when done with it. gpg-agent's socket lives in
-the homedir and its path must stay under ~100 characters: prefer a short
-directory (tempfile.mkdtemp()) to a deep pytest tmp_path.
+The OpenPGP helpers always pass an explicit `gnupghome`; gpg starts an agent there, so call
+`stop_gpg_agent` when done with it. gpg-agent's socket lives in the homedir and its path must stay
+under ~100 characters: prefer a short directory (tempfile.mkdtemp()) to a deep pytest tmp_path.
 """
 
 from __future__ import annotations
@@ -47,9 +46,9 @@ _CACHE: dict[tuple[str, str], SshKey] = {}
 def shared_ssh_key(directory: Path, name: str, *, email: str | None = None) -> SshKey:
     """An ed25519 key for `name`, made once per test process and copied into `directory`.
 
-    Every World has the same four people; ssh-keygen for each of them in every
-    test is time the suite need not spend. The copy keeps each test's key files
-    its own (a test may delete or chmod them).
+    Every World has the same four people; ssh-keygen for each of them in every test is time the
+    suite need not spend. The copy keeps each test's key files its own (a test may delete or chmod
+    them).
     """
     if (name, "ed25519") not in _CACHE:
         made = tempfile.mkdtemp(prefix="mg-keys-")
@@ -82,9 +81,8 @@ def make_gpg_key(
 ) -> GpgKey:
     """Generate an ed25519 OpenPGP key, without passphrase, in `gnupghome`.
 
-    `expire` is gpg's expiry ("0" never, "1d", an ISO date...). With
-    `signing_subkey` the primary key may only certify and an ed25519 subkey
-    signs, so signatures name the subkey.
+    `expire` is gpg's expiry ("0" never, "1d", an ISO date...). With `signing_subkey` the primary
+    key may only certify and an ed25519 subkey signs, so signatures name the subkey.
     """
     uid = f"{name} <{email}>"
     usage = "cert" if signing_subkey else "sign,cert"
@@ -102,10 +100,9 @@ def make_gpg_key(
 def make_expired_gpg_key(gnupghome: Path, name: str, email: str) -> GpgKey:
     """An OpenPGP key made two days ago that expired one day ago.
 
-    `gnupghome` must be a homedir of its own: its gpg.conf pins gpg's clock
-    two days back (faked-system-time), so gpg there still signs with the key,
-    also when git runs it; those signatures are dated two days ago, and any
-    other gpg sees the key as expired.
+    `gnupghome` must be a homedir of its own: its gpg.conf pins gpg's clock two days back
+    (faked-system-time), so gpg there still signs with the key, also when git runs it; those
+    signatures are dated two days ago, and any other gpg sees the key as expired.
     """
     gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
     past = datetime.now(UTC) - timedelta(days=2)
@@ -116,8 +113,8 @@ def make_expired_gpg_key(gnupghome: Path, name: str, email: str) -> GpgKey:
 def revoke_gpg_key(gnupghome: Path, key: GpgKey) -> str:
     """Revoke `key` with the certificate gpg stored when it made the key.
 
-    Returns the armoured public key, now carrying the revocation. gpg refuses
-    to sign with a revoked key: make the signatures first.
+    Returns the armoured public key, now carrying the revocation. gpg refuses to sign with a revoked
+    key: make the signatures first.
     """
     stored = (gnupghome / "openpgp-revocs.d" / f"{key.fingerprint}.rev").read_text()
     # gpg guards the stored certificate with a ":" so that it is not imported by accident.
@@ -140,9 +137,8 @@ def git_signing_config_ssh(key: SshKey) -> list[str]:
 def git_signing_config_gpg(gnupghome: Path, key: GpgKey) -> tuple[list[str], dict[str, str]]:
     """`git -c` arguments, and the environment, that make `git commit -S` sign with `key`.
 
-    git runs gpg itself, so the homedir travels as GNUPGHOME in the returned
-    environment (a copy of os.environ): run git with it. The trailing "!"
-    makes gpg sign with exactly that (sub)key.
+    git runs gpg itself, so the homedir travels as GNUPGHOME in the returned environment (a copy of
+    os.environ): run git with it. The trailing "!" makes gpg sign with exactly that (sub)key.
     """
     args = ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={key.signing_key}!"]
     return args, {**os.environ, "GNUPGHOME": str(gnupghome)}

@@ -57,8 +57,7 @@ def policy_yaml(
 ECHO_RULE = {"program": "echo", "args_prefix": []}
 
 # Paths `fast-import` takes as they are and `git add -A` stores as they are: no part starts with a
-# dot
-# (so no .gitignore or .gitattributes that `add` would obey), no space, quote or non-ASCII byte.
+# dot (so no .gitignore or .gitattributes that `add` would obey), no space, quote or non-ASCII byte.
 _SHA = re.compile(r"[0-9a-f]{40}")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 
@@ -175,9 +174,9 @@ class World:
         """A commit on `base` adding or replacing `files`, made with `git fast-import`: no work
         tree.
 
-        Thousands of files cost one process and no file on disk; the commit is
-        the one `git add` + `git commit` would make (mode 100644, author and
-        committer `who`, now). No ref is moved: push the returned sha.
+        Thousands of files cost one process and no file on disk; the commit is the one `git add` +
+        `git commit` would make (mode 100644, author and committer `who`, now). No ref is moved:
+        push the returned sha.
         """
         stamp = f"{who.name} <{who.email}> {int(time.time())} +0000"
         parts = [
@@ -387,8 +386,7 @@ class World:
         parents: list[str] | None = None,
     ) -> str:
         """Commit what changed in `where`'s audit checkout, carrying the tip's Mergegate-Approved
-        trailer
-        (so that only the rule a test aims at is broken), and push it without force."""
+        trailer (so that only the rule a test aims at is broken), and push it without force."""
         approved = self.git(
             where, "log", "-1", "--format=%(trailers:key=Mergegate-Approved,valueonly)", "HEAD"
         ).strip()
@@ -428,8 +426,7 @@ class World:
         process: bool = False,
     ) -> Result:
         """`mergegate ARGS` in the clone `where`: in this process (see `mergegate_in_process`), or
-        with
-        `process` (or MERGEGATE_TEST_PROCESSES=1) as `python -m mergegate`, for what is about
+        with `process` (or MERGEGATE_TEST_PROCESSES=1) as `python -m mergegate`, for what is about
         processes."""
         cwd = self.clone(where)
         if not process and not os.environ.get("MERGEGATE_TEST_PROCESSES"):
@@ -590,10 +587,10 @@ def _ref_values(git_dir: Path) -> dict[str, str] | None:
 def mergegate_in_process(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> Result:
     """What `python -m mergegate ARGV` would print and exit with, run by `cli.main` in this process.
 
-    The same parse, command and error handler as the process; what it saves is
-    the interpreter start and the imports (about 0.4 s of CPU a call, most of
-    the suite's time). cwd, the environment and stdio are the process's for the
-    call (stdin empty, stdout/stderr pipes, not terminals) and restored after.
+    The same parse, command and error handler as the process; what it saves is the interpreter start
+    and the imports (about 0.4 s of CPU a call, most of the suite's time). cwd, the environment and
+    stdio are the process's for the call (stdin empty, stdout/stderr pipes, not terminals) and
+    restored after.
     """
     from mergegate import cli
 

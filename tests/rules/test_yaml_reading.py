@@ -150,9 +150,8 @@ _LOOKAHEAD = [
     *(f"a: {'[' * n}@\n" for n in (63, 64, 70, 200)),
     *(f"a: {'[' * n}{']' * n}\n" for n in (64, 65, 200)),
     # 70 keys pending (at indexes 3 to 72), and `b` then a bad character: none, some or all of the
-    # keys
-    # stale when `b` is read, so the guard refuses the depth before the scanner reaches `@`, or not.
-    # (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between
+    # keys stale when `b` is read, so the guard refuses the depth before the scanner reaches `@`, or
+    # not. (PyYAML's own scanner costs time quadratic in the keys pending, not in the spaces between
     # tokens.)
     *(
         f"a: {'[' * 70}{' ' * n}b, @\n"

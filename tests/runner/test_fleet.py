@@ -83,12 +83,10 @@ def test_a_merge_landing_mid_run_neither_hides_its_claim_from_a_later_runner_nor
     world: World, tmp_path: Path
 ) -> None:
     """r2 plans after r1's claim landed: planning leaves that job out of what to run, and the pass
-    still says
-    who has it (the fleet test above met this at random: a runner that planned after r1's claim of
-    j16 landed
-    said nothing of j16). r1 then reads r2's records, judged at a merge that landed after r1
-    planned: they are
-    not tampering (r1 checked them against its first look at approved's line, and stopped with exit
+    still says who has it (the fleet test above met this at random: a runner that planned after r1's
+    claim of j16 landed said nothing of j16). r1 then reads r2's records, judged at a merge that
+    landed after r1 planned: they are not tampering (r1 checked them against its first look at
+    approved's line, and stopped with exit
     3)."""
     _gate(world)
     go = tmp_path / "go"
@@ -216,8 +214,8 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
         veto = world.git("approver", "rev-parse", "HEAD")
         assert not marker.exists()
         # The runner's last look at the branches was before b12 started; it looks again before a
-        # start
-        # when that look is older than FRESH_SECONDS (a veto cannot be seen sooner than it lands).
+        # start when that look is older than FRESH_SECONDS (a veto cannot be seen sooner than it
+        # lands).
         time.sleep(max(0.0, FRESH_SECONDS + 0.2 - (time.monotonic() - since)))
     finally:
         go.touch()
@@ -298,8 +296,7 @@ def test_with_more_slots_a_runner_holds_more_claims_so_a_push_claims_as_many_per
 
 def test_the_book_says_which_runners_hold_any_of_a_passs_revisions() -> None:
     """BatchSize.target's count of runners, kept as records are added (counting it from every record
-    at
-    each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel
+    at each turn of the claim loop made job #1,000 of a merge cost more than job #1 with --parallel
     8)."""
     from mergegate.audit.records import Started
     from mergegate.runner.claims import Book

@@ -150,8 +150,7 @@ def test_a_pass_after_the_idle_check_goes_on_with_its_repository(
     world: World, tmp_path: Path
 ) -> None:
     """The idle check opens the clone (one `rev-parse`) and, when a pass must run, the pass goes on
-    with
-    it: four runners started at once on two CPUs each paid a second `rev-parse` (issue 9)."""
+    with it: four runners started at once on two CPUs each paid a second `rev-parse` (issue 9)."""
     root = _gate(world)
     _merge(world, "hello", {"jobs/hello.yaml": job_yaml("hello", ["echo", "hi"])})
     ran, verbs = _traced(world, tmp_path, "--trust-root", root)
@@ -164,8 +163,7 @@ def test_a_pass_after_the_idle_check_goes_on_with_its_repository(
 
 def _full_pass_is_quiet(world: World, tmp: Path, root: str) -> dict[str, object]:
     """What the memory stands for, checked: without it, a full pass finds nothing, writes nothing,
-    warns of
-    nothing and leaves the same memory (the reference the cheap poll is held to)."""
+    warns of nothing and leaves the same memory (the reference the cheap poll is held to)."""
     memory = idle.path(world.clone("runner") / ".git", "runner")
     kept = json.loads(memory.read_text())
     memory.unlink()
@@ -243,10 +241,9 @@ def _until(done: Callable[[], bool], seconds: float = 30.0) -> None:
 
 def _slow_jobs(tmp: Path, *names: str) -> dict[str, str]:
     """Jobs that say they started (a file outside the export), then take 1.5 s (longer than a
-    runner's look at
-    the branches stays fresh) and wait until the test says go (`tmp/go`, at most 30 s): what the
-    test does
-    while a job runs lands before the job ends, however loaded the machine."""
+    runner's look at the branches stays fresh) and wait until the test says go (`tmp/go`, at most 30
+    s): what the test does while a job runs lands before the job ends, however loaded the machine.
+    """
     wait = (
         f"sleep 1.5; i=0; while [ ! -e {tmp / 'go'} ] && [ $i -lt 600 ]; do sleep 0.05; "
         "i=$((i+1)); done"
@@ -410,11 +407,9 @@ def test_the_walks_back_to_the_trust_root_are_remembered_by_the_clone(
     world: World, tmp_path: Path
 ) -> None:
     """The trust root's ancestry and the policy log from it are walks of all history; between two
-    commit
-    ids their answers never change, so a second full pass at the same commits walks neither. A new
-    commit
-    is a new question (a policy change after it is found), and what the clone kept cannot say yes to
-    a no."""
+    commit ids their answers never change, so a second full pass at the same commits walks neither.
+    A new commit is a new question (a policy change after it is found), and what the clone kept
+    cannot say yes to a no."""
     from mergegate.facts.branches import policy_changes
 
     root = _gate(world)
@@ -454,9 +449,8 @@ def test_the_quiet_ends_when_a_key_of_an_open_commit_reaches_the_end_of_its_life
     world: World, tmp_path: Path
 ) -> None:
     """A job queued for a runner with its labels keeps its commit open: the next pass judges it
-    again, at its
-    time. When the approver's key stops being valid, that pass rejects the job; the memory wakes for
-    it."""
+    again, at its time. When the approver's key stops being valid, that pass rejects the job; the
+    memory wakes for it."""
     runners = world.signing_runner()
     ends = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
     bob = world.bob.approver_entry()

@@ -161,9 +161,8 @@ def test_kill_9_of_the_runner_kills_the_whole_job_tree_within_a_second(world: Wo
 
 def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> None:
     """The runner, its watchdog and its spawner die together (say, an OOM kill of all three): a
-    child
-    of the job survives in the job's process group. The next pass must not close the job while it
-    runs."""
+    child of the job survives in the job's process group. The next pass must not close the job while
+    it runs."""
     _gate(world)
     marker = _marker()
     _merge_jobs(world, "p", {"stay": ["sh", "-c", f"sleep {marker} & wait"]})
@@ -187,8 +186,7 @@ def test_an_orphan_is_not_closed_while_its_process_still_runs(world: World) -> N
         runner.wait()
         _until(lambda: not _alive(watchdogs[0]) and not _alive(spawners[0]))
         # The job's leader dies of the parent-death signal (sent as the spawner exits, acted on when
-        # the
-        # leader next runs: on a loaded machine a moment later); its child does not.
+        # the leader next runs: on a loaded machine a moment later); its child does not.
         _until(lambda: len(_with(marker)) == 1)
         assert len(_with(marker)) == 1
         early = world.run_once()
@@ -506,9 +504,8 @@ def test_a_spool_line_the_disk_has_no_room_for_stops_the_pass_and_loses_no_state
     tmp_path: Path,
 ) -> None:
     """A full disk (here a file size limit) writes part of a line: that is an error naming the
-    spool, not a
-    line torn in silence that the next append is glued to (and both set aside: the real result
-    lost)."""
+    spool, not a line torn in silence that the next append is glued to (and both set aside: the real
+    result lost)."""
     script = f"""
 import os, resource, signal
 from pathlib import Path
@@ -878,8 +875,8 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
 @pytest.fixture
 def helper_workspace() -> Iterator[Path]:
     """The helper's job workspace, removed after the test however the helper ended (killed, it could
-    not).
-    Under /tmp, owned by the helper's uid: pytest's tmp_path is not reachable for uid 65534."""
+    not). Under /tmp, owned by the helper's uid: pytest's tmp_path is not reachable for uid 65534.
+    """
     import tempfile
 
     made = Path(tempfile.mkdtemp(prefix="mergegate-test-workspace-", dir="/tmp"))
@@ -1091,8 +1088,7 @@ def test_refused_claims_in_the_poll_loop_leave_one_pending_commit_on_disk(world:
             lambda: _refusals(tally) >= 8, timeout=60
         )  # each attempt a new claim: +4 objects each without the fix
         # At most one attempt's commit more than before (the one being pushed when counted):
-        # bounded,
-        # where six more attempts would have left 24 more objects.
+        # bounded, where six more attempts would have left 24 more objects.
         assert _loose_objects(clone) <= early + 5
         block.unlink()
         world.until_records(lambda: len(world.events("finished")) == 21, timeout=120)

@@ -309,10 +309,8 @@ def test_reopening_a_commit_never_records_rejected_for_a_job_that_already_succee
 ) -> None:
     runners = world.signing_runner()
     # The merge must be judged while bob's key is valid; the test then waits for it to expire. At
-    # load
-    # 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the
-    # policy's
-    # time has no fraction, and a truncated one would take up to a second off it).
+    # load 5 the gate, the merge and the pass took 1.4 s of the key's 4 to 5 s (a whole second: the
+    # policy's time has no fraction, and a truncated one would take up to a second off it).
     until = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
     bob = {
         "name": "bob",

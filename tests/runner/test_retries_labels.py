@@ -361,8 +361,7 @@ def _append(
     world: World, drafts: list[dict[str, Any]], *, where: str = "runner", sign: bool = True
 ) -> None:
     """Records appended through the runner's own code path (as a runner that broke the rules would,
-    with its
-    key; or, `sign=False`, as anyone who can push mergegate/audit of a gate that lists no
+    with its key; or, `sign=False`, as anyone who can push mergegate/audit of a gate that lists no
     runners)."""
     clone = world.clone(where)
     repo = Repo(clone)
@@ -567,8 +566,7 @@ def test_plan_json_is_a_matrix_of_the_runnable_jobs_and_run_job_claims_exactly_t
 
 def test_a_merge_fanned_out_over_a_matrix_runs_every_job_exactly_once(world: World) -> None:
     # As the fan-out workflow does it: plan, then one `run --once --job` per entry, each in a clone
-    # of
-    # its own with a name of its own, all at once, every entry twice (a re-run of the workflow),
+    # of its own with a name of its own, all at once, every entry twice (a re-run of the workflow),
     # then a sweep.
     _gate(world)
     names = [f"j{i}" for i in range(4)]

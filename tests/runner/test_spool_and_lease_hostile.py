@@ -25,8 +25,7 @@ def test_a_spool_entry_naming_a_folder_with_a_nul_byte_does_not_stop_every_pass(
 ) -> None:
     """A spool line that parses (a dead runner's run, `folders` a path holding U+0000) must not fail
     every later pass: os.lstat raises ValueError there, not OSError, and `Spool.recover` runs first
-    thing
-    in each pass. The spool sets unreadable lines aside; a readable one must not be a standing
+    thing in each pass. The spool sets unreadable lines aside; a readable one must not be a standing
     stop."""
     _gate(world)
     _merge_jobs(world, "p", {"hi": ["echo", "hi"]})
@@ -52,11 +51,9 @@ def test_a_crafted_spool_entry_cannot_make_a_pass_remove_a_folder_the_runner_nev
     world: World,
 ) -> None:
     """Whoever can write the spool (the runner's user, a job without a sandbox) names any folder of
-    the
-    runner's user with its inode (`stat` gives it): the next pass removed it, whatever it was. The
-    runner
-    only ever names its own `mergegate-job-*` and `mergegate-index-*` folders: nothing else is
-    removed."""
+    the runner's user with its inode (`stat` gives it): the next pass removed it, whatever it was.
+    The runner only ever names its own `mergegate-job-*` and `mergegate-index-*` folders: nothing
+    else is removed."""
     _gate(world)
     _merge_jobs(world, "p", {"hi": ["echo", "hi"]})
     assert world.run_once("--runner-name", "ci").code == 0
@@ -82,8 +79,7 @@ def _racing_remote(
     """A remote whose audit pushes each take `seconds` and, once `armed` exists, lose the first
     `losses`
     races: receive-pack says what it says when another runner's push took the ref first. (`landed`:
-    when
-    the push after them was let through.)"""
+    when the push after them was let through.)"""
     hook = world.remote / "hooks" / "pre-receive"
     hook.write_text(
         '#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/mergegate/audit ] && [ '
@@ -101,13 +97,11 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
     world: World,
 ) -> None:
     """The `started` draft's lease is stamped once, before the first try (until = then + timeout +
-    kill
-    grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential backoff, a
-    sleep
-    of up to 16 times what a try took, so six lost races on a remote where a try takes half a second
-    start the job well past the slack: its lease runs out while it may still legitimately run, any
-    runner then closes it `lost` (an idempotent job is retried beside it; its own result is
-    dropped)."""
+    kill grace + shutdown grace + 5 s). Every lost race costs a try and, with the exponential
+    backoff, a sleep of up to 16 times what a try took, so six lost races on a remote where a try
+    takes half a second start the job well past the slack: its lease runs out while it may still
+    legitimately run, any runner then closes it `lost` (an idempotent job is retried beside it; its
+    own result is dropped)."""
     _gate(world)
     assert world.run_once("--runner-name", "ci").code == 0
     armed, count, stamp = world.tmp / "armed", world.tmp / "count", world.tmp / "started-at"
@@ -129,9 +123,9 @@ def test_a_claim_that_lost_races_still_has_a_lease_covering_its_job_from_its_sta
 
 def test_a_result_that_lost_races_still_lands_within_its_runs_lease(world: World) -> None:
     """A job that uses all it may (its timeout, then its kill grace) leaves its result the lease's 5
-    s of
-    slack to land in. Five lost races, where a try takes half a second, take that and more with the
-    exponential backoff (each wait up to 16 times a try), so the `finished` record lands after the
+    s of slack to land in. Five lost races, where a try takes half a second, take that and more with
+    the exponential backoff (each wait up to 16 times a try), so the `finished` record lands after
+    the
     lease:
     a pass of any other runner meanwhile closes the run `lost` and this result is dropped."""
     _gate(world, limits={"kill_grace_seconds": 1})

@@ -1,15 +1,13 @@
 """The whole hash chain of the audit log, checked on every core (`audit verify`, issue 12).
 
-Log files depend on each other through one link only: the first record of a file
-follows the last record of the file before (its seq plus one, its prev that
-record's hash). So the checks of each file alone (`fast_read._proven`: canonical
-lines, every hash, the seqs and prevs inside the file) run in forked worker
-processes, which read the files from one shared `git cat-file --batch` in chain
-order, each taking the next file when it is free, while this process checks the
-links between files in chain order. What a worker cannot prove (a file not as mergegate writes it)
-or a link
-that fails is read here the reference way (`parse_file` + `check_links`, with the
-real previous record), so every error names the file and line `audit.iter_files`
+Log files depend on each other through one link only: the first record of a file follows the last
+record of the file before (its seq plus one, its prev that record's hash). So the checks of each
+file alone (`fast_read._proven`: canonical lines, every hash, the seqs and prevs inside the file)
+run in forked worker processes, which read the files from one shared `git cat-file --batch` in chain
+order, each taking the next file when it is free, while this process checks the links between files
+in chain order. What a worker cannot prove (a file not as mergegate writes it) or a link that fails
+is read here the reference way (`parse_file` + `check_links`, with the real previous record), so
+every error names the file and line `audit.iter_files`
 names. A worker that dies, stops answering sensibly or fails fails the check:
 nothing it did not prove counts as proven.
 """
@@ -104,9 +102,8 @@ class ChainCheck(Generic[T]):
             return
         count = _workers(len(self.files)) if workers is None else workers
         # Forking while other threads run could leave a worker waiting on a lock one of them held:
-        # then
-        # the files are checked here, unless the caller asked for workers (tests, whose runner may
-        # keep a thread).
+        # then the files are checked here, unless the caller asked for workers (tests, whose runner
+        # may keep a thread).
         if (
             count < 2
             or not self.files
@@ -253,9 +250,8 @@ _TURN = struct.Struct("<Q")  # the token: the index of the next file to read
 
 class _Worker:
     """A forked process checking files of the log, one answer frame per message on a pipe: "took"
-    when it takes
-    a file (its turn to read it), then "file" with the proof or "error" with what it met; "done" at
-    the end."""
+    when it takes a file (its turn to read it), then "file" with the proof or "error" with what it
+    met; "done" at the end."""
 
     def __init__(self, pid: int, answers: int) -> None:
         self.pid = pid
@@ -361,9 +357,8 @@ class _Answers:
 
     def proof(self, index: int) -> _Proof[Any] | None:
         """The proof of file `index` (None: not proven there), once it has come; the error of the
-        first file
-        not verified if its worker failed or died, or if every worker that could still read it is
-        gone."""
+        first file not verified if its worker failed or died, or if every worker that could still
+        read it is gone."""
         while index not in self.proofs:
             if index in self.failures:
                 raise self.failures[index]

@@ -30,8 +30,7 @@ from mergegate.git.repo import Repo
 
 def judged_time(record: Record) -> datetime | None:
     """The time the runner judged the commit a record names at: its `judged` (the clock at the start
-    of
-    the pass that wrote it), else its `time` (records from before runners wrote `judged`).
+    of the pass that wrote it), else its `time` (records from before runners wrote `judged`).
 
     A pass judges every commit at its start and writes the records later: judging a key's lifetime
     at the record's own time would differ from the runner whenever a lifetime ended in between.
@@ -47,13 +46,11 @@ def judged_time(record: Record) -> datetime | None:
 
 class Appenders:
     """Which audit commit appended a record: a binary search over the audit branch's line by the
-    last seq
-    of each commit's newest log file, confirmed by the record's own hash (in the commit, not in its
-    parent).
+    last seq of each commit's newest log file, confirmed by the record's own hash (in the commit,
+    not in its parent).
 
     Anything unexpected (an unreadable log file, a record not where the search leads) answers None:
-    a
-    record whose audit commit is not known vouches for nothing."""
+    a record whose audit commit is not known vouches for nothing."""
 
     def __init__(self, repo: Repo, tip: str) -> None:
         self.repo, self.tip = repo, tip
@@ -120,11 +117,9 @@ def first_covering(
     """When a runner judged `sha`, an empty commit on approved's first-parent line `line` (commit ->
     place,
     0 for the tip; a veto: no record but `scanned` ones names such a commit), as verify dates it:
-    the first
-    of the `scanned` records (in chain order) whose range holds it, counting only one an audit
-    commit
-    `vouched` accepts appended (judging the signer's key at the record's time). None: no such
-    record."""
+    the first of the `scanned` records (in chain order) whose range holds it, counting only one an
+    audit commit `vouched` accepts appended (judging the signer's key at the record's time). None:
+    no such record."""
     place = line.get(sha)
     if place is None:
         return None
@@ -147,16 +142,11 @@ def first_vouched(
     repo: Repo, commit: str | None, sha: str, vouched: Callable[[str, datetime], bool]
 ) -> datetime | None:
     """When the runner judged `sha`, as the first record naming it (in chain order) says, counting
-    only
-    records appended by an audit commit that `vouched` accepts: one signed by a runner of the policy
-    in
-    force before `sha`, its key judged at the record's time, as approver keys are (a runner key that
-    ended
-    since still vouched then). A record in a commit only `sha`'s own policy would trust cannot date
-    `sha`
-    (it would vouch for itself: an expired approver's policy change, dated inside the key's life by
-    a runner
-    key the change itself adds). None: no such record."""
+    only records appended by an audit commit that `vouched` accepts: one signed by a runner of the
+    policy in force before `sha`, its key judged at the record's time, as approver keys are (a
+    runner key that ended since still vouched then). A record in a commit only `sha`'s own policy
+    would trust cannot date `sha` (it would vouch for itself: an expired approver's policy change,
+    dated inside the key's life by a runner key the change itself adds). None: no such record."""
     if commit is None:
         return None
     appenders = Appenders(repo, commit)

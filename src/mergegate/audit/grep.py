@@ -1,16 +1,14 @@
 """`git grep` of the audit log at a pass's start, in proportion to what is new (issue 12).
 
-A pass asks two questions of every record: which runs are open (leases.py) and
-which records name GitHub evidence (github.stored_evidence). Each is one `git
-grep` of the log files, whose cost grew with the history. The log is append-only
-and rotates: every file but the last is closed, and a closed file never changes
-(if it did, its blob id would). So the answer folded over the closed files is
-kept in `<git dir>/mergegate/grep.json`, with the (name, blob id) of each, and
-the next pass greps only the files after them: the same grep, the same pattern,
-the same order (path order is chain order), only split at a file boundary with
-the fold's state carried across. When the log's first files are not exactly
-those (another branch, a rewrite, a memory this version cannot read), it greps
-them all, as before.
+A pass asks two questions of every record: which runs are open (leases.py) and which records name
+GitHub evidence (github.stored_evidence). Each is one `git grep` of the log files, whose cost grew
+with the history. The log is append-only and rotates: every file but the last is closed, and a
+closed file never changes (if it did, its blob id would). So the answer folded over the closed files
+is kept in `<git dir>/mergegate/grep.json`, with the (name, blob id) of each, and the next pass
+greps only the files after them: the same grep, the same pattern, the same order (path order is
+chain order), only split at a file boundary with the fold's state carried across. When the log's
+first files are not exactly those (another branch, a rewrite, a memory this version cannot read), it
+greps them all, as before.
 """
 
 from __future__ import annotations
@@ -61,13 +59,11 @@ def folded(
     remember: bool = True,
 ) -> State:
     """`fold(state, lines)` over the output of `git grep ARGS <commit> -- <log file>`, one log file
-    at a time in
-    path order, from `start`; the closed files' part from this clone's memory when it is of exactly
-    those files.
+    at a time in path order, from `start`; the closed files' part from this clone's memory when it
+    is of exactly those files.
 
     `args` must print each match on a line of its own without the file name (the name is added here
-    to split
-    the output); `dump`/`load` turn a state into JSON and back.
+    to split the output); `dump`/`load` turn a state into JSON and back.
     """
     files = log_files(repo, commit)
     closed = [list(f) for f in files[:-1]]

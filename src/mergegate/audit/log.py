@@ -1,11 +1,10 @@
 """Audit records: build, hash, append, read back and verify.
 
-Records live on the branch `mergegate/audit`, never on `approved`. The log is
-JSON Lines under audit/, split into files of at most RECORDS_PER_FILE records
-(or MAX_FILE_BYTES) so no file grows without bound; the hash chain runs across
-files in name order. Next to the log, audit/evidence/<sha256>.json holds
-add-only, content-addressed files that records refer to by hash (state too big
-for a record, such as the map of unapproved files). See docs/audit-format.md.
+Records live on the branch `mergegate/audit`, never on `approved`. The log is JSON Lines under
+audit/, split into files of at most RECORDS_PER_FILE records (or MAX_FILE_BYTES) so no file grows
+without bound; the hash chain runs across files in name order. Next to the log,
+audit/evidence/<sha256>.json holds add-only, content-addressed files that records refer to by hash
+(state too big for a record, such as the map of unapproved files). See docs/audit-format.md.
 
 Every reader takes the audit branch's tip, or None before the branch exists.
 """
@@ -126,8 +125,8 @@ class Tail:
 def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
     """(path, blob) of the log files at `commit`, in chain order; IntegrityError on strays.
 
-    The audit branch's tree holds audit/ and nothing else; audit/ holds the log
-    files and audit/evidence/. Anything else is tampering.
+    The audit branch's tree holds audit/ and nothing else; audit/ holds the log files and
+    audit/evidence/. Anything else is tampering.
     """
     if commit is None:
         return []
@@ -283,9 +282,9 @@ def read_all(repo: Repo, commit: str | None) -> list[Record]:
 def iter_all(repo: Repo, commit: str | None) -> Iterator[Record]:
     """Every record at `commit` from seq 1, the chain checked as it goes.
 
-    One log file (at most RECORDS_PER_FILE records) is in memory at a time, so
-    `audit verify` of 100,000 records needs no more than of 1,000. The first
-    broken link, in chain order, raises IntegrityError naming its file and line.
+    One log file (at most RECORDS_PER_FILE records) is in memory at a time, so `audit verify` of
+    100,000 records needs no more than of 1,000. The first broken link, in chain order, raises
+    IntegrityError naming its file and line.
     """
     for log in iter_files(repo, commit):
         yield from log.records
@@ -511,8 +510,8 @@ def unapproved_ref(files: Mapping[str, str]) -> tuple[int, str | None, EvidenceF
     """A `scanned` record's reference to the unapproved map (its `unapproved_count` and
     `unapproved_file`), and the evidence file holding it.
 
-    The map can hold every file of an unsigned push (thousands), so a record
-    carries only its count and hash; the same map is the same file, written once.
+    The map can hold every file of an unsigned push (thousands), so a record carries only its count
+    and hash; the same map is the same file, written once.
     """
     if not files:
         return 0, None, None

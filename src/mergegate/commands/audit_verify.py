@@ -27,8 +27,8 @@ def command(repo: Path, remote: str, branch: str, no_fetch: bool, as_json: bool)
 
 def main(*, repo: Path, remote: str, branch: str, fetch: bool, as_json: bool) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
-    # With --json an integrity error is printed by the one error handler as
-    # {"ok": false, "error", "file", "line", "hint"}.
+    # With --json an integrity error is printed by the one error handler as {"ok": false, "error",
+    # "file", "line", "hint"}.
     report = verify_audit(repo_path=repo, remote=remote, branch=branch, fetch=fetch)
     if as_json:
         output.emit(

@@ -60,8 +60,7 @@ def main(*, directory: Path | None) -> int:
 
 def _this_mergegate() -> str:
     """How a shell reaches this mergegate: `mergegate` when that is the one on PATH, else its path
-    (after the
-    quick start it is `.venv/bin/mergegate`, not on PATH), else `python -m mergegate`."""
+    (after the quick start it is `.venv/bin/mergegate`, not on PATH), else `python -m mergegate`."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     found = shutil.which("mergegate")
     if here is not None and found is not None and Path(found).resolve() == here:

@@ -1,7 +1,7 @@
 """The options several commands share, and what the error handler must know of them.
 
-`cli.py`'s handler reads `Flags` (set while click parses) to show a traceback
-for --debug and to print an error as JSON for --json.
+`cli.py`'s handler reads `Flags` (set while click parses) to show a traceback for --debug and to
+print an error as JSON for --json.
 """
 
 from __future__ import annotations

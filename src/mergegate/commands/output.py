@@ -1,7 +1,7 @@
 """Printing for every command: JSON, warnings, one-line lists.
 
-Commands print through here, never with print(), so `--json`, stderr
-warnings and line shortening behave the same everywhere.
+Commands print through here, never with print(), so `--json`, stderr warnings and line shortening
+behave the same everywhere.
 """
 
 from __future__ import annotations

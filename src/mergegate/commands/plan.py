@@ -1,9 +1,8 @@
 """`mergegate plan`: the jobs a runner would claim now, as a GitHub Actions matrix.
 
-The list is the one a pass claims from, made the same way (`Runner.preview`, as
-`run --dry-run`: the same reading, judge, planning and refusals, nothing written).
-Each entry names one revision; `mergegate run --once --job PATH` claims and runs it
-with the same at-most-once claim as any pass.
+The list is the one a pass claims from, made the same way (`Runner.preview`, as `run --dry-run`: the
+same reading, judge, planning and refusals, nothing written). Each entry names one revision;
+`mergegate run --once --job PATH` claims and runs it with the same at-most-once claim as any pass.
 """
 
 from __future__ import annotations
@@ -104,8 +103,8 @@ def main(
     branch = branch_name(branch, remote)
     github = github or os.environ.get("GITHUB_ACTIONS") == "true"
     # For a matrix, the entries are for legs started with these same labels (none: a plain runner),
-    # so
-    # every entry is one its leg can claim; without --github and --label, what any runner may claim.
+    # so every entry is one its leg can claim; without --github and --label, what any runner may
+    # claim.
     runner = Runner(
         Options(
             repo=repo,

@@ -1,7 +1,7 @@
 """ASCII armour and OpenPGP packet framing, read in Python.
 
-gpg is handed exactly the bytes checked here (one detached signature packet),
-and a signature can be named by its issuer even when no policy key matches.
+gpg is handed exactly the bytes checked here (one detached signature packet), and a signature can be
+named by its issuer even when no policy key matches.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Verify a commit's signature against keys taken from the policy.
 
-Trust never comes from the user's git config, ssh allowed-signers file or gpg
-keyring: an ssh signature is checked in-process (sshsig.py) against the keys
-it is given; an OpenPGP one by gpg with a temporary keyring built from them
-and thrown away afterwards.
+Trust never comes from the user's git config, ssh allowed-signers file or gpg keyring: an ssh
+signature is checked in-process (sshsig.py) against the keys it is given; an OpenPGP one by gpg with
+a temporary keyring built from them and thrown away afterwards.
 """
 
 from __future__ import annotations
@@ -79,8 +78,8 @@ def parse_public_key(
 ) -> PublicKey:
     """Build a PublicKey from an ssh key line or an armoured OpenPGP key; ConfigError if neither.
 
-    An OpenPGP key is read by gpg in a throw-away homedir; ssh keys are read
-    in Python. The error never repeats more than the start of the text.
+    An OpenPGP key is read by gpg in a throw-away homedir; ssh keys are read in Python. The error
+    never repeats more than the start of the text.
     """
     stripped = text.strip()
     first = stripped.split(maxsplit=1)[0] if stripped else ""
@@ -113,10 +112,9 @@ def parse_public_key(
 def split_signed_commit(raw_commit: bytes) -> tuple[bytes, bytes] | None:
     """Split a raw commit object into (signed payload, signature); None when unsigned.
 
-    This mirrors git's parse_buffer_signed_by_header(): the signature is the
-    header for the object's hash ("gpgsig" for SHA-1, "gpgsig-sha256" for
-    SHA-256, told apart by the length of the tree id) with its continuation
-    lines; the other hash's signature header is left out of the payload too,
+    This mirrors git's parse_buffer_signed_by_header(): the signature is the header for the object's
+    hash ("gpgsig" for SHA-1, "gpgsig-sha256" for SHA-256, told apart by the length of the tree id)
+    with its continuation lines; the other hash's signature header is left out of the payload too,
     and nothing after the blank line that ends the headers is looked at.
     """
     header = b"gpgsig-sha256 " if re.match(rb"tree [0-9a-f]{64}\n", raw_commit) else b"gpgsig "
@@ -149,10 +147,9 @@ def verify_signature(
 ) -> SignatureCheck:
     """Check `signature` over `payload` against `keys`, judging key lifetimes at `at`.
 
-    A bad, foreign or hostile signature gives ok=False and the reason; only a
-    broken environment (gpg missing or hanging, for OpenPGP) raises
-    MergegateError. Naive datetimes, in `at` or in a key, are taken as UTC.
-    `at` governs the policy's valid_after/valid_before only: gpg judges an
+    A bad, foreign or hostile signature gives ok=False and the reason; only a broken environment
+    (gpg missing or hanging, for OpenPGP) raises MergegateError. Naive datetimes, in `at` or in a
+    key, are taken as UTC. `at` governs the policy's valid_after/valid_before only: gpg judges an
     OpenPGP key's own expiry and revocation at the current time.
     """
     if not signature.strip():
@@ -196,11 +193,10 @@ def _parse_ssh_key(line: str, owner: str, source: str) -> str:
 def _verify_ssh(
     payload: bytes, text: str, keys: Sequence[PublicKey], at: datetime
 ) -> SignatureCheck:
-    # The SSHSIG blob carries the signer's public key: it is named and matched
-    # here, then sshsig checks the cryptography in-process, as ssh-keygen -Y
-    # verify would (tests hold the two to the same verdict).
-    # Imported here: cryptography's import costs ~50 ms, which a pass with nothing new to check need
-    # not pay.
+    # The SSHSIG blob carries the signer's public key: it is named and matched here, then sshsig
+    # checks the cryptography in-process, as ssh-keygen -Y verify would (tests hold the two to the
+    # same verdict). Imported here: cryptography's import costs ~50 ms, which a pass with nothing
+    # new to check need not pay.
     from mergegate.crypto import sshsig
 
     try:
@@ -317,9 +313,9 @@ def _parse_openpgp_key(text: str, owner: str, source: str) -> tuple[str, tuple[s
 def _verify_openpgp(
     payload: bytes, text: str, keys: Sequence[PublicKey], at: datetime
 ) -> SignatureCheck:
-    # Only a lone detached signature will do: gpg --verify, handed a signed
-    # message, checks the data inside it and ignores the payload file. gpg gets
-    # the very bytes checked here, so it cannot read them differently.
+    # Only a lone detached signature will do: gpg --verify, handed a signed message, checks the data
+    # inside it and ignores the payload file. gpg gets the very bytes checked here, so it cannot
+    # read them differently.
     binary = dearmor(text, _PGP_SIG) or b""
     packets = pgp_packets(binary)
     if not packets:
@@ -366,9 +362,9 @@ def _verify_openpgp(
     if "REVKEYSIG" in status:
         return _refused(signer, f"key {key.fingerprint} of {key.owner} is revoked")
     if "EXPKEYSIG" in status:
-        # gpg judges expiry at its own clock; the runner judges at `at` (when it
-        # first saw the commit), so a verifier re-checking an old approval after
-        # the key expired agrees with what the runner decided then.
+        # gpg judges expiry at its own clock; the runner judges at `at` (when it first saw the
+        # commit), so a verifier re-checking an old approval after the key expired agrees with what
+        # the runner decided then.
         expired = status.get("KEYEXPIRED", [""])[0]
         if not expired.isdigit() or int(expired) <= _utc(at).timestamp():
             return _refused(signer, f"key {key.fingerprint} of {key.owner} expired")

@@ -9,22 +9,19 @@ and the key signed
 
     "SSHSIG" string(namespace) string("") string(hash algorithm) string(H(message))
 
-This module does what `ssh-keygen -Y verify` does with those bytes, step by
-step, each step refusing with one reason; the tests hold it to ssh-keygen's
-verdict over a corpus of good, bad and hostile signatures for every key type.
-FIDO keys (`sk-ssh-ed25519@openssh.com`, `sk-ecdsa-sha2-nistp256@openssh.com`, a
-hardware key) are read as OpenSSH's PROTOCOL.u2f says: the key blob ends with its
-application string, the signature carries a flags byte and a counter after the
-signature proper, and what the token signed is
+This module does what `ssh-keygen -Y verify` does with those bytes, step by step, each step refusing
+with one reason; the tests hold it to ssh-keygen's verdict over a corpus of good, bad and hostile
+signatures for every key type. FIDO keys (`sk-ssh-ed25519@openssh.com`,
+`sk-ecdsa-sha2-nistp256@openssh.com`, a hardware key) are read as OpenSSH's PROTOCOL.u2f says: the
+key blob ends with its application string, the signature carries a flags byte and a counter after
+the signature proper, and what the token signed is
 
     SHA256(application) byte(flags) uint32(counter) SHA256(the data above)
 
-The user-presence flag (0x01: someone touched the key) is required.
-Matching the signature's key to a trusted key, and key lifetimes, stay with
-the caller (signatures.py): this module answers only "did this key sign this
-message in this namespace". Where ssh-keygen is looser than this module, the
-difference is listed (docs/policy.md, "People and keys") and
-always in the direction of refusing.
+The user-presence flag (0x01: someone touched the key) is required. Matching the signature's key to
+a trusted key, and key lifetimes, stay with the caller (signatures.py): this module answers only
+"did this key sign this message in this namespace". Where ssh-keygen is looser than this module, the
+difference is listed (docs/policy.md, "People and keys") and always in the direction of refusing.
 """
 
 from __future__ import annotations
@@ -79,8 +76,8 @@ class Sshsig:
 def parse(blob: bytes) -> Sshsig:
     """Read an SSHSIG blob (already de-armoured); SshsigError if it is not one.
 
-    As ssh-keygen: the magic, a version no larger than 1, exactly five
-    strings and nothing after them.
+    As ssh-keygen: the magic, a version no larger than 1, exactly five strings and nothing after
+    them.
     """
     if blob[: len(MAGIC)] != MAGIC or len(blob) < len(MAGIC) + 4:
         raise SshsigError("not an SSHSIG blob")
@@ -97,8 +94,8 @@ def parse(blob: bytes) -> Sshsig:
 def verify(message: bytes, sig: Sshsig, *, namespace: bytes) -> None:
     """Check that `sig` is its own key's signature of `message` in `namespace`.
 
-    Returns None when it is; raises SshsigError naming the refused step.
-    The caller decides whether `sig.public_key` is a key it trusts.
+    Returns None when it is; raises SshsigError naming the refused step. The caller decides whether
+    `sig.public_key` is a key it trusts.
     """
     # 1. The namespace must be exactly the one expected ("git\0" is not "git").
     if sig.namespace != namespace:

@@ -1,10 +1,9 @@
 """Run one argument vector with limits; capture, bound and redact its output.
 
-The caller (runner.py) gives a clean export of the approving commit as the
-workspace and the complete environment; this module resolves the program and
-cwd inside that workspace, applies OS limits, and returns a bounded, redacted
-record of what happened. No shell, ever. docs/execution.md says what a job can
-and cannot see and do.
+The caller (runner.py) gives a clean export of the approving commit as the workspace and the
+complete environment; this module resolves the program and cwd inside that workspace, applies OS
+limits, and returns a bounded, redacted record of what happened. No shell, ever. docs/execution.md
+says what a job can and cannot see and do.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ from mergegate.rules.job import forbidden_env_name
 
 Status = Literal["succeeded", "failed", "timed_out", "interrupted"]
 
-# What the sandbox replaces with empty directories (or /dev/null): users' files,
-# agent and container-engine sockets, and secrets a root runner could read.
+# What the sandbox replaces with empty directories (or /dev/null): users' files, agent and
+# container-engine sockets, and secrets a root runner could read.
 SANDBOX_HIDDEN: tuple[str, ...] = (
     "/root",
     "/home",
@@ -319,8 +318,8 @@ def _unenforceable(max_processes: int) -> Denied:
 def preflight(request: ExecRequest) -> str:
     """Every check `run` makes before starting anything; the resolved program, or Denied.
 
-    The runner calls this before it claims a job, so a job that cannot start
-    is rejected instead of using up its one run.
+    The runner calls this before it claims a job, so a job that cannot start is rejected instead of
+    using up its one run.
     """
     try:
         if not _RUN_ID.match(request.run_id):

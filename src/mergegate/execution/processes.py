@@ -1,20 +1,18 @@
 """The processes of one job: its pids cgroup, its limits in the child, and killing all of it.
 
-A job may fork, daemonise or setsid() away from its process group; the
-Tracker follows its descendants through /proc (and its cgroup, when there is
-one) so that a timeout or the end of the job leaves nothing behind.
+A job may fork, daemonise or setsid() away from its process group; the Tracker follows its
+descendants through /proc (and its cgroup, when there is one) so that a timeout or the end of the
+job leaves nothing behind.
 
-A job never outlives its runner: the spawner (spawner.py) that forks it tells
-the runner's watchdog (watchdog.py) of its process group before it execs, its
-main process gets a parent-death signal (SIGKILL when the spawner dies, which
-dies with the runner), and everything the Tracker sees is reported to the
-watchdog, which kills it all when the runner dies, however it dies.
+A job never outlives its runner: the spawner (spawner.py) that forks it tells the runner's watchdog
+(watchdog.py) of its process group before it execs, its main process gets a parent-death signal
+(SIGKILL when the spawner dies, which dies with the runner), and everything the Tracker sees is
+reported to the watchdog, which kills it all when the runner dies, however it dies.
 
-Without a cgroup (an unprivileged runner), a double fork plus setsid() would
-reparent a job's process to init before any scan saw it. So the spawner and
-each job's main process are child subreapers (PR_SET_CHILD_SUBREAPER): an
-orphan goes to the job's main process while it lives, else to the spawner
-(which reaps it), and stays a descendant the Tracker finds and kills.
+Without a cgroup (an unprivileged runner), a double fork plus setsid() would reparent a job's
+process to init before any scan saw it. So the spawner and each job's main process are child
+subreapers (PR_SET_CHILD_SUBREAPER): an orphan goes to the job's main process while it lives, else
+to the spawner (which reaps it), and stays a descendant the Tracker finds and kills.
 """
 
 from __future__ import annotations
@@ -175,8 +173,8 @@ class MainProcess(Protocol):
 class Tracker:
     """Everything the job started: its process group, descendants seen in /proc, its cgroup.
 
-    Descendants are collected while the job runs because an orphan that left the
-    group with setsid() is reparented to init and no longer looks like ours.
+    Descendants are collected while the job runs because an orphan that left the group with setsid()
+    is reparented to init and no longer looks like ours.
     """
 
     def __init__(
@@ -241,11 +239,10 @@ class Tracker:
     def _adopted(self, table: dict[int, tuple[int, int, bytes, int, int]]) -> list[int]:
         """Orphans of this job the spawner (a subreaper) adopted; it reaps them, not this.
 
-        A child of the spawner that is not a job's main process was left behind by a
-        job. It is this job's if it is in this job's session, or in a session of its own
-        (it called setsid()) and younger than this job: with jobs in parallel it may be
-        another's that escaped both its process group and its main process; it is
-        killed all the same.
+        A child of the spawner that is not a job's main process was left behind by a job. It is this
+        job's if it is in this job's session, or in a session of its own (it called setsid()) and
+        younger than this job: with jobs in parallel it may be another's that escaped both its
+        process group and its main process; it is killed all the same.
         """
         if self.reaper is None:
             return []
@@ -370,12 +367,9 @@ class Watchdog(OnePerProcess):
             if self._proc is not None and self._proc.poll() is None:
                 return
             # Its own session: Ctrl-C in a terminal or a CI cancel reaches the runner, not it.
-            # Without site
-            # (-S, as the spawner: it imports standard modules only, and helper_env's PYTHONPATH
-            # finds it) and
-            # without runpy (-c, not -m: runpy imports contextlib and importlib.util), it costs
-            # little more
-            # than the interpreter's own start.
+            # Without site (-S, as the spawner: it imports standard modules only, and helper_env's
+            # PYTHONPATH finds it) and without runpy (-c, not -m: runpy imports contextlib and
+            # importlib.util), it costs little more than the interpreter's own start.
             self._proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", WATCHDOG_MAIN],
                 stdin=subprocess.PIPE,
@@ -395,8 +389,8 @@ class Watchdog(OnePerProcess):
 
     def keep(self, folder: Path) -> None:
         """A folder of the runner's (a job's workspace, the export indexes): the watchdog removes it
-        if the
-        runner dies before `forget`. Starts the watchdog (OSError when it cannot be started)."""
+        if the runner dies before `forget`. Starts the watchdog (OSError when it cannot be started).
+        """
         name = str(folder)
         if (
             "\n" in name

@@ -40,10 +40,9 @@ def pump(
 ) -> str | None:
     """Read both pipes until the job and everything it left behind are gone.
 
-    Returns "timed_out", "interrupted" (the runner was stopped and the grace ran
-    out) or None. EOF is not the end: a job may close its output and go on.
-    Leftovers of a job that exited get the same TERM, grace, KILL as a job that
-    timed out.
+    Returns "timed_out", "interrupted" (the runner was stopped and the grace ran out) or None. EOF
+    is not the end: a job may close its output and go on. Leftovers of a job that exited get the
+    same TERM, grace, KILL as a job that timed out.
     """
     sel = selectors.DefaultSelector()
     for fd in sinks:

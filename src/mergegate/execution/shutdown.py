@@ -1,13 +1,12 @@
 """Stopping a runner on SIGINT/SIGTERM without losing a record or leaving a job behind.
 
-The first signal stops claiming; the job in flight gets `grace` seconds to end
-on its own, then its whole process tree is terminated (SIGTERM, SIGKILL one
-second later) and it is recorded `interrupted`; records are pushed and the
-runner exits. A second signal skips what is left of the grace.
+The first signal stops claiming; the job in flight gets `grace` seconds to end on its own, then its
+whole process tree is terminated (SIGTERM, SIGKILL one second later) and it is recorded
+`interrupted`; records are pushed and the runner exits. A second signal skips what is left of the
+grace.
 
-GitHub Actions cancels a step with SIGINT, then SIGTERM about 7.5 s later, then
-SIGKILL about 2.5 s after that: the default grace (5 s) plus the kill (1 s)
-plus a push fits before the SIGTERM.
+GitHub Actions cancels a step with SIGINT, then SIGTERM about 7.5 s later, then SIGKILL about 2.5 s
+after that: the default grace (5 s) plus the kill (1 s) plus a push fits before the SIGTERM.
 """
 
 from __future__ import annotations

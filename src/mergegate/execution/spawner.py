@@ -1,38 +1,32 @@
 """Start jobs from a small process, not by forking the runner.
 
-Forking the runner for each job (to set its limits and parent-death signal between
-fork and exec) copied the whole runner, page tables and all, under its one lock: with
-`--parallel 8` that was the largest part of the runner's own work per job. The
-spawner is a fresh `python -m mergegate.execution.spawner`, started once per runner process
-(the runner starts it with vfork, as it starts git): it receives each job over a
-UNIX socket (argv, cwd, environment, limits, cgroup; its pipes as descriptors) and
-forks the job from its own small image.
+Forking the runner for each job (to set its limits and parent-death signal between fork and exec)
+copied the whole runner, page tables and all, under its one lock: with `--parallel 8` that was the
+largest part of the runner's own work per job. The spawner is a fresh `python -m
+mergegate.execution.spawner`, started once per runner process (the runner starts it with vfork, as
+it starts git): it receives each job over a UNIX socket (argv, cwd, environment, limits, cgroup; its
+pipes as descriptors) and forks the job from its own small image.
 
-What the job's main process gets is what it got before: its own session and process
-group, the runner's limits (never above the runner's hard ones), its cgroup joined
-before exec, a parent-death signal (SIGKILL when the spawner dies, and the spawner
-dies with the runner), the child-subreaper flag, every signal at its default (none
-ignored, none caught) and none blocked, and stdin from /dev/null. The spawner tells the runner's
-watchdog of the job's process
-group **before** the job may exec, so a runner killed at any moment after the fork
-leaves nothing of the job running (the runner's own Tracker tells it later of every
-process it sees).
+What the job's main process gets is what it got before: its own session and process group, the
+runner's limits (never above the runner's hard ones), its cgroup joined before exec, a parent-death
+signal (SIGKILL when the spawner dies, and the spawner dies with the runner), the child-subreaper
+flag, every signal at its default (none ignored, none caught) and none blocked, and stdin from
+/dev/null. The spawner tells the runner's watchdog of the job's process group **before** the job may
+exec, so a runner killed at any moment after the fork leaves nothing of the job running (the
+runner's own Tracker tells it later of every process it sees).
 
-The spawner is a child subreaper: orphans of a job's processes come back to it (not
-to init) and stay findable by the runner's Tracker (processes.py), and it reaps
-them. It reports each job's exit status and CPU time on a pipe of that job's own,
-which is also how the runner learns the job ended. It makes itself non-dumpable and
-holds a minimal environment, so a job (whose parent it is) cannot read anything of
-the runner from `/proc/<its parent>/environ`.
+The spawner is a child subreaper: orphans of a job's processes come back to it (not to init) and
+stay findable by the runner's Tracker (processes.py), and it reaps them. It reports each job's exit
+status and CPU time on a pipe of that job's own, which is also how the runner learns the job ended.
+It makes itself non-dumpable and holds a minimal environment, so a job (whose parent it is) cannot
+read anything of the runner from `/proc/<its parent>/environ`.
 
-Protocol, runner to spawner (one stream socket): a 4-byte big-endian length, then
-that many bytes of JSON `{"argv", "cwd", "env", "rlimits", "cgroup", "run"}`; the
-first 4 bytes carry four descriptors (SCM_RIGHTS): the job's stdout and stderr
-write ends, the job's status pipe and the watchdog's stdin. Spawner to runner, on
-the job's status pipe: 16 bytes `P<pid>` once the job has exec'd (or `E<errno>`
-then the error text, then EOF), later `X<wait status> <cpu microseconds>` and EOF.
-When the socket reaches EOF (the runner died) the spawner kills every job's process
-group and exits.
+Protocol, runner to spawner (one stream socket): a 4-byte big-endian length, then that many bytes of
+JSON `{"argv", "cwd", "env", "rlimits", "cgroup", "run"}`; the first 4 bytes carry four descriptors
+(SCM_RIGHTS): the job's stdout and stderr write ends, the job's status pipe and the watchdog's
+stdin. Spawner to runner, on the job's status pipe: 16 bytes `P<pid>` once the job has exec'd (or
+`E<errno>` then the error text, then EOF), later `X<wait status> <cpu microseconds>` and EOF. When
+the socket reaches EOF (the runner died) the spawner kills every job's process group and exits.
 """
 
 from __future__ import annotations
@@ -66,8 +60,7 @@ HEAD = 16  # bytes of the first word on a job's status pipe: `P<pid>` or `E<errn
 # does nothing (caught, not ignored: execve sets a caught signal back to its default, as it does
 # SIGCHLD's handler, so the job needs no call for them). Python ignores SIGPIPE and SIGXFSZ, and an
 # ignored signal stays ignored across execve: the job's process sets those two back itself. Each
-# call
-# between fork and exec costs the job's start a copy of the memory it touches (issue 12).
+# call between fork and exec costs the job's start a copy of the memory it touches (issue 12).
 _DEAF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 

@@ -1,8 +1,8 @@
 """The jobs' last line of defence: when the runner dies, everything it started dies too.
 
-`main` is started once per runner process (`python -S -c`, processes.py), in a session
-of its own and deaf to the signals a terminal or a CI system sends, with a pipe
-from the runner as its stdin. The runner tells it, line by line, what belongs
+`main` is started once per runner process (`python -S -c`, processes.py), in a session of its own
+and deaf to the signals a terminal or a CI system sends, with a pipe from the runner as its stdin.
+The runner tells it, line by line, what belongs
 to each job:
 
     + <run> p <pid> <start time>     a process (start time from /proc/<pid>/stat)
@@ -12,14 +12,13 @@ to each job:
     + d <folder>                     a job's workspace, the runner's export indexes
     - d <folder>                     the runner removed it: forget it
 
-The pipe closes when the runner exits, however it exits (SIGKILL included: the
-kernel closes its descriptors). Then the watchdog stops (SIGSTOP) every process
-it was told about, every member of those groups and cgroups and all their
-descendants, until no new one appears (a stopped process cannot fork), kills
-them all with SIGKILL, waits until they are gone, removes every folder it was told
-about and not told to forget (a dead runner's workspaces hold an export of the
-approving commit and whatever the job wrote), and exits. A job's main process also
-has a parent-death signal (spawner.py); this catches what it left behind.
+The pipe closes when the runner exits, however it exits (SIGKILL included: the kernel closes its
+descriptors). Then the watchdog stops (SIGSTOP) every process it was told about, every member of
+those groups and cgroups and all their descendants, until no new one appears (a stopped process
+cannot fork), kills them all with SIGKILL, waits until they are gone, removes every folder it was
+told about and not told to forget (a dead runner's workspaces hold an export of the approving commit
+and whatever the job wrote), and exits. A job's main process also has a parent-death signal
+(spawner.py); this catches what it left behind.
 """
 
 from __future__ import annotations
@@ -149,8 +148,7 @@ class Jobs:
 
     def remove_folders(self, killed: set[int]) -> None:
         """Once the killed processes are gone (none writes into a folder any more), remove the
-        folders,
-        never following a symlink a job planted in them (workspaces.remove_tree)."""
+        folders, never following a symlink a job planted in them (workspaces.remove_tree)."""
         deadline = time.monotonic() + 5
         while killed and time.monotonic() < deadline:
             table = _table()

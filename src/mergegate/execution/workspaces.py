@@ -50,10 +50,9 @@ def identity(folder: Path) -> tuple[str, int]:
 
 def remove_stale(folders: Iterable[tuple[str, int]]) -> None:
     """Remove folders a dead runner named (`identity`), each only if it is named like a folder the
-    runner
-    makes (`MADE`) and is still that folder: a directory (not a symlink), of this user, with the
-    same inode. Its watchdog has usually removed
-    it already, and a later folder that happens to get the same name is another runner's."""
+    runner makes (`MADE`) and is still that folder: a directory (not a symlink), of this user, with
+    the same inode. Its watchdog has usually removed it already, and a later folder that happens to
+    get the same name is another runner's."""
     for path, inode in folders:
         if not os.path.basename(path).startswith(MADE):
             # (a spool line is input: only a folder the runner makes is ever removed from one)
@@ -76,8 +75,7 @@ MADE = (
 
 def _clear(path: Path) -> bool:
     """Remove `path` (a folder) and all in it through descriptors (openat, unlinkat: a folder
-    swapped
-    for a symlink meanwhile is never followed); False when anything is left."""
+    swapped for a symlink meanwhile is never followed); False when anything is left."""
     try:
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
@@ -105,10 +103,8 @@ def _clear(path: Path) -> bool:
 
 def _clear_in(folder: int, device: int, depth: int, top: int) -> tuple[bool, bool]:
     """Empty `folder`: whether it is empty now, and whether a folder deeper than CLEAR_DEPTH was
-    moved up
-    into `top` instead (renameat between two descriptors: each level holds one open, and `rm -rf`
-    would
-    not give back the rights a job took away from what it made), for the next round.
+    moved up into `top` instead (renameat between two descriptors: each level holds one open, and
+    `rm -rf` would not give back the rights a job took away from what it made), for the next round.
 
     Listed LIST_BATCH entries at a time: a job may leave millions in one folder."""
     moved = False
@@ -153,14 +149,10 @@ def _clear_in(folder: int, device: int, depth: int, top: int) -> tuple[bool, boo
 
 def _open_folder(name: str, at: int, device: int | None) -> int | None:
     """Folder `name` of folder `at`, open to list and empty, never through a symlink; None if it is
-    on
-    another file system than `device`. A job may have taken its own rights away on what it made
-    (`chmod
-    000 d`, `chmod 500 .`: listing or unlinking would fail with EACCES and the folder stay for
-    good): the
-    owner's read, write and search are given back, through a descriptor of that very folder (O_PATH,
-    then
-    its /proc/self/fd link), never through a path a job could swap."""
+    on another file system than `device`. A job may have taken its own rights away on what it made
+    (`chmod 000 d`, `chmod 500 .`: listing or unlinking would fail with EACCES and the folder stay
+    for good): the owner's read, write and search are given back, through a descriptor of that very
+    folder (O_PATH, then its /proc/self/fd link), never through a path a job could swap."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=at)
     except PermissionError:

@@ -1,15 +1,13 @@
 """The facts of a commit on `approved` (or of a proposal's merge), read from git for the judge.
 
 `Assessor` reads what `rules.judge.judge_commit` needs, and nothing decides here:
-changed paths with mode and blob at both parents and the merge base, who wrote
-each file (authors, and the policy person who signed), the signed approval
-commits on the merged side and what each approves, the tree's job ids and
-symlinks, the new policy's files. Signatures are verified here (against the
-keys of the policy in force) and handed over as verdicts; the judge counts.
+changed paths with mode and blob at both parents and the merge base, who wrote each file (authors,
+and the policy person who signed), the signed approval commits on the merged side and what each
+approves, the tree's job ids and symlinks, the new policy's files. Signatures are verified here
+(against the keys of the policy in force) and handed over as verdicts; the judge counts.
 
-A commit on `approved` is judged by the policy in force at its first parent
-(the last policy validly approved before it): a merge cannot approve itself
-into power.
+A commit on `approved` is judged by the policy in force at its first parent (the last policy validly
+approved before it): a merge cannot approve itself into power.
 
 The clock signatures are judged at (`at`), and which bytes may have an earlier life
 (`known`), are the caller's values for each call: an `Assessor` holds only what it
@@ -475,8 +473,7 @@ class Assessor:
 
     def tree(self, commit: str) -> dict[str, Entry]:
         """Every file of a commit (or tree), by tree: a merge's result, its side and the next
-        merge's
-        base are mostly one tree, listed once."""
+        merge's base are mostly one tree, listed once."""
         tree = self.repo.tree_of(commit)
         if tree not in self._trees:
             if len(self._trees) > 64:

@@ -1,13 +1,11 @@
 """The audit branch's history: what each commit on `mergegate/audit` may do.
 
-Each commit is made by a runner, has one parent (none for the first), and
-only appends: lines at the end of audit/log-NNNNNN.jsonl, and new files
-audit/evidence/<sha256>.json named by the hash of their bytes. Its message
-carries `Mergegate-Approved: <sha>`, the tip of `approved` the runner judged;
-that commit is an ancestor of approved's tip and descends from (or equals) the
-previous audit commit's. When the policy in force at that commit lists
-runners, the commit is signed by one of their keys. Anything else is
-tampering, and names the commit.
+Each commit is made by a runner, has one parent (none for the first), and only appends: lines at the
+end of audit/log-NNNNNN.jsonl, and new files audit/evidence/<sha256>.json named by the hash of their
+bytes. Its message carries `Mergegate-Approved: <sha>`, the tip of `approved` the runner judged;
+that commit is an ancestor of approved's tip and descends from (or equals) the previous audit
+commit's. When the policy in force at that commit lists runners, the commit is signed by one of
+their keys. Anything else is tampering, and names the commit.
 """
 
 from __future__ import annotations
@@ -70,8 +68,8 @@ class Tampering(IntegrityError):
 class Checker:
     """Checks audit commits against the rules above.
 
-    `policy_at(sha)` is the policy in force at an approved commit (for the
-    runner-signature rule); `approved_tip` is the tip of approved as read now.
+    `policy_at(sha)` is the policy in force at an approved commit (for the runner-signature rule);
+    `approved_tip` is the tip of approved as read now.
     """
 
     repo: Repo
@@ -82,8 +80,8 @@ class Checker:
     # it):
     # commit -> its place, 0 for the tip (an older commit has a larger place). Not an init field, so
     # that `replace(checker, approved_tip=newer)` reads the newer tip's line: a copy of the old one
-    # made
-    # another runner's records, judged at a merge that landed during this pass, look like tampering.
+    # made another runner's records, judged at a merge that landed during this pass, look like
+    # tampering.
     _line: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
     # (seq of the first record a checked commit appended, the approved tip it says it judged), in
     # order:
@@ -369,8 +367,8 @@ def unchecked(repo: Repo, tip: str | None, *, seen: str | None, tail: audit.Tail
     """The audit commits a pass checks, oldest first: those after the one this clone last saw,
     or, in a clone that saw none, back to the one that added the last `scanned` record.
 
-    That is what is new since the last complete pass (few commits, whatever the
-    history's length); `audit verify` and `verify` check every commit.
+    That is what is new since the last complete pass (few commits, whatever the history's length);
+    `audit verify` and `verify` check every commit.
     """
     if tip is None:
         return []

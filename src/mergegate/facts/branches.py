@@ -1,9 +1,8 @@
 """The two branches of a gate: `approved` (people merge into it) and `mergegate/audit` (runners
 append to it).
 
-The runner reads `approved` and never writes it; it appends records to the
-audit branch. Both are read from one fetch, both are covered by the seen
-refs, and the trust root anchors both.
+The runner reads `approved` and never writes it; it appends records to the audit branch. Both are
+read from one fetch, both are covered by the seen refs, and the trust root anchors both.
 """
 
 from __future__ import annotations
@@ -57,8 +56,7 @@ class Branch:
 
     def look(self) -> tuple[str, str | None, Seen]:
         """approved's tip, the audit branch's (None before the first pass) and what this clone last
-        saw
-        of both: the four refs a pass starts from, read with one git process."""
+        saw of both: the four refs a pass starts from, read with one git process."""
         refs = self.repo.revs([self.ref, self.audit_ref, self.seen_ref, self.seen_audit_ref])
         tip = refs[self.ref]
         if tip is None:
@@ -204,8 +202,8 @@ def open_branch(repo: Repo, *, remote: str, branch: str, fetch: bool) -> Branch:
 def refuse_old_layout(repo: Repo, tip: str, records: str | None) -> None:
     """A 0.1 gate kept its records on approved: say where they live now, in one line.
 
-    Only before the audit branch exists: afterwards a file under audit/ on
-    approved is a file like any other, and no push to approved can stop the runner.
+    Only before the audit branch exists: afterwards a file under audit/ on approved is a file like
+    any other, and no push to approved can stop the runner.
     """
     if records is not None:
         return
@@ -236,8 +234,8 @@ def trust_root(
         from mergegate.rules.policy import POLICY_FILE
 
         root = repo.root_commit(tip)
-        # In a repository that had history before `mergegate init`, the root
-        # commit has no policy; the first commit that brought one is the anchor.
+        # In a repository that had history before `mergegate init`, the root commit has no policy;
+        # the first commit that brought one is the anchor.
         if repo.file_blob(root, POLICY_FILE) is None:
             introduced = repo.first_parent_adding(tip, POLICY_FILE)
             root = introduced or root
@@ -273,10 +271,10 @@ def trust_root(
 def policy_changes(repo: Repo, root: str, upto: str, *, remember: bool = False) -> list[str]:
     """The first-parent commits after `root` up to `upto` that change policy/, oldest first.
 
-    A walk of all history with a path limit; between two commit ids the answer never changes,
-    so with `remember` (a pass's start) the clone keeps the latest few
-    (`<git dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last
-    scanned commit until a new one is walked.
+    A walk of all history with a path limit; between two commit ids the answer never changes, so
+    with `remember` (a pass's start) the clone keeps the latest few (`<git
+    dir>/mergegate/policy-changes.json`): every runner's pass starts at the same last scanned commit
+    until a new one is walked.
     """
     # (Imported here: policy.py brings in YAML and the schemas, which audit verify imports after its
     # workers start.)

@@ -64,10 +64,8 @@ class GitSide:
 
     def side_commits(self) -> list[str]:
         # `rev-list --reverse first..second` (Repo.side_commits): the same walk in the same order
-        # (--parents
-        # only prints, without a pathspec), so the listing the touched paths need answers it too, a
-        # git
-        # process less per merge.
+        # (--parents only prints, without a pathspec), so the listing the touched paths need answers
+        # it too, a git process less per merge.
         return [item[0] for item in reversed(self._side())]
 
     def touching(self, path: str) -> list[str]:
@@ -79,23 +77,21 @@ class GitSide:
 
     def _touched_side(self) -> list[tuple[str, frozenset[bytes]]] | None:
         """The merged side as (commit, every path it changes and each folder above one), in
-        rev-list's
-        order; None if git's diffs could not be read (git then answers each path, as before).
+        rev-list's order; None if git's diffs could not be read (git then answers each path, as
+        before).
 
         The writers of `path` on the side: a root that holds it; a commit that differs on it from
-        one
-        of its parents on the side, or, with no parent on the side, from one of its parents. That is
-        `rev-list --full-history first..second -- :(literal)path` but at its edges (redteam8b): git
-        also counts the bottom `first` as a relevant parent, so it lists a merge of main into the
-        side
-        that differs on the path only from main (it wrote none of those bytes), and with some dates
-        leaves out an octopus merge that did change it; here every commit that put bytes of the path
-        on the side is a writer, which is what the self-approval rule asks, for the runner and
-        `verify` alike. Computed from full diffs (`diff-tree` against each such parent): one
-        `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a `rev-list`
-        each
-        (a merge adding 100 jobs asked git 100 times). Full diffs also see what git's path-limited
-        walk misses in a tree not in git's order (an entry after one that sorts later ends that
+        one of its parents on the side, or, with no parent on the side, from one of its parents.
+        That is `rev-list --full-history first..second -- :(literal)path` but at its edges
+        (redteam8b): git also counts the bottom `first` as a relevant parent, so it lists a merge of
+        main into the side that differs on the path only from main (it wrote none of those bytes),
+        and with some dates leaves out an octopus merge that did change it; here every commit that
+        put bytes of the path on the side is a writer, which is what the self-approval rule asks,
+        for the runner and `verify` alike. Computed from full diffs (`diff-tree` against each such
+        parent): one `rev-list` and one `diff-tree --stdin` for every job file of the merge, not a
+        `rev-list` each (a merge adding 100 jobs asked git 100 times). Full diffs also see what
+        git's path-limited walk misses in a tree not in git's order (an entry after one that sorts
+        later ends that
         walk):
         such a tree cannot hide who wrote a job (an author approving her own job)."""
         if self._touched is False:

@@ -1,18 +1,16 @@
 """The history of `approved` read once, for a walk over all of it (`verify`).
 
-For every merge it judges, the Assessor asks git for the merge base, the
-merged side's commits, which of them touch each file (and any content file),
-entries of the trees involved, the job paths and symlinks of the result, and
-earlier commits that wrote the same bytes: a git process each, and a tree
-listing as long as the tree, so a walk over N merges cost N times the history.
+For every merge it judges, the Assessor asks git for the merge base, the merged side's commits,
+which of them touch each file (and any content file), entries of the trees involved, the job paths
+and symlinks of the result, and earlier commits that wrote the same bytes: a git process each, and a
+tree listing as long as the tree, so a walk over N merges cost N times the history.
 
-`History` answers the same questions from one read of the commit graph
-(`rev-list --timestamp --parents`), the first-parent diff of every commit the
-trust root does not reach (`diff-tree --stdin`; a side commit with the trees of
-a chain commit and its parent reuses that diff) and the objects the walk reads
-(`cat-file --batch`), by set algebra: each commit belongs to the first commit of
-the chain that reaches it (a merge's side is what it brought), and a tree entry
-is the last change of that path on the way there.
+`History` answers the same questions from one read of the commit graph (`rev-list --timestamp
+--parents`), the first-parent diff of every commit the trust root does not reach (`diff-tree
+--stdin`; a side commit with the trees of a chain commit and its parent reuses that diff) and the
+objects the walk reads (`cat-file --batch`), by set algebra: each commit belongs to the first commit
+of the chain that reaches it (a merge's side is what it brought), and a tree entry is the last
+change of that path on the way there.
 
 It answers only where its answer is provably git's, and `side` returns None
 everywhere else (the Assessor then asks git, as before):
@@ -139,8 +137,8 @@ class History:
             if intro[sha] > 0 and sha not in on_line
         ]
         # git processes at once (two cores): the chain's diffs in two halves (each compares whole
-        # trees
-        # of folders that grow with the history: most of git's work), while the commits stream in.
+        # trees of folders that grow with the history: most of git's work), while the commits stream
+        # in.
         pairs = [(line[k], sha) for k, sha in enumerate(chain)]
         half = len(pairs) // 2
         # Imported here: concurrent.futures brings logging, and a runner's pass imports this module
@@ -157,8 +155,7 @@ class History:
         chain_diffs = [*halves[0], *halves[1]]
         diffs = dict(zip(chain, chain_diffs, strict=True))
         # A diff is its two trees': a side's commit with the trees of a chain commit and its parent
-        # (a
-        # proposal of one commit on approved's tip, merged as it is) has that diff, read once.
+        # (a proposal of one commit on approved's tip, merged as it is) has that diff, read once.
         by_trees = {
             (trees[line[k]], trees[sha]): changes
             for k, (sha, changes) in enumerate(zip(chain, chain_diffs, strict=True))
@@ -272,9 +269,8 @@ class History:
     # -- earlier writers of the same bytes -------------------------------------------------
     def writers(self, k: int, files: Mapping[str, str]) -> dict[str, list[str]] | None:
         """`Repo.producers(line[k], files)`: every non-merge commit reaching line[k] that set a path
-        to its
-        blob, newest first; None when two of them share a date (git's order between them is the
-        walk's)."""
+        to its blob, newest first; None when two of them share a date (git's order between them is
+        the walk's)."""
         if self._writers is None:
             self._writers = self._all_writers()
             if self._writers is None:

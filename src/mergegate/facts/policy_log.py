@@ -80,12 +80,11 @@ def policy_in_force(
     """The trust root's policy, updated by each policy change adopted up to `upto` (`changes`, when
     the caller has read them: `policy_changes`).
 
-    Costs one judgement per policy change, not per commit. Key lifetimes are
-    judged at the time the change was first judged: the audit's first record of
-    it that a runner of the policy before the change vouched for (its audit commit
-    signed by one of them: keys the change itself adds never date it), only when
-    that policy lists runners; else this clone's own memory of it; else the clock
-    now (`at`). A forged record time must not bring an expired key back to life.
+    Costs one judgement per policy change, not per commit. Key lifetimes are judged at the time the
+    change was first judged: the audit's first record of it that a runner of the policy before the
+    change vouched for (its audit commit signed by one of them: keys the change itself adds never
+    date it), only when that policy lists runners; else this clone's own memory of it; else the
+    clock now (`at`). A forged record time must not bring an expired key back to life.
     """
     policy = load_policy(lambda p: repo.read_file(root, p), commit=root)
     if upto == root:

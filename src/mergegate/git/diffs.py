@@ -39,8 +39,8 @@ class Diffs(Trees):
         """Read ahead, for a walk over `chain` (first-parent commits, oldest first), what it asks
         of each commit: its diff from its first parent and its parents as git reads them.
 
-        Two processes for the whole chain instead of two per commit; `diff` and
-        `git_parents` then answer from memory exactly what they would have run git for.
+        Two processes for the whole chain instead of two per commit; `diff` and `git_parents` then
+        answer from memory exactly what they would have run git for.
         """
         self._diffs.clear()
         self._parents.clear()
@@ -72,9 +72,8 @@ class Diffs(Trees):
         self, pairs: Sequence[tuple[str | None, str]], *pathspecs: str
     ) -> list[list[Change]] | None:
         """`diff(parent, sha, *pathspecs)` for every (parent, sha) pair (parent None: a root,
-        against
-        the empty tree), in one `diff-tree --stdin`; None if git answered something else than
-        asked."""
+        against the empty tree), in one `diff-tree --stdin`; None if git answered something else
+        than asked."""
         if not pairs:
             return []
         # --always: an empty diff still prints its commit line, so every answer is told apart.
@@ -122,11 +121,9 @@ class Diffs(Trees):
         """What `diff-tree -r --no-renames` says between two commits or trees (or `--root`), read
         through the
         object process (a pass diffed a commit or three, a process each); None where git must say:
-        not full
-        SHA-1 ids of commits or trees, a tree not in git's own order, deeper than _DIFF_DEPTH, or a
-        gitlink
-        that changed (git may ignore it, as a submodule's config says). Held to diff-tree in
-        tests/git/test_batch_reads.py."""
+        not full SHA-1 ids of commits or trees, a tree not in git's own order, deeper than
+        _DIFF_DEPTH, or a gitlink that changed (git may ignore it, as a submodule's config says).
+        Held to diff-tree in tests/git/test_batch_reads.py."""
         try:
             old = self._root_tree(parent) if parent is not None else ""
             new = self._root_tree(sha)
@@ -156,10 +153,9 @@ class Diffs(Trees):
         self, old: str, new: str, base: bytes, changes: list[Change], depth: int
     ) -> bool:
         """Append to `changes` what differs between trees `old` and `new` ("" for none) under
-        `base`, in
-        diff-tree's order (both trees' entries merged in tree order: a folder sorts as its name and
-        "/",
-        so a file and a folder of one name are two entries); False where git must say."""
+        `base`, in diff-tree's order (both trees' entries merged in tree order: a folder sorts as
+        its name and "/", so a file and a folder of one name are two entries); False where git must
+        say."""
         if old == new or depth > _DIFF_DEPTH:
             return old == new
         before = self._tree_listing(old) if old else {}

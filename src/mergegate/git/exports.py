@@ -44,8 +44,7 @@ def _copy_checkout(source: Path, dest: Path, prefix: bytes, executable: frozense
 
 def _copy_file(source: str, target: str, mode: int) -> None:
     """`source`'s bytes into a new file `target` (mode less the umask), a chunk at a time, with
-    plain
-    descriptors: once per file of every job's export, where file objects cost twice the system
+    plain descriptors: once per file of every job's export, where file objects cost twice the system
     calls."""
     src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -82,9 +81,9 @@ class Exports(Trees):
     ) -> None:
         """Write the files of `commit` (less those `skip` names) into `dest`: no .git, no hooks.
 
-        A private index and checkout-index do it in C; unlike `git archive`, this
-        applies no export-subst (which would put commit subjects, written by
-        whoever named a branch, into files) and no export-ignore.
+        A private index and checkout-index do it in C; unlike `git archive`, this applies no
+        export-subst (which would put commit subjects, written by whoever named a branch, into
+        files) and no export-ignore.
         """
         # checkout-index without -u only reads the index, so a merge of many jobs builds it once.
         index, executable = self._export_index(commit, skip)
@@ -157,8 +156,8 @@ class Exports(Trees):
                 "update-index", "-z", "--index-info", input=data, env={"GIT_INDEX_FILE": str(index)}
             )
             # The executable bit comes from the tree, not from the file checkout-index wrote (a
-            # umask
-            # can take the owner's x away from it, and the copy would then drop the others' too).
+            # umask can take the owner's x away from it, and the copy would then drop the others'
+            # too).
             small = len(entries) <= _TEMPLATE_FILES
             executable = (
                 frozenset(path_bytes(p) for mode, _, p in entries if mode == "100755")

@@ -1,9 +1,9 @@
 """Reading git objects: commits, trees and blobs, through batch `cat-file` processes.
 
-Reads go through one persistent `git cat-file --batch-command` process
-(`_Objects`) so that walking thousands of commits does not spawn thousands of
-processes; `blobs` and `BlobFeed` stream many blobs through a `cat-file --batch`
-of their own. A commit's header is read as git reads it (`parse_commit_header`).
+Reads go through one persistent `git cat-file --batch-command` process (`_Objects`) so that walking
+thousands of commits does not spawn thousands of processes; `blobs` and `BlobFeed` stream many blobs
+through a `cat-file --batch` of their own. A commit's header is read as git reads it
+(`parse_commit_header`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from mergegate.git.values import _HEX, Commit
 
 _COMMIT_CACHE = 4096
 
-# Headers git itself reads (and only at their one place): anywhere else they are
-# ambiguous, because git and a looser reader would disagree on what the commit says.
+# Headers git itself reads (and only at their one place): anywhere else they are ambiguous, because
+# git and a looser reader would disagree on what the commit says.
 _FIXED = (b"tree", b"parent", b"author", b"committer")
 _ONCE = (b"encoding", b"gpgsig", b"gpgsig-sha256")
 
@@ -32,9 +32,9 @@ _ONCE = (b"encoding", b"gpgsig", b"gpgsig-sha256")
 class _Objects:
     """One `git cat-file --batch-command` process: object headers and contents, one round trip each.
 
-    Started on first use and ended by `close` (or when the Repo is collected);
-    the process also ends by itself when this one dies (its stdin closes). A
-    lock keeps the request/response pairs of threads sharing a Repo apart.
+    Started on first use and ended by `close` (or when the Repo is collected); the process also ends
+    by itself when this one dies (its stdin closes). A lock keeps the request/response pairs of
+    threads sharing a Repo apart.
     """
 
     def __init__(self, git_dir: Path) -> None:
@@ -330,12 +330,9 @@ class Objects(GitProcesses):
         log file."""
         env = batch_env()
         # Log files are read in chain order, and in a pack each is often a delta of the one before:
-        # git keeps
-        # every base it rebuilt (96 MiB by default, for the pack's life), which here only costs
-        # fresh pages
-        # (memory and the kernel's time to clear them, about a fifth of git's CPU at 100 files); the
-        # few
-        # bases the next reads need fit in 16 MiB.
+        # git keeps every base it rebuilt (96 MiB by default, for the pack's life), which here only
+        # costs fresh pages (memory and the kernel's time to clear them, about a fifth of git's CPU
+        # at 100 files); the few bases the next reads need fit in 16 MiB.
         proc = subprocess.Popen(
             [
                 "git",
@@ -376,10 +373,10 @@ def parse_commit_header(
 ) -> tuple[str, tuple[str, ...], tuple[str, str], tuple[str, str], str]:
     """(tree, parents, author, committer, malformed) as git's parse_commit_buffer() reads them.
 
-    git takes the tree from the first line and parents only from the lines right
-    after it; author and committer follow. A `parent` line anywhere else is
-    ignored by git but not by a looser reader, so any misplaced or repeated
-    header makes the commit malformed (`malformed` says why): it approves nothing.
+    git takes the tree from the first line and parents only from the lines right after it; author
+    and committer follow. A `parent` line anywhere else is ignored by git but not by a looser
+    reader, so any misplaced or repeated header makes the commit malformed (`malformed` says why):
+    it approves nothing.
     """
     lines = header.split(b"\n")
     names = [line.split(b" ", 1)[0] for line in lines if not line.startswith(b" ")]

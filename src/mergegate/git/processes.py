@@ -34,8 +34,8 @@ QUIET_WRITES = (
 def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
     """A GitError that says why: a lock in the way named with a hint, else every fatal/error line.
 
-    git's last line alone is often advice ("and the repository exists.",
-    "remove the file manually to continue."); the whole text is kept as `detail`.
+    git's last line alone is often advice ("and the repository exists.", "remove the file manually
+    to continue."); the whole text is kept as `detail`.
     """
     text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -84,8 +84,7 @@ _PINNED = (
     "-c",
     "core.quotePath=true",
     # (log.showSignature=true, a common setting, puts "No signature" or "Good ... signature" on
-    # stdout
-    # before each signed commit of `git log --format=%H`: words read as commit ids.)
+    # stdout before each signed commit of `git log --format=%H`: words read as commit ids.)
     "-c",
     "log.showSignature=false",
 )
@@ -161,9 +160,9 @@ class GitProcesses:
     ) -> subprocess.CompletedProcess[bytes]:
         """Run git on the repository itself, not its working tree (unless `worktree`).
 
-        Without a working tree, a `.gitattributes` someone checked out there (say,
-        `audit/** -diff`, which turns `git grep` matches into "Binary file
-        matches") cannot change what git tells the runner.
+        Without a working tree, a `.gitattributes` someone checked out there (say, `audit/** -diff`,
+        which turns `git grep` matches into "Binary file matches") cannot change what git tells the
+        runner.
         """
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
         if _verb(args) not in _NETWORK_VERBS:

@@ -1,9 +1,8 @@
 """Branch names as a git user types them.
 
-`approved`, `origin/approved`, `refs/heads/approved`, `refs/remotes/origin/approved`
-and `remotes/origin/approved` all name the same base; commands take any of them
-and work with the bare branch name, so no hint built from it can name a junk
-ref such as `origin/approved` on the remote.
+`approved`, `origin/approved`, `refs/heads/approved`, `refs/remotes/origin/approved` and
+`remotes/origin/approved` all name the same base; commands take any of them and work with the bare
+branch name, so no hint built from it can name a junk ref such as `origin/approved` on the remote.
 """
 
 from __future__ import annotations

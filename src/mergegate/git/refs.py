@@ -44,9 +44,9 @@ class Refs(Objects):
     def rev(self, ref: str) -> str | None:
         """The commit `ref` names. A full ref name (`refs/...`) is looked up exactly.
 
-        `rev-parse refs/heads/x` is not exact: when that branch is absent, git's
-        DWIM rules try `refs/tags/refs/heads/x` next, a tag anyone can push. So a
-        full name is first resolved with for-each-ref, which matches names only.
+        `rev-parse refs/heads/x` is not exact: when that branch is absent, git's DWIM rules try
+        `refs/tags/refs/heads/x` next, a tag anyone can push. So a full name is first resolved with
+        for-each-ref, which matches names only.
         """
         if ref.startswith("refs/"):
             found = self._ref_from_files(ref)
@@ -86,8 +86,7 @@ class Refs(Objects):
 
     def revs(self, refs: Sequence[str]) -> dict[str, str | None]:
         """`rev(ref)` of each full ref name in `refs`, read with one for-each-ref (a pass reads four
-        at
-        its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by
+        at its start). Exact names only, as `rev`; a ref naming anything but a commit is peeled by
         `rev`."""
         assert all(ref.startswith("refs/") for ref in refs)
         if all(self._ref_from_files(ref) is not _ASK_GIT for ref in refs):
@@ -118,16 +117,12 @@ class Refs(Objects):
 
     def _ref_from_files(self, ref: str) -> str | object | None:
         """The object id ref `ref` holds, read as git's files backend reads it (the loose file, else
-        its
-        line in packed-refs), None if it has none; _ASK_GIT wherever the files alone might not say
-        what
-        for-each-ref says: a name with anything but plain parts, a linked worktree (per-worktree
-        refs), a
-        reftable or case-insensitive repository, a symbolic, broken or unreadable ref, a packed-refs
-        file
-        not as git writes it. A runner pass asked for-each-ref this about 6 times (a process each,
-        5,000
-        in the test suite); tests/git/test_rev_equiv.py holds the two to the same answers."""
+        its line in packed-refs), None if it has none; _ASK_GIT wherever the files alone might not
+        say what for-each-ref says: a name with anything but plain parts, a linked worktree
+        (per-worktree refs), a reftable or case-insensitive repository, a symbolic, broken or
+        unreadable ref, a packed-refs file not as git writes it. A runner pass asked for-each-ref
+        this about 6 times (a process each, 5,000 in the test suite); tests/git/test_rev_equiv.py
+        holds the two to the same answers."""
         if (
             not _PLAIN_REF.fullmatch(ref)
             or ".." in ref
@@ -167,11 +162,9 @@ class Refs(Objects):
     @staticmethod
     def _packed_ref(packed: bytes, name: bytes) -> str | object | None:
         """`name`'s id in a packed-refs file as git writes it (its header, then `<id> <name>` lines
-        in
-        strictly increasing order, each followed by at most one `^<id>` peeled line); _ASK_GIT for
-        anything
-        else (git trusts the order it wrote: an unsorted file can hide other refs from it) or a big
-        one."""
+        in strictly increasing order, each followed by at most one `^<id>` peeled line); _ASK_GIT
+        for anything else (git trusts the order it wrote: an unsorted file can hide other refs from
+        it) or a big one."""
         if len(packed) > _PACKED_REFS_BYTES or (packed and not packed.endswith(b"\n")):
             return _ASK_GIT
         lines = packed.split(b"\n")[:-1]
@@ -209,10 +202,9 @@ class Refs(Objects):
         """Fetch `branch` into refs/remotes/<remote>/<branch>, and the branches in `also` if they
         exist.
 
-        One fetch for all of them, so what is read is one moment of the remote.
-        Each of `also` is fetched with a glob refspec (a branch that does not exist
-        yet is no error) and pruned (a branch deleted on the remote disappears here
-        too, so the seen ref notices that it is gone).
+        One fetch for all of them, so what is read is one moment of the remote. Each of `also` is
+        fetched with a glob refspec (a branch that does not exist yet is no error) and pruned (a
+        branch deleted on the remote disappears here too, so the seen ref notices that it is gone).
         """
         specs = [f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"]
         specs += [f"+refs/heads/{name}*:refs/remotes/{remote}/{name}*" for name in also]
@@ -253,8 +245,8 @@ class Refs(Objects):
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move `ref` to `new` only if it still points at `old` (compare and swap).
 
-        False when it no longer points at `old`; any other failure (a lock in the
-        way, permissions, a full disk) raises, naming the file.
+        False when it no longer points at `old`; any other failure (a lock in the way, permissions,
+        a full disk) raises, naming the file.
         """
         proc = self.run("update-ref", ref, new, old or ZERO, check=False)
         if proc.returncode == 0:
@@ -284,9 +276,9 @@ class Refs(Objects):
     def push(self, remote: str, sha: str, branch: str) -> bool:
         """Push without force; False when the remote moved (fetch, rebase, retry).
 
-        A branch that does not exist on the remote yet is created; if another
-        process created it first, a new root is not a fast-forward of theirs and
-        is refused like any other stale push (create-only, without force).
+        A branch that does not exist on the remote yet is created; if another process created it
+        first, a new root is not a fast-forward of theirs and is refused like any other stale push
+        (create-only, without force).
         """
         proc = self.run(
             *QUIET_WRITES, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False

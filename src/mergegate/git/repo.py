@@ -1,10 +1,9 @@
 """A git repository, as the wing's parts put together: `Repo`.
 
-The parts, each in its own module of the wing: running git (processes), reading objects
-(objects), trees (trees), diffs (diffs), history walks (walks), refs and the remote (refs),
-exports of a commit's files (exports) and writes (writes). Writes use plumbing with a
-temporary index, so the runner never touches a person's working tree, index or
-checked-out branch.
+The parts, each in its own module of the wing: running git (processes), reading objects (objects),
+trees (trees), diffs (diffs), history walks (walks), refs and the remote (refs), exports of a
+commit's files (exports) and writes (writes). Writes use plumbing with a temporary index, so the
+runner never touches a person's working tree, index or checked-out branch.
 """
 
 from __future__ import annotations

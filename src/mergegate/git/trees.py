@@ -1,7 +1,7 @@
 """Reading trees: recursive and flat listings, the object a path names, a file at a commit.
 
-Trees are walked through the object process where the answer is sure to be what
-`ls-tree` or `rev-parse <commit>:<path>` would say; git is asked everywhere else.
+Trees are walked through the object process where the answer is sure to be what `ls-tree` or
+`rev-parse <commit>:<path>` would say; git is asked everywhere else.
 """
 
 from __future__ import annotations
@@ -43,11 +43,9 @@ class Trees(Objects):
 
     def _ls_tree_objects(self, commit: str, prefix: str) -> list[tuple[str, str, str]] | None:
         """What `ls-tree -r` lists, read through the object process (a runner pass listed a tree or
-        two,
-        a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a
-        prefix that
-        is not plain folders, a file on the way, a tree not in git's own order. Held to ls-tree in
-        tests/git/test_rev_equiv.py."""
+        two, a process each); None where git must say: not a full SHA-1 id of a commit or a tree, a
+        prefix that is not plain folders, a file on the way, a tree not in git's own order. Held to
+        ls-tree in tests/git/test_rev_equiv.py."""
         try:
             found = self._subtree(commit, prefix)
             if not isinstance(found, tuple):
@@ -76,8 +74,7 @@ class Trees(Objects):
 
     def _subtree(self, commit: str, prefix: str) -> tuple[bytes, str] | object | None:
         """(prefix as bytes, its tree) at commit-or-tree `commit`, read through the object process;
-        _ABSENT if
-        no such folder; None where git must say (see _ls_tree_objects)."""
+        _ABSENT if no such folder; None where git must say (see _ls_tree_objects)."""
         if not re.fullmatch(r"[0-9a-f]{40}", commit) or (
             prefix and not _PLAIN_PREFIX.fullmatch(prefix)
         ):
@@ -101,8 +98,7 @@ class Trees(Objects):
 
     def _ls_flat_objects(self, commit: str, directory: str) -> list[tuple[str, str, str]] | None:
         """What `ls-tree <commit>:<directory>` lists, read through the object process (a look at the
-        audit
-        branch listed two or three trees, a process each); None where git must say."""
+        audit branch listed two or three trees, a process each); None where git must say."""
         try:
             found = self._subtree(commit, directory)
             if not isinstance(found, tuple):

@@ -20,8 +20,8 @@ _FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 def path_text(raw: bytes) -> str:
     """A path as text: UTF-8, or NUL + hex for a name that is not UTF-8.
 
-    No git path contains NUL, so the two forms never collide, and two
-    different raw names never share a text (as U+FFFD replacement would).
+    No git path contains NUL, so the two forms never collide, and two different raw names never
+    share a text (as U+FFFD replacement would).
     """
     try:
         return raw.decode("utf-8")
@@ -111,8 +111,7 @@ class Signing:
     def args(self) -> list[str]:
         if os.path.exists(self.key):
             # Absolute: git reads a user.signingkey that starts with `ssh-` or `key::` as a literal
-            # key, not a
-            # file, so a key file named `ssh-runner` passed the runner's check (`_can_sign`) and
-            # then did not sign.
+            # key, not a file, so a key file named `ssh-runner` passed the runner's check
+            # (`_can_sign`) and then did not sign.
             return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={os.path.abspath(self.key)}"]
         return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.key}"]

@@ -88,17 +88,14 @@ class Walks(Objects):
 
     def chain(self, old: str, new: str, *, limit: int = 256) -> list[str] | None:
         """The commits after `old` up to `new`, oldest first, when `new` reaches `old` through at
-        most `limit`
-        well-formed single-parent commits; None where git must say (a merge, a root, a malformed
-        commit, grafts
-        or a shallow clone, which rev-list honours and the object reader does not, or further back
-        than `limit`).
+        most `limit` well-formed single-parent commits; None where git must say (a merge, a root, a
+        malformed commit, grafts or a shallow clone, which rev-list honours and the object reader
+        does not, or further back than `limit`).
 
         What `rev-list --reverse --topo-order old..new` lists, and the proof `merge-base
         --is-ancestor old new`
         gives, without their two processes: an audit branch only grows by single-parent commits, and
-        every
-        look at it after another runner's push walks the few it added (held to git in
+        every look at it after another runner's push walks the few it added (held to git in
         tests/git/test_batch_reads.py)."""
         if not (_FULL_ID.fullmatch(old) and _FULL_ID.fullmatch(new)):
             return None
@@ -152,8 +149,8 @@ class Walks(Objects):
         # Every commit's whole diff, not a walk limited to the paths: git's path-limited tree walk
         # stops at the first entry that sorts after the path, so a tree not in git's order (written
         # with `hash-object --literally`; a plain bare remote takes it) hid its writer from that
-        # walk.
-        # For the trees git writes, the non-merge commits that set a path to a blob are the same.
+        # walk. For the trees git writes, the non-merge commits that set a path to a blob are the
+        # same.
         proc = self.run(
             "log",
             "--full-history",
@@ -193,8 +190,7 @@ class Walks(Objects):
 
     def graph(self, tip: str) -> list[tuple[str, int, tuple[str, ...], str]]:
         """(commit, committer date as git's walks order by it, parents and tree as git reads them)
-        of
-        every commit reachable from `tip`, in one `rev-list`."""
+        of every commit reachable from `tip`, in one `rev-list`."""
         found = []
         lines = self.out("rev-list", "--timestamp", "--parents", "--format=%T", tip).splitlines()
         for header, tree in zip(lines[::2], lines[1::2], strict=True):

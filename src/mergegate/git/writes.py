@@ -35,8 +35,7 @@ class Writes(GitProcesses):
         sign: bool = False,
     ) -> str:
         """A commit on `parent` (a root commit if None) that sets `files`, built with a private
-        index
-        (author None: the person's own)."""
+        index (author None: the person's own)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="mergegate-index-") as tmp:

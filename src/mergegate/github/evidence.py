@@ -286,8 +286,8 @@ def _path(url: str) -> str:
 
 def is_listing_page(url: str, api_url: str, suffix: str, *, repository: str = "") -> bool:
     """Whether `url` is a page of the listing `<suffix>` of one repository, in either form GitHub
-    uses: `/repos/<owner>/<name><suffix>` (`repository`, when given) or
-    `/repositories/<id><suffix>` (what its Link headers name)."""
+    uses: `/repos/<owner>/<name><suffix>` (`repository`, when given) or `/repositories/<id><suffix>`
+    (what its Link headers name)."""
     path, api = _path(url), _path(api_url)
     if repository and path == f"{api}/repos/{repository}{suffix}".rstrip("/"):
         return True

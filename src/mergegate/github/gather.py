@@ -1,12 +1,11 @@
 """Gathering GitHub's evidence for a merge on `approved`, and keeping it.
 
-For a commit GitHub made when a pull request was merged, the runner asks the REST
-API which pull request it was, what its head was, who reviewed what, and who wrote
-its commits. Every answer is kept verbatim (URL, status, `x-github-request-id`,
-time, SHA-256 and body) in an `Evidence` value, stored on the audit branch as
-`audit/evidence/<sha256>.json`, so `verify` re-derives every review-based decision
-offline from it and the git objects. `reviews.judge` turns evidence into votes;
-this module only asks and stores. Any failure is a `NotYet`: the job waits.
+For a commit GitHub made when a pull request was merged, the runner asks the REST API which pull
+request it was, what its head was, who reviewed what, and who wrote its commits. Every answer is
+kept verbatim (URL, status, `x-github-request-id`, time, SHA-256 and body) in an `Evidence` value,
+stored on the audit branch as `audit/evidence/<sha256>.json`, so `verify` re-derives every
+review-based decision offline from it and the git objects. `reviews.judge` turns evidence into
+votes; this module only asks and stores. Any failure is a `NotYet`: the job waits.
 """
 
 from __future__ import annotations
@@ -370,8 +369,7 @@ def _named_evidence(record: Record) -> list[tuple[str, str]]:
 
 def _naming(repo: Repo, records_tip: str, *, remember: bool) -> list[Record]:
     """Records whose line says "evidence" or "reviewed" (audit.grep_any's reading), the closed log
-    files'
-    part remembered by the clone (loggrep.py)."""
+    files' part remembered by the clone (loggrep.py)."""
 
     def more(seen: list[bytes], lines: list[bytes]) -> list[bytes]:
         return [*seen, *lines]
@@ -434,9 +432,8 @@ def stored_evidence(
 class ReviewSource:
     """Review verdicts for one pass (or one `verify`): stored evidence first, else GitHub.
 
-    `offline` (verify) never asks: a commit without stored evidence is not yet
-    derivable. Evidence gathered in this pass is kept in `gathered` for the runner
-    to publish with its records.
+    `offline` (verify) never asks: a commit without stored evidence is not yet derivable. Evidence
+    gathered in this pass is kept in `gathered` for the runner to publish with its records.
     """
 
     def __init__(

@@ -412,8 +412,8 @@ def _response(raw: httpx.Response, url: str, body: bytes, now: datetime) -> Resp
             retry_after = float(value)
         except ValueError:
             # Imported here: the email package is most of this module's import, and every runner
-            # pass
-            # imports this module (github.py) while only a rate-limited answer with a date needs it.
+            # pass imports this module (github.py) while only a rate-limited answer with a date
+            # needs it.
             from email.utils import parsedate_to_datetime
 
             try:

@@ -1,8 +1,7 @@
 """Opening a pull request for a proposal (`propose --open-pr`), through the one HTTP client.
 
-Idempotent: an open pull request from the same branch is returned, not
-duplicated. The token comes from GITHUB_TOKEN and goes only to the API's
-origin, in one header (http.py).
+Idempotent: an open pull request from the same branch is returned, not duplicated. The token comes
+from GITHUB_TOKEN and goes only to the API's origin, in one header (http.py).
 """
 
 from __future__ import annotations

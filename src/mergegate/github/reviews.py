@@ -1,8 +1,8 @@
 """Pull-request reviews as votes: a pure function of stored evidence, git facts and the policy.
 
-`judge(evidence, facts, policy)` is what the runner, `check` and `verify` call on
-the same inputs, so an offline `verify` re-derives every review-based decision.
-It never asks GitHub or git: `github.gather` asked, `merge_facts` read git.
+`judge(evidence, facts, policy)` is what the runner, `check` and `verify` call on the same inputs,
+so an offline `verify` re-derives every review-based decision. It never asks GitHub or git:
+`github.gather` asked, `merge_facts` read git.
 
 The rules (docs/github.md):
 1. The commit is the merge commit of a merged pull request into `approved` of this

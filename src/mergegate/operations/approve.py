@@ -63,8 +63,8 @@ def approve(
         target, old = base, report.base
     else:
         tree = repo.commit(head).tree
-        # One line per job and policy file for the reader; the tree line approves
-        # every file as it is (scripts too, and names no trailer could hold).
+        # One line per job and policy file for the reader; the tree line approves every file as it
+        # is (scripts too, and names no trailer could hold).
         named = "".join(
             f"{APPROVE_TRAILER}: {f.path} {f.mode} {f.blob}\n"
             for f in report.files
@@ -83,8 +83,8 @@ def approve(
         if not repo.push(remote, sha, target):
             raise GitError(f"{remote}/{target} moved while approving", hint="run the command again")
         local = repo.rev(f"refs/heads/{target}")
-        # An approval commit has the tree of its parent, so moving a checked-out
-        # branch onto it leaves the working tree and index exactly as they were.
+        # An approval commit has the tree of its parent, so moving a checked-out branch onto it
+        # leaves the working tree and index exactly as they were.
         if local == old and (not merge or repo.current_branch() != target):
             repo.update_ref(f"refs/heads/{target}", sha, old)
         pushed = f"{remote}/{target}"
@@ -143,9 +143,8 @@ def _merge_would_approve(
     repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str
 ) -> None:
     """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short
-    of
-    its quorum (or of the policy quorum) would need the file changed before anyone could approve it
-    again."""
+    of its quorum (or of the policy quorum) would need the file changed before anyone could approve
+    it again."""
     report = check(
         repo_path=repo_path,
         ref=branch_name,
@@ -166,8 +165,7 @@ def _merge_would_approve(
             "BRANCH (without --merge)",
         )
     # Not runnable, not only not approved: a job with its quorum in a tree holding other files short
-    # of
-    # theirs (a script changed after the approval commits) is rejected for good too.
+    # of theirs (a script changed after the approval commits) is rejected for good too.
     short = next((d for d in assessment.decisions if not d.runnable), None)
     if short is not None:
         raise JobFailed(
@@ -179,8 +177,8 @@ def _merge_would_approve(
             "mergegate approve BRANCH, without --merge); mergegate check BRANCH shows the votes",
         )
     # Other files this merge would leave unapproved (dated by the proposal's head:
-    # `judge._unapproved_after`)
-    # refuse every later job in the tree until a merge with their quorum approves them.
+    # `judge._unapproved_after`) refuse every later job in the tree until a merge with their quorum
+    # approves them.
     left = sorted(
         path
         for path, since in assessment.unapproved.items()

@@ -1,8 +1,7 @@
 """Reading the gate's records for people: `audit log`, `show`, `inbox`.
 
-Records are read only through audit.py (`read_all` checks the whole chain), at
-the commit that holds them; `View.records_at` is the one place that knows
-which commit that is.
+Records are read only through audit.py (`read_all` checks the whole chain), at the commit that holds
+them; `View.records_at` is the one place that knows which commit that is.
 """
 
 from __future__ import annotations

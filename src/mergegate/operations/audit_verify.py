@@ -45,8 +45,8 @@ def verify_audit(
 ) -> AuditReport:
     """The chain from seq 1, and every audit commit; IntegrityError at the first violation."""
     # No cyclic collections while it runs: the imports and the chain's facts (50,000 run ids at
-    # 100,000
-    # records) are live until the end, and each collection would walk them all again (issue 12).
+    # 100,000 records) are live until the end, and each collection would walk them all again (issue
+    # 12).
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -66,18 +66,16 @@ def _verify_audit(
     records_tip = source.audit_tip()
     # The workers start on the log files now; nothing they find is looked at before the checks below
     # (approved's tip, a rewritten branch, an old layout, the trust root) have passed, in the order
-    # they
-    # always ran. (approved's tip is read after the fork: two git processes less before the workers
-    # start.)
+    # they always ran. (approved's tip is read after the fork: two git processes less before the
+    # workers start.)
     with audit_chain.ChainCheck(repo, records_tip, _facts) as reading:
         tip = source.tip()
         source.check_not_rewritten(tip, records_tip)
         refuse_old_layout(repo, tip, records_tip)
         root, _ = trust_root(repo, tip, trust)
         # Imported here, while the workers check the log: what the commit checks need. The judge's
-        # modules
-        # (approvals, GitHub's evidence, planning) only if a check asks for them (`_Assessing`,
-        # issue 12).
+        # modules (approvals, GitHub's evidence, planning) only if a check asks for them
+        # (`_Assessing`, issue 12).
         from mergegate.facts.audit_commits import Checker, every_commit
         from mergegate.facts.policy_log import policy_lookup
 
@@ -114,11 +112,9 @@ def _verify_audit(
             )
 
         # The chain first, streamed: one log file in memory at a time, whatever the length of the
-        # log
-        # (issue 12); then the commits, with what the chain's reading already established (the
-        # evidence
-        # records name, the log files it checked whole). A broken chain is still reported as the
-        # commit that broke it: the commits are checked before its error is raised.
+        # log (issue 12); then the commits, with what the chain's reading already established (the
+        # evidence records name, the log files it checked whole). A broken chain is still reported
+        # as the commit that broke it: the commits are checked before its error is raised.
         try:
             chain = read_chain(reading)
             chain.unapproved.check(repo, records_tip)
@@ -180,8 +176,7 @@ class Chain:
 
 def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
     """The whole chain, checked, and the facts verify keeps, one file's worth at a time;
-    IntegrityError at the
-    first problem in chain order (a broken link, or a run finished twice)."""
+    IntegrityError at the first problem in chain order (a broken link, or a run finished twice)."""
     chain, finished = Chain(), FinishedTwice()
     for log in reading:
         chain.files += 1
@@ -210,8 +205,8 @@ class Facts:
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
     """(As `FinishedTwice.add` and `Unapproved.add` pick their records; a seq as `Record.seq` reads
-    it.)
-    Over a thousand records a file, in as few Python steps per record as it takes (issue 12)."""
+    it.) Over a thousand records a file, in as few Python steps per record as it takes (issue 12).
+    """
     events = list(map(operator.itemgetter("event"), records))
     picked = compress(records, map(operator.eq, events, repeat("finished")))
     finished = [
@@ -229,10 +224,8 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
         ]
     )
     # The records github.stored_evidence reads references from: those with an `evidence` or a
-    # `reviewed` member
-    # (a scanned record's map need not say "evidence" anywhere). Two lookups a record at C speed,
-    # not a search
-    # of the file's bytes.
+    # `reviewed` member (a scanned record's map need not say "evidence" anywhere). Two lookups a
+    # record at C speed, not a search of the file's bytes.
     naming: list[Record] = []
     if any(map(operator.contains, records, repeat("evidence"))) or any(
         map(operator.contains, records, repeat("reviewed"))
@@ -257,8 +250,7 @@ class FinishedTwice:
 
     def add_runs(self, runs: Sequence[tuple[str, int]]) -> str | None:
         """add_run of each (run id, seq) in order: the same first problem, at C speed when there is
-        none
-        (a log file's 500 run ids, new and distinct, are added in one update)."""
+        none (a log file's 500 run ids, new and distinct, are added in one update)."""
         new = dict(runs)
         if len(new) == len(runs) and self.first.keys().isdisjoint(new):
             self.first.update(new)

@@ -1,9 +1,8 @@
 """`check` in GitHub Actions: annotations, a step summary and step outputs people can read.
 
-Everything here is presentation of the `CheckReport` that `check` computed (the same
-judge the runner uses); nothing is decided here. Text that came from a proposal
-(paths, ids, reasons) is escaped as workflow commands require, so a file name cannot
-start a workflow command of its own.
+Everything here is presentation of the `CheckReport` that `check` computed (the same judge the
+runner uses); nothing is decided here. Text that came from a proposal (paths, ids, reasons) is
+escaped as workflow commands require, so a file name cannot start a workflow command of its own.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`mergegate demo`: a throwaway gate that shows the whole flow with real git and real keys.
 
-Every command runs as its own process with HOME and GIT_CONFIG_GLOBAL pointed
-into the demo directory, so the person's git config, keys and agent are never
-read or changed. Only `git` and `ssh-keygen` are needed.
+Every command runs as its own process with HOME and GIT_CONFIG_GLOBAL pointed into the demo
+directory, so the person's git config, keys and agent are never read or changed. Only `git` and
+`ssh-keygen` are needed.
 """
 
 from __future__ import annotations

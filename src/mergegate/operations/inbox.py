@@ -1,9 +1,8 @@
 """`mergegate inbox`: the proposals waiting for a person's decision.
 
-Every branch on the remote (and, with GITHUB_TOKEN, every open pull request
-against approved) that adds or changes a job or policy file relative to
-approved, with `check`'s verdict (the same function), the approvals each
-file still needs, and which approvers may give them (the judge's own
+Every branch on the remote (and, with GITHUB_TOKEN, every open pull request against approved) that
+adds or changes a job or policy file relative to approved, with `check`'s verdict (the same
+function), the approvals each file still needs, and which approvers may give them (the judge's own
 separation-of-duties exclusions).
 """
 

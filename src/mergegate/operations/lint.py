@@ -1,8 +1,8 @@
 """`mergegate lint`: validate job and policy files in a working tree, offline.
 
-The same parsers the runner uses (`parse_job`, `load_policy`), so a file that
-lints clean is one the runner can read; whether the policy in force allows
-the command is `check`'s question, which needs the gate's history.
+The same parsers the runner uses (`parse_job`, `load_policy`), so a file that lints clean is one the
+runner can read; whether the policy in force allows the command is `check`'s question, which needs
+the gate's history.
 """
 
 from __future__ import annotations

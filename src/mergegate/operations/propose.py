@@ -1,9 +1,8 @@
 """`mergegate propose`: write a job file on a branch from approved, judged exactly as `check` judges
 it.
 
-Nothing is referenced until the judgement is in: the commit is built with
-plumbing (a private index, no working tree touched), handed to
-`check` by its full id, and only then does a branch point at it.
+Nothing is referenced until the judgement is in: the commit is built with plumbing (a private index,
+no working tree touched), handed to `check` by its full id, and only then does a branch point at it.
 """
 
 from __future__ import annotations

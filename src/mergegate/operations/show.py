@@ -1,9 +1,8 @@
 """`mergegate show JOB`: one screen about one job.
 
-Its file on approved, every revision approved brought with the judge's
-verdict (which votes counted, and why the others did not), its records, and
-what happens next. Verdicts come from the same `Walk` that `verify` and the
-runner use, from the trust root; records are read through audit.py with the
+Its file on approved, every revision approved brought with the judge's verdict (which votes counted,
+and why the others did not), its records, and what happens next. Verdicts come from the same `Walk`
+that `verify` and the runner use, from the trust root; records are read through audit.py with the
 chain checked.
 """
 

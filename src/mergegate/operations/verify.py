@@ -1,9 +1,9 @@
 """Re-check, from a bare clone and no runner state, everything the runner decided.
 
-`audit verify` (audit_check.py) checks the hash chain on the audit branch and
-every commit of that branch (linear, only appends, signed by a runner when the
-policy says so). `verify` also walks the whole first-parent history of approved from the
-trust root, judges every commit again, and cross-checks the records against it.
+`audit verify` (audit_check.py) checks the hash chain on the audit branch and every commit of that
+branch (linear, only appends, signed by a runner when the policy says so). `verify` also walks the
+whole first-parent history of approved from the trust root, judges every commit again, and
+cross-checks the records against it.
 """
 
 from __future__ import annotations
@@ -134,12 +134,9 @@ def verify_history(
     chain = repo.first_parent_chain(root, tip)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The merged sides, their authors and trees from one read of the whole history, not a few
-        # git
-        # processes (and a listing of the whole tree) per merge; it also reads ahead each commit's
-        # diff
-        # and parents. Where it cannot answer as git would, git is asked, as a pass does. Mostly
-        # git's
-        # work, so it is read while this thread reads the records.
+        # git processes (and a listing of the whole tree) per merge; it also reads ahead each
+        # commit's diff and parents. Where it cannot answer as git would, git is asked, as a pass
+        # does. Mostly git's work, so it is read while this thread reads the records.
         reading = pool.submit(History.read, repo, root, chain)
         try:
             records = audit.read_all(repo, records_tip)
@@ -341,8 +338,7 @@ def _late_retries(
     judged: list[tuple[int, str]],
 ) -> list[str]:
     """A retry that started although, at the tip of approved its runner had judged, the job's file
-    held
-    another revision (or none), or the policy in force there denied the job
+    held another revision (or none), or the policy in force there denied the job
     (eligibility.late_refusal)."""
     firsts = [seq for seq, _ in judged]
     problems = []
@@ -448,13 +444,10 @@ def _unvouched_dates(
     assessor: Assessor,
 ) -> list[str]:
     """A commit dated by a record (key lifetimes judged at its time) whose audit commit no runner of
-    the
-    policy in force before that commit signed: only such a runner vouches for when a commit was
-    judged.
-    (A change's own runner keys would vouch for the change: a policy change signed by an expired
-    key,
-    dated inside the key's life in an audit commit signed by a runner key the change adds, is
-    adopted.)"""
+    the policy in force before that commit signed: only such a runner vouches for when a commit was
+    judged. (A change's own runner keys would vouch for the change: a policy change signed by an
+    expired key, dated inside the key's life in an audit commit signed by a runner key the change
+    adds, is adopted.)"""
     firsts = [first for first, _ in appended]
     problems = []
     for before, sha in itertools.pairwise(walked):

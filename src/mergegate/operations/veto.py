@@ -50,8 +50,7 @@ def veto(
     if not source.publish(sha, tip):
         raise GitError(f"{branch} moved while vetoing", hint="run the command again")
     # A veto stops only what has not started: say so when the revision already did (records as of
-    # this
-    # look at the audit branch; a grep, not the chain check: it only words a warning).
+    # this look at the audit branch; a grep, not the chain check: it only words a warning).
     _, records = source.tips()
     started = tuple(
         r

@@ -1,8 +1,7 @@
 """YAML loading and JSON Schema validation: the only place raw dicts exist.
 
-Loading is safe (no Python tags), rejects duplicate keys and aliases (which
-would let one file expand into millions of nodes), and keeps the line of
-every value so that an error can point at it.
+Loading is safe (no Python tags), rejects duplicate keys and aliases (which would let one file
+expand into millions of nodes), and keeps the line of every value so that an error can point at it.
 
 Two readings of a text, one answer. libyaml (PyYAML's CSafeLoader, in PyYAML's wheel) reads the
 texts it reads as PyYAML's own SafeLoader does, five to ten times faster; PyYAML's own reading (the
@@ -43,8 +42,8 @@ if TYPE_CHECKING:  # imported only for a document fastjsonschema rejects (see th
 Path_ = tuple[str | int, ...]
 
 MAX_YAML_BYTES = 1024 * 1024
-# Deeper documents are refused before they are composed: PyYAML's composer
-# recurses once per level, and a few thousand levels raise RecursionError.
+# Deeper documents are refused before they are composed: PyYAML's composer recurses once per level,
+# and a few thousand levels raise RecursionError.
 MAX_YAML_DEPTH = 64
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
@@ -231,8 +230,8 @@ def _document(node: yaml.Node | None, file: str, *, libyaml: bool) -> Document:
 
 def _convert(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any:
     line = reading.lines[path] = node.start_mark.line + 1
-    # compose() hands back an alias as the very node it names: meeting a node
-    # twice means an alias, which could expand one file into millions of values.
+    # compose() hands back an alias as the very node it names: meeting a node twice means an alias,
+    # which could expand one file into millions of values.
     if id(node) in reading.seen:
         raise ConfigError("YAML aliases (*name) are not allowed", file=reading.file, line=line)
     reading.seen.add(id(node))
@@ -270,14 +269,13 @@ def _mapping(node: yaml.Node, path: Path_, reading: _Reading, depth: int) -> Any
 
 def _scalar(node: yaml.Node, file: str) -> Any:
     # A SafeLoader with only its constructor's state: constructing a scalar reads nothing else (and
-    # a
-    # whole loader's reader, scanner and parser, made for every value, cost more than the value).
+    # a whole loader's reader, scanner and parser, made for every value, cost more than the value).
     loader = yaml.SafeLoader.__new__(yaml.SafeLoader)
     yaml.constructor.SafeConstructor.__init__(loader)
     try:
         value = loader.construct_object(node, deep=True)
-        # Unquoted times become datetime objects in YAML 1.1; keep them as the
-        # text the user wrote so the schema and the error messages see that.
+        # Unquoted times become datetime objects in YAML 1.1; keep them as the text the user wrote
+        # so the schema and the error messages see that.
         return node.value if isinstance(value, (datetime, date)) else value
     except (yaml.YAMLError, ValueError) as exc:
         # ValueError: a value PyYAML tags by its shape alone but cannot build (0b_, 2001-02-30).

@@ -1,9 +1,9 @@
 """Which approved job revisions may run now: attempts, retries, backoff and runner labels.
 
-Pure: handed the judge's decisions, what the audit records say about them and
-the time, never git. Planning (`planning.plan`) calls it for every decision a
-pass considers; the runner claims what it returns as runnable, `status` shows
-why the rest waits, and `verify` checks recorded attempts by the same rules.
+Pure: handed the judge's decisions, what the audit records say about them and the time, never git.
+Planning (`planning.plan`) calls it for every decision a pass considers; the runner claims what it
+returns as runnable, `status` shows why the rest waits, and `verify` checks recorded attempts by the
+same rules.
 
 The rules (docs/execution.md, "Retries and labels"):
 - each attempt is its own run: a `started` record (with `attempt`, 1-based) and a `finished` one;
@@ -221,8 +221,7 @@ def judge_attempts(
             return Refused(decision, policy, why)
         if standing.policy.commit != policy.commit:
             # It starts now, so it runs as the policy in force now says (limits, sandbox, secrets,
-            # env),
-            # by the rule that policy allows it with.
+            # env), by the rule that policy allows it with.
             rule = (
                 standing.policy.decide_command(decision.job).rule
                 if decision.job is not None
@@ -410,8 +409,8 @@ def still_open(verdict: Runnable | Queued, outcome: str | None) -> bool:
     """Whether a revision may still need a runner after this pass (its commit is judged again next
     pass).
 
-    `outcome` is what this pass did with a runnable item: its attempt's status,
-    `claimed` (another runner has it), or None (not claimed in this pass).
+    `outcome` is what this pass did with a runnable item: its attempt's status, `claimed` (another
+    runner has it), or None (not claimed in this pass).
     """
     if isinstance(verdict, Queued):
         return True
@@ -430,8 +429,8 @@ def check_attempts(
     """What is wrong with the recorded attempts of one revision (for `verify`): numbering, count,
     and cause.
 
-    `started` in chain order; `finished` by run id. Attempt n+1 must follow a
-    retriable end of attempt n, recorded before it, and n+1 <= 1 + retries.
+    `started` in chain order; `finished` by run id. Attempt n+1 must follow a retriable end of
+    attempt n, recorded before it, and n+1 <= 1 + retries.
     """
     problems: list[str] = []
     allowed = 1 + retries

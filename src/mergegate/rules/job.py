@@ -13,8 +13,8 @@ from mergegate.rules import config
 JOBS_DIR = "jobs/"
 JOB_SUFFIXES = (".yaml", ".yml")
 
-# Names a job may never set, whatever the policy says: they change which
-# program or library runs, or hand the job the runner's credentials.
+# Names a job may never set, whatever the policy says: they change which program or library runs, or
+# hand the job the runner's credentials.
 FORBIDDEN_ENV: frozenset[str] = frozenset(
     {
         "PATH",
@@ -35,9 +35,9 @@ FORBIDDEN_ENV: frozenset[str] = frozenset(
         "JAVA_TOOL_OPTIONS",
         "_JAVA_OPTIONS",
         "GPG_AGENT_INFO",
-        # Where allowed programs read their own configuration and code from: a job
-        # that sets these changes what an allowed program does (a ~/.gitconfig
-        # with core.pager, a .pth file in the user site, an OpenSSL engine).
+        # Where allowed programs read their own configuration and code from: a job that sets these
+        # changes what an allowed program does (a ~/.gitconfig with core.pager, a .pth file in the
+        # user site, an OpenSSL engine).
         "HOME",
         "XDG_CONFIG_HOME",
         "XDG_DATA_HOME",

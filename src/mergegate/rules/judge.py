@@ -1,11 +1,10 @@
 """The one judge: every decision about a job revision or a policy change.
 
-`judge_commit` is handed the facts of one commit on `approved` (or of a proposal's
-merge, for `check` and `approve`), the policy in force before it and the files
-that were unapproved before it, and returns the verdict. It is pure: it never
-reads git or the audit, so `check`, `approve`, the runner and `verify` reach the
-same verdict by construction. Gathering the facts is `facts.assessor.Assessor`'s job;
-the facts and verdicts themselves are `rules.model`'s values.
+`judge_commit` is handed the facts of one commit on `approved` (or of a proposal's merge, for
+`check` and `approve`), the policy in force before it and the files that were unapproved before it,
+and returns the verdict. It is pure: it never reads git or the audit, so `check`, `approve`, the
+runner and `verify` reach the same verdict by construction. Gathering the facts is
+`facts.assessor.Assessor`'s job; the facts and verdicts themselves are `rules.model`'s values.
 
 The rules, in the order they apply (step N of `judge_commit` is rule N):
 1. A malformed commit (its header read differently by git) approves nothing.

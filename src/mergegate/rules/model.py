@@ -1,9 +1,9 @@
 """The judge's model: the facts it is handed and the verdicts it returns, as plain values.
 
-`facts.assessor` reads git into `CommitFacts` (signatures already checked, as
-`SignatureCheck` verdicts); `judge.judge_commit` returns an `Assessment`. GitHub's
-review reading (`github.reviews`) hands its votes over as `Vote`s. Nothing here
-reads git, the audit or the network, so every wing above the rules can import it.
+`facts.assessor` reads git into `CommitFacts` (signatures already checked, as `SignatureCheck`
+verdicts); `judge.judge_commit` returns an `Assessment`. GitHub's review reading (`github.reviews`)
+hands its votes over as `Vote`s. Nothing here reads git, the audit or the network, so every wing
+above the rules can import it.
 """
 
 from __future__ import annotations
@@ -207,8 +207,8 @@ class Assessment:
     policy_changed: bool = False
     policy_adopted: bool = False
     summary: str = ""
-    # Files outside jobs/ and policy/ that this commit changed, and whether a
-    # signed merge with their quorum vouched for them.
+    # Files outside jobs/ and policy/ that this commit changed, and whether a signed merge with
+    # their quorum vouched for them.
     content: tuple[str, ...] = ()
     content_approved: bool = False
     # After this commit: path -> first unapproved change.

@@ -393,9 +393,9 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
 def _no_reviews_without_runners(doc: config.Document, approvers: Sequence[Person]) -> None:
     """Review approvals need authenticated stored evidence: runner-signed audit commits.
 
-    The runner and `verify` judge a GitHub merge on the evidence stored on the audit
-    branch; without `runners` anyone who can push that branch could store forged
-    evidence (an APPROVED review nobody gave) and approve any job.
+    The runner and `verify` judge a GitHub merge on the evidence stored on the audit branch; without
+    `runners` anyone who can push that branch could store forged evidence (an APPROVED review nobody
+    gave) and approve any job.
     """
     for index, person in enumerate(approvers):
         if person.github_ids:

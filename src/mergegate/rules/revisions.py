@@ -93,9 +93,9 @@ def _same_id(
 ) -> list[str]:
     """The other job paths of the tree with this job's id.
 
-    Only jobs that were approved (or come in this same commit) hold an id: a stray file
-    pushed without approval must not keep an approved job from running.
-    `merged`: the job paths this commit merges; `by_stem`: facts.job_ids by their stem.
+    Only jobs that were approved (or come in this same commit) hold an id: a stray file pushed
+    without approval must not keep an approved job from running. `merged`: the job paths this commit
+    merges; `by_stem`: facts.job_ids by their stem.
     """
     return sorted(
         p for p in by_stem.get(job.id, ()) if p != path and (p in merged or p not in unapproved)

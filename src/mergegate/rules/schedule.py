@@ -120,12 +120,11 @@ def no_expiry_without_runners(doc: config.Document, data: config.RawMapping) -> 
 def no_lifetimes_without_runners(people: Sequence[Keyed]) -> None:
     """Key lifetimes need an authenticated clock: the time a change was first judged.
 
-    Only runner-signed audit records say when a policy change was judged. Without
-    `runners`, every fresh clone (every CI run) would judge past policy changes at
-    today's time, so once the keys that adopted a change expired, the older policy,
-    and the keys it removed, would come back. A policy that lists no runners may
-    therefore not use lifetimes at all (valid_after, valid_before, or an OpenPGP
-    key's own expiry): remove a key by a policy change instead.
+    Only runner-signed audit records say when a policy change was judged. Without `runners`, every
+    fresh clone (every CI run) would judge past policy changes at today's time, so once the keys
+    that adopted a change expired, the older policy, and the keys it removed, would come back. A
+    policy that lists no runners may therefore not use lifetimes at all (valid_after, valid_before,
+    or an OpenPGP key's own expiry): remove a key by a policy change instead.
     """
     for person in people:
         for key in person.keys:

@@ -1,9 +1,9 @@
 """Votes: what each one covers, and who may not count for a file (rules 4 and 5 of the judge).
 
-A vote binds path, mode and blob, and covers only a path the proposal changed
-relative to its merge base; what the merge itself wrote (a rollback, a conflict
-resolution) is the merge signer's own content. The writers and signers of a file
-never count for it, unless the policy allows self-approval. Pure, as the judge is.
+A vote binds path, mode and blob, and covers only a path the proposal changed relative to its merge
+base; what the merge itself wrote (a rollback, a conflict resolution) is the merge signer's own
+content. The writers and signers of a file never count for it, unless the policy allows
+self-approval. Pure, as the judge is.
 """
 
 from __future__ import annotations

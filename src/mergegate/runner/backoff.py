@@ -1,9 +1,8 @@
 """Exponential backoff with jitter for the poll loop during an outage.
 
-The n-th failure in a row waits base * 2**(n-1), capped, times a random factor
-in [0.5, 1] ("equal jitter": runners that lost the same remote at the same
-moment do not come back in lockstep, and no wait is shorter than half its
-step). A pass that succeeds resets it.
+The n-th failure in a row waits base * 2**(n-1), capped, times a random factor in [0.5, 1] ("equal
+jitter": runners that lost the same remote at the same moment do not come back in lockstep, and no
+wait is shorter than half its step). A pass that succeeds resets it.
 """
 
 from __future__ import annotations

@@ -305,8 +305,7 @@ class ClaimLoop:
 
     def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> Lease:
         """Who holds the claim and until when: past `until` with no result, any runner closes it as
-        `lost`.
-        (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
+        `lost`. (`wait`: the longest the job may wait for a slot, behind the jobs ahead of it.)"""
         seconds = (
             wait
             + limits.timeout_seconds

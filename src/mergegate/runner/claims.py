@@ -1,7 +1,7 @@
 """The claim protocol: which runnable jobs this runner claims, when, and how many per push.
 
-Every runner of a gate plans the same runnable list (planning.py) and claims by
-pushing `started` records to `mergegate/audit`, a compare-and-swap on the branch tip
+Every runner of a gate plans the same runnable list (planning.py) and claims by pushing `started`
+records to `mergegate/audit`, a compare-and-swap on the branch tip
 (a plain push, never forced). Many runners must help, not collide:
 
 - **Spread.** Each runner walks the list from its own offset (the SHA-256 of its
@@ -52,10 +52,9 @@ T = TypeVar("T")
 
 MAX_BATCH = 64
 # With --parallel N a runner may hold this many rounds of its N slots claimed (running or waiting),
-# if
-# more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots, and
-# a
-# merge of a thousand trivial jobs costs about ten pushes with --parallel 8, not twenty (issue 12).
+# if more than MAX_BATCH: each push then carries about as many claims per slot as with fewer slots,
+# and a merge of a thousand trivial jobs costs about ten pushes with --parallel 8, not twenty (issue
+# 12).
 SLOT_ROUNDS = 16
 SHORT_SECONDS = (
     0.25  # a job this short (or shorter than four pushes) costs less than its push: claim ahead
@@ -154,8 +153,7 @@ class Book:
         self, path: str, blob: str, commit: str, attempt: int = 1
     ) -> Started | Refusal | None:
         """Why this runner must not claim the revision: a `started` record of this attempt (or a
-        later
-        one), or another runner's refusal of it at this commit (a refusal is final too)."""
+        later one), or another runner's refusal of it at this commit (a refusal is final too)."""
         return self.claimed(path, blob, attempt) or self.refused.get((path, blob, commit))
 
 

@@ -2,26 +2,23 @@
 (issue 12).
 
 A pass that ended settled leaves `<git dir>/mergegate/quiet/<runner>.json`:
-the tips of `approved` and `mergegate/audit` as it fetched and pushed them,
-the options it ran with, and when its next time-based work falls due (a
-retry's backoff ending, another runner's lease running out, a key of an open
-commit's policy starting or ending its lifetime). Settled is the
-runner's to say (`one_pass.Runner._remember_quiet`): a pass that found nothing to do,
-or one that ran jobs, pushed every record and saw nobody else's records come
-in, with nothing waiting for evidence and no retry of its own to come. The
-next `run --once` with the same options asks the remote first (`git
-ls-remote`: no fetch, no local write); when both refs are still there, in the
-remote and in this clone's remote-tracking refs, the spool is empty, there is
-no pending commit and nothing is due, it reports the same nothing a full pass
-would, without fetching, reading records or planning. Every pass removes the
-memory before it starts, and writes it again only if it ends settled.
+the tips of `approved` and `mergegate/audit` as it fetched and pushed them, the options it ran with,
+and when its next time-based work falls due (a retry's backoff ending, another runner's lease
+running out, a key of an open commit's policy starting or ending its lifetime). Settled is the
+runner's to say (`one_pass.Runner._remember_quiet`): a pass that found nothing to do, or one that
+ran jobs, pushed every record and saw nobody else's records come in, with nothing waiting for
+evidence and no retry of its own to come. The next `run --once` with the same options asks the
+remote first (`git ls-remote`: no fetch, no local write); when both refs are still there, in the
+remote and in this clone's remote-tracking refs, the spool is empty, there is no pending commit and
+nothing is due, it reports the same nothing a full pass would, without fetching, reading records or
+planning. Every pass removes the memory before it starts, and writes it again only if it ends
+settled.
 
-Skipping is safe because the pass it stands for would decide nothing: its
-input is those two commits (already checked), the options and the time, and
-the time only matters at the due times kept here. It never runs or records
-anything, so it cannot break at-most-once; it can only delay, and only until
-a ref moves or something falls due. This module imports nothing heavy: an
-idle poll does not load the planning stack.
+Skipping is safe because the pass it stands for would decide nothing: its input is those two commits
+(already checked), the options and the time, and the time only matters at the due times kept here.
+It never runs or records anything, so it cannot break at-most-once; it can only delay, and only
+until a ref moves or something falls due. This module imports nothing heavy: an idle poll does not
+load the planning stack.
 """
 
 from __future__ import annotations
@@ -124,10 +121,9 @@ def still_quiet(
 ) -> Quiet | None:
     """The last quiet pass's memory, if a pass now would find the same nothing; else None.
 
-    Checks, cheapest first: the memory is for these options and nothing is due;
-    no spooled results and no pending commit of this runner; this clone's
-    remote-tracking refs and then the remote itself (one `ls-remote`) still
-    where the pass left them.
+    Checks, cheapest first: the memory is for these options and nothing is due; no spooled results
+    and no pending commit of this runner; this clone's remote-tracking refs and then the remote
+    itself (one `ls-remote`) still where the pass left them.
     """
     quiet = recall(repo.git_dir, runner_name)
     if quiet is None or quiet.key != key or quiet.due(now or clock.now()):

@@ -282,9 +282,8 @@ class Launcher:
         assert job is not None
         # The private folder mkdtemp made is the workspace itself: on a file system where each new
         # inode costs a search past the recently freed ones (ext4 without a journal, as on the
-        # machine of
-        # issue 12), a folder less per job is a sixth of what making a trivial job's workspace
-        # costs.
+        # machine of issue 12), a folder less per job is a sixth of what making a trivial job's
+        # workspace costs.
         workspace = tmp
         # The other jobs' definitions are not the job's business (the records are on
         # another branch); leaving them out keeps the export proportional to the code.

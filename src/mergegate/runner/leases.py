@@ -1,13 +1,13 @@
 """Leases: every `started` record says who holds the claim and until when.
 
-`lease: {"holder": <runner>, "until": <UTC time>}`, until = start + the job's
-timeout + its kill grace + the runner's shutdown grace + a few seconds to push
-the result. A run with no `finished` record after its lease ran out is closed
-as `lost` by any runner (never run again: at most once), whatever its name.
+`lease: {"holder": <runner>, "until": <UTC time>}`, until = start + the job's timeout + its kill
+grace + the runner's shutdown grace + a few seconds to push the result. A run with no `finished`
+record after its lease ran out is closed as `lost` by any runner (never run again: at most once),
+whatever its name.
 
-Open runs are found with one `git grep` of the records for the `event` and
-`run_id` fields (in C, a few bytes per record; the closed log files' part
-remembered by the clone, loggrep.py), then the open ones are read.
+Open runs are found with one `git grep` of the records for the `event` and `run_id` fields (in C, a
+few bytes per record; the closed log files' part remembered by the clone, loggrep.py), then the open
+ones are read.
 """
 
 from __future__ import annotations

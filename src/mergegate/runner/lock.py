@@ -1,15 +1,13 @@
 """One pass at a time per clone.
 
-Two passes in one clone (a cron tick while a pass runs a job, a retried CI step)
-would both read the same spool and audit tail and write two `finished` records
-for one run. A pass therefore holds an exclusive `flock` on
-`<git common dir>/mergegate/run.lock` from its first read to its last write.
+Two passes in one clone (a cron tick while a pass runs a job, a retried CI step) would both read the
+same spool and audit tail and write two `finished` records for one run. A pass therefore holds an
+exclusive `flock` on `<git common dir>/mergegate/run.lock` from its first read to its last write.
 
-flock is released by the kernel when the process exits, however it exits, so
-the lock is never stale: the file stays, only a live process can hold it. The
-file names the holder (pid, runner name, since) for the message a second pass
-prints. A pass that finds the lock held waits up to `wait` seconds, then refuses
-(Busy, exit 2) naming the file and the holder.
+flock is released by the kernel when the process exits, however it exits, so the lock is never
+stale: the file stays, only a live process can hold it. The file names the holder (pid, runner name,
+since) for the message a second pass prints. A pass that finds the lock held waits up to `wait`
+seconds, then refuses (Busy, exit 2) naming the file and the holder.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """One pass of a runner: discover -> decide -> claim -> execute -> record -> push.
 
-One pass reads `approved` and the audit branch `mergegate/audit` (one fetch),
-walks the first-parent commits of approved that are new since the last
-`scanned` record, judges each with the policy in force before it, and for
-every runnable job pushes a `started` record to the audit branch *before* the
-process starts (at most once), runs it, and pushes its `finished` record. The
-runner never writes to approved. Records are committed with plumbing on top of
-the audit branch's tip and pushed without force; a rejected push fetches both
-branches, re-checks the claim (records and vetoes), rebases and retries.
+One pass reads `approved` and the audit branch `mergegate/audit` (one fetch), walks the first-parent
+commits of approved that are new since the last `scanned` record, judges each with the policy in
+force before it, and for every runnable job pushes a `started` record to the audit branch *before*
+the process starts (at most once), runs it, and pushes its `finished` record. The runner never
+writes to approved. Records are committed with plumbing on top of the audit branch's tip and pushed
+without force; a rejected push fetches both branches, re-checks the claim (records and vetoes),
+rebases and retries.
 
 Its parts: planning (plan.py), the records it drafts (drafting.py), the vetoes it honours
 (vetoes.py), claiming and running in batches (claim_loop.py), the launch of one job
@@ -262,8 +261,8 @@ class Runner:
             pending += self._scanned(work, done, pending)
         if pending:
             self._publish(pending)
-        # Remember what was seen (all of it checked), so that a later rewrite of
-        # either branch (which may also erase the records that would have told) stops this runner.
+        # Remember what was seen (all of it checked), so that a later rewrite of either branch
+        # (which may also erase the records that would have told) stops this runner.
         branch.remember(branch.tip(), self._pub.checked, seen)
         stopped = (
             (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
@@ -407,11 +406,9 @@ class Runner:
             # it
             return
         # A commit still open (a job queued for a runner with its labels, or for its retry) is
-        # judged again
-        # by the next pass at its time: a key of its policy starting or ending its lifetime then
-        # changes
-        # the verdict, so the memory wakes then too (an OpenPGP key's own expiry is gpg's: no
-        # memory).
+        # judged again by the next pass at its time: a key of its policy starting or ending its
+        # lifetime then changes the verdict, so the memory wakes then too (an OpenPGP key's own
+        # expiry is gpg's: no memory).
         keys = [
             key
             for q in work.queued
@@ -443,14 +440,11 @@ class Runner:
         work.
 
         With `key` (`policy` is the one in force at the tip: the walk got there), an ssh key the
-        policy does not
-        list is refused too, also by a pass with nothing to run: a runner set up with the wrong key
-        must not
-        idle green until its first job. (Not before the walk: a policy change it adopts may list the
-        key.) An
-        OpenPGP key, or an ssh key file that does not show its public half, is judged by the
-        signature of the
-        pass's first audit commit (publisher.py)."""
+        policy does not list is refused too, also by a pass with nothing to run: a runner set up
+        with the wrong key must not idle green until its first job. (Not before the walk: a policy
+        change it adopts may list the key.) An OpenPGP key, or an ssh key file that does not show
+        its public half, is judged by the signature of the pass's first audit commit (publisher.py).
+        """
         if policy.runners and self.signing is None:
             raise UsageError(
                 f"{policy.where} lists runners, so audit commits must be signed",

@@ -1,14 +1,13 @@
 """The pending commit: the last audit commit this runner built whose push was refused.
 
-During an outage (the remote refuses pushes: a hook, permissions, a full disk on the
-server) every poll would otherwise build a new audit commit, and each holds a full
-copy of the current log file (up to 4 MiB). So the commit is kept in
-`refs/mergegate/pending/<runner>` and the next attempt pushes it again unchanged when
-it would say the same: same parent, the same records but for their `time`. A claim
-(`started`) is never reused, its lease counts from now; when a new commit replaces the
-pending one, or a push is refused because the branch moved (a lost race), the
-refused commit's own objects are deleted (`Repo.discard`). Disk stays bounded by one
-pending commit, however long the outage.
+During an outage (the remote refuses pushes: a hook, permissions, a full disk on the server) every
+poll would otherwise build a new audit commit, and each holds a full copy of the current log file
+(up to 4 MiB). So the commit is kept in `refs/mergegate/pending/<runner>` and the next attempt
+pushes it again unchanged when it would say the same: same parent, the same records but for their
+`time`. A claim (`started`) is never reused, its lease counts from now; when a new commit replaces
+the pending one, or a push is refused because the branch moved (a lost race), the refused commit's
+own objects are deleted (`Repo.discard`). Disk stays bounded by one pending commit, however long the
+outage.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ class Pending:
     repo: Repo
     runner_name: str
     # The ref as this pass last read or wrote it: only this runner's pass, holding the clone's pass
-    # lock,
-    # writes it, so one read a pass is enough (`forget` at each pass's start: between passes another
-    # `run --once` in this clone may have pushed or replaced it).
+    # lock, writes it, so one read a pass is enough (`forget` at each pass's start: between passes
+    # another `run --once` in this clone may have pushed or replaced it).
     _known: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -1,8 +1,8 @@
 """Planning a pass: judge every first-parent commit since the last one processed.
 
-Read-only: `run`, `status` and `check` all start here, and only the runner
-acts on the result. Commits come from `approved`; what the previous passes
-did (and where they stopped) comes from the records on the audit branch.
+Read-only: `run`, `status` and `check` all start here, and only the runner acts on the result.
+Commits come from `approved`; what the previous passes did (and where they stopped) comes from the
+records on the audit branch.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ if TYPE_CHECKING:
 class Walk:
     """Judges first-parent commits in order, carrying what a walk must remember.
 
-    The policy in force changes only through an adopted policy change; other
-    files changed without their quorum (by an unsigned push, or a merge whose
-    approvers wrote them) stay "unapproved" until a merge with that quorum
-    changes them again, and no job runs in a tree that holds such a file.
+    The policy in force changes only through an adopted policy change; other files changed without
+    their quorum (by an unsigned push, or a merge whose approvers wrote them) stay "unapproved"
+    until a merge with that quorum changes them again, and no job runs in a tree that holds such a
+    file.
     """
 
     def __init__(
@@ -71,12 +71,11 @@ class Walk:
         self.policy = policy
         self.unapproved = dict(unapproved or {})
         self.seen: set[tuple[str, str]] = set()
-        # Bytes merged back after an earlier life on approved (a job revision this walk
-        # or the audit has seen, a file an unapproved commit changed) get their full
-        # authorship checked; searching all history for every file would cost seconds.
-        # (The audit names job revisions only: asking it about other files is a wasted git grep
-        # each.)
-        # `mentioned` answers audit.mentions from records already read (verify has them all).
+        # Bytes merged back after an earlier life on approved (a job revision this walk or the audit
+        # has seen, a file an unapproved commit changed) get their full authorship checked;
+        # searching all history for every file would cost seconds. (The audit names job revisions
+        # only: asking it about other files is a wasted git grep each.) `mentioned` answers
+        # audit.mentions from records already read (verify has them all).
         self.mentions = mentioned or (
             lambda path, blob: audit.mentions(assessor.repo, records, path, blob)
         )
@@ -271,8 +270,8 @@ def _reopen(
     """Judge again the commits the last `scanned` record lists as open, each by the policy in force
     before it.
 
-    Trust stays with the history: the record only says which commits to look at
-    again, and each must be on approved's first-parent line after the trust root.
+    Trust stays with the history: the record only says which commits to look at again, and each must
+    be on approved's first-parent line after the trust root.
     """
     scanned = tail.scanned
     if scanned is None:
@@ -403,8 +402,8 @@ def open_after(
 ) -> tuple[list[OpenCommit], dict[str, bytes]]:
     """The `open` list of this pass's `scanned` record, and the evidence files it names.
 
-    `outcomes` maps (path, blob, commit) to what this pass did with a runnable
-    item (its status, or `claimed`); an item it did not take stays open.
+    `outcomes` maps (path, blob, commit) to what this pass did with a runnable item (its status, or
+    `claimed`); an item it did not take stays open.
     """
     commits: list[str] = []
     items: list[Runnable | Queued] = [*work.runnable, *work.queued]

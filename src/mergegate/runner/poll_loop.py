@@ -113,8 +113,8 @@ class PollLoop:
     def _settled(self, before: dict[str, str] | None) -> bool:
         """Whether the pass left nothing to do: the remote still where it was and the spool empty.
 
-        (Its own pushes move the remote, so the pass after one that wrote records
-        runs too, finds nothing and settles.)
+        (Its own pushes move the remote, so the pass after one that wrote records runs too, finds
+        nothing and settles.)
         """
         if before is None or self.runner.spool.path.exists():
             return False

@@ -1,12 +1,11 @@
 """Publishing records: commit drafts on the audit branch's tip and push them, without force.
 
-The runner never writes to approved. A commit is built in memory from the end of
-the log (`logend.LogEnd`) and pushed as a plain push (a compare-and-swap on the tip).
-When the push is rejected because the branch moved, the publisher fetches both
-branches once, checks the commits other runners added, reads the records they
-appended (and adds them to the claim `Book`), drops claims another runner made first
-(or that a veto merged meanwhile now stops), re-seals the rest on the new tip and
-tries again. A push the remote refused outright is kept as the pending commit
+The runner never writes to approved. A commit is built in memory from the end of the log
+(`logend.LogEnd`) and pushed as a plain push (a compare-and-swap on the tip). When the push is
+rejected because the branch moved, the publisher fetches both branches once, checks the commits
+other runners added, reads the records they appended (and adds them to the claim `Book`), drops
+claims another runner made first (or that a veto merged meanwhile now stops), re-seals the rest on
+the new tip and tries again. A push the remote refused outright is kept as the pending commit
 (pending.py) and the error goes up: the results stay in the spool.
 """
 
@@ -34,18 +33,17 @@ from mergegate.runner.claims import Book, holder
 from mergegate.runner.pending import Pending
 from mergegate.runner.spool import Spool
 
-# Many runners move the tip all the time: a push built on an older tip loses and is
-# rebuilt on the new one. After a lost race a runner waits a random moment so that
-# runners pushing in lockstep fall out of step: binary exponential backoff whose slot
-# is what one try took here (a look at the branches, a commit, a push), up to one slot
-# per runner pushing (at most RETRY_SLOTS). Retrying at once, the losers of a race met again at the
-# next push
-# (four runners on one merge lost two pushes of three).
+# Many runners move the tip all the time: a push built on an older tip loses and is rebuilt on the
+# new one. After a lost race a runner waits a random moment so that runners pushing in lockstep fall
+# out of step: binary exponential backoff whose slot is what one try took here (a look at the
+# branches, a commit, a push), up to one slot per runner pushing (at most RETRY_SLOTS). Retrying at
+# once, the losers of a race met again at the next push (four runners on one merge lost two pushes
+# of three).
 MAX_PUSH_ATTEMPTS = 40
 RETRY_JITTER_SECONDS = 0.02  # the least slot
 RETRY_SLOTS = 16
-# A claim is pushed only after a look at both branches at most this old: a veto
-# merged while earlier jobs of the pass ran must still stop the next one.
+# A claim is pushed only after a look at both branches at most this old: a veto merged while earlier
+# jobs of the pass ran must still stop the next one.
 FRESH_SECONDS = 1.0
 
 Key = tuple[str, str, str]  # (path, blob, commit) of a job revision
@@ -96,14 +94,12 @@ class Publisher:
         """Push `drafts`; with `claims` (their `started` drafts among them, each with its attempt),
         what was dropped and why:
         {key: ("claimed", "claimed by <runner>") or ("vetoed", reason)}. A `vetoed` record replaces
-        a
-        claim a veto now stops; the other drafts are pushed without the dropped claims."""
+        a claim a veto now stops; the other drafts are pushed without the dropped claims."""
         claims = dict(claims or {})
         drafts, dropped = self._one_per_revision(drafts, claims)
         # A claim's lease counts from its push, not from its draft: lost races and the backoff
-        # between
-        # them would otherwise spend the few seconds of slack, and the job, started late, outlive
-        # its lease.
+        # between them would otherwise spend the few seconds of slack, and the job, started late,
+        # outlive its lease.
         drafted, ends = time.monotonic(), _leases(drafts)
         if claims:
             self.fresh()  # a veto merged while earlier jobs ran
@@ -172,16 +168,15 @@ class Publisher:
                 self.repo.discard(sha)
             slot = max(RETRY_JITTER_SECONDS, time.monotonic() - tried)
             # As many slots as runners push here (those with claims in the book, and this one),
-            # doubling
-            # with the losses up to that: more only leaves the CPUs idle while the others are done.
+            # doubling with the losses up to that: more only leaves the CPUs idle while the others
+            # are done.
             pushing = len(self.book.holders.keys() - {self.runner_name}) + 1
             wait = random.uniform(0, slot * min(2**attempt, RETRY_SLOTS, max(2, pushing)))
             left = self._lease_left(drafts)
             if left is not None:
                 # A result must land within its run's lease (else any runner may close the run
-                # `lost` and
-                # this result is dropped): the waits leave room for the next tries in what is left
-                # of it.
+                # `lost` and this result is dropped): the waits leave room for the next tries in
+                # what is left of it.
                 wait = min(wait, max(0.0, (left - slot) / 2))
             time.sleep(wait)
             tried = time.monotonic()
@@ -300,13 +295,12 @@ class Publisher:
         self, claim: Decision, attempt: int, parent: str | None
     ) -> tuple[str, str] | None:
         """Why the claim must not be pushed now: another runner's claim (of this attempt or a later
-        one), a veto,
-        or (a retry) a change of its file on approved that the commit will say it judged."""
+        one), a veto, or (a retry) a change of its file on approved that the commit will say it
+        judged."""
         judged = self._trailer(parent)
         if attempt > 1 and judged != self.judged:
             # The commit will say it judged a newer tip than planning did: the retry must stand
-            # there too
-            # (the rule verify applies to it).
+            # there too (the rule verify applies to it).
             why = late_refusal(
                 claim,
                 Standing(

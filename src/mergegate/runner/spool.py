@@ -7,34 +7,29 @@ One JSON line per run in `.git/mergegate/spool/<runner>.jsonl`:
 
 (`folders`: the job's workspace and the runner's export folder, until the job has ended.)
 
-Before the claim is pushed, the entry holds a provisional result ("the runner
-stopped while this job ran"); once the job's process exists it also names that
-process; when the job ends the real result replaces it; once the result is
-pushed the entry is dropped. A later pass pushes what is left, but only once the
-job's process is known to be gone (`SpoolEntry.gone`).
+Before the claim is pushed, the entry holds a provisional result ("the runner stopped while this job
+ran"); once the job's process exists it also names that process; when the job ends the real result
+replaces it; once the result is pushed the entry is dropped. A later pass pushes what is left, but
+only once the job's process is known to be gone (`SpoolEntry.gone`).
 
-The file is a journal: a change appends a line (the entry's new state, or
-`{"dropped": [run ids]}` once results are pushed), and reading keeps the last
-state of each run. Appending one line and syncing it costs one fsync; rewriting
-the whole spool for every change (a temporary file, two fsyncs, a rename) took
-several milliseconds a job under a lock every job in parallel waits for, and
-bounded `--parallel` well below what the push allows (issue 12). The file is
-created, and compacted once it holds more than twice the live entries (plus
-`COMPACT_SLACK` lines), by an atomic rewrite (a temporary file, fsync, rename,
-fsync of the directory); it is removed once nothing is left in it, so an existing
-file means something is spooled.
+The file is a journal: a change appends a line (the entry's new state, or `{"dropped": [run ids]}`
+once results are pushed), and reading keeps the last state of each run. Appending one line and
+syncing it costs one fsync; rewriting the whole spool for every change (a temporary file, two
+fsyncs, a rename) took several milliseconds a job under a lock every job in parallel waits for, and
+bounded `--parallel` well below what the push allows (issue 12). The file is created, and compacted
+once it holds more than twice the live entries (plus `COMPACT_SLACK` lines), by an atomic rewrite (a
+temporary file, fsync, rename, fsync of the directory); it is removed once nothing is left in it, so
+an existing file means something is spooled.
 
-What is synced before it counts: a claim's provisional result (before the claim is
-pushed) and its real result. The job's process, once it exists, is appended without a
-sync: a line written is in the kernel's page cache and survives the death of any
-process (the runner's included); only a crash of the machine loses it, and that ends
-the job's process too (the next pass sees a runner and a job of another boot: nothing
-of the run is left, and it is closed as lost, as it would be with the line). A
-`dropped` line is not synced either: lost in a crash, the next pass finds the result
-on the audit branch (or no claim there) and drops the entry anyway. A crash leaves each run's entry
-as of
-its last complete line. A line that cannot be read (a write torn by a crash, a disk
-error, an edit) is moved to `<runner>.jsonl.corrupt` and named in a warning; it
+What is synced before it counts: a claim's provisional result (before the claim is pushed) and its
+real result. The job's process, once it exists, is appended without a sync: a line written is in the
+kernel's page cache and survives the death of any process (the runner's included); only a crash of
+the machine loses it, and that ends the job's process too (the next pass sees a runner and a job of
+another boot: nothing of the run is left, and it is closed as lost, as it would be with the line). A
+`dropped` line is not synced either: lost in a crash, the next pass finds the result on the audit
+branch (or no claim there) and drops the entry anyway. A crash leaves each run's entry as of its
+last complete line. A line that cannot be read (a write torn by a crash, a disk error, an edit) is
+moved to `<runner>.jsonl.corrupt` and named in a warning; it
 never stops a pass. A write that fails stops the pass (StateError naming the file):
 the runner claims nothing it could not account for.
 """
@@ -70,8 +65,7 @@ class SpoolEntry:
     runner: ProcessId | None = None
     done: bool = False  # the record is the job's real result, not the provisional one
     # What the run holds in TMPDIR, (path, inode): if its runner dies (and its watchdog with it),
-    # the pass
-    # that finds the run gone removes them (workspaces.remove_stale).
+    # the pass that finds the run gone removes them (workspaces.remove_stale).
     folders: tuple[tuple[str, int], ...] = ()
 
     @property

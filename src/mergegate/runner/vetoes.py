@@ -28,11 +28,9 @@ from mergegate.runner.plan import Plan
 
 class WalkedView:
     """A veto commit as the pass that walked it judged it (and verify does): by the policy in force
-    before
-    it, at the time the first record covering it says (one a runner of that policy vouched for). A
-    veto
-    valid then stays a veto: judged only at the clock now and by the tip's policy, it lapsed for the
-    runner once its signer's key ran out, never for verify (review redteam7a, F3)."""
+    before it, at the time the first record covering it says (one a runner of that policy vouched
+    for). A veto valid then stays a veto: judged only at the clock now and by the tip's policy, it
+    lapsed for the runner once its signer's key ran out, never for verify (review redteam7a, F3)."""
 
     def __init__(self, repo: Repo, root: str, records: str | None, tip: str, now: datetime) -> None:
         self.repo, self.root, self.records, self.tip, self.now = repo, root, records, tip, now
@@ -128,8 +126,8 @@ class Vetoes:
         a merge brought in (a pull request merged with a merge commit: where branch protection
         lets nothing but pull requests into approved, that is how a veto gets there)."""
         assessor, now = Assessor(self.repo), clock.now()
-        # As loose as the trailer parser (any case, any spacing), so that no veto
-        # the walk would honour is missed here; the parser then decides.
+        # As loose as the trailer parser (any case, any spacing), so that no veto the walk would
+        # honour is missed here; the parser then decides.
         grep = f"--grep=^{VETO_TRAILER}:"
         listed = self.repo.out("log", "--regexp-ignore-case", grep, "--format=%H", spec).split()
         line = (  # (one git log when there is no veto at all, as on most passes)

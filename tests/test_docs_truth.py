@@ -29,6 +29,17 @@ def test_every_dependency_list_in_the_docs_is_pyprojects() -> None:
     assert found, "no dependency list found in the docs; this test guards nothing"
 
 
+def test_the_dev_extra_the_docs_list_is_pyprojects() -> None:
+    """A sentence 'The `dev` extra adds the development tools (A, B, ...)' lists exactly the
+    `dev` extra of pyproject.toml (securesystemslib came with runner attestations, issue 25)."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = {re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].lower() for dep in extra["dev"]}
+    text = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.findall(r"`dev` extra adds the development tools \(([^)]*)\)", text)
+    assert len(listed) == 1, "README.md no longer lists the dev extra; this test guards nothing"
+    assert {n.strip().lower() for n in listed[0].split(",")} == wanted
+
+
 def test_the_mcp_table_names_every_argument_of_every_tool(tmp_path: Path) -> None:
     import anyio
 

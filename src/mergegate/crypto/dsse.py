@@ -156,7 +156,7 @@ def can_sign_dsse(public_line: str) -> bool:
     return kind == "ssh-ed25519" or kind == "ssh-rsa" or kind.startswith("ecdsa-sha2-nistp")
 
 
-class Signer:
+class DsseSigner:
     """Signs PAE bytes with one ssh key: in-process, or through the ssh agent."""
 
     def __init__(
@@ -175,7 +175,7 @@ class Signer:
         return _agent_sign(self._agent, self.public_line, self.public_key, data)
 
 
-def load_signer(path: str | os.PathLike[str]) -> Signer:
+def load_signer(path: str | os.PathLike[str]) -> DsseSigner:
     """A signer for the ssh key file at `path` (a private key; or a `.pub` whose private key the
     ssh agent holds; a passphrase-protected private key likewise): UsageError when it cannot
     sign."""
@@ -212,7 +212,7 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
         key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     ):
         raise UsageError(f"{where}: this kind of key cannot sign DSSE envelopes", hint=_HINT)
-    return Signer(ssh_public_line(key.public_key()), key=key)
+    return DsseSigner(ssh_public_line(key.public_key()), key=key)
 
 
 def _is_fido(text: str) -> bool:
@@ -229,7 +229,7 @@ def _is_fido(text: str) -> bool:
     return b"sk-ssh-ed25519@openssh.com" in head or b"sk-ecdsa-sha2-nistp256@openssh.com" in head
 
 
-def _agent_signer(where: Path, public_line: str) -> Signer:
+def _agent_signer(where: Path, public_line: str) -> DsseSigner:
     agent = os.environ.get("SSH_AUTH_SOCK")
     if not agent:
         raise UsageError(
@@ -240,7 +240,7 @@ def _agent_signer(where: Path, public_line: str) -> Signer:
         )
     if not can_sign_dsse(public_line):
         raise UsageError(f"{where}: this kind of key cannot sign DSSE envelopes", hint=_HINT)
-    return Signer(public_line, agent=agent)
+    return DsseSigner(public_line, agent=agent)
 
 
 def _sign_in_process(key: PrivateKeyType, data: bytes) -> bytes:
@@ -316,7 +316,7 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
 
 
 # -- envelopes ---------------------------------------------------------------------------------
-def sign(payload_type: str, payload: bytes, signer: Signer) -> Envelope:
+def sign(payload_type: str, payload: bytes, signer: DsseSigner) -> Envelope:
     """`payload` in an envelope signed by `signer`."""
     return Envelope(
         payload_type, payload, (Signature(signer.keyid, signer.sign(pae(payload_type, payload))),)

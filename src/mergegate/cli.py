@@ -75,6 +75,10 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
     ),
 }
 AUDIT_COMMANDS: Mapping[str, tuple[str, str]] = {
+    "export": (
+        "audit_export",
+        "Print the records for other tools, a JSON object a line, checked as `audit verify` does.",
+    ),
     "log": ("audit_log", "Print the records, oldest first, after checking the whole chain."),
     "verify": (
         "audit_verify",

@@ -1,0 +1,196 @@
+"""`mergegate audit export`: the records for a SIEM or a log shipper, one JSON object a line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import BinaryIO
+
+import click
+
+from mergegate.audit.records import EVENTS
+from mergegate.commands import output
+from mergegate.commands.options import branch_options, trust_option
+from mergegate.errors import GitError, UsageError
+from mergegate.git.refnames import branch_name
+
+FORMATS = ("jsonl", "ecs")
+
+
+@click.command("export")
+@branch_options
+@trust_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: the records as the log holds them; ecs: Elastic Common Schema documents.",
+)
+@click.option(
+    "--since",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="SEQ",
+    help="Only records after seq SEQ (a cursor file, when there is one, says where instead).",
+)
+@click.option("--job", "job", default=None, metavar="ID", help="Only records of this job.")
+@click.option(
+    "--event",
+    "events",
+    multiple=True,
+    type=click.Choice(EVENTS),
+    help="Only these events (repeatable).",
+)
+@click.option(
+    "--output",
+    "output_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Append the lines to FILE instead of printing them.",
+)
+@click.option("--follow", is_flag=True, help="Keep polling; print new records as they land.")
+@click.option(
+    "--cursor",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Resume after the last line printed, kept in FILE (seq and hash, written after each "
+    "line).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --follow: seconds between polls.",
+)
+def command(
+    repo: Path,
+    remote: str,
+    branch: str,
+    no_fetch: bool,
+    trust_root: str | None,
+    fmt: str,
+    since: int,
+    job: str | None,
+    events: tuple[str, ...],
+    output_file: Path | None,
+    follow: bool,
+    cursor: Path | None,
+    interval: float,
+) -> int:
+    """Print the records for other tools, a JSON object a line, checked as `audit verify` does.
+
+    With --follow it keeps polling (ls-remote first; a fetch only when mergegate/audit moved)
+    and prints records as they land, until SIGINT or SIGTERM. With --cursor FILE a restart
+    resumes right after the last line printed: a line may be printed twice after a kill,
+    never skipped. Field mapping and Vector/Fluent Bit recipes: docs/siem.md.
+
+    \b
+    Example:
+      mergegate audit export --format ecs --since 120
+      mergegate audit export --format jsonl --job backup --event finished
+      mergegate audit export --format ecs --follow --cursor /var/lib/mergegate/ecs.cursor \\
+          --output /var/log/mergegate/audit.ecs.jsonl
+    """
+    return main(
+        repo=repo,
+        remote=remote,
+        branch=branch,
+        fetch=not no_fetch,
+        trust_root=trust_root,
+        fmt=fmt,
+        since=since,
+        job=job,
+        events=events,
+        output_file=output_file,
+        follow=follow,
+        cursor=cursor,
+        interval=interval,
+    )
+
+
+def main(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    fmt: str,
+    since: int = 0,
+    job: str | None = None,
+    events: tuple[str, ...] = (),
+    output_file: Path | None = None,
+    follow: bool = False,
+    cursor: Path | None = None,
+    interval: float = 5.0,
+) -> int:
+    from mergegate.execution.shutdown import Shutdown
+    from mergegate.operations.audit_export import Export, Selection, record_line
+
+    branch = branch_name(branch, remote)  # every spelling of the approved branch
+    with ExitStack() as stack:
+        sink = _sink(stack, output_file, durable=cursor is not None)
+        export = Export(
+            repo_path=repo,
+            remote=remote,
+            branch=branch,
+            fetch=fetch,
+            trust=trust_root,
+            selection=Selection(since=since, job=job, events=events),
+            line=record_line(fmt),
+            emit=sink,
+            cursor=cursor,
+        )
+        try:
+            if not follow:
+                export.batch(fetch=fetch)
+                return 0
+            stop = stack.enter_context(Shutdown().handling())
+            export.follow(stop, interval=interval, on_error=_outage)
+        except BrokenPipeError:
+            # The reader went away (`| head`): what it read was printed; nothing more to say.
+            _quiet_stdout()
+    return 0
+
+
+def _sink(stack: ExitStack, path: Path | None, *, durable: bool) -> Callable[[bytes], None]:
+    """Where the lines go, each flushed before the cursor moves past it (and, to a file kept
+    with a cursor, synced: the line is on disk before the cursor says so)."""
+    stream: BinaryIO
+    if path is None:
+        stream = sys.stdout.buffer
+    else:
+        try:
+            stream = stack.enter_context(path.open("ab"))
+        except OSError as exc:
+            raise UsageError(f"cannot open the output: {exc.strerror}", file=str(path)) from None
+
+    def emit(data: bytes) -> None:
+        stream.write(data)
+        stream.flush()
+        if durable and path is not None:
+            os.fsync(stream.fileno())
+
+    return emit
+
+
+def _outage(exc: GitError, delay: float) -> None:
+    output.line(f"warning: {exc} (retrying in {delay:.0f}s)", err=True)
+
+
+def _quiet_stdout() -> None:
+    """Python would report the broken pipe again when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

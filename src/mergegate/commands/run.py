@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mergegate.commands import output
+from mergegate.commands.job_lines import JobLines
 from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.errors import GitError, MergegateError, UsageError
 from mergegate.git.refnames import branch_name
@@ -128,6 +129,8 @@ def command(
     --shutdown-grace seconds, then is killed and recorded `interrupted`, and
     the records are pushed before the runner exits. With --json, each pass
     (and, in the loop, each outage and recovery) is one JSON object per line.
+    Each job's start and end are said on stderr as they happen (on a terminal,
+    without --json, also a live line of what runs); stdout keeps the summary.
 
     A runner with --label claims only jobs whose runs_on it has all of; a job
     without runs_on is claimed by any runner. --job PATH claims and runs that
@@ -246,26 +249,46 @@ def main(
         ),
         repo=clone,
     )
+    # Each job's start and end on stderr as it happens (stdout keeps the summary, or the JSON).
+    lines = JobLines(live=not as_json)
+    runner.watch = lines
     if once:
-        result = runner.run_once()
+        try:
+            result = runner.run_once()
+        finally:
+            lines.close()
         if job is not None and not any(o.path == job for o in result.outcomes):
             return _not_run(runner, result, job, as_json=as_json)
         _report(result, as_json=as_json, once=True)
         return result.exit_code
     from mergegate.runner.poll_loop import PollLoop
 
-    PollLoop(runner, interval=interval, max_backoff=max_backoff).run(
-        on_pass=lambda result: _report(result, as_json=as_json, once=False),
-        on_error=lambda exc, delay, failures: _outage(
-            exc,
-            delay,
-            failures,
-            as_json=as_json,
-            spool=runner.spool.path,
-            apart=max(interval, max_backoff),
-        ),
-        on_recover=lambda failures, seconds: _recovered(failures, seconds, as_json=as_json),
+    what = (
+        f"a new commit on {branch} or mergegate/audit at {remote}"
+        if fetch and runner.repo.has_remote(remote)
+        else f"the next pass (no remote {remote} to ask first)"
     )
+
+    def on_pass(result: PassResult) -> None:
+        lines.close()
+        _report(result, as_json=as_json, once=False)
+
+    try:
+        PollLoop(runner, interval=interval, max_backoff=max_backoff).run(
+            on_pass=on_pass,
+            on_error=lambda exc, delay, failures: _outage(
+                exc,
+                delay,
+                failures,
+                as_json=as_json,
+                spool=runner.spool.path,
+                apart=max(interval, max_backoff),
+            ),
+            on_recover=lambda failures, seconds: _recovered(failures, seconds, as_json=as_json),
+            on_wait=lambda seconds, wake: lines.waiting(seconds, wake, what=what),
+        )
+    finally:
+        lines.close()
     return 0
 
 

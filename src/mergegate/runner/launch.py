@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 from mergegate import clock
 from mergegate.audit.records import Finished, Rejected, Vetoed
@@ -43,6 +44,27 @@ from mergegate.runner.spool import Spool, SpoolEntry
 # What a job's thread hands back: the flight, its `finished` draft, its outcome, its seconds, and
 # the error that keeps the pass from going on (its result could not be spooled: a full disk).
 Landed = tuple["Flight", Finished, Outcome, float, "MergegateError | None"]
+
+
+class JobWatch(Protocol):
+    """Who is told, as it happens, that a job's process started and that it ended (`run` prints
+    it). Called from the job's thread; what it raises is ignored (a closed terminal must not make
+    a job that ran `lost`)."""
+
+    def started(self, *, job: str, path: str, commit: str, run_id: str, attempt: int) -> None: ...
+
+    def ended(self, outcome: Outcome, finished: Finished, seconds: float) -> None: ...
+
+
+class _Unwatched:
+    def started(self, *, job: str, path: str, commit: str, run_id: str, attempt: int) -> None:
+        return None
+
+    def ended(self, outcome: Outcome, finished: Finished, seconds: float) -> None:
+        return None
+
+
+UNWATCHED: JobWatch = _Unwatched()
 
 
 def _not_exported(path: str) -> bool:
@@ -122,8 +144,10 @@ class Launcher:
         signing_key: str | None,
         me: ProcessId | None,
         home: Path,
+        watch: JobWatch = UNWATCHED,
     ) -> None:
         self.repo = repo
+        self.watch = watch  # told of each start and end as it happens
         self.spool = spool
         self.shutdown = shutdown
         self.drafts = drafts
@@ -151,6 +175,14 @@ class Launcher:
             self.spool.put(
                 SpoolEntry(provisional, ProcessId.of(pid), me, folders=tuple(held)), sync=False
             )
+            with contextlib.suppress(Exception):
+                self.watch.started(
+                    job=job.id,
+                    path=job.path,
+                    commit=decision.commit,
+                    run_id=run_id,
+                    attempt=attempt,
+                )
 
         try:
             # A runner that dies from here on leaves its watchdog to remove them, else the pass that
@@ -225,6 +257,9 @@ class Launcher:
                     reason=f"{outcome.reason}; attempt {flight.attempt} of {allowed}: attempt "
                     f"{flight.attempt + 1} is due at {iso_up(due)}",
                 )
+            seconds = time.monotonic() - began
+            with contextlib.suppress(Exception):
+                self.watch.ended(outcome, finished, seconds)
             failure: MergegateError | None = None
             try:
                 self.spool.put(SpoolEntry(finished, None, me, done=True))
@@ -233,7 +268,7 @@ class Launcher:
                 # the pass with this error (a thread that died here left the loop waiting
                 # forever, and the next pass closed a run that succeeded as lost).
                 failure = exc
-            done.put((flight, finished, outcome, time.monotonic() - began, failure))
+            done.put((flight, finished, outcome, seconds, failure))
 
         def guarded() -> None:
             try:

@@ -48,7 +48,7 @@ from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
 from mergegate.runner.drafting import Drafts, job_id, policy_changes
 from mergegate.runner.gate import Gate, check_new_records, read_gate
-from mergegate.runner.launch import Launcher, keep
+from mergegate.runner.launch import UNWATCHED, JobWatch, Launcher, keep
 from mergegate.runner.lock import DEFAULT_WAIT, pass_lock
 from mergegate.runner.pending import Pending
 from mergegate.runner.plan import Plan, open_after, plan
@@ -110,6 +110,7 @@ class Runner:
             None  # when the last pass's time-based work falls due (a retry, a lease's end)
         )
         self._me = ProcessId.of(os.getpid())  # this runner process, as the spool names it
+        self.watch: JobWatch = UNWATCHED  # told as each job starts and ends (`run` prints it)
         self._home = Path(
             pwd.getpwuid(os.geteuid()).pw_dir
         )  # (the passwd entry: read once, not for every job)
@@ -234,6 +235,7 @@ class Runner:
             signing_key=self.options.signing_key,
             me=self._me,
             home=self._home,
+            watch=self.watch,
         )
         ran, pending = ClaimLoop(
             runner_name=self.options.runner_name,

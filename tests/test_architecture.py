@@ -41,11 +41,16 @@ def test_the_helper_processes_packages_import_nothing() -> None:
         assert [ast.unparse(n) for n in imports] in ([], ["from __future__ import annotations"])
 
 
+# Generated (scripts/schema_checks.py), read by no one: JSON Schema checks compiled ahead of time.
+GENERATED = ("rules/schema_checks.py",)
+
+
 def test_no_source_file_is_over_600_lines() -> None:
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in _sources()
         if (n := len(p.read_text().splitlines())) > 600
+        and str(p.relative_to(PACKAGE)) not in GENERATED
     }
     assert not long, long
 

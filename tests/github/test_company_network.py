@@ -220,6 +220,16 @@ def test_a_runner_behind_a_proxy_reads_reviews_from_a_private_ca_api(
         assert untrusted.code == 1, untrusted.err
         reason = untrusted.json()["waiting"]["reason"]
         assert "CERTIFICATE_VERIFY_FAILED" in reason and "through the proxy" in reason
+        # The waiting line is all a person reads: it says what to do (a walk-through found it
+        # said only what failed).
+        assert "hint: " in reason and "SSL_CERT_FILE" in reason
+
+        missing = str(world.tmp / "no-such-ca.pem")
+        unreadable = gate.run_once(env={"HTTPS_PROXY": proxy.url, "SSL_CERT_FILE": missing})
+        assert unreadable.code == 1, unreadable.err
+        reason = unreadable.json()["waiting"]["reason"]
+        assert reason.startswith("waiting for evidence: ") and missing in reason
+        assert "hint: point SSL_CERT_FILE at a PEM file" in reason
 
         trusted = gate.run_once(
             env={"HTTPS_PROXY": proxy.url, "SSL_CERT_FILE": str(authority.ca_file)}

@@ -31,7 +31,7 @@ from mergegate.github.evidence import (
     is_listing_page,
     pick_pull,
 )
-from mergegate.github.http import Client, Malformed, TooLarge, redact_url, url_problem
+from mergegate.github.http import AGAIN, Client, Malformed, TooLarge, redact_url, url_problem
 from mergegate.rules.policy import Policy
 
 if (
@@ -266,7 +266,12 @@ class HeadMissing(NotYet):
     """The evidence is there but this clone lacks the PR head it is checked against (fetch it)."""
 
 
-def not_yet(reason: str) -> NotYet:
+def not_yet(reason: str, *, advice: str | None = None) -> NotYet:
+    """`advice`: the hint of the answer that was not evidence (SSL_CERT_FILE for a private CA, a
+    token's permissions). It is part of the reason, which is all a runner's waiting line and
+    `status` show; a hint that only says the next pass asks again is left out."""
+    if advice and advice != AGAIN:
+        reason = f"{reason}; hint: {advice}"
     return NotYet(
         f"waiting for evidence: {reason}",
         hint="the next pass asks GitHub again; nothing runs until then",
@@ -313,7 +318,7 @@ def review(
                 message=repo.commit(sha).message,
             )
         except NotYet as exc:
-            raise not_yet(exc.message) from None
+            raise not_yet(exc.message, advice=exc.hint) from None
         finally:
             if own:
                 client.close()
@@ -481,8 +486,13 @@ class ReviewSource:
                 raise not_yet(f"no stored GitHub evidence for {sha[:7]}")
             if stored is None and self.client is None and self.settings is not None:
                 # One client per pass: its rate-limit wait budget bounds the whole pass, not each
-                # commit.
-                self.client = self.settings.client()
+                # commit. One that cannot be made (SSL_CERT_FILE unreadable, HTTPS_PROXY
+                # unusable) is waiting too, said as every other reason is, with its hint.
+                try:
+                    self.client = self.settings.client()
+                except NotYet as exc:
+                    self._waiting[key] = not_yet(exc.message, advice=exc.hint)
+                    raise self._waiting[key] from None
             try:
                 result = review(
                     self.repo,

@@ -55,6 +55,11 @@ _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one qu
 ApiObject: TypeAlias = dict[str, Any]
 
 
+# The hint of an answer that is only late: nothing for a person to do. Any other hint (a private
+# CA's SSL_CERT_FILE, a token's permissions) is advice the runner's waiting line repeats.
+AGAIN = "the next pass asks again"
+
+
 class Unavailable(NotYet):
     """An HTTP answer that is not (yet) usable evidence."""
 
@@ -285,9 +290,7 @@ class Client:
                 f"{method} {url}: HTTP {response.status}{_message(response)}",
                 url=url,
                 status=response.status,
-                hint="the next pass asks again"
-                if response.status >= 500
-                else _status_hint(response.status),
+                hint=AGAIN if response.status >= 500 else _status_hint(response.status),
             )
 
     def _once(self, method: str, url: str, body: Any) -> Response:
@@ -299,7 +302,7 @@ class Client:
                 f"{method} {url}: this pass's requests to GitHub took {_secs(self.spent)}, its "
                 f"budget ({_secs(self.max_api_time)})",
                 url=url,
-                hint="the next pass asks again",
+                hint=AGAIN,
             )
         content = None if body is None else json.dumps(body).encode()
         start = time.monotonic()
@@ -341,9 +344,7 @@ class Client:
         except httpx.TimeoutException:
             if late.is_set() or time.monotonic() - start >= allowed:
                 raise self._late(method, url, allowed) from None
-            raise Unreachable(
-                f"{method} {url}: timed out", url=url, hint="the next pass asks again"
-            ) from None
+            raise Unreachable(f"{method} {url}: timed out", url=url, hint=AGAIN) from None
         except httpx.TransportError as exc:
             if late.is_set():
                 raise self._late(method, url, allowed) from None
@@ -370,7 +371,7 @@ class Client:
         return Unreachable(
             f"{method} {url}: no complete answer within {_secs(allowed)} ({which})",
             url=url,
-            hint="the next pass asks again",
+            hint=AGAIN,
         )
 
     def _trace(self, event: str, info: Mapping[str, Any]) -> None:
@@ -485,7 +486,7 @@ def _transport_hint(error: str) -> str:
             "the server's certificate is not trusted here: for a private certificate authority "
             "set SSL_CERT_FILE to its PEM file (docs/github.md, company networks)"
         )
-    return "the next pass asks again"
+    return AGAIN
 
 
 def _secs(seconds: float) -> str:
@@ -500,4 +501,4 @@ def _status_hint(status: int) -> str:
             "the token cannot read this repository (in Actions: permissions: pull-requests: "
             "read, contents: read)"
         )
-    return "the next pass asks again"
+    return AGAIN

@@ -22,6 +22,14 @@ def gate(world: World) -> None:
     world.propose("readme", {"README.md": "docs only\n"}, who=world.alice)
     world.propose("merged", {"jobs/m.yaml": job_yaml("m", ["echo", "m"])}, who=world.alice)
     world.signed_merge("merged", world.bob)
+    # GitHub's squash button: approved gets the change as a new commit, the branch stays
+    # behind, never an ancestor of approved (a walk-through found it listed forever).
+    world.propose("squashed", {"jobs/s.yaml": job_yaml("s", ["echo", "s"])}, who=world.alice)
+    world.git("approver", "fetch", "-q", "origin")
+    world.git("approver", "checkout", "-q", "-B", "approved", "origin/approved")
+    world.git("approver", "merge", "-q", "--squash", "origin/squashed")
+    world.git("approver", "commit", "-q", "-m", "Add s (#9)", who=world.bob)
+    world.git("approver", "push", "-q", "origin", "approved")
 
 
 def test_inbox_lists_pending_proposals_with_verdict_and_who_may_approve(world: World) -> None:
@@ -29,7 +37,8 @@ def test_inbox_lists_pending_proposals_with_verdict_and_who_may_approve(world: W
     result = world.mg("inbox", "--json", where="approver")
     assert result.code == 0, result.err
     items = {i["ref"]: i for i in result.json()["proposals"]}
-    assert sorted(items) == ["origin/add-denied", "origin/add-ok"]  # no docs-only or merged branch
+    # no docs-only, merged or squash-merged branch
+    assert sorted(items) == ["origin/add-denied", "origin/add-ok"]
     ok = items["origin/add-ok"]
     assert ok["verdict"] == "allowed" and ok["files"][0]["path"] == "jobs/ok.yaml"
     assert "needs 1 approval" in ok["files"][0]["approvals"]
@@ -74,8 +83,15 @@ def test_inbox_with_github_down_still_lists_branches_and_warns(world: World) -> 
         github.fail("/pulls", "status", status=503, times=10)
         result = world.mg("inbox", "--json", where="approver", env=github.env())
     assert result.code == 0, result.err
-    assert "open pull requests not listed" in result.err
+    assert "open pull requests not listed" in result.err and "hint" not in result.err
     assert len(result.json()["proposals"]) == 2
+    # An answer a person can do something about says what (as a private CA's names
+    # SSL_CERT_FILE).
+    with FakeGitHub() as github:
+        github.fail("/pulls", "status", status=401, times=10)
+        result = world.mg("inbox", "--json", where="approver", env=github.env())
+    assert result.code == 0, result.err
+    assert "hint: GITHUB_TOKEN (or GH_TOKEN) is missing, expired or wrong" in result.err
 
 
 def test_empty_inbox(world: World) -> None:

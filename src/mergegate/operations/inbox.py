@@ -91,7 +91,10 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
         try:
             pulls = _open_pulls(repo, remote, base, fetch)
         except MergegateError as exc:
-            warnings.append(f"open pull requests not listed: {exc.message}")
+            from mergegate.github.http import AGAIN  # (a private CA's SSL_CERT_FILE, say)
+
+            advice = f"; hint: {exc.hint}" if exc.hint and exc.hint != AGAIN else ""
+            warnings.append(f"open pull requests not listed: {exc.message}{advice}")
     for ref in {r for r in pulls if r not in candidates}:
         candidates[ref] = ref
     items = []
@@ -102,11 +105,13 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
         fork = repo.merge_base(tip, head)
         if fork is None:
             continue
-        if not any(
-            is_job_path(c.path) or c.path.startswith((POLICY_DIR, AUDIT_DIR))
+        changed = [
+            c.path
             for c in repo.diff(fork, head)
-        ):
-            continue
+            if is_job_path(c.path) or c.path.startswith((POLICY_DIR, AUDIT_DIR))
+        ]
+        if all(repo.file_blob(tip, path) == repo.file_blob(head, path) for path in changed):
+            continue  # nothing, or nothing approved lacks (a squash merge of it, say)
         pull = pulls.get(name)
         try:
             report = check(

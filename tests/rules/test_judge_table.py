@@ -589,7 +589,11 @@ for person in PEOPLE:
             decisions={HELLO.path: (True, "", "~quorum met")},
             summary=f"approval by {person}; other files: quorum met: 2 approvals (other files: "
             f"the highest job requirement) by {', '.join(sorted((person, second)))}",
-            check=lambda r: r.content_approved and "scripts/run.sh" not in r.unapproved,
+            check=lambda r: (
+                r.content_approved
+                and "scripts/run.sh" not in r.unapproved
+                and len(r.content_reviewers) == 2
+            ),
         ),
     )
     case(
@@ -616,7 +620,10 @@ for person in PEOPLE:
                     "version (or remove them), then propose the change again",
                 )
             },
-            check=lambda r: dict(r.unapproved) == {"scripts/run.sh": MERGE},
+            # Who counted for the script, its writer not among them (a source summary's review).
+            check=lambda r: (
+                dict(r.unapproved) == {"scripts/run.sh": MERGE} and r.content_reviewers == ()
+            ),
         ),
     )
     case(
@@ -1093,3 +1100,24 @@ def test_a_malformed_commit_refuses_its_valid_jobs_by_their_id() -> None:
     """A refused job's record names its id when the file is valid, even when nothing approves."""
     result = judge_commit(merge(HELLO, malformed="x"), POLICY)
     assert result.decisions[0].job is not None and result.decisions[0].job.id == "hello"
+
+
+def test_reviewed_by_counts_the_fewest_people_other_than_writers_for_any_change() -> None:
+    """What a SLSA source summary's SLSA_SOURCE_TWO_PARTY_REVIEWED rests on (issue 25): the
+    people the judge counted, none of them a writer of what they approved, for every change."""
+    script = other_file("scripts/run.sh")
+    assert judge_commit(merge(HELLO, signer="alice"), POLICY).reviewed_by == 1
+    assert judge_commit(merge(HELLO, signer="alice", approvers=("bob",)), POLICY).reviewed_by == 2
+    # The fewest over every change: bob's approval names one job of the two.
+    other = job("jobs/other.yaml")
+    partly = merge(HELLO, other, signer="alice", approvals=(approval("bob", (HELLO,)),))
+    assert judge_commit(partly, POLICY).reviewed_by == 1
+    both = judge_commit(merge(HELLO, script, signer="alice", approvers=("bob",)), POLICY)
+    assert both.content_approved and both.reviewed_by == 2
+    # A writer whose vote counts under allow_self_approval is no second party.
+    authored = job("jobs/hello.yaml", writers=(writer("e1" * 20, author="alice"),))
+    mine = judge_commit(merge(authored, signer="alice", approvers=("bob",)), SELF)
+    assert mine.decisions[0].approved and mine.reviewed_by == 1
+    # Nothing approved, nothing reviewed.
+    assert judge_commit(merge(HELLO, signer=None), POLICY).reviewed_by == 0
+    assert judge_commit(merge(PROD, signer="alice", approvers=("bob",)), POLICY).reviewed_by == 0

@@ -17,7 +17,7 @@ from mergegate.commands.options import branch_options, trust_option
 from mergegate.errors import GitError, UsageError
 from mergegate.git.refnames import branch_name
 
-FORMATS = ("jsonl", "ecs")
+FORMATS = ("jsonl", "ecs", "slsa-source")
 
 
 @click.command("export")
@@ -29,7 +29,8 @@ FORMATS = ("jsonl", "ecs")
     type=click.Choice(FORMATS),
     default="jsonl",
     show_default=True,
-    help="jsonl: the records as the log holds them; ecs: Elastic Common Schema documents.",
+    help="jsonl: the records as the log holds them; ecs: Elastic Common Schema documents; "
+    "slsa-source: a signed SLSA source summary of each commit of --ref.",
 )
 @click.option(
     "--since",
@@ -71,6 +72,24 @@ FORMATS = ("jsonl", "ecs")
     metavar="SECONDS",
     help="With --follow: seconds between polls.",
 )
+@click.option(
+    "--ref",
+    default=None,
+    metavar="BRANCH",
+    help="With --format slsa-source: the branch summarised (the gate's approved branch).",
+)
+@click.option(
+    "--signing-key",
+    default=None,
+    metavar="PATH",
+    help="With --format slsa-source: the runner's ssh key that signs the summaries.",
+)
+@click.option(
+    "--repository-uri",
+    default=None,
+    metavar="URI",
+    help="With --format slsa-source: the resourceUri (default: git+ and the remote's URL).",
+)
 def command(
     repo: Path,
     remote: str,
@@ -85,6 +104,9 @@ def command(
     follow: bool,
     cursor: Path | None,
     interval: float,
+    ref: str | None,
+    signing_key: str | None,
+    repository_uri: str | None,
 ) -> int:
     """Print the records for other tools, a JSON object a line, checked as `audit verify` does.
 
@@ -93,12 +115,18 @@ def command(
     resumes right after the last line printed: a line may be printed twice after a kill,
     never skipped. Field mapping and Vector/Fluent Bit recipes: docs/siem.md.
 
+    --format slsa-source prints, for each commit of approved after the trust root that
+    `mergegate verify` judged, a SLSA Verification Summary Attestation in a DSSE envelope signed
+    with --signing-key (a runner key of the policy), one a line (.intoto.jsonl).
+
     \b
     Example:
       mergegate audit export --format ecs --since 120
       mergegate audit export --format jsonl --job backup --event finished
       mergegate audit export --format ecs --follow --cursor /var/lib/mergegate/ecs.cursor \\
           --output /var/log/mergegate/audit.ecs.jsonl
+      mergegate audit export --format slsa-source --ref approved \\
+          --signing-key ~/.ssh/runner_key > approved.intoto.jsonl
     """
     return main(
         repo=repo,
@@ -114,6 +142,9 @@ def command(
         follow=follow,
         cursor=cursor,
         interval=interval,
+        ref=ref,
+        signing_key=signing_key,
+        repository_uri=repository_uri,
     )
 
 
@@ -132,11 +163,36 @@ def main(
     follow: bool = False,
     cursor: Path | None = None,
     interval: float = 5.0,
+    ref: str | None = None,
+    signing_key: str | None = None,
+    repository_uri: str | None = None,
 ) -> int:
     from mergegate.execution.shutdown import Shutdown
     from mergegate.operations.audit_export import Export, Selection, record_line
 
     branch = branch_name(branch, remote)  # every spelling of the approved branch
+    if fmt == "slsa-source":
+        if follow or cursor is not None or since or job is not None or events:
+            raise UsageError(
+                "--format slsa-source summarises the whole history of the branch: --follow, "
+                "--cursor, --since, --job and --event do not apply",
+                hint="mergegate audit export --format slsa-source --ref approved --signing-key KEY",
+            )
+        return _summaries(
+            repo=repo,
+            remote=remote,
+            branch=branch_name(ref, remote) if ref is not None else branch,
+            fetch=fetch,
+            trust_root=trust_root,
+            signing_key=signing_key,
+            repository_uri=repository_uri,
+            output_file=output_file,
+        )
+    if ref is not None or signing_key is not None or repository_uri is not None:
+        raise UsageError(
+            "--ref, --signing-key and --repository-uri are for --format slsa-source",
+            hint="mergegate audit export --format slsa-source --ref approved --signing-key KEY",
+        )
     with ExitStack() as stack:
         sink = _sink(stack, output_file, durable=cursor is not None)
         export = Export(
@@ -159,6 +215,46 @@ def main(
         except BrokenPipeError:
             # The reader went away (`| head`): what it read was printed; nothing more to say.
             _quiet_stdout()
+    return 0
+
+
+def _summaries(
+    *,
+    repo: Path,
+    remote: str,
+    branch: str,
+    fetch: bool,
+    trust_root: str | None,
+    signing_key: str | None,
+    repository_uri: str | None,
+    output_file: Path | None,
+) -> int:
+    from mergegate import clock
+    from mergegate.operations.slsa_source import summarise
+
+    if signing_key is None:
+        raise UsageError(
+            "--format slsa-source needs --signing-key: the summaries are signed by a runner key",
+            hint="--signing-key PATH, the ssh key a runner of the policy signs the audit with",
+        )
+    made = summarise(
+        repo_path=repo,
+        remote=remote,
+        branch=branch,
+        fetch=fetch,
+        trust=trust_root,
+        signing_key=signing_key,
+        at=clock.now(),
+        repository_uri=repository_uri,
+    )
+    with ExitStack() as stack:
+        emit = _sink(stack, output_file, durable=False)
+        try:
+            for line in made.lines:
+                emit(line)
+        except BrokenPipeError:
+            _quiet_stdout()
+    output.warn(made.warnings)
     return 0
 
 

@@ -12,7 +12,7 @@ import bisect
 import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -75,6 +75,10 @@ class CommitLine:
     kind: str
     summary: str
     jobs: tuple[JobLine, ...] = ()
+    # For a judged commit: the commit of the policy that judged it, and the fewest people other
+    # than their writers the judge counted for any change it brings (Assessment.reviewed_by).
+    policy: str = ""
+    reviewed_by: int = 0
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -96,6 +100,7 @@ class VerifyReport:
     # (the commit the walk stopped at, why, how many first-parent commits were left unjudged):
     # evidence the runner is still waiting for. Not a violation, but never "ok" either.
     incomplete: tuple[str, str, int] | None = None
+    policy: Policy | None = None  # in force after the last commit the walk judged
 
     @property
     def exit_code(self) -> int:
@@ -200,6 +205,7 @@ def verify_history(
             progress(done, len(chain))
         # Record times are trustworthy only when runners sign the audit commits.
         at = seen[sha][0] if walk.policy.runners and sha in seen else now
+        judged_by = walk.policy.commit
         try:
             assessment = walk.step(sha, at=at)
         except NotYet as exc:
@@ -220,7 +226,13 @@ def verify_history(
         policies[sha] = assessment.policy
         for veto in assessment.vetoes:
             vetoed.setdefault((veto.path, veto.blob), (len(lines), veto.commit))
-        lines.append(_tally(sha, assessment, valid, rejected, retries, jobs_of))
+        lines.append(
+            replace(
+                _tally(sha, assessment, valid, rejected, retries, jobs_of),
+                policy=judged_by,
+                reviewed_by=assessment.reviewed_by,
+            )
+        )
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
     # force.
     assessor = Assessor(repo, reviews=reviews)
@@ -261,7 +273,14 @@ def verify_history(
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(
-        root, tip, len(records), tuple(lines), tuple(violations), tuple(warnings), incomplete
+        root,
+        tip,
+        len(records),
+        tuple(lines),
+        tuple(violations),
+        tuple(warnings),
+        incomplete,
+        walk.policy,
     )
 
 

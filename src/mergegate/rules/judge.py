@@ -248,25 +248,30 @@ class _OtherFiles:
     approved: bool  # a merge with their quorum vouched for them
     why: str  # the quorum's words ("" when the commit is no merge whose approvals count)
     after: dict[str, str]  # what stays unapproved after the commit (jobs not yet counted)
+    reviewers: tuple[str, ...] = ()  # who counted for them, none of them their writers
 
 
 def _other_files(case: _Case) -> _OtherFiles:
     """6. Other files a merge brings need their quorum, or stay unapproved."""
-    approved, why = _content(case) if case.merge else (False, "")
+    approved, why, reviewers = _content(case) if case.merge else (False, "", ())
     return _OtherFiles(
-        approved, why, _unapproved_after(case.facts, case.content, approved, case.unapproved)
+        approved,
+        why,
+        _unapproved_after(case.facts, case.content, approved, case.unapproved),
+        reviewers,
     )
 
 
-def _content(case: _Case) -> tuple[bool, str]:
-    """Whether the other files a merge brings (scripts a job may run) have their quorum.
+def _content(case: _Case) -> tuple[bool, str, tuple[str, ...]]:
+    """Whether the other files a merge brings (scripts a job may run) have their quorum, its
+    words, and who counted for them other than their writers.
 
     Like a job, they need the highest job requirement, from people who did not write
     them: a two-person rule must not end at the script the job calls.
     """
     facts, policy, files, signer = case.facts, case.policy, case.content, case.signer
     if not files:
-        return True, ""
+        return True, "", ()
     voters = [
         {v.person for a in facts.approvals for v in approval_votes(policy, a, f) if v.counted}
         | {v.person for path, v in facts.extra_votes if path == f.path and extra_vote(v, f).counted}
@@ -279,14 +284,17 @@ def _content(case: _Case) -> tuple[bool, str]:
     if policy.require_signed_proposals:
         for writer in writers:
             if writer.signer is None and writer.commit != facts.sha:
-                return False, (
+                return (
+                    False,
                     f"require_signed_proposals: commit {writer.commit[:7]} that changes other "
-                    f"files is not signed by a key in {policy.where}"
+                    f"files is not signed by a key in {policy.where}",
+                    (),
                 )
     excluded = {
         **dict(facts.review.excluded if facts.review else ()),
         **excluded_people(policy, writers),
     }
+    reviewers = tuple(sorted(people - set(excluded)))
     if not policy.allow_self_approval:
         people -= set(excluded)
     quorum = policy.quorum(policy.content_requirement(), people)
@@ -295,7 +303,7 @@ def _content(case: _Case) -> tuple[bool, str]:
         for p, why in sorted(excluded.items())
         if not policy.allow_self_approval
     )
-    return quorum.met, quorum.reason + (f"; {not_counted}" if not_counted else "")
+    return quorum.met, quorum.reason + (f"; {not_counted}" if not_counted else ""), reviewers
 
 
 def _unapproved_after(
@@ -342,6 +350,7 @@ def _other(case: _Case, other: _OtherFiles) -> Assessment:
         content=tuple(f.path for f in case.content),
         content_approved=other.approved,
         unapproved=other.after,
+        content_reviewers=other.reviewers,
     )
 
 
@@ -453,6 +462,7 @@ def _approval(
         content_approved=other.approved,
         unapproved=after,
         policy_verdict=verdict,
+        content_reviewers=other.reviewers,
     )
 
 

@@ -214,3 +214,35 @@ class Assessment:
     # After this commit: path -> first unapproved change.
     unapproved: Mapping[str, str] = field(default_factory=dict)
     policy_verdict: PolicyVerdict | None = None
+    # Who counted for those other files, none of them their writers (a source summary's
+    # two-party review: operations/slsa_source.py).
+    content_reviewers: tuple[str, ...] = ()
+
+    @property
+    def reviewed_by(self) -> int:
+        """The fewest distinct people the judge counted for any change this commit brings, none
+        of them a writer of what they approved; 0 when it approved nothing (no approval, a change
+        that missed its quorum or was not adopted, nothing a vote is for). A source summary says
+        SLSA_SOURCE_TWO_PARTY_REVIEWED from 2 (operations/slsa_source.py)."""
+        if self.kind not in ("approval", "other"):
+            return 0
+        groups: list[set[str]] = []
+        for decision in self.decisions:
+            if not decision.approved:
+                return 0
+            groups.append(_independent(decision.votes))
+        if self.policy_changed:
+            verdict = self.policy_verdict
+            if verdict is None or not verdict.adopted:
+                return 0
+            groups.extend(_independent(votes) for votes in verdict.votes.values())
+        if self.content:
+            if not self.content_approved:
+                return 0
+            groups.append(set(self.content_reviewers))
+        return min((len(group) for group in groups), default=0)
+
+
+def _independent(votes: Iterable[Vote]) -> set[str]:
+    """The people whose votes counted, but for those who wrote part of what they approved."""
+    return {v.person for v in votes if v.counted and not v.self_approved}

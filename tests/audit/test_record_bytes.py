@@ -159,6 +159,7 @@ _FORMS = {
                 "judged", "run_id", "command", "cwd", "sandbox", "rule", "policy_commit",
                 "resolved_program", "self_approved", "limits", "lease", "attempt",
                 "clone",  # (issue 23, item 11: the clone that claimed it; new records only)
+                "counted",  # (issue 25: the counted votes as data, for the run's attestation)
             },
         ),
         (

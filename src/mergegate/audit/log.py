@@ -46,6 +46,7 @@ from mergegate.git.repo import Repo
 
 AUDIT_DIR = "audit/"
 EVIDENCE_DIR = "audit/evidence/"
+ATTESTATIONS_DIR = "audit/attestations/"  # runs' attestations (audit/attestation.py)
 RECORDS_PER_FILE = 1000
 MAX_FILE_BYTES = 4 * 1024 * 1024
 _FILE = re.compile(r"^audit/log-(\d{6})\.jsonl$")
@@ -140,7 +141,7 @@ def log_files(repo: Repo, commit: str | None) -> list[tuple[str, str]]:
     entries = []
     for mode, blob, name in repo.ls_tree_flat(commit, AUDIT_DIR):
         path = AUDIT_DIR + name
-        if path == EVIDENCE_DIR.rstrip("/") and mode == "040000":
+        if path in (EVIDENCE_DIR.rstrip("/"), ATTESTATIONS_DIR.rstrip("/")) and mode == "040000":
             continue
         if not _FILE.match(path) or mode != "100644":
             raise IntegrityError(

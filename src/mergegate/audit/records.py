@@ -119,6 +119,15 @@ def _texts(value: object) -> tuple[bool, object]:
     return _NO
 
 
+def _objects(value: object) -> tuple[bool, object]:
+    """A list of objects of text members (a `started` record's `counted`)."""
+    if type(value) is list and all(
+        type(item) is dict and all(type(v) is str for v in item.values()) for item in value
+    ):
+        return True, tuple(dict(item) for item in value)
+    return _NO
+
+
 def _lease(value: object) -> tuple[bool, object]:
     """A lease; one with other members, or a holder that is no text, still ends at its `until`
     (read as it always was: a run whose lease ran out is closed as lost)."""
@@ -159,6 +168,8 @@ def _as_json(value: object) -> object:
         return value.as_json()
     if isinstance(value, tuple):
         return [_as_json(item) for item in value]
+    if isinstance(value, dict):
+        return dict(value)
     if isinstance(value, Mapping):
         return dict(value)
     return value
@@ -296,6 +307,9 @@ class Started(Votes):
     windows: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
     # The claiming clone's random id (leases.clone_id); absent before clones had ids.
     clone: str | None = field(default=None, metadata=_read(_str))
+    # Each counted vote as data ({"who", "how", "commit" | "review" and "pull"}): what the run's
+    # attestation names (absent before attestations existed).
+    counted: tuple[Mapping[str, str], ...] | None = field(default=None, metadata=_read(_objects))
 
     @property
     def attempt_number(self) -> int:

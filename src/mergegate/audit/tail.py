@@ -13,7 +13,7 @@ hash. Nothing is re-read or re-hashed per job, so job #1000 costs what job #1 di
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mergegate.audit import log as audit
@@ -110,9 +110,11 @@ class LogEnd:
         message: str,
         author: tuple[str, str],
         signing: Signing | None,
+        attest: Callable[[list[Record]], Mapping[str, bytes]] | None = None,
     ) -> tuple[str, list[Record], LogEnd]:
         """Seal `drafts` after the end, write the commit (not pushed) and return it with the end it
-        makes."""
+        makes. `attest` gives, for the sealed records, the attestation files the commit adds
+        (audit/attestations/<run id>.intoto.json: they name the records' seq and hash)."""
         sealed = audit.seal(drafts, after_seq=self.last_seq, after_hash=self.last_hash)
         path, count, data = self.last_file, self.file_records, self.data
         files: dict[str, bytes] = {}
@@ -141,6 +143,14 @@ class LogEnd:
                 evidence_tree[short] = ("100644", repo.write_object("blob", content))
         if evidence_tree:
             audit_tree["evidence"] = ("040000", repo.write_tree(evidence_tree))
+        attested = attest(sealed) if attest is not None else {}
+        if attested:
+            held = audit_tree.get("attestations")
+            entries = dict(repo.tree_entries(held[1])) if held is not None else {}
+            for name, content in attested.items():
+                short = name.removeprefix(audit.ATTESTATIONS_DIR)
+                entries[short] = ("100644", repo.write_object("blob", content))
+            audit_tree["attestations"] = ("040000", repo.write_tree(entries))
         root = repo.write_tree({"audit": ("040000", repo.write_tree(audit_tree))})
         sha = repo.write_commit_object(
             tree=root, parent=self.commit, message=message, author=author, signing=signing

@@ -1,17 +1,17 @@
 """The audit branch's history: what each commit on `mergegate/audit` may do.
 
 Each commit is made by a runner, has one parent (none for the first), and only appends: lines at the
-end of audit/log-NNNNNN.jsonl, and new files audit/evidence/<sha256>.json named by the hash of their
-bytes. Its message carries `Mergegate-Approved: <sha>`, the tip of `approved` the runner judged;
-that commit is an ancestor of approved's tip and descends from (or equals) the previous audit
-commit's. When the policy in force at that commit lists runners, the commit is signed by one of
-their keys. Anything else is tampering, and names the commit.
+end of audit/log-NNNNNN.jsonl, new files audit/evidence/<sha256>.json named by the hash of their
+bytes, and new files audit/attestations/<run id>.intoto.json (audit_files.py says what a commit may
+do to each file). Its message carries `Mergegate-Approved: <sha>`, the tip of `approved` the runner
+judged; that commit is an ancestor of approved's tip and descends from (or equals) the previous
+audit commit's. When the policy in force at that commit lists runners, the commit is signed by one
+of their keys. Anything else is tampering, and names the commit.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from mergegate.audit import log as audit
 from mergegate.errors import IntegrityError
+from mergegate.facts import audit_files
+from mergegate.facts.audit_files import Tampering
 from mergegate.facts.branches import AUDIT_BRANCH
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO, Change, Commit
@@ -49,19 +51,6 @@ class Signer(Protocol):
     """What the commit checks ask of an `Assessor`: a commit's signature against keys."""
 
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck: ...
-
-
-class Tampering(IntegrityError):
-    def __init__(
-        self, sha: str, what: str, *, file: str | None = None, line: int | None = None
-    ) -> None:
-        super().__init__(
-            f"audit commit {sha[:12]} on {AUDIT_BRANCH} {what}: tampering",
-            file=file,
-            line=line,
-            hint="records are only ever appended by runners; "
-            f"inspect it with `git show {sha[:12]}`",
-        )
 
 
 @dataclass(frozen=True)
@@ -282,9 +271,12 @@ class Checker:
         first: int | None = None
         for change in changes:
             if audit.is_evidence_path(change.path) is not None:
-                _check_evidence(repo, sha, change)
+                audit_files.check_evidence(repo, sha, change)
                 continue
-            _check_log_file(sha, change)
+            if audit_files.is_attestation(change.path):
+                audit_files.check_attestation(sha, change)
+                continue
+            audit_files.check_log_file(sha, change)
             logs += 1
             first = _appended(repo, sha, change, verified, tips, first, sink)
         if logs == 0:
@@ -417,24 +409,6 @@ def every_commit(repo: Repo, tip: str | None) -> list[str]:
     return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
 
 
-def _check_evidence(repo: Repo, sha: str, change: Change) -> None:
-    """An evidence file is only ever added, and its bytes hash to its name."""
-    path = change.path
-    if change.status != "A":
-        verb = "removes" if change.status == "D" else "changes"
-        raise Tampering(
-            sha, f"{verb} evidence file {path} (evidence is only ever added)", file=path
-        )
-    if change.new_mode != "100644" or hashlib.sha256(
-        repo.blob(change.new_blob)
-    ).hexdigest() != audit.is_evidence_path(path):
-        raise Tampering(
-            sha,
-            f"adds evidence file {path}, whose bytes do not hash to its name",
-            file=path,
-        )
-
-
 def _appended_bytes(repo: Repo, sha: str) -> list[bytes]:
     """What an audit commit whose shape was checked already appended to its log files."""
     commit = repo.commit(sha)
@@ -444,28 +418,8 @@ def _appended_bytes(repo: Repo, sha: str) -> list[bytes]:
             (repo.object_size(change.old_blob) or 0) if change.old_blob != ZERO else 0 :
         ]
         for change in repo.diff(parent, sha)
-        if change.status != "D" and audit.is_evidence_path(change.path) is None
+        if change.status != "D" and audit_files.is_log(change.path)
     ]
-
-
-def _check_log_file(sha: str, change: Change) -> None:
-    """Anything but an evidence file is a log file, kept and plain."""
-    path = change.path
-    if not re.match(r"^audit/log-\d{6}\.jsonl$", path):
-        raise Tampering(
-            sha,
-            f"touches {path}: audit commits may only append to audit/log-NNNNNN.jsonl "
-            "and add audit/evidence/<sha256>.json",
-            file=path,
-        )
-    if change.status == "D":
-        raise Tampering(sha, f"deletes audit file {path}", file=path)
-    if change.new_mode != "100644":
-        raise Tampering(
-            sha,
-            f"makes {path} something other than a plain file (mode {change.new_mode})",
-            file=path,
-        )
 
 
 def _appended(
@@ -497,13 +451,13 @@ def _appended(
             )
         if change.status == "A":
             sink.append(data[:size])
-            return _first_seq(data, 0, first)
+            return audit_files.first_seq(data, 0, first)
         old_size = tips.prefix(path, change.old_blob)
         if (
             old_size is not None and old_size <= size
         ):  # the old version is a prefix too, and shorter: appended
             sink.append(data[old_size:size])
-            return _first_seq(data, old_size, first)
+            return audit_files.first_seq(data, old_size, first)
     new = repo.blob(change.new_blob)
     if not new.endswith(b"\n"):
         raise Tampering(
@@ -514,20 +468,20 @@ def _appended(
         )
     if change.status == "A":
         sink.append(new)
-        return _first_seq(new, 0, first)
-    if _extends(repo, new, change.old_blob):
+        return audit_files.first_seq(new, 0, first)
+    if audit_files.extends(repo, new, change.old_blob):
         sink.append(new[repo.object_size(change.old_blob) or 0 :])
-        return _first_seq(new, repo.object_size(change.old_blob) or 0, first)
+        return audit_files.first_seq(new, repo.object_size(change.old_blob) or 0, first)
     old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
     if not new.startswith(old):
         raise Tampering(
             sha,
             f"rewrites existing audit records in {path}",
             file=path,
-            line=_first_difference(old, new),
+            line=audit_files.first_difference(old, new),
         )
     sink.append(new[len(old) :])
-    return _first_seq(new, len(old), first)
+    return audit_files.first_seq(new, len(old), first)
 
 
 def _check_numbering(
@@ -552,35 +506,3 @@ def _check_numbering(
             audit.log_files(repo, sha)  # a new file continues the numbering
         except IntegrityError as exc:
             raise Tampering(sha, exc.message, file=exc.file) from None
-
-
-def _extends(repo: Repo, new: bytes, old_blob: str) -> bool:
-    """Whether `new` starts with the bytes of blob `old_blob`, without reading that blob:
-    the git object id of new's prefix of that size must be `old_blob` (SHA-1 object ids)."""
-    size = repo.object_size(old_blob) if len(old_blob) == 40 else None
-    if size is None or size > len(new):
-        return False
-    return (
-        hashlib.sha1(b"blob %d\0" % size + new[:size], usedforsecurity=False).hexdigest()
-        == old_blob
-    )
-
-
-def _first_seq(data: bytes, offset: int, known: int | None) -> int | None:
-    """The smaller of `known` and the seq of the record starting at `offset` (None when
-    unreadable)."""
-    end = data.find(b"\n", offset)
-    try:
-        seq = json.loads(data[offset:end])["seq"]
-    except (ValueError, KeyError, TypeError):
-        return known
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        return known
-    return seq if known is None else min(known, seq)
-
-
-def _first_difference(old: bytes, new: bytes) -> int:
-    for number, (a, b) in enumerate(zip(old.splitlines(), new.splitlines(), strict=False), start=1):
-        if a != b:
-            return number
-    return min(old.count(b"\n"), new.count(b"\n")) + 1

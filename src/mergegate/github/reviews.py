@@ -333,13 +333,14 @@ def _votes(
             else f"GitHub user {uid} ({review['user'].get('login', '?')})"
         )
         via = f"review {review['id']} on PR #{number}"
+        source = (("how", "review"), ("review", str(review["id"])), ("pull", str(number)))
         state = review["state"]
         if state == "CHANGES_REQUESTED":
             if approver:
                 blockers.append(f"{name} ({via})")
             continue
         if state == "DISMISSED":
-            votes.append(Vote(name, via, False, "dismissed"))
+            votes.append(Vote(name, via, False, "dismissed", source=source))
             continue
         why = ""
         if review["user"].get("type") != "User":
@@ -362,11 +363,12 @@ def _votes(
                         True,
                         "",
                         self_approved=True,
+                        source=source,
                     )
                 )
                 continue
             why = excluded[name]
-        votes.append(Vote(name, via, not why, why))
+        votes.append(Vote(name, via, not why, why, source=source))
     return tuple(votes), blockers
 
 

@@ -49,6 +49,10 @@ class Vote:
     # It counted although its person wrote part of the change (allow_self_approval): `via` says
     # so to people; this says so to the code (a `started` record's `self_approved`).
     self_approved: bool = False
+    # What the vote is, as data (a `started` record's `counted`, a run's attestation): ("how",
+    # "merge signature" | "approval commit" | "review"), then ("commit", its full id), or
+    # ("review", the review's id) and ("pull", the pull request's number).
+    source: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         return (

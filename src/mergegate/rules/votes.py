@@ -9,6 +9,7 @@ self-approval. Pure, as the judge is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from mergegate.rules.model import (
     ABSENT,
@@ -30,7 +31,8 @@ def votes_for(
     """Every vote for one file, with why it does or does not cover it (rule 4)."""
     votes: list[Vote] = []
     if signer is not None:
-        votes.append(Vote(signer, f"merge signature of {facts.short}", True, ""))
+        source = (("how", "merge signature"), ("commit", facts.sha))
+        votes.append(Vote(signer, f"merge signature of {facts.short}", True, "", source=source))
     for approval in facts.approvals:
         votes += approval_votes(policy, approval, f)
     votes += [extra_vote(v, f) for path, v in facts.extra_votes if path == f.path]
@@ -52,11 +54,10 @@ def extra_vote(vote: Vote, f: FileFacts) -> Vote:
     """A review vote covers what the pull request wrote, as an approval commit does (rule 4):
     what the merge itself wrote is the merger's own, and a GitHub merge has no signer."""
     if vote.counted and f.merge_wrote:
-        return Vote(
-            vote.person,
-            vote.via,
-            False,
-            "the merge itself wrote this content (not the reviewed pull request)",
+        return replace(
+            vote,
+            counted=False,
+            why="the merge itself wrote this content (not the reviewed pull request)",
         )
     return vote
 
@@ -66,6 +67,7 @@ def approval_votes(policy: Policy, approval: ApprovalFacts, f: FileFacts) -> lis
     check = approval.signature
     person = check.key.owner if check.ok and check.key else (check.signer or "unknown")
     via = f"approval commit {approval.commit[:7]}"
+    source = (("how", "approval commit"), ("commit", approval.commit))
     claims: list[Entry | str] = []
     if approval.tree is not None:
         # Absent from the approved tree: its deletion is approved.
@@ -75,11 +77,10 @@ def approval_votes(policy: Policy, approval: ApprovalFacts, f: FileFacts) -> lis
     votes = []
     for claim in claims[:1] if approval.tree is not None else claims:
         why = in_policy(check.reason, policy) if not check.ok else _not_covered(claim, approval, f)
-        votes.append(Vote(person, via, not why, why))
+        votes.append(Vote(person, via, not why, why, source=source))
     if approval.tree_mismatch:
-        votes.append(
-            Vote(person, via, False, "its Mergegate-Approve-Tree does not name its own tree")
-        )
+        why = "its Mergegate-Approve-Tree does not name its own tree"
+        votes.append(Vote(person, via, False, why, source=source))
     return votes
 
 
@@ -161,14 +162,10 @@ def _exclude(vote: Vote, excluded: Mapping[str, str], policy: Policy) -> Vote:
     if not vote.counted or vote.person not in excluded:
         return vote
     if policy.allow_self_approval:
-        return Vote(
-            vote.person,
-            vote.via + f", self-approved: {excluded[vote.person]}",
-            True,
-            "",
-            self_approved=True,
+        return replace(
+            vote, via=vote.via + f", self-approved: {excluded[vote.person]}", self_approved=True
         )
-    return Vote(vote.person, vote.via, False, excluded[vote.person])
+    return replace(vote, counted=False, why=excluded[vote.person])
 
 
 def unsigned(policy: Policy, f: FileFacts) -> str:

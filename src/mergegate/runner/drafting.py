@@ -91,6 +91,7 @@ class Drafts:
                 runs_on=runs_on or None,
                 windows=windows or None,
                 clone=clone,
+                counted=counted_votes(decision) if claimed else None,
                 **_votes(decision),
             ),
             null=("rule", "requirement", "approval") if claimed else ("requirement", "approval"),
@@ -331,6 +332,11 @@ def _votes(decision: Decision) -> _Votes:
         "requirement": decision.requirement.describe() if decision.requirement else None,
         "approval": describe_votes(decision.votes) if decision.votes else None,
     }
+
+
+def counted_votes(decision: Decision) -> tuple[dict[str, str], ...]:
+    """The counted votes as data: who, and how (docs/audit-format.md, `counted`)."""
+    return tuple({"who": v.person, **dict(v.source)} for v in decision.votes if v.counted)
 
 
 def _names_evidence(record: Record) -> bool:

@@ -44,6 +44,7 @@ from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 from mergegate.runner import idle, leases, writable
+from mergegate.runner.attesting import Attestor
 from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
 from mergegate.runner.drafting import Drafts, job_id, policy_changes
@@ -101,6 +102,7 @@ class Runner:
         self.repo.on_export_dir = keep  # the watchdog removes the export folder if this runner dies
         self.shutdown = shutdown or Shutdown(options.shutdown_grace)
         self.signing = Signing(options.signing_key) if options.signing_key else None
+        self.attestor = Attestor(self.repo, options.signing_key)  # (a run's attestation)
         self.spool = Spool.for_runner(self.repo.git_dir, options.runner_name)
         self.pending = Pending(self.repo, options.runner_name)
         self.plan: Plan | None = (
@@ -309,6 +311,7 @@ class Runner:
             vetoes=lambda: self._vetoes.of(work),
             more_vetoes=lambda spec: self._vetoes.more(work, spec),
             vetoed_draft=self._drafts.refusal,
+            attestor=self.attestor,
         )
 
     def _refuse(
@@ -454,6 +457,7 @@ class Runner:
             )
         if not key or not policy.runners or self.signing is None:
             return
+        self.attestor.check(policy)  # a key that cannot sign a run's attestation: before any job
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
         if blob is not None and all(ssh_blob(listed) != blob for listed in policy.runner_keys()):
             raise UsageError(

@@ -29,6 +29,7 @@ from mergegate.git.values import Signing
 from mergegate.rules.eligibility import Standing, late_refusal
 from mergegate.rules.model import Decision, Veto
 from mergegate.runner import leases
+from mergegate.runner.attesting import Attestor
 from mergegate.runner.claims import Book, holder
 from mergegate.runner.pending import Pending
 from mergegate.runner.spool import Spool
@@ -77,6 +78,7 @@ class Publisher:
     )
     # whether another runner's audit commits came in during the pass (idle.py: not settled)
     others: bool = False
+    attestor: Attestor | None = None  # signs each run end's attestation (attesting.py)
 
     def __post_init__(self) -> None:
         self.veto_tip = self.veto_tip or self.judged
@@ -141,6 +143,7 @@ class Publisher:
                     message=audit_branch.message(_summary(drafts, self.end.last_seq), judged),
                     author=(self.runner_name, "runner@mergegate.invalid"),
                     signing=self.signing,
+                    attest=self._attest(judged, parent),
                 )
                 self._check_own_commit(sha, judged)
             began = time.monotonic()
@@ -185,6 +188,18 @@ class Publisher:
             f"could not push audit records to {AUDIT_BRANCH} after {MAX_PUSH_ATTEMPTS} attempts "
             "(other pushes kept landing first)",
             hint="another process keeps moving the branch; run again",
+        )
+
+    def _attest(
+        self, judged: str, parent: str | None
+    ) -> Callable[[list[Record]], Mapping[str, bytes]] | None:
+        """The attestations of the run ends a commit on `parent` records (under the policy in
+        force at `judged`, the commit's trailer)."""
+        if self.attestor is None:
+            return None
+        attestor, policy = self.attestor, self.checker.policy_at(judged)
+        return lambda sealed: attestor.files(
+            sealed, policy=policy, known=self.book.started.values(), parent=parent
         )
 
     def _one_per_revision(

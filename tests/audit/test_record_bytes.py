@@ -167,6 +167,7 @@ _FORMS = {
             {
                 "run_id", "status", "exit_code", "signal", "duration_ms", "reason",
                 "resolved_program", "sandbox", "limits_applied",
+                "vetoes_checked",  # (issue 23, item 8: how far it looked for vetoes; new records)
                 *(f"{s}_{m}" for s in ("stdout", "stderr")
                   for m in ("tail", "bytes", "sha256", "file", "file_sha256")),
             },

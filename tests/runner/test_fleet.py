@@ -225,10 +225,10 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
     # Before: c13 succeeded, its process started after the veto landed on approved.
     assert not marker.exists()
     assert said["c13"] == (
-        "interrupted",
+        "vetoed",
         f"vetoed by bob in commit {veto[:7]} after it was claimed; it was not started",
     ), said
-    assert [r["status"] for r in world.events("finished") if r["job"] == "c13"] == ["interrupted"]
+    assert [r["status"] for r in world.events("finished") if r["job"] == "c13"] == ["vetoed"]
     assert world.mg("verify", where="admin").code == 0
 
 

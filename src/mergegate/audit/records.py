@@ -342,6 +342,9 @@ class Finished(Record):
     stderr_file: str | None = field(default=None, metadata=_read(_str))
     stdout_file_sha256: str | None = field(default=None, metadata=_read(_str))
     stderr_file_sha256: str | None = field(default=None, metadata=_read(_str))
+    # The tip of approved up to which the runner had looked for vetoes when the process started
+    # (verify flags a run a veto up to it should have stopped); absent from older records.
+    vetoes_checked: str | None = field(default=None, metadata=_read(_str))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

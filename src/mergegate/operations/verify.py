@@ -255,14 +255,9 @@ def verify_history(
             incomplete = (tip, f"audit commits: {exc.message}", 0)
     reached = [r for r in records if r.commit not in unreached]
     violations.extend(_cross_check(reached, valid, rejected, set(chain), retries))
-    violations.extend(
-        _started_after_veto(
-            records,
-            vetoed,
-            {sha: index for index, sha in enumerate(chain, start=1)},
-            checker.judged,
-        )
-    )
+    position = {sha: index for index, sha in enumerate(chain, start=1)}
+    violations.extend(_started_after_veto(records, vetoed, position, checker.judged))
+    violations.extend(_ran_after_veto(records, vetoed, position))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
     violations.extend(_outside_windows(records, jobs_of, policies, checker.judged))
     violations.extend(_expired_starts(records, jobs_of, policies, checker.judged, seen))
@@ -345,6 +340,31 @@ def _started_after_veto(
                 "although "
                 f"commit {veto[1][:12]} vetoed it before the claim (its runner had judged approved "
                 f"at {judged[at][1][:12]})"
+            )
+    return problems
+
+
+def _ran_after_veto(
+    records: list[Record],
+    vetoed: dict[tuple[str, str], tuple[int, str]],
+    position: dict[str, int],
+) -> list[str]:
+    """A run whose process started although a signed veto of its revision was on approved up to
+    the tip its runner says it had looked at for vetoes when it started it (`vetoes_checked`: after
+    the claim landed, issue 23, item 8). Such a run must have been closed `vetoed`, never started.
+    """
+    problems = []
+    for record in records:
+        if not isinstance(record, Finished) or not record.vetoes_checked:
+            continue
+        veto = vetoed.get((str(record.path), str(record.blob)))
+        looked = position.get(record.vetoes_checked)
+        if veto is not None and looked is not None and veto[0] <= looked:
+            problems.append(
+                f"seq {record.seq}: {record.path} at {str(record.blob)[:7]} ran (run "
+                f"{record.run_id}, {record.status}) although commit {veto[1][:12]} vetoed it "
+                f"before its process started (its runner had looked at approved up to "
+                f"{record.vetoes_checked[:12]})"
             )
     return problems
 

@@ -2,7 +2,8 @@
 
 Each push carries the claims of the jobs about to start (more, ahead of a free slot, while jobs
 are short: claims.BatchSize) and the results of those that ended. A job claimed ahead of a free
-slot waits for one; a shutdown or a veto merged meanwhile closes it `interrupted`, never started.
+slot waits for one; a shutdown meanwhile closes it `interrupted`, a veto merged meanwhile (or while
+the claim was pushed) `vetoed`: never started.
 Each job runs on one of `parallel` threads (launch.Slots), which live until the loop ends.
 """
 
@@ -151,15 +152,18 @@ class ClaimLoop:
             flight = self.waiting.pop(0)
             why = self._vetoed_since_claimed(flight)
             if why is not None:
-                # claimed ahead of a free slot, vetoed before it got one: never started
-                self._never_started(flight, why)
+                # A veto landed after the claim (while it was pushed, or while it waited for a
+                # slot): recorded `vetoed`, never started (issue 23, item 8).
+                self._never_started(flight, why, status="vetoed")
                 continue
+            # The finished record says how far it had looked for vetoes: verify holds it to that.
+            flight.looked = self.pub.veto_tip or self.pub.judged
             self.flying[flight.run_id] = flight
             self.launcher.start(flight, self.done, self.me, self.slots)
 
-    def _never_started(self, flight: Flight, reason: str) -> None:
+    def _never_started(self, flight: Flight, reason: str, *, status: str = "interrupted") -> None:
         finished = self.drafts.closed(
-            flight.decision, run_id=flight.run_id, status="interrupted", reason=reason
+            flight.decision, run_id=flight.run_id, status=status, reason=reason
         )
         self.spool.put(SpoolEntry(finished, None, self.me, done=True))
         self.pending.append(finished)
@@ -168,7 +172,7 @@ class ClaimLoop:
                 job_id(flight.decision),
                 flight.decision.path,
                 flight.decision.commit,
-                "interrupted",
+                status,
                 reason,
                 flight.run_id,
             )

@@ -89,6 +89,7 @@ class Flight:
         tuple[str, int], ...
     ] = ()  # its workspace and the export folder (spool.SpoolEntry.folders)
     windows: tuple[str, ...] = ()  # the change windows that allowed its start
+    looked: str = ""  # the tip of approved up to which vetoes were looked for before its start
 
 
 def flight_key(flight: Flight) -> tuple[str, str, str]:
@@ -233,7 +234,9 @@ class Launcher:
         def body() -> None:
             began = time.monotonic()
             try:
-                finished, outcome = self._execute(decision, flight.run_id, request)
+                finished, outcome = self._execute(
+                    decision, flight.run_id, request, looked=flight.looked
+                )
             except (
                 Exception
             ) as exc:  # the job's result is unknown: it is closed as lost, never run again
@@ -288,9 +291,10 @@ class Launcher:
         slots.run(guarded)
 
     def _execute(
-        self, decision: Decision, run_id: str, request: executor.ExecRequest
+        self, decision: Decision, run_id: str, request: executor.ExecRequest, *, looked: str = ""
     ) -> tuple[Finished, Outcome]:
-        """Run, and keep what it said (bounded and redacted) for the finished record."""
+        """Run, and keep what it said (bounded and redacted) for the finished record, with how far
+        the runner had looked for vetoes before the start (`looked`: verify holds it to that)."""
         job = decision.job
         assert job is not None
         try:
@@ -299,7 +303,12 @@ class Launcher:
             reason = f"denied before start: {exc.message}"
             finished = self.drafts.closed(decision, run_id=run_id, status="failed", reason=reason)
             return finished, Outcome(job.id, job.path, decision.commit, "failed", reason, run_id)
-        return self.drafts.result(decision, run_id, result), Outcome(
+        finished = self.drafts.result(decision, run_id, result)
+        if looked:
+            finished = replace(
+                finished, vetoes_checked=looked, absent=finished.absent - {"vetoes_checked"}
+            )
+        return finished, Outcome(
             job.id, job.path, decision.commit, result.status, result.reason, run_id
         )
 

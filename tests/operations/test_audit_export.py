@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -115,7 +116,10 @@ def test_a_cursor_resumes_after_the_last_line_and_refuses_another_chain(world: W
     assert garbled.code == 2 and "the cursor is not" in garbled.err
 
 
-def _follow(world: World, cursor: Path, out: Path) -> subprocess.Popen[bytes]:
+def _follow(
+    world: World, cursor: Path, out: Path, trace: Path | None = None
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **({"GIT_TRACE": str(trace)} if trace is not None else {})}
     with out.open("ab") as sink:
         return subprocess.Popen(
             [
@@ -126,6 +130,7 @@ def _follow(world: World, cursor: Path, out: Path) -> subprocess.Popen[bytes]:
             stdout=sink,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
 
 
@@ -139,6 +144,24 @@ def _until_lines(out: Path, count: int, proc: subprocess.Popen[bytes]) -> list[d
             raise AssertionError(f"export exited {proc.returncode}: {proc.stderr.read()!r}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(docs)} lines, waited for {count}")
+        time.sleep(0.05)
+
+
+def _idle_polls_without_a_fetch(trace: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Wait for three polls after the last fetch: an idle poll is one `ls-remote`, never a fetch
+    (a follower that fetched on every poll would never get there)."""
+    deadline = time.monotonic() + 60
+    while True:
+        calls = [
+            line.split("built-in: git ", 1)[1].split(" ", 1)[0]
+            for line in trace.read_text(errors="replace").splitlines()
+            if "built-in: git " in line
+        ]
+        after = calls[len(calls) - calls[::-1].index("fetch") :] if "fetch" in calls else calls
+        if after.count("ls-remote") >= 3:
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no three quiet polls: {calls[-20:]}")
         time.sleep(0.05)
 
 
@@ -167,8 +190,10 @@ def test_follow_streams_runs_as_they_land_and_resumes_after_a_kill(world: World)
         )
         world.signed_merge("three")
         assert world.run_once().code == 0
-        proc = _follow(world, cursor, out)
+        trace = world.tmp / "git.trace"
+        proc = _follow(world, cursor, out, trace)
         docs = _until_lines(out, len(world.records()), proc)
+        _idle_polls_without_a_fetch(trace, proc)
     finally:
         proc.terminate()
         proc.wait()

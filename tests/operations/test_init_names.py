@@ -31,6 +31,10 @@ def test_init_as_a_person_with_a_non_ascii_name_gives_a_gate_that_runs_a_job(wor
     world.propose("allow", {"policy/policy.yaml": yaml.safe_dump(policy, allow_unicode=True)})
     world.signed_merge("allow", world.bob)
     world.propose("hello", {"jobs/hello.yaml": job_yaml("hello", ["echo", "hola"])})
+    # --solo: your own signed merge counts, and check says so (it said "who did not write it").
+    checked = world.mg("check", "origin/hello", where="admin")
+    assert checked.code == 0, checked.err
+    assert "by an approver counts as one more" in checked.out, checked.out
     world.signed_merge("hello", world.bob)
     ran = world.run_once()
     assert ran.code == 0, ran.err

@@ -196,7 +196,9 @@ def check(
                     _unapproved_here(repo, base_tip, f.path, f.last_approved, unapproved),
                 )
             )
-    needs = f"needs {policy.content_requirement().describe()}, from approvers who did not write it"
+    needs = f"needs {policy.content_requirement().describe()}" + (
+        "" if policy.allow_self_approval else ", from approvers who did not write it"
+    )
     for f in facts.files:
         if not is_job_path(f.path) and not f.path.startswith(POLICY_DIR):
             what = "other file (a job may run or read it)"
@@ -295,10 +297,9 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
         words = d.reason.removeprefix("not approved: ")
         words = words if words.endswith(votes) else f"{words}; {votes}"
     if not d.approved and merger is None:
-        words += (
-            "; a signed merge, or a review on GitHub, by an approver who did not write it "
-            "counts as one more"
-        )
+        # With allow_self_approval (init --solo) the author's own signed merge counts too.
+        who = "an approver" if policy.allow_self_approval else "an approver who did not write it"
+        words += f"; a signed merge, or a review on GitHub, by {who} counts as one more"
     reason = policy.decide_command(d.job).reason
     # The windows of the policy in force now, at the clock now, as a runner's claim would be.
     wait = eligibility.window_wait(policy, d.job, now=clock.now())

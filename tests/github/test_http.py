@@ -54,6 +54,15 @@ def test_a_502_is_retried_once(fake: FakeGitHub) -> None:
     assert len(fake.requests) == 2
 
 
+def test_a_post_answered_502_is_not_sent_again(fake: FakeGitHub) -> None:
+    """A 502 may come after GitHub made the comment: asking again would make a second one (the
+    caller looks for it first: run --report's marker)."""
+    fake.fail("/statuses/", "status", status=502, times=1)
+    with client(fake) as c, pytest.raises(BadStatus):
+        c.post(f"/repos/{REPOSITORY}/statuses/{'a' * 40}", body={"state": "success"})
+    assert len(fake.requests) == 1
+
+
 def test_404_is_bad_status_with_a_hint(fake: FakeGitHub) -> None:
     with client(fake) as c, pytest.raises(BadStatus) as info:
         c.get(f"/repos/{REPOSITORY}/pulls/99")

@@ -203,3 +203,34 @@ def test_opening_a_pull_request_accepts_the_descriptions_examples(
         repo_name="octocat/Hello-World", branch="other", base="master", title="t", body=""
     )
     assert (made.number, made.created) == (1347, True)
+
+
+def test_what_run_report_sends_is_a_request_github_documents() -> None:
+    """The request bodies are held to the description too: a state GitHub does not know, a
+    comment without its body, are caught."""
+    description = _description()
+    assert (
+        description.request_problems(
+            "POST",
+            "/repos/a/b/statuses/" + "a" * 40,
+            {"state": "success", "context": "mergegate/x"},
+        )
+        == []
+    )
+    assert description.request_problems("POST", "/repos/a/b/statuses/x", {"state": "done"})
+    assert description.request_problems("POST", "/repos/a/b/issues/1/comments", {"text": "x"})
+    assert description.request_problems("PATCH", "/repos/a/b/issues/comments/5", {"body": 1})
+
+
+def test_reporting_accepts_the_descriptions_own_examples(examples: ExampleGitHub) -> None:
+    from mergegate.github import reports
+    from mergegate.github.http import Client
+
+    with Client(examples.url, token="ghs_example", max_wait=0) as client:
+        poster = reports.Poster(client, "octocat/Hello-World")
+        poster.status(reports.Status("a" * 40, "success", "mergegate/x", "ok"))
+        run = "0" * 32
+        made = poster.comment(1347, run, reports.marker(run) + "\nx", known=None, since=None)
+        assert made > 0
+        assert poster.find(1347, run, since="2024-01-01T00:00:00Z") is None  # not its marker
+        assert poster.comment(1347, run, "y", known=made, since=None) == made

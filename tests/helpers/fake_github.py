@@ -1,7 +1,9 @@
 """A loopback GitHub REST API (127.0.0.1, ephemeral port) for tests, with faults.
 
 It serves the endpoints mergegate reads, with GitHub's documented field names and shapes (pull
-request, simple user, review, pull request commit, timeline event), and GitHub's pagination:
+request, simple user, review, pull request commit, timeline event), those `run --report` writes
+(commit statuses, issue comments: created, listed, edited; the request bodies held to GitHub's
+description too), and GitHub's pagination:
 `per_page`/`page` query parameters and a `Link` header with `rel="next"` / `rel="last"`. Tests
 describe pull requests with `PullRequest` and inject faults with `fail(...)`; every request is
 logged (path and headers) so a test can assert what was asked and that no token leaked anywhere
@@ -390,6 +392,41 @@ class PullRequest:
         return events
 
 
+BOT = 41898282  # github-actions[bot], who writes what a workflow's GITHUB_TOKEN posts
+
+
+@dataclass
+class Comment:
+    """An issue comment (on a pull request: its conversation)."""
+
+    id: int
+    issue: int
+    body: str
+    uid: int = BOT
+    created_at: str = ""
+    updated_at: str = ""
+
+    def body_json(self) -> dict[str, Any]:
+        at = f"{API}/repos/{REPOSITORY}"
+        return {
+            "id": self.id,
+            "node_id": f"IC_{self.id}",
+            "url": f"{at}/issues/comments/{self.id}",
+            "html_url": f"https://github.com/{REPOSITORY}/pull/{self.issue}#issuecomment-{self.id}",
+            "body": self.body,
+            "user": user(
+                self.uid,
+                "github-actions[bot]" if self.uid == BOT else None,
+                kind="Bot" if self.uid == BOT else "User",
+            ),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "issue_url": f"{at}/issues/{self.issue}",
+            "author_association": "NONE",
+            "performed_via_github_app": None,
+        }
+
+
 @dataclass
 class Fault:
     """Answer the next `times` requests whose path contains `path` with this fault."""
@@ -438,6 +475,11 @@ class FakeGitHub:
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path+query, headers)
         self.created: list[dict[str, Any]] = []  # POST /pulls bodies
+        # POST /statuses/{sha} bodies, each with its "sha", in the order they came
+        self.statuses: list[dict[str, Any]] = []
+        self.comments: dict[int, Comment] = {}  # issue comments by id
+        self.edits: list[int] = []  # ids of the comments a PATCH changed, in order
+        self._next_comment = 9001
         self.hang_seconds = 3.0
         self.trickle_seconds = 0.2  # between two bytes of a "trickle" answer
         # Every answer served is held to GitHub's OpenAPI description (when .ci/run installed
@@ -477,6 +519,26 @@ class FakeGitHub:
         problems = self.description.problems(method, path, status, data)
         with self._lock:
             self.shape_errors += problems[:5]
+
+    def check_request(self, method: str, path: str, body: bytes) -> None:
+        """A request body the client sends is held to GitHub's description too."""
+        if self.description is None or method not in ("POST", "PATCH"):
+            return
+        try:
+            data = json.loads(body) if body else None
+        except ValueError:
+            data = body
+        problems = self.description.request_problems(method, path, data)
+        with self._lock:
+            self.shape_errors += problems[:5]
+
+    def status_of(self, sha: str, context: str) -> dict[str, Any] | None:
+        """The latest status of `context` on `sha` (what GitHub shows), or None."""
+        found = [s for s in self.statuses if s["sha"] == sha and s.get("context") == context]
+        return found[-1] if found else None
+
+    def comments_on(self, number: int) -> list[Comment]:
+        return [c for c in self.comments.values() if c.issue == number]
 
     def __enter__(self) -> FakeGitHub:
         return self.start()
@@ -548,23 +610,9 @@ class FakeGitHub:
         if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}
         rest = path[len(prefix) :].strip("/").split("/")
-        if method == "POST" and rest == ["pulls"]:
-            data = json.loads(body)
-            self.created.append(data)
-            number = max(self.pulls, default=0) + 1
-            pr = PullRequest(
-                number=number,
-                author=1,
-                head_sha=data.get("head", ""),
-                merge_commit_sha="",
-                merged=False,
-                head_ref=data.get("head", ""),
-                base_ref=data.get("base", ""),
-                title=data.get("title", ""),
-                body_text=data.get("body", ""),
-            )
-            self.pulls[number] = pr
-            return 201, pr.full(), {}
+        answer = self._writes(method, rest, query, body)
+        if answer is not None:
+            return answer
         if method == "GET" and rest == ["pulls"]:
             # GET /repos/{owner}/{repo}/pulls: state (default open), base, head ("owner:branch").
             state = query.get("state", ["open"])[0]
@@ -614,6 +662,66 @@ class FakeGitHub:
             {},
         )
 
+    def _writes(
+        self, method: str, rest: list[str], query: dict[str, list[str]], body: bytes
+    ) -> tuple[int, Any, dict[str, str]] | None:
+        """What a client writes: pull requests (`propose`), commit statuses and issue comments
+        (`run --report`, which also lists comments); None for anything else."""
+        now = iso(datetime.now(UTC))
+        if method == "POST" and rest == ["pulls"]:
+            data = json.loads(body)
+            self.created.append(data)
+            number = max(self.pulls, default=0) + 1
+            pr = PullRequest(
+                number=number,
+                author=1,
+                head_sha=data.get("head", ""),
+                merge_commit_sha="",
+                merged=False,
+                head_ref=data.get("head", ""),
+                base_ref=data.get("base", ""),
+                title=data.get("title", ""),
+                body_text=data.get("body", ""),
+            )
+            self.pulls[number] = pr
+            return 201, pr.full(), {}
+        if method == "POST" and len(rest) == 2 and rest[0] == "statuses":
+            data = json.loads(body)
+            with self._lock:
+                self.statuses.append({**data, "sha": rest[1]})
+                number = len(self.statuses)
+            return 201, _status(number, data, now), {}
+        issue = int(rest[1]) if len(rest) == 3 and rest[1].isdigit() else None
+        if issue is not None and rest[2] == "comments" and method == "POST":
+            if issue not in self.pulls:
+                return 404, {"message": "Not Found"}, {}
+            with self._lock:
+                comment = Comment(
+                    self._next_comment, issue, json.loads(body)["body"], BOT, now, now
+                )
+                self._next_comment += 1
+                self.comments[comment.id] = comment
+            return 201, comment.body_json(), {}
+        if issue is not None and rest[2] == "comments" and method == "GET":
+            since = query.get("since", [""])[0]
+            listed = [
+                c.body_json()
+                for c in sorted(self.comments.values(), key=lambda c: c.id)
+                if c.issue == issue and c.updated_at >= since
+            ]
+            return self._page(f"/repos/{REPOSITORY}/issues/{issue}/comments", query, listed)
+        if method == "PATCH" and len(rest) == 3 and rest[1] == "comments" and rest[2].isdigit():
+            found = self.comments.get(int(rest[2]))
+            if found is None:
+                return 404, {"message": "Not Found"}, {}
+            if found.uid != BOT:
+                return 403, {"message": "Resource not accessible by integration"}, {}
+            with self._lock:
+                found.body, found.updated_at = json.loads(body)["body"], now
+                self.edits.append(found.id)
+            return 200, found.body_json(), {}
+        return None
+
     def _page(
         self, path: str, query: dict[str, list[str]], items: list[Any]
     ) -> tuple[int, Any, dict[str, str]]:
@@ -642,10 +750,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
-            self._serve("GET")
+            self._serve(self.command)
 
-        def do_POST(self) -> None:
-            self._serve("POST")
+        do_POST = do_PATCH = do_GET
 
         def _serve(self, method: str) -> None:
             parts = urlsplit(self.path)
@@ -657,8 +764,14 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             fault = fake._fault_for(
                 parts.path.replace(f"/repositories/{REPOSITORY_ID}/", f"/repos/{REPOSITORY}/", 1)
             )
-            status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
+            if fault is not None and fault.kind == "rate" and method != "GET":
+                # A rate-limited write does nothing; a write answered 5xx (a "status" fault) or
+                # too late ("timeout") was made, as GitHub may have made it.
+                status, data, headers = 403, {}, {}
+            else:
+                status, data, headers = fake.route(method, parts.path, parse_qs(parts.query), body)
             if fault is None:
+                fake.check_request(method, parts.path, body)
                 fake.check_shapes(method, parts.path, status, data)
             raw = json.dumps(data).encode()
             if fault is not None:
@@ -703,6 +816,23 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 pass
 
     return Handler
+
+
+def _status(number: int, data: dict[str, Any], now: str) -> dict[str, Any]:
+    """A `status`, as POST /repos/{owner}/{repo}/statuses/{sha} answers."""
+    return {
+        "url": f"{API}/repos/{REPOSITORY}/statuses/{number}",
+        "avatar_url": None,
+        "id": number,
+        "node_id": f"SC_{number}",
+        "state": data.get("state"),
+        "description": data.get("description"),
+        "target_url": data.get("target_url"),
+        "context": data.get("context", "default"),
+        "created_at": now,
+        "updated_at": now,
+        "creator": user(BOT, "github-actions[bot]", kind="Bot"),
+    }
 
 
 def _faulted(

@@ -32,6 +32,11 @@ OPERATIONS = (
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/timeline"),
     ("get", "/repos/{owner}/{repo}/pulls"),
     ("post", "/repos/{owner}/{repo}/pulls"),
+    # `run --report` (github/reports.py): results back on the pull request.
+    ("post", "/repos/{owner}/{repo}/statuses/{sha}"),
+    ("post", "/repos/{owner}/{repo}/issues/{issue_number}/comments"),
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}/comments"),
+    ("patch", "/repos/{owner}/{repo}/issues/comments/{comment_id}"),
 )
 
 
@@ -48,6 +53,7 @@ class Operation:
     template: str
     pattern: re.Pattern[str]
     responses: dict[str, Any]  # status -> schema (JSON Schema, nullable converted)
+    request: Any  # the JSON request body's schema (nullable converted), None when it takes none
     examples: dict[str, list[Any]]  # status -> the description's own example bodies
 
 
@@ -75,7 +81,13 @@ class Description:
                     for example in (content.get("examples") or {}).values()
                 ]
             pattern = re.compile("^" + re.sub(r"\{[a-z_]+\}", "[^/]+", template) + "$")
-            self.operations.append(Operation(method, template, pattern, responses, examples))
+            body = _resolve(document, operation.get("requestBody") or {})
+            request = ((body.get("content") or {}).get("application/json") or {}).get("schema")
+            if request is not None:
+                roots.append(request)
+            self.operations.append(
+                Operation(method, template, pattern, responses, request, examples)
+            )
         # Only the schemas these answers reach, converted once.
         schemas = components["schemas"]
         kept: dict[str, Any] = {}
@@ -131,6 +143,25 @@ class Description:
                 valid.add(shape)
             found += errors
         return found
+
+    def request_problems(self, method: str, path: str, body: Any) -> list[str]:
+        """Why `body` is not a request GitHub documents for `method path` ([] when it is)."""
+        operation = self.operation(method, path)
+        if operation is None:
+            return [f"{method} {path}: no operation in GitHub's description"]
+        if operation.request is None:
+            return [] if body is None else [f"{method} {path}: GitHub documents no request body"]
+        from jsonschema import Draft4Validator
+
+        key = (operation.method, operation.template, "request", False)
+        if key not in self._validators:
+            schema = {**_nullable(operation.request), "components": self.components}
+            self._validators[key] = Draft4Validator(schema)
+        return [
+            f"{method} {path} (request): {'/'.join(map(str, error.absolute_path))}: "
+            f"{error.message[:300]}"
+            for error in self._validators[key].iter_errors(body)
+        ]
 
     def _validator(self, operation: Operation, status: str, *, items: bool) -> Any:
         from jsonschema import Draft4Validator

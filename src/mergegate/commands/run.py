@@ -103,6 +103,12 @@ if (
     metavar="N",
     help="Run up to N jobs at once (their claims go in one push).",
 )
+@click.option(
+    "--report",
+    is_flag=True,
+    help="Report each run of a job approved through a pull request on that pull request: a "
+    "commit status and a comment (needs GITHUB_REPOSITORY and a token; best effort).",
+)
 def command(
     repo: Path,
     remote: str,
@@ -122,6 +128,7 @@ def command(
     parallel: int,
     labels: tuple[str, ...],
     job: str | None,
+    report: bool,
 ) -> int:
     """Run every newly approved job and push its records to the branch mergegate/audit.
 
@@ -135,6 +142,8 @@ def command(
     A runner with --label claims only jobs whose runs_on it has all of; a job
     without runs_on is claimed by any runner. --job PATH claims and runs that
     one revision and records nothing else (exit 0 if another runner has it).
+    --report posts each result on its pull request (docs/github.md); a post
+    that fails is retried by the next pass and never changes the exit code.
 
     \b
     Example:
@@ -144,6 +153,7 @@ def command(
       mergegate run --once --job jobs/deploy.yaml        # one entry of a `mergegate plan` matrix
       mergegate run --dry-run                            # what a pass would do
       mergegate run --once --parallel 8                  # up to 8 jobs at once
+      mergegate run --once --report                      # results on the pull requests
     """
     if signing_key is not None:
         check_signing_key(signing_key)
@@ -177,6 +187,7 @@ def command(
         parallel=parallel,
         labels=labels,
         job=job,
+        report=report,
     )
 
 
@@ -199,6 +210,7 @@ def main(
     parallel: int = 1,
     labels: tuple[str, ...] = (),
     job: str | None = None,
+    report: bool = False,
 ) -> int:
     branch = branch_name(branch, remote)  # every spelling of the approved branch
     if job is not None and not once:
@@ -246,6 +258,7 @@ def main(
             parallel=parallel,
             labels=runner_labels(labels),
             job=job,
+            report=report,
         ),
         repo=clone,
     )

@@ -49,6 +49,8 @@ MIN_WAIT = (
 MAX_RATE_RETRIES = 3  # rate-limit retries of one request; then "not yet" for this pass
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 _RETRY_STATUSES = frozenset({502, 503, 504})  # transient gateway errors: one quick retry
+# ... of a request asking again cannot repeat: a POST answered 502 may have made its comment.
+_RETRY_METHODS = frozenset({"GET", "HEAD", "PATCH"})  # (mergegate's PATCH sets a whole body)
 
 # The GitHub edge: a JSON object as GitHub answered it (its members are input: each is checked
 # where it is read).
@@ -282,7 +284,7 @@ class Client:
                 self._sleep(wait)
                 self.waited += wait
                 continue
-            if response.status in _RETRY_STATUSES and not retried:
+            if response.status in _RETRY_STATUSES and method in _RETRY_METHODS and not retried:
                 retried = True
                 self._sleep(min(1.0, max(0.0, self.max_wait - self.waited)))
                 continue

@@ -43,7 +43,7 @@ from mergegate.rules.eligibility import Runnable
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
-from mergegate.runner import idle, leases, writable
+from mergegate.runner import idle, leases, reporting, writable
 from mergegate.runner.attesting import Attestor
 from mergegate.runner.claim_loop import ClaimLoop, claimed_before
 from mergegate.runner.claims import Book, spread
@@ -81,6 +81,7 @@ class Options:
         # `run --job PATH`: claim and run only this job's runnable revision, record nothing else
         None
     )
+    report: bool = False  # `run --report`: results back on the pull requests (reporting.py)
 
 
 def watched(options: Options) -> list[str]:
@@ -113,6 +114,7 @@ class Runner:
         )
         self._me = ProcessId.of(os.getpid())  # this runner process, as the spool names it
         self.watch: JobWatch = UNWATCHED  # told as each job starts and ends (`run` prints it)
+        self._reports: reporting.Reporter | None = None
         self._home = Path(
             pwd.getpwuid(os.geteuid()).pw_dir
         )  # (the passwd entry: read once, not for every job)
@@ -130,6 +132,8 @@ class Runner:
             try:
                 return self._pass()
             finally:
+                if self._reports is not None:
+                    self._reports.close()  # (a failed pass: what it queued waits in the outbox)
                 exports = self.repo.export_dir
                 self.repo.drop_exports()  # every job of the pass has its own copy by now
                 if exports is not None:
@@ -156,6 +160,9 @@ class Runner:
         branch, tip, warnings = gate.branch, gate.tip, list(gate.warnings)
         reviews = self._review_source(gate, now)
         self._drafts = Drafts(self.options.runner_name, judged=judged, reviews=reviews)
+        self._reports = reporting.start(
+            self.options.report, self.repo.git_dir, self.options.runner_name, reviews
+        )
         self._vetoes = Vetoes(self.repo, WalkedView(self.repo, gate.root, gate.records, tip, now))
         clone = leases.clone_id(self.repo.git_dir)  # (its orphans are its own: leases.mine)
         work = plan(
@@ -265,13 +272,15 @@ class Runner:
             pending += self._scanned(work, done, pending)
         if pending:
             self._publish(pending)
+        if self._reports is not None:  # best effort: its failures are warnings, never the exit code
+            warnings += self._reports.finish()
         # Remember what was seen (all of it checked), so that a later rewrite of either branch
         # (which may also erase the records that would have told) stops this runner.
         branch.remember(branch.tip(), self._pub.checked, seen)
         stopped = (
             (self.shutdown.signal_name or "a stop request") if self.shutdown.is_set() else None
         )
-        self.wake = _due(work, runs)
+        self.wake = reporting.wake(self._reports, _due(work, runs))
         if not (spooled or running or warnings or self.spool.warnings or self.repo.warnings):
             self._remember_quiet(gate, work, runs, outcomes)
         return PassResult(
@@ -312,6 +321,7 @@ class Runner:
             more_vetoes=lambda spec: self._vetoes.more(work, spec),
             vetoed_draft=self._drafts.refusal,
             attestor=self.attestor,
+            on_published=self._reports.published if self._reports is not None else None,
         )
 
     def _refuse(

@@ -79,6 +79,8 @@ class Publisher:
     # whether another runner's audit commits came in during the pass (idle.py: not settled)
     others: bool = False
     attestor: Attestor | None = None  # signs each run end's attestation (attesting.py)
+    # told every batch of records once pushed (`run --report`: runner/reporting.py)
+    on_published: Callable[[list[Record], Book], None] | None = None
 
     def __post_init__(self) -> None:
         self.veto_tip = self.veto_tip or self.judged
@@ -163,6 +165,8 @@ class Publisher:
                 self.book.add(records)
                 self.files = {}
                 self.spool.drop({d.run_id for d in drafts if isinstance(d, Finished)})
+                if self.on_published is not None:
+                    self.on_published(records, self.book)
                 return dropped
             # Refused because the branch moved: this commit can never be pushed; its objects go.
             if reuse is not None:

@@ -52,7 +52,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 @dataclass(eq=False)  # (by identity: the worker keeps the items it tried in a set)
-class Item:
+class Post:
     """One thing to post: a commit status (`status`) or a run's comment (`comment`)."""
 
     key: str  # "status <sha> <context>" or "comment <run id>": a newer item replaces an older one
@@ -66,7 +66,7 @@ class Item:
     error: str = ""  # why the last try failed
 
     @classmethod
-    def load(cls, value: Mapping[str, Any]) -> Item:
+    def load(cls, value: Mapping[str, Any]) -> Post:
         item = cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
         if not isinstance(item.key, str) or not isinstance(item.pull, int):
             raise TypeError("not an outbox item")
@@ -83,9 +83,9 @@ class Reporter:
     secrets: tuple[str, ...] = ()
     target_url: str | None = None
     broken: str = ""
-    items: dict[str, Item] = field(default_factory=dict)
+    items: dict[str, Post] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    _tried: set[Item] = field(default_factory=set)  # the items tried in this pass
+    _tried: set[Post] = field(default_factory=set)  # the items tried in this pass
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
     _stop: bool = False
@@ -145,7 +145,7 @@ class Reporter:
             return bool(self.items)
 
     # -- records to items ---------------------------------------------------------------
-    def _items(self, record: Record, book: Book) -> list[Item]:
+    def _items(self, record: Record, book: Book) -> list[Post]:
         if not isinstance(record, Started | Finished):
             return []
         if not reports.reportable(record.run_id, record.commit):
@@ -173,7 +173,7 @@ class Reporter:
                 pull,
                 reports.finished_status(record, target_url=self.target_url, secrets=self.secrets),
             ),
-            Item(f"comment {run_id}", pull, run_id=run_id, comment=body),
+            Post(f"comment {run_id}", pull, run_id=run_id, comment=body),
         ]
 
     # -- the worker ---------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Reporter:
             self._thread = threading.Thread(target=self._work, name="mergegate-report", daemon=True)
             self._thread.start()
 
-    def _next(self) -> Item | None:
+    def _next(self) -> Post | None:
         with self._lock:
             while not self._stop:
                 for item in self.items.values():
@@ -211,7 +211,7 @@ class Reporter:
                         del self.items[item.key]
                     self._save()
 
-    def _deliver(self, item: Item) -> None:
+    def _deliver(self, item: Post) -> None:
         if self.poster is None:
             raise UsageError(self.broken)
         if item.status is not None:
@@ -227,7 +227,7 @@ class Reporter:
         with self._lock:
             item.comment_id = made
 
-    def _failed(self, item: Item, exc: Exception) -> None:
+    def _failed(self, item: Post, exc: Exception) -> None:
         said = str(exc) if isinstance(exc, MergegateError) else f"{exc.__class__.__name__}: {exc}"
         final = isinstance(exc, BadStatus) and exc.status == 422
         with self._lock:
@@ -309,10 +309,10 @@ def for_pass(
     return reporter
 
 
-def _read(path: Path, warnings: list[str]) -> dict[str, Item]:
+def _read(path: Path, warnings: list[str]) -> dict[str, Post]:
     try:
         data = json.loads(path.read_text())
-        items = [Item.load(value) for value in data["items"]]
+        items = [Post.load(value) for value in data["items"]]
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -326,8 +326,8 @@ def _read(path: Path, warnings: list[str]) -> dict[str, Item]:
     return {item.key: item for item in items}
 
 
-def _status_item(pull: int, status: reports.Status) -> Item:
-    return Item(f"status {status.sha} {status.context}", pull, status=asdict(status))
+def _status_item(pull: int, status: reports.Status) -> Post:
+    return Post(f"status {status.sha} {status.context}", pull, status=asdict(status))
 
 
 def _github_now() -> str:

@@ -3,6 +3,7 @@ cursor that resumes a stream with no gap (issue 25)."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -12,8 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
+from securesystemslib.dsse import Envelope as SslibEnvelope
+from securesystemslib.signer import SSlibKey
+
 from mergegate.audit.records import body_hash, canonical, parse
-from mergegate.operations.audit_export import record_line
+from mergegate.crypto import dsse
+from mergegate.git.repo import Repo
+from mergegate.operations.audit_export import At, record_line
+from tests.helpers.keys import shared_ssh_key
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 from tests.operations.test_reading_records import gate_with_history
 
@@ -219,4 +227,46 @@ def test_the_ecs_example_in_docs_siem_is_what_export_prints_for_the_audit_format
         for line in (root / "docs/siem.md").read_text().splitlines()
         if line.startswith('{"@timestamp"')
     )
-    assert record_line("ecs")(parse(json.loads(example)), "") == shown.encode() + b"\n"
+    line = record_line("ecs")(parse(json.loads(example)), At(Repo(root), ""))
+    assert line == shown.encode() + b"\n"
+
+
+def test_intoto_prints_each_run_s_attestation_as_the_audit_branch_holds_it(world: World) -> None:
+    runners = world.signing_runner()
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE], runners=runners))
+    for name in ("one", "two"):
+        world.propose(name, {f"jobs/{name}.yaml": job_yaml(name, ["echo", name])}, who=world.alice)
+        world.signed_merge(name)
+        assert world.run_once().code == 0
+    result = world.mg("audit", "export", "--format", "intoto", where="auditor")
+    assert result.code == 0, result.err
+    runs = [r["run_id"] for r in world.events("finished")]
+    for line, run in zip(result.out.splitlines(), runs, strict=True):
+        held = world.git(
+            "admin", "show", f"origin/mergegate/audit:audit/attestations/{run}.intoto.json"
+        )
+        assert line == held.strip()  # the runner writes it compact: the same bytes, one a line
+        key = shared_ssh_key(world.tmp / "keys", "runner")
+        envelope = SslibEnvelope.from_dict(json.loads(line))
+        public = serialization.load_ssh_public_key(key.public_line.encode())
+        envelope.verify([SSlibKey.from_crypto(public, keyid=dsse.fingerprint(key.public_line))], 1)
+    two = world.mg("audit", "export", "--format", "intoto", "--job", "two", where="auditor")
+    (only,) = two.out.splitlines()
+    statement = json.loads(base64.b64decode(json.loads(only)["payload"]))
+    assert statement["subject"][0]["name"] == "jobs/two.yaml"
+    # An attestation that is not what its records say: audit verify refuses it, and the export.
+    run = runs[0]
+    path = world.checkout_audit() / f"audit/attestations/{run}.intoto.json"
+    envelope = json.loads(path.read_text())
+    envelope["signatures"][0]["sig"] = base64.b64encode(b"\0" * 64).decode()
+    path.write_text(json.dumps(envelope))
+    world.commit_audit()
+    assert world.mg("audit", "verify", where="auditor").code == 3
+    tampered = world.mg("audit", "export", "--format", "intoto", where="auditor")
+    assert tampered.code == 3 and tampered.out == ""
+
+
+def test_intoto_of_a_gate_without_runners_prints_nothing(world: World) -> None:
+    gate_with_history(world)
+    result = world.mg("audit", "export", "--format", "intoto", where="auditor")
+    assert result.code == 0 and result.out == ""

@@ -17,7 +17,7 @@ from mergegate.commands.options import branch_options, trust_option
 from mergegate.errors import GitError, UsageError
 from mergegate.git.refnames import branch_name
 
-FORMATS = ("jsonl", "ecs", "slsa-source")
+FORMATS = ("jsonl", "ecs", "intoto", "slsa-source")
 
 
 @click.command("export")
@@ -30,7 +30,8 @@ FORMATS = ("jsonl", "ecs", "slsa-source")
     default="jsonl",
     show_default=True,
     help="jsonl: the records as the log holds them; ecs: Elastic Common Schema documents; "
-    "slsa-source: a signed SLSA source summary of each commit of --ref.",
+    "intoto: each run's signed attestation (DSSE); slsa-source: a signed SLSA source summary "
+    "of each commit of --ref.",
 )
 @click.option(
     "--since",
@@ -115,6 +116,9 @@ def command(
     resumes right after the last line printed: a line may be printed twice after a kill,
     never skipped. Field mapping and Vector/Fluent Bit recipes: docs/siem.md.
 
+    --format intoto prints the attestation of each run whose `finished` record is selected,
+    its DSSE envelope as the audit branch holds it, one a line (.intoto.jsonl).
+
     --format slsa-source prints, for each commit of approved after the trust root that
     `mergegate verify` judged, a SLSA Verification Summary Attestation in a DSSE envelope signed
     with --signing-key (a runner key of the policy), one a line (.intoto.jsonl).
@@ -123,6 +127,7 @@ def command(
     Example:
       mergegate audit export --format ecs --since 120
       mergegate audit export --format jsonl --job backup --event finished
+      mergegate audit export --format intoto --job backup > backup.intoto.jsonl
       mergegate audit export --format ecs --follow --cursor /var/lib/mergegate/ecs.cursor \\
           --output /var/log/mergegate/audit.ecs.jsonl
       mergegate audit export --format slsa-source --ref approved \\

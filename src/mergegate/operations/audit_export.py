@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mergegate.audit import attestation
 from mergegate.audit import log as audit
-from mergegate.audit.records import Record, canonical
+from mergegate.audit.records import Finished, Record, canonical
 from mergegate.errors import GitError, IntegrityError, UsageError
 from mergegate.execution.shutdown import Shutdown
 from mergegate.facts.branches import AUDIT_BRANCH, open_branch
@@ -31,10 +32,17 @@ from mergegate.operations import ecs
 from mergegate.operations.audit_verify import verify_audit
 from mergegate.runner.backoff import Backoff
 
-RECORD_FORMATS = ("jsonl", "ecs")
+RECORD_FORMATS = ("jsonl", "ecs", "intoto")
 _HINT = "investigate before trusting the branch; a cursor from another gate: remove it"
-# (record, audit tip) -> its line, or None when the record has none in this format
-Line = Callable[[Record, str], bytes | None]
+# (record, where the batch reads: the clone and the audit tip it verified) -> the record's line,
+# or None when it has none in this format
+Line = Callable[[Record, "At"], bytes | None]
+
+
+@dataclass(frozen=True)
+class At:
+    repo: Repo
+    tip: str  # the audit branch's tip a batch verified ("" before there is one)
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,36 @@ class Selection:
 
 
 def record_line(name: str) -> Line:
-    """The line of a record in format `name` (jsonl: the log's own bytes; ecs: its document)."""
+    """The line of a record in format `name` (jsonl: the log's own bytes; ecs: its document;
+    intoto: the attestation of the run a `finished` record ends)."""
     if name == "jsonl":
-        return lambda record, _tip: record.line()
+        return lambda record, _at: record.line()
     if name == "ecs":
-        return lambda record, _tip: canonical(ecs.document(record)) + b"\n"
+        return lambda record, _at: canonical(ecs.document(record)) + b"\n"
+    if name == "intoto":
+        return intoto_line
     raise UsageError(f"no record format {name!r}", hint=f"one of {', '.join(RECORD_FORMATS)}")
+
+
+def intoto_line(record: Record, at: At) -> bytes | None:
+    """The DSSE envelope of the run `record` ends, as one line (slsa-verifier's `.intoto.jsonl`);
+    None for another record, or a run with no attestation (its runner signed none: a policy
+    without `runners`, or a runner from before attestations). `audit verify`, which the batch
+    ran first, checked every attestation at this tip against the records it names."""
+    if not isinstance(record, Finished) or record.run_id is None or not at.tip:
+        return None
+    data = at.repo.read_file(at.tip, attestation.path_of(record.run_id))
+    if data is None:
+        return None
+    try:
+        envelope = json.loads(data)
+    except ValueError:  # (audit verify refuses it first; never printed half-read)
+        raise IntegrityError(
+            f"the attestation of run {record.run_id} is not JSON",
+            file=attestation.path_of(record.run_id),
+        ) from None
+    # As the file holds it, on one line whatever its spacing (the runner writes it compact).
+    return canonical(envelope) + b"\n"
 
 
 class Export:
@@ -140,13 +172,14 @@ class Export:
             trust=self.trust,
         )
         tip = report.tip or None
+        at = At(self.repo, tip or "")
         emitted, last = 0, 0
         for record in audit.iter_all(self.repo, tip):
             last = record.seq
             self._still_there(record)
             if record.seq <= self.after:
                 continue
-            text = self.line(record, tip or "") if self.selection.wants(record) else None
+            text = self.line(record, at) if self.selection.wants(record) else None
             if text is not None:
                 self.emit(text)
                 if self.cursor is not None:

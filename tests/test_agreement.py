@@ -328,3 +328,53 @@ def test_status_the_runner_and_verify_agree_on_approval_expiry(world: World) -> 
     assert [r["path"] for r in world.events("started")] == ["jobs/other.yaml"]
     verified = world.mg("verify")
     assert verified.code == 0, verified.err
+
+
+def test_check_plan_the_runner_and_verify_agree_on_an_emergency(world: World) -> None:
+    """Break-glass (issue 24): an approval commit carrying Mergegate-Emergency by an emergency
+    approver, on a proposal short of its quorum, in a freeze. `check` says it runs on the
+    emergency, `plan` lists it, the runner starts it with the same words in its record, and
+    `verify` accepts the start and lists the review it owes."""
+    from tests.runner.test_emergency import _at
+    from tests.runner.test_windows import FREEZE, WINDOWS
+
+    approvers = [p.approver_entry() for p in (world.alice, world.bob, world.carol)]
+    world.setup(
+        policy_yaml(
+            approvers,
+            [{"program": "echo"}],
+            runners=world.signing_runner(),
+            approvals_required=3,
+            windows=WINDOWS,
+            run_windows=["year-end-freeze"],
+            emergency={"approvers": ["carol"], "review_within": "72h"},
+        )
+    )
+    for branch, reason in (("ok", "payments down, INC-9"), ("go", "payments down, INC-10")):
+        path = f"jobs/{branch}.yaml"
+        world.propose(branch, {path: job_yaml(branch, ["echo", branch])}, who=world.mallory)
+        blob = world.blob(branch, path)
+        reviewer = world.clone("reviewer")
+        world.fetch("reviewer")
+        world.git(reviewer, "checkout", "-q", "-B", branch, f"origin/{branch}")
+        world.git(
+            reviewer, "commit", "-q", "-S", "--allow-empty", "-m", "break glass",
+            "-m", f"Mergegate-Approve: {path} {blob}\nMergegate-Emergency: {reason}",
+            who=world.carol, sign=world.carol.key,
+        )  # fmt: skip
+        world.git(reviewer, "push", "-q", "origin", branch)
+        checked = world.mg("check", f"origin/{branch}", "--json", env=_at(FREEZE), where="checker")
+        assert checked.code == 0, checked.err
+        (file,) = [f for f in checked.json()["files"] if f["path"] == path]
+        assert file["state"] == "allowed", file
+        assert file["reason"].startswith(f"emergency by carol: '{reason}'"), file["reason"]
+        assert "once merged it is waiting" not in file["reason"]
+        world.signed_merge(branch, world.bob)
+        planned = world.mg("plan", "--json", env=_at(FREEZE))
+        assert [e["path"] for e in planned.json()["include"]] == [path]
+        assert world.run_once(env=_at(FREEZE)).code == 0
+        started = [r for r in world.events("started") if r["path"] == path]
+        assert [s["emergency"] for s in started] == [{"by": ["carol"], "reason": reason}]
+    verified = world.mg("verify", env=_at(FREEZE))
+    assert verified.code == 0, verified.err
+    assert verified.out.count("owed review: jobs/") == 2

@@ -19,7 +19,15 @@ import pytest
 
 from mergegate.audit import log as audit
 from mergegate.audit import records
-from mergegate.audit.records import GENESIS, Finished, Lease, Other, Scanned, Started
+from mergegate.audit.records import (
+    GENESIS,
+    EmergencyUse,
+    Finished,
+    Lease,
+    Other,
+    Scanned,
+    Started,
+)
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
 
@@ -312,3 +320,22 @@ def test_lines_no_runner_writes_come_back_unchanged(line: bytes) -> None:
     assert record.as_json() == value
     assert record.line() == records.canonical(value) + b"\n"
     assert audit.records_of([line])[0].line() == record.line()
+
+
+def test_an_emergency_start_and_odd_emergency_members_come_back_unchanged() -> None:
+    """`emergency` (break-glass) is optional: a start without one writes no such member, so the
+    bytes of every older start stay theirs; one with other members is kept verbatim."""
+    bodies: list[dict[str, object]] = [
+        {**_COMMON, "event": "started", "time": _TIME, "run_id": "a" * 32, "command": ["echo"],
+         "emergency": {"by": ["alice"], "reason": "disk full, INC-4711"}},
+        {**_COMMON, "event": "started", "time": _TIME, "run_id": "b" * 32,
+         "emergency": {"by": "alice", "reason": 1, "why": "x"}},
+        {**_COMMON, "event": "started", "time": _TIME, "run_id": "c" * 32},
+    ]  # fmt: skip
+    used, odd, plain = _assert_round_trip({"audit/log-000001.jsonl": _chain(bodies)})
+    assert isinstance(used, Started) and not used.extra
+    assert used.emergency == EmergencyUse(("alice",), "disk full, INC-4711")
+    assert isinstance(odd, Started) and odd.emergency is None and set(odd.extra) == {"emergency"}
+    assert isinstance(plain, Started) and "emergency" in plain.absent
+    drafted = records.draft(Started(**_COMMON, time=_TIME, run_id="d" * 32))
+    assert b"emergency" not in drafted.line()

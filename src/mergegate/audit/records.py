@@ -68,6 +68,17 @@ class OpenCommit:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class EmergencyUse:
+    """A `started` record's `emergency`: who broke the glass, and why (docs/audit-format.md)."""
+
+    by: tuple[str, ...]
+    reason: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"by": list(self.by), "reason": self.reason}
+
+
 # -- reading one member: a check of its JSON value, and the typed value it gives ----------------
 # A reader: (whether the value is exactly of the member's type, the typed value read from it or
 # None). A value not exactly of its type is written back verbatim, from `extra`.
@@ -157,6 +168,15 @@ def _open(value: object) -> tuple[bool, object]:
     return True, tuple(entries)
 
 
+def _emergency(value: object) -> tuple[bool, object]:
+    if not (type(value) is dict and value.keys() == {"by", "reason"}):
+        return _NO
+    by, reason = value["by"], value["reason"]
+    if type(by) is not list or not all(type(p) is str for p in by) or type(reason) is not str:
+        return _NO
+    return True, EmergencyUse(tuple(by), reason)
+
+
 def _read(reader: _Reader) -> dict[str, _Reader]:
     """The metadata of a dataclass field that is a JSON member of its name, read with `reader`
     (its default None: a member the line lacks, or holds another type of, reads as None)."""
@@ -164,7 +184,7 @@ def _read(reader: _Reader) -> dict[str, _Reader]:
 
 
 def _as_json(value: object) -> object:
-    if isinstance(value, Lease | OpenCommit):
+    if isinstance(value, Lease | OpenCommit | EmergencyUse):
         return value.as_json()
     if isinstance(value, tuple):
         return [_as_json(item) for item in value]
@@ -310,6 +330,8 @@ class Started(Votes):
     # Each counted vote as data ({"who", "how", "commit" | "review" and "pull"}): what the run's
     # attestation names (absent before attestations existed).
     counted: tuple[Mapping[str, str], ...] | None = field(default=None, metadata=_read(_objects))
+    # A start on a signed emergency (break-glass): absent for every other start.
+    emergency: EmergencyUse | None = field(default=None, metadata=_read(_emergency))
 
     @property
     def attempt_number(self) -> int:

@@ -26,8 +26,10 @@ from mergegate.operations.audit_log import describe, open_view, parse_since, sel
     "--event",
     "events",
     multiple=True,
-    type=click.Choice(["started", "finished", "rejected", "vetoed", "scanned", "policy"]),
-    help="Only these events (repeatable).",
+    type=click.Choice(
+        ["started", "finished", "rejected", "vetoed", "scanned", "policy", "emergency"]
+    ),
+    help="Only these events (repeatable); emergency: every start on a signed emergency.",
 )
 @json_option
 def command(
@@ -46,6 +48,7 @@ def command(
     Example:
       mergegate audit log --job backup --since 2026-12-01
       mergegate audit log --event finished --json
+      mergegate audit log --event emergency
     """
     return main(
         repo=repo,

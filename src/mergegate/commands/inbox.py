@@ -9,7 +9,7 @@ import click
 from mergegate.commands import output
 from mergegate.commands.options import json_option, repo_option, trust_option
 from mergegate.git.refnames import branch_name
-from mergegate.operations.inbox import inbox
+from mergegate.operations.inbox import Inbox, inbox
 
 
 @click.command("inbox")
@@ -58,8 +58,15 @@ def main(
     box = inbox(repo_path=repo, remote=remote, base=base, fetch=fetch, trust=trust_root)
     output.warn(box.warnings)
     if as_json:
-        output.emit({"base": box.base, "proposals": [i.as_json() for i in box.items]})
+        output.emit(
+            {
+                "base": box.base,
+                "proposals": [i.as_json() for i in box.items],
+                "owed_reviews": [o.as_json(box.now) for o in box.owed if box.now],
+            }
+        )
         return 0
+    _owed(box)
     if not box.items:
         output.line(f"inbox empty: no branch changes a job or policy file relative to {box.base}")
         return 0
@@ -85,3 +92,16 @@ def main(
                     f"         next: review the diff, then mergegate approve {item.ref} --merge"
                 )
     return 0
+
+
+def _owed(box: Inbox) -> None:
+    """Reviews break-glass runs owe: a decision waiting for approvers too, with its deadline."""
+    for owed in box.owed:
+        late = box.now is not None and owed.overdue(box.now)
+        due = owed.due.strftime("%Y-%m-%dT%H:%M:%SZ") if owed.due else "no deadline"
+        output.line(f"{output.state('overdue' if late else 'owed', 8)} review of {owed.describe()}")
+        output.line(f"         due {due}; needs {owed.requirement}")
+        output.line(
+            f"         next: approvers other than {', '.join(owed.by)} and its writers sign "
+            f"Mergegate-Approve: {owed.path} {owed.blob} on approved"
+        )

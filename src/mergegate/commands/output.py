@@ -64,6 +64,7 @@ _COLOURS = {
     "vetoed": "red",
     "FAILED": "red",
     "violation": "red",
+    "overdue": "red",
     "queued": "yellow",
     "running": "yellow",
     "pending": "yellow",

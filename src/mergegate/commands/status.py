@@ -53,7 +53,8 @@ def command(
     States: queued (approved, waiting for a runner: with its runs_on labels, if
     any), retrying (waiting for the backoff before its next attempt), waiting (for
     GitHub review evidence), running, succeeded, failed, timed_out, interrupted,
-    lost, rejected, vetoed, not run.
+    lost, rejected, vetoed, not run. Then every review a break-glass run still
+    owes, with its deadline (owed, or overdue).
 
     \b
     Example:
@@ -87,7 +88,12 @@ def main(
     jobs = [j for j in report.jobs if not states or j.state in states]
     if as_json:
         output.emit(
-            {"tip": report.tip, "records": report.records, "jobs": [j.as_json() for j in jobs]}
+            {
+                "tip": report.tip,
+                "records": report.records,
+                "jobs": [j.as_json() for j in jobs],
+                "owed_reviews": [o.as_json(report.now) for o in report.owed if report.now],
+            }
         )
         return 0
     if states and not jobs and report.jobs:
@@ -103,4 +109,11 @@ def main(
         output.line(f"{output.state(j.state, 10)} {j.job:<30} {j.path}{reason}")
     if not report.jobs:
         output.line("no jobs on approved")
+    for owed in report.owed:
+        late = report.now is not None and owed.overdue(report.now)
+        due = owed.due.strftime("%Y-%m-%dT%H:%M:%SZ") if owed.due else "no deadline"
+        output.line(
+            f"{output.state('overdue' if late else 'owed', 10)} review of {owed.describe()}; "
+            f"due {due}; needs {owed.requirement}"
+        )
     return 0

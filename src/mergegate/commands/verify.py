@@ -10,7 +10,7 @@ import click
 from mergegate.commands import output
 from mergegate.commands.options import branch_options, json_option, trust_option
 from mergegate.git.refnames import branch_name
-from mergegate.operations.verify import verify_history
+from mergegate.operations.verify import VerifyReport, verify_history
 
 _COUNTABLE = {
     "approval",
@@ -42,8 +42,10 @@ def command(
 
     Exit 0 when every commit was judged, every started job was validly approved and
     the chain is intact; 1 when the walk stopped at a commit whose GitHub evidence
-    is not recorded yet (incomplete); 2 for bad input or an unreachable remote;
-    3 for a violation. GitHub is never asked; --no-fetch works with no network.
+    is not recorded yet (incomplete), or a break-glass run's review is overdue;
+    2 for bad input or an unreachable remote; 3 for a violation. Every review an
+    emergency still owes is listed. GitHub is never asked; --no-fetch works with
+    no network.
 
     \b
     Example (an auditor on a fresh clone, then offline):
@@ -94,7 +96,8 @@ def main(
                 "commits": [c.as_json() for c in report.commits],
                 "violations": list(report.violations),
                 "incomplete": _incomplete_json(report.incomplete),
-                "ok": not report.violations and report.incomplete is None,
+                "owed_reviews": [o.as_json(report.now) for o in report.owed if report.now],
+                "ok": not report.violations and report.incomplete is None and not report.overdue,
             }
         )
         return report.exit_code
@@ -124,6 +127,7 @@ def main(
         )
     for v in report.violations:
         output.line(f"violation: {v}", err=True)
+    _owed(report)
     if report.violations:
         verdict = "FAILED"
     elif report.incomplete is not None:
@@ -141,10 +145,32 @@ def main(
             err=True,
         )
         verdict = "incomplete"
+    elif report.overdue:
+        verdict = "overdue"
     else:
         verdict = "ok"
     output.line(f"{output.state(verdict)}: {len(report.commits)} commits, {report.records} records")
     return report.exit_code
+
+
+def _owed(report: VerifyReport) -> None:
+    """Each review a break-glass run still owes; an overdue one fails verify until it is given."""
+    overdue = set(report.overdue)
+    for owed in report.owed:
+        if owed.given:
+            continue
+        due = f"due {owed.due.strftime('%Y-%m-%dT%H:%M:%SZ')}" if owed.due else "no deadline"
+        if owed in overdue:
+            output.line(f"owed review overdue: {owed.describe()} ({due})", err=True)
+        else:
+            output.line(f"owed review: {owed.describe()} ({due}; needs {owed.requirement})")
+    if overdue:
+        output.line(
+            "hint: approvers who are neither the emergency's signers nor the job's writers give "
+            "the review: a signed commit with Mergegate-Approve: <path> <blob> on approved "
+            '(docs/policy.md, "Break-glass")',
+            err=True,
+        )
 
 
 def _incomplete_json(incomplete: tuple[str, str, int] | None) -> dict[str, object] | None:

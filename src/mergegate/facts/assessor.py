@@ -31,6 +31,7 @@ from mergegate.facts.git_side import GitSide, Reads
 from mergegate.facts.history import History, Side
 from mergegate.git.repo import Repo
 from mergegate.git.values import Change, Commit
+from mergegate.rules.emergency import TRAILER as EMERGENCY_TRAILER
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.judge import judge_commit
 from mergegate.rules.model import (
@@ -197,6 +198,7 @@ class Assessor:
             author=(commit.author_name, commit.author_email),
             parents=commit.parents,
             veto_trailers=facts.veto_trailers,
+            emergency_trailers=facts.emergency_trailers,
             squash=True,
             at=at,
             known=known,
@@ -248,6 +250,7 @@ class Assessor:
                 files,
                 signature,
                 veto_trailers=commit.trailers(VETO_TRAILER),
+                emergency_trailers=commit.trailers(EMERGENCY_TRAILER),
             )
         second = commit.parents[1]
         return self._merge_facts(
@@ -261,6 +264,7 @@ class Assessor:
             author=(commit.author_name, commit.author_email),
             parents=commit.parents,
             veto_trailers=commit.trailers(VETO_TRAILER),
+            emergency_trailers=commit.trailers(EMERGENCY_TRAILER),
             at=at,
             known=known,
         )
@@ -311,6 +315,7 @@ class Assessor:
         author: tuple[str, str],
         parents: tuple[str, ...],
         veto_trailers: tuple[str, ...],
+        emergency_trailers: tuple[str, ...] = (),
         result: str | None = None,
         merger: str | None = None,
         squash: bool = False,
@@ -387,6 +392,7 @@ class Assessor:
             signature=signature,
             approvals=tuple(self._approvals(reads, base, set(paths), policy, at=at)),
             veto_trailers=veto_trailers,
+            emergency_trailers=emergency_trailers,
             content_writers=content_writers,
             job_ids=reads.job_paths(result, stems) if stems else (),
             symlinks=tuple((path, self._target(blob)) for path, blob in reads.symlinks(result))
@@ -456,6 +462,7 @@ class Assessor:
                     tree,
                     bool(trees) and commit.tree not in trees,
                     changed,
+                    commit.trailers(EMERGENCY_TRAILER),
                 )
             )
         return found

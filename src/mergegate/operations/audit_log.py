@@ -24,6 +24,7 @@ from mergegate.audit.records import (
 from mergegate.errors import UsageError
 from mergegate.facts.branches import Branch, open_branch, refuse_old_layout
 from mergegate.git.repo import Repo
+from mergegate.text import shown
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,15 @@ def select(
             continue
         if since is not None and record_time(record) < since:
             continue
-        if events and record.event not in events:
+        if events and record.event not in events and not _emergency(record, events):
             continue
         chosen.append(record)
     return chosen
+
+
+def _emergency(record: Record, events: Sequence[str]) -> bool:
+    """`--event emergency`: every start on a signed emergency (break-glass)."""
+    return "emergency" in events and isinstance(record, Started) and record.emergency is not None
 
 
 def describe(record: Record) -> str:
@@ -104,6 +110,9 @@ def describe(record: Record) -> str:
         extra = record.reason or ""
     elif isinstance(record, Started):
         extra = f"run {record.run_id}" if record.run_id else ""
+        if record.emergency is not None:
+            used = record.emergency
+            extra += f"; emergency by {', '.join(used.by)}: '{shown(used.reason)}'"
     elif isinstance(record, Scanned):
         extra = f"up to {record.commit[:12]}" if record.commit else ""
     elif isinstance(record, PolicyChange):

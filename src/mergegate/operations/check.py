@@ -289,6 +289,8 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
     votes = describe_votes(d.votes)
     if not d.votes:
         words = f"needs {requirement.describe()}; no approvals yet"
+    elif d.emergency is not None and not d.approved:
+        words = f"quorum not met: it runs on the emergency and owes its review; {votes}"
     elif d.runnable:
         words = f"quorum met; {votes}"
     else:
@@ -301,8 +303,11 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
         who = "an approver" if policy.allow_self_approval else "an approver who did not write it"
         words += f"; a signed merge, or a review on GitHub, by {who} counts as one more"
     reason = policy.decide_command(d.job).reason
-    # The windows of the policy in force now, at the clock now, as a runner's claim would be.
+    # The windows of the policy in force now, at the clock now, as a runner's claim would be; a
+    # signed emergency starts in any (the judge's words say who broke the glass, and why).
     wait = eligibility.window_wait(policy, d.job, now=clock.now())
+    if d.emergency is not None:
+        reason, wait = d.reason, None
     if wait is not None:
         reason += f"; once merged it is {wait[0]}"
     limit = policy.approval_age_for(d.job)

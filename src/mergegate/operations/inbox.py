@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.audit.log import AUDIT_DIR
 from mergegate.errors import MergegateError
 from mergegate.facts.assessor import Assessor
-from mergegate.facts.branches import open_branch
+from mergegate.facts.branches import open_branch, trust_root
 from mergegate.git.repo import Repo
 from mergegate.operations.check import CheckReport, FileCheck, check
+from mergegate.operations.emergencies import owed_now
+from mergegate.rules.break_glass import Owed
 from mergegate.rules.job import is_job_path
 from mergegate.rules.policy import POLICY_DIR
 
@@ -60,6 +64,8 @@ class Inbox:
     base: str
     items: tuple[Item, ...]
     warnings: tuple[str, ...] = ()
+    owed: tuple[Owed, ...] = ()  # reviews break-glass runs still owe: decisions waiting too
+    now: datetime | None = None
 
 
 def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | None) -> Inbox:
@@ -142,7 +148,10 @@ def inbox(*, repo_path: Path, remote: str, base: str, fetch: bool, trust: str | 
                 _may_approve(repo, report),
             )
         )
-    return Inbox(base, tuple(items), tuple(warnings))
+    now = clock.now()
+    root, _ = trust_root(repo, tip, trust)
+    owed = owed_now(repo, tip, root, source.audit_tip(), at=now)
+    return Inbox(base, tuple(items), tuple(warnings), tuple(o for o in owed if not o.given), now)
 
 
 def _refs(repo: Repo, prefix: str) -> list[str]:

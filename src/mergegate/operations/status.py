@@ -11,8 +11,10 @@ from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Refusal, Started, parse_time
 from mergegate.errors import NotYet
+from mergegate.facts.owed_reviews import gate_owed
 from mergegate.git.repo import Repo
 from mergegate.github import gather as github
+from mergegate.rules.break_glass import Owed
 from mergegate.rules.eligibility import iso_up, waiting_reason
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.runner import leases
@@ -64,6 +66,8 @@ class StatusReport:
     records: int
     jobs: tuple[JobState, ...]
     warnings: tuple[str, ...]
+    owed: tuple[Owed, ...] = ()  # reviews break-glass runs still owe (given ones left out)
+    now: datetime | None = None
 
 
 def status(
@@ -216,7 +220,15 @@ def status(
                     None,
                 )
             )
-    return StatusReport(tip, len(records), tuple(jobs), tuple(warnings))
+    owed = gate_owed(repo, pending.tip, gate.root, records, gate.records, pending.policy, at=now)
+    return StatusReport(
+        tip,
+        len(records),
+        tuple(jobs),
+        tuple(warnings),
+        tuple(o for o in owed if not o.given),
+        now,
+    )
 
 
 def _running(job: str, path: str, blob: str, record: Started, now: datetime) -> JobState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -30,7 +30,9 @@ from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
+from mergegate.operations.emergencies import record_problems, verified_owed
 from mergegate.rules import eligibility
+from mergegate.rules.break_glass import Owed
 from mergegate.rules.job import Job
 from mergegate.rules.model import Assessment, Decision
 from mergegate.rules.policy import Policy, load_policy
@@ -101,12 +103,19 @@ class VerifyReport:
     # evidence the runner is still waiting for. Not a violation, but never "ok" either.
     incomplete: tuple[str, str, int] | None = None
     policy: Policy | None = None  # in force after the last commit the walk judged
+    # Every emergency use and the review it owes; one overdue fails verify (exit 1) until given.
+    owed: tuple[Owed, ...] = ()
+    now: datetime | None = None
+
+    @property
+    def overdue(self) -> tuple[Owed, ...]:
+        return tuple(o for o in self.owed if self.now is not None and o.overdue(self.now))
 
     @property
     def exit_code(self) -> int:
         if self.violations:
             return IntegrityError.exit_code
-        return NotYet.exit_code if self.incomplete else 0
+        return NotYet.exit_code if self.incomplete or self.overdue else 0
 
 
 def verify_history(
@@ -200,12 +209,15 @@ def verify_history(
     policies: dict[str, Policy] = {root: policy}
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
+    # Every revision the judge runs on a signed emergency, with the policy that judged it.
+    emergencies: dict[tuple[str, str, str], tuple[Decision, Policy]] = {}
     for done, sha in enumerate(chain, start=1):
         if progress is not None:
             progress(done, len(chain))
         # Record times are trustworthy only when runners sign the audit commits.
         at = seen[sha][0] if walk.policy.runners and sha in seen else now
         judged_by = walk.policy.commit
+        judging = walk.policy
         try:
             assessment = walk.step(sha, at=at)
         except NotYet as exc:
@@ -233,6 +245,11 @@ def verify_history(
                 reviewed_by=assessment.reviewed_by,
             )
         )
+        emergencies.update(
+            ((d.path, d.blob, d.commit), (d, judging))
+            for d in assessment.decisions
+            if d.runnable and d.emergency is not None
+        )
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
     # force.
     assessor = Assessor(repo, reviews=reviews)
@@ -259,12 +276,14 @@ def verify_history(
     violations.extend(_started_after_veto(records, vetoed, position, checker.judged))
     violations.extend(_ran_after_veto(records, vetoed, position))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
-    violations.extend(_outside_windows(records, jobs_of, policies, checker.judged))
+    violations.extend(_outside_windows(records, jobs_of, policies, checker.judged, emergencies))
     violations.extend(_expired_starts(records, jobs_of, policies, checker.judged, seen))
     violations.extend(_judged_later(records))
     violations.extend(
         _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
     )
+    owed = verified_owed(repo, tip, reached, emergencies, walk.policy, at=now)
+    violations.extend(record_problems(reached, emergencies, owed))
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(
@@ -276,6 +295,8 @@ def verify_history(
         tuple(warnings),
         incomplete,
         walk.policy,
+        tuple(owed),
+        now,
     )
 
 
@@ -406,15 +427,19 @@ def _outside_windows(
     jobs: dict[tuple[str, str], Job],
     policies: dict[str, Policy],
     judged: list[tuple[int, str]],
+    emergencies: Container[tuple[str, str, str]] = (),
 ) -> list[str]:
     """A start judged outside the change windows of the policy in force at the tip of approved its
-    runner had judged (eligibility.in_window), by the time the runner signed (`judged`)."""
+    runner had judged (eligibility.in_window), by the time the runner signed (`judged`); a
+    signed emergency starts in any window."""
     firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
         if not isinstance(record, Started):
             continue
         path, blob = str(record.path), str(record.blob)
+        if (path, blob, str(record.commit)) in emergencies:
+            continue
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = judged[at][1] if at >= 0 else None
         job, when = jobs.get((path, blob)), dating.judged_time(record)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from mergegate.audit.records import Finished, Record, Refusal, Started, parse_time
+from mergegate.rules import break_glass
 from mergegate.rules import windows as change_windows
 from mergegate.rules.job import Job
 from mergegate.rules.model import Decision
@@ -197,6 +198,7 @@ def judge_attempts(
     late: bool = False,
     standing: Standing | None = None,
     approved: datetime | None = None,
+    overdue: Mapping[str, break_glass.Owed] | None = None,
 ) -> Verdict:
     """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or
     nothing.
@@ -205,7 +207,8 @@ def judge_attempts(
     A start that is late, or a retry, is checked against `standing` (`late_refusal`).
     `approved`: when a runner first judged its approving commit (None: this pass, unless it is
     late), for `max_approval_age` (`expired`). A start then needs every change window of the
-    policy in force (`in_window`).
+    policy in force (`in_window`), unless a signed emergency runs it; an emergency is refused
+    while one of its signers owes an overdue review (`overdue`: break_glass.overdue_by).
     """
     verdict = _attempts(decision, policy, history or AttemptHistory(), now=now)
     start = (
@@ -235,6 +238,9 @@ def judge_attempts(
         why = expired(
             now_in_force, decision.job, approved=approved or (None if late else now), now=now
         )
+        if why is not None:
+            return Refused(decision, policy, why)
+        why = break_glass.second_refusal(decision, overdue or {})
         if why is not None:
             return Refused(decision, policy, why)
         return in_window(verdict, now_in_force, now=now)
@@ -284,6 +290,8 @@ def in_window(item: Runnable, policy: Policy, *, now: datetime) -> Runnable | Qu
     """
     job = item.decision.job
     assert job is not None
+    if item.decision.emergency is not None:
+        return item  # a signed emergency runs at once: no window allowed it, none holds it
     wait = window_wait(policy, job, now=now)
     if wait is None:
         return replace(item, windows=change_windows.names(policy.windows_for(job)))

@@ -22,7 +22,9 @@ The rules, in the order they apply (step N of `judge_commit` is rule N):
 8. A job must parse, be unique among approved jobs, be allowed by `commands`,
    be signed where the policy requires it, sit in a tree with no symlink leading
    outside, and reach its requirement.
-9. No job runs in a tree that holds content no signed approval covers.
+9. A signed emergency (Mergegate-Emergency) by enough emergency approvers stands in
+   for a job's requirement, and for nothing else; a policy change cannot use one.
+10. No job runs in a tree that holds content no signed approval covers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from mergegate.rules import break_glass
 from mergegate.rules.job import is_job_path, job_stem
 from mergegate.rules.model import (
     ABSENT,
@@ -73,7 +76,8 @@ def judge_commit(
        unapproved; a commit that changes no job and no policy file ends here.
     7. `_policy_change`: a policy change not adopted approves nothing of its merge.
     8. `_jobs`: each job revision's decision.
-    9. `_taint`: no job runs in a tree holding unapproved content.
+    9. `_emergency`: a signed emergency runs a job whose only refusal is its quorum.
+    10. `_taint`: no job runs in a tree holding unapproved content.
     Steps 1 to 3 and 6 to 7 may end the judging with their own verdict.
     """
     case = _Case.of(facts, policy, unapproved)
@@ -88,9 +92,9 @@ def judge_commit(
     verdict = _policy_change(case, votes)  # 7
     if verdict is not None and not verdict.adopted and not case.pending(verdict):
         return _policy_refused(case, verdict, votes)
-    decisions = _jobs(case, votes)  # 8
+    decisions = _emergency(case, _jobs(case, votes))  # 8, 9
     after = _jobs_after(facts, decisions, other.after)
-    return _approval(case, _taint(facts, decisions, after), verdict, other, after)  # 9
+    return _approval(case, _taint(facts, decisions, after), verdict, other, after)  # 10
 
 
 @dataclass(frozen=True)
@@ -390,6 +394,26 @@ def _jobs(case: _Case, votes: Votes) -> tuple[Decision, ...]:
     )
 
 
+# -- 9: an emergency ------------------------------------------------------------------------
+
+
+def _emergency(case: _Case, decisions: tuple[Decision, ...]) -> tuple[Decision, ...]:
+    """9. A signed emergency by enough emergency approvers stands in for a job's requirement
+    (break_glass.apply): never for `commands`, limits, a veto or a policy change's quorum."""
+    files = {f.path: f for f in case.jobs}
+    return tuple(
+        break_glass.apply(
+            case.facts,
+            case.policy,
+            files[d.path],
+            d,
+            signer=case.signer,
+            policy_change=bool(case.policy_files),
+        )
+        for d in decisions
+    )
+
+
 def _jobs_after(
     facts: CommitFacts, decisions: tuple[Decision, ...], after: dict[str, str]
 ) -> dict[str, str]:
@@ -399,20 +423,20 @@ def _jobs_after(
         if is_job_path(f.path) and f.after == ABSENT:
             after.pop(f.path, None)
     for d in decisions:
-        if d.approved:
+        if d.approved or d.emergency is not None:  # (an emergency's revision holds its id)
             after.pop(d.path, None)
         else:
             after.setdefault(d.path, facts.sha)
     return after
 
 
-# -- 9: taint, and the verdict ---------------------------------------------------------------
+# -- 10: taint, and the verdict --------------------------------------------------------------
 
 
 def _taint(
     facts: CommitFacts, decisions: tuple[Decision, ...], unapproved: Mapping[str, str]
 ) -> tuple[Decision, ...]:
-    """9. No job runs in a tree that holds content no signed approval covers."""
+    """10. No job runs in a tree that holds content no signed approval covers."""
     tainted = sorted(p for p in unapproved if not is_job_path(p) and not p.startswith(POLICY_DIR))
     if not tainted or not any(d.runnable for d in decisions):
         return decisions

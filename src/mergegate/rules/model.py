@@ -120,6 +120,7 @@ class ApprovalFacts:
     tree_mismatch: bool  # a tree trailer that does not name its own tree
     # Paths of interest that the proposal, at this commit, changed relative to the merge base.
     changed: frozenset[str]
+    emergency: tuple[str, ...] = ()  # its Mergegate-Emergency trailers (reasons)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class CommitFacts:
     # (path, vote) from other evidence, such as reviews.
     extra_votes: tuple[tuple[str, Vote], ...] = ()
     veto_trailers: tuple[str, ...] = ()
+    emergency_trailers: tuple[str, ...] = ()  # the merge's own Mergegate-Emergency reasons
     content_writers: tuple[Writer, ...] = ()  # merged commits that changed any other file
     job_ids: tuple[str, ...] = ()  # every job path in the resulting tree
     symlinks: tuple[tuple[str, bytes], ...] = ()  # every symlink in the resulting tree: target
@@ -163,6 +165,18 @@ class CommitFacts:
 
 
 @dataclass(frozen=True)
+class Emergency:
+    """A signed emergency that lets a job revision run without its quorum (judge, step 9), and
+    the review it owes (break_glass.review_state)."""
+
+    by: tuple[str, ...]  # the emergency approvers whose signed Mergegate-Emergency counted
+    reason: str  # the first of them's reason, redacted and bounded (emergency.kept_reason)
+    reviewers: tuple[str, ...]  # others whose votes counted at the merge: the review so far
+    excluded: tuple[str, ...]  # who can never give the review: `by` and the file's writers
+    reviewed: bool  # the revision's normal quorum was met by others at the merge already
+
+
+@dataclass(frozen=True)
 class Decision:
     """The verdict on one job revision introduced by one commit."""
 
@@ -178,6 +192,7 @@ class Decision:
     self_approved: bool = False
     refusal: Refusal = ""
     approved: bool = False  # its quorum is met (whatever else refuses it)
+    emergency: Emergency | None = None  # it runs (or would) on a signed emergency
 
     @property
     def approvers(self) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from datetime import datetime
 from mergegate.crypto.signatures import PublicKey, parse_public_key
 from mergegate.errors import ConfigError
 from mergegate.rules import config, schedule
+from mergegate.rules.emergency import EmergencyPolicy, read_emergency
 from mergegate.rules.job import Job, forbidden_env_name
 from mergegate.rules.schedule import duration, no_lifetimes_without_runners
 from mergegate.rules.windows import Window
@@ -149,6 +150,7 @@ class Policy:
     windows: tuple[Window, ...] = ()  # every window the policy defines
     run_windows: tuple[str, ...] = ()  # the windows every job starts in
     max_approval_age: int | None = None  # seconds; None: approvals do not expire
+    emergency: EmergencyPolicy | None = None  # break-glass (rules/emergency.py); None: none
 
     @property
     def where(self) -> str:
@@ -387,6 +389,7 @@ def load_policy(read: Reader, *, commit: str) -> Policy:
         windows=windows,
         run_windows=tuple(data.get("run_windows", ())),
         max_approval_age=duration(data.get("max_approval_age")),
+        emergency=read_emergency(doc, data, [p.name for p in approvers], groups, bool(runners)),
     )
 
 

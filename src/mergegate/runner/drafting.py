@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from mergegate.audit import log as audit
 from mergegate.audit.records import (
+    EmergencyUse,
     Finished,
     Lease,
     OpenCommit,
@@ -92,6 +93,9 @@ class Drafts:
                 windows=windows or None,
                 clone=clone,
                 counted=counted_votes(decision) if claimed else None,
+                emergency=EmergencyUse(decision.emergency.by, decision.emergency.reason)
+                if decision.emergency is not None
+                else None,
                 **_votes(decision),
             ),
             null=("rule", "requirement", "approval") if claimed else ("requirement", "approval"),

@@ -24,8 +24,10 @@ from mergegate.audit.records import (
 from mergegate.errors import IntegrityError, NotYet
 from mergegate.facts.approval_dates import ApprovalDates
 from mergegate.facts.assessor import Assessor
+from mergegate.facts.owed_reviews import gate_owed
 from mergegate.facts.policy_log import policy_in_force, policy_lookup, remember_judged
 from mergegate.git.repo import Repo
+from mergegate.rules.break_glass import Owed, overdue_by
 from mergegate.rules.eligibility import (
     AttemptHistory,
     Queued,
@@ -253,7 +255,7 @@ def plan(
     # 5. Commits with jobs still open, judged again, then what every revision may do now.
     reopened = _reopen(repo, result, tail, root=root, records=records, at=at, reviews=reviews)
     new = [(d, p, result.before.get(d.commit)) for d, p in result.items]
-    _sort(repo, result, [*reopened, *new], records=records, at=at, labels=labels)
+    _sort(repo, result, [*reopened, *new], records=records, at=at, labels=labels, root=root)
     return result
 
 
@@ -329,6 +331,7 @@ def _sort(
     records: str | None,
     at: datetime,
     labels: frozenset[str] | None,
+    root: str,
 ) -> None:
     """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts."""
     if not decisions:
@@ -344,6 +347,7 @@ def _sort(
         return Standing(result.tip, at_tip[path], result.policy)
 
     dates = ApprovalDates(repo, records, result.tip)
+    overdue = _Overdue(repo, result, root, records=records, at=at)
     seen: set[tuple[str, str, str]] = set()
     first: dict[
         tuple[str, str], str
@@ -372,6 +376,7 @@ def _sort(
             late=decision.commit in late,
             standing=standing(decision.path),
             approved=dates.approved(decision, policy, result.policy),
+            overdue=overdue(decision),
         )
         if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
             (decision.path, decision.blob), decision.commit
@@ -395,6 +400,27 @@ def _sort(
             # (A `started` since the last scanned record, say by `run --job`, which writes none,
             # does not make a refusal of the next attempt already recorded.)
             result.refused.append(verdict)
+
+
+class _Overdue:
+    """Who owes an overdue review now, asked only for an emergency: a grep of the records and a
+    judgement of each earlier emergency's commit, once a pass."""
+
+    def __init__(self, repo: Repo, result: Plan, root: str, *, records: str | None, at: datetime):
+        self.repo, self.result, self.root, self.records, self.at = repo, result, root, records, at
+        self.found: dict[str, Owed] | None = None
+
+    def __call__(self, decision: Decision) -> dict[str, Owed] | None:
+        if decision.emergency is None:
+            return None
+        if self.found is None:
+            uses = audit.grep(self.repo, self.records, '"emergency":{')
+            work = self.result
+            owed = gate_owed(
+                self.repo, work.tip, self.root, uses, self.records, work.policy, at=self.at
+            )
+            self.found = overdue_by(owed, self.at)
+        return self.found
 
 
 def open_after(

@@ -1,0 +1,143 @@
+"""The reviews break-glass runs owe: every emergency start on the audit branch, and who has
+approved its revision since (docs/policy.md, "Break-glass").
+
+An emergency use is a `started` record with `emergency`, confirmed by the judge: the commit it
+names, judged again by the policy in force before it, must run that revision on a signed
+emergency (so a forged record owes nothing, and a record cannot choose who may review). Its time
+is when its runner judged the start (`dating.judged_time`, runner-signed: an emergency needs
+`runners`). The review is the approvals by others: those counted at the merge, and each signed
+commit on approved after it whose `Mergegate-Approve` trailer names the path and blob (an empty
+approval commit pushed to, or merged into, approved), signed by an approver key of the policy in
+force at approved's tip. Whether they meet the quorum, and when it is due, is
+`rules.break_glass.review_state`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+from mergegate.audit.dating import judged_time
+from mergegate.audit.records import Record, Started
+from mergegate.facts.assessor import APPROVE_TRAILER, Assessor
+from mergegate.facts.policy_log import policy_lookup
+from mergegate.git.repo import Repo
+from mergegate.rules.break_glass import Owed, review_state
+from mergegate.rules.model import Decision
+from mergegate.rules.policy import Policy
+
+# (path, blob, commit) -> the judge's decision on it, with the policy that judged it.
+Judged = Callable[[str, str, str], tuple[Decision, Policy] | None]
+
+
+def emergency_starts(records: Iterable[Record]) -> list[Started]:
+    """The first `started` record of each revision run on an emergency, in chain order."""
+    found: dict[tuple[str, str, str], Started] = {}
+    for record in records:
+        if isinstance(record, Started) and record.emergency is not None:
+            key = (str(record.path), str(record.blob), str(record.commit))
+            if key not in found or record.seq < found[key].seq:
+                found[key] = record
+    return sorted(found.values(), key=lambda r: r.seq)
+
+
+def rejudged(repo: Repo, policy_at: Callable[[str], Policy], *, at: datetime) -> Judged:
+    """`Judged` by judging each commit again, by the policy in force before it (one judgement per
+    emergency: they are rare)."""
+    assessor = Assessor(repo)
+
+    def judged(path: str, blob: str, commit: str) -> tuple[Decision, Policy] | None:
+        if repo.rev(commit) is None:
+            return None
+        parents = repo.commit(commit).parents
+        if not parents:
+            return None
+        policy = policy_at(parents[0])
+        assessment = assessor.assess(commit, policy, {}, at=at)
+        for decision in assessment.decisions:
+            if (decision.path, decision.blob) == (path, blob):
+                return decision, policy
+        return None
+
+    return judged
+
+
+def owed_reviews(
+    repo: Repo,
+    tip: str,
+    records: Iterable[Record],
+    judged: Judged,
+    policy: Policy,
+    *,
+    at: datetime,
+) -> list[Owed]:
+    """The review each emergency start owes (or owed), oldest first; `policy` is in force at
+    `tip`, whose approver keys sign the approvals given after the merge."""
+    owed = []
+    assessor = Assessor(repo)
+    for record in emergency_starts(records):
+        path, blob, commit = str(record.path), str(record.blob), str(record.commit)
+        found = judged(path, blob, commit)
+        if found is None or found[0].emergency is None or not repo.is_ancestor(commit, tip):
+            continue  # (verify reports a start the judge does not run on an emergency)
+        decision, before = found
+        later = _approvers_since(repo, assessor, commit, tip, path, blob, policy, at=at)
+        owed.append(review_state(decision, before, later, used=judged_time(record), seq=record.seq))
+    return owed
+
+
+def gate_owed(
+    repo: Repo,
+    tip: str,
+    root: str,
+    records: Sequence[Record],
+    records_tip: str | None,
+    policy: Policy,
+    *,
+    at: datetime,
+) -> list[Owed]:
+    """The reviews owed, each emergency's commit judged again (status, inbox, a runner's pass);
+    `policy` is in force at `tip`."""
+    if not any(isinstance(r, Started) and r.emergency is not None for r in records):
+        return []
+    judge = Assessor(repo)
+    policy_at = policy_lookup(repo, lambda: judge, at=at, root=root, records=records_tip)
+    return owed_reviews(repo, tip, records, rejudged(repo, policy_at, at=at), policy, at=at)
+
+
+def _approvers_since(
+    repo: Repo,
+    assessor: Assessor,
+    commit: str,
+    tip: str,
+    path: str,
+    blob: str,
+    policy: Policy,
+    *,
+    at: datetime,
+) -> list[str]:
+    """Who signed an approval of `path` at `blob` on approved after `commit` (git's --grep finds
+    the candidates; the trailer, read as the judge reads it, decides)."""
+    listed = repo.out(
+        "rev-list", f"--grep={APPROVE_TRAILER}:", "--regexp-ignore-case", f"{commit}..{tip}"
+    )
+    people = []
+    for sha in listed.split():
+        approval = repo.commit(sha)
+        if not any(_names(value, path, blob) for value in approval.trailers(APPROVE_TRAILER)):
+            continue
+        check = assessor.signature(approval, policy.approver_keys(), at=at)
+        if check.ok and check.key is not None:
+            people.append(check.key.owner)
+    return people
+
+
+def _names(value: str, path: str, blob: str) -> bool:
+    """Whether a `Mergegate-Approve: <path> [<mode>] <blob>` value names this path and blob."""
+    rest, _, named = value.rpartition(" ")
+    if named != blob:
+        return False
+    if rest == path:
+        return True
+    head, _, mode = rest.rpartition(" ")
+    return head == path and mode in ("100644", "100755")

@@ -1,0 +1,98 @@
+"""Break-glass as `verify`, `status` and `inbox` see it: the reviews emergency runs owe, and
+whether the records of emergency starts say what the judge says.
+
+`verify` re-judges every commit, so it hands over its own decisions (`status`, `inbox` and a
+runner's pass judge each emergency's commit again: facts.owed_reviews.gate_owed). An emergency's
+use is the runner-signed time of its start; whether its review is overdue is asked at the
+caller's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from mergegate.audit import log as audit
+from mergegate.audit.dating import judged_time
+from mergegate.audit.records import Record, Started
+from mergegate.facts.assessor import Assessor
+from mergegate.facts.owed_reviews import gate_owed, owed_reviews
+from mergegate.facts.policy_log import policy_lookup
+from mergegate.git.repo import Repo
+from mergegate.rules.break_glass import Owed, overdue_by, second_refusal
+from mergegate.rules.model import Decision
+from mergegate.rules.policy import Policy
+
+Key = tuple[str, str, str]  # (path, blob, commit)
+
+
+def verified_owed(
+    repo: Repo,
+    tip: str,
+    records: Sequence[Record],
+    decisions: Mapping[Key, tuple[Decision, Policy]],
+    policy: Policy,
+    *,
+    at: datetime,
+) -> list[Owed]:
+    """The reviews owed, by verify's own judgements (`decisions`: every runnable emergency)."""
+
+    def judged(path: str, blob: str, commit: str) -> tuple[Decision, Policy] | None:
+        return decisions.get((path, blob, commit))
+
+    return owed_reviews(repo, tip, records, judged, policy, at=at)
+
+
+def owed_now(
+    repo: Repo, tip: str, root: str, records_tip: str | None, *, at: datetime
+) -> list[Owed]:
+    """The reviews owed at approved's `tip` (for `inbox`, which reads no pass of its own)."""
+    records = audit.grep(repo, records_tip, '"emergency":{')
+    if not records:
+        return []
+    judge = Assessor(repo)
+    policy = policy_lookup(repo, lambda: judge, at=at, root=root, records=records_tip)(tip)
+    return gate_owed(repo, tip, root, records, records_tip, policy, at=at)
+
+
+def record_problems(
+    records: Sequence[Record],
+    decisions: Mapping[Key, tuple[Decision, Policy]],
+    owed: Sequence[Owed],
+) -> list[str]:
+    """Starts whose `emergency` the judge does not confirm, emergency runs whose starts do not
+    say so, and a second emergency started while one of its signers owed an overdue review.
+
+    `owed` is as of now: a review not given now was not given at any earlier start either (an
+    approval on approved stays there), so a use overdue then, and still owed, is one the runner
+    had to see.
+    """
+    problems = []
+    for record in records:
+        if not isinstance(record, Started):
+            continue
+        key = (str(record.path), str(record.blob), str(record.commit))
+        found = decisions.get(key)
+        said = record.emergency
+        where = f"seq {record.seq}: started {key[0]} at {key[1][:7]}"
+        if found is None:
+            if said is not None:
+                problems.append(
+                    f"{where} on an emergency by {', '.join(said.by)}, which the judge does not "
+                    "find: no signed emergency of an emergency approver runs this revision"
+                )
+            continue
+        emergency = found[0].emergency
+        assert emergency is not None
+        if said is None or tuple(said.by) != emergency.by:
+            problems.append(
+                f"{where} on the emergency of {', '.join(emergency.by)}, but its record says "
+                f"{'nothing of it' if said is None else 'by ' + ', '.join(said.by)}"
+            )
+            continue
+        when = judged_time(record)
+        before = [o for o in owed if o.seq < record.seq]
+        why = second_refusal(found[0], overdue_by(before, when)) if when is not None else None
+        if why is not None:
+            problems.append(f"{where} although {why}")
+    return problems

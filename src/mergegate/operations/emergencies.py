@@ -20,10 +20,42 @@ from mergegate.facts.owed_reviews import gate_owed, owed_reviews
 from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
 from mergegate.rules.break_glass import Owed, overdue_by, second_refusal
-from mergegate.rules.model import Decision
+from mergegate.rules.model import Assessment, Decision
 from mergegate.rules.policy import Policy
 
 Key = tuple[str, str, str]  # (path, blob, commit)
+
+
+class Tally:
+    """Verify's emergencies: every revision the judge runs on a signed emergency, with the policy
+    that judged it, gathered as the walk goes."""
+
+    def __init__(self) -> None:
+        self.decisions: dict[Key, tuple[Decision, Policy]] = {}
+
+    def add(self, assessment: Assessment, policy: Policy) -> None:
+        for d in assessment.decisions:
+            if d.runnable and d.emergency is not None:
+                self.decisions[(d.path, d.blob, d.commit)] = (d, policy)
+
+    def ordinary(self, records: Sequence[Record]) -> list[Record]:
+        """The records but the starts of emergency runs: a signed emergency starts in any change
+        window, so the windows' check skips them."""
+        return [
+            r
+            for r in records
+            if not (isinstance(r, Started) and (str(r.path), str(r.blob), str(r.commit)) in self)
+        ]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.decisions
+
+    def check(
+        self, repo: Repo, tip: str, records: Sequence[Record], policy: Policy, *, at: datetime
+    ) -> tuple[list[Owed], list[str]]:
+        """(the review each use owes, what is wrong with the records of emergency starts)."""
+        owed = verified_owed(repo, tip, records, self.decisions, policy, at=at)
+        return owed, record_problems(records, self.decisions, owed)
 
 
 def verified_owed(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -30,7 +30,7 @@ from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
-from mergegate.operations.emergencies import record_problems, verified_owed
+from mergegate.operations.emergencies import Tally
 from mergegate.rules import eligibility
 from mergegate.rules.break_glass import Owed
 from mergegate.rules.job import Job
@@ -103,8 +103,7 @@ class VerifyReport:
     # evidence the runner is still waiting for. Not a violation, but never "ok" either.
     incomplete: tuple[str, str, int] | None = None
     policy: Policy | None = None  # in force after the last commit the walk judged
-    # Every emergency use and the review it owes; one overdue fails verify (exit 1) until given.
-    owed: tuple[Owed, ...] = ()
+    owed: tuple[Owed, ...] = ()  # every break-glass run's review: one overdue fails verify (1)
     now: datetime | None = None
 
     @property
@@ -209,8 +208,7 @@ def verify_history(
     policies: dict[str, Policy] = {root: policy}
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
-    # Every revision the judge runs on a signed emergency, with the policy that judged it.
-    emergencies: dict[tuple[str, str, str], tuple[Decision, Policy]] = {}
+    emergencies = Tally()  # every revision the judge runs on a signed emergency
     for done, sha in enumerate(chain, start=1):
         if progress is not None:
             progress(done, len(chain))
@@ -245,11 +243,7 @@ def verify_history(
                 reviewed_by=assessment.reviewed_by,
             )
         )
-        emergencies.update(
-            ((d.path, d.blob, d.commit), (d, judging))
-            for d in assessment.decisions
-            if d.runnable and d.emergency is not None
-        )
+        emergencies.add(assessment, judging)
     # Every commit of the audit branch, each signed (with runners) by the policy the walk found in
     # force.
     assessor = Assessor(repo, reviews=reviews)
@@ -276,14 +270,16 @@ def verify_history(
     violations.extend(_started_after_veto(records, vetoed, position, checker.judged))
     violations.extend(_ran_after_veto(records, vetoed, position))
     violations.extend(_late_retries(repo, records, jobs_of, policies, checker.judged))
-    violations.extend(_outside_windows(records, jobs_of, policies, checker.judged, emergencies))
+    violations.extend(
+        _outside_windows(emergencies.ordinary(records), jobs_of, policies, checker.judged)
+    )
     violations.extend(_expired_starts(records, jobs_of, policies, checker.judged, seen))
     violations.extend(_judged_later(records))
     violations.extend(
         _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
     )
-    owed = verified_owed(repo, tip, reached, emergencies, walk.policy, at=now)
-    violations.extend(record_problems(reached, emergencies, owed))
+    owed, problems = emergencies.check(repo, tip, reached, walk.policy, at=now)
+    violations.extend(problems)
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)
     return VerifyReport(
@@ -427,19 +423,15 @@ def _outside_windows(
     jobs: dict[tuple[str, str], Job],
     policies: dict[str, Policy],
     judged: list[tuple[int, str]],
-    emergencies: Container[tuple[str, str, str]] = (),
 ) -> list[str]:
     """A start judged outside the change windows of the policy in force at the tip of approved its
-    runner had judged (eligibility.in_window), by the time the runner signed (`judged`); a
-    signed emergency starts in any window."""
+    runner had judged (eligibility.in_window), by the time the runner signed (`judged`)."""
     firsts = [seq for seq, _ in judged]
     problems = []
     for record in records:
         if not isinstance(record, Started):
             continue
         path, blob = str(record.path), str(record.blob)
-        if (path, blob, str(record.commit)) in emergencies:
-            continue
         at = bisect.bisect_right(firsts, record.seq) - 1
         tip = judged[at][1] if at >= 0 else None
         job, when = jobs.get((path, blob)), dating.judged_time(record)

@@ -15,7 +15,7 @@ import re
 FASTJSONSCHEMA_VERSION = "2.22.3"
 SCHEMA_SHA256 = {
     "job": "1a4d111a94c09a225fc369c81fe503d968b0a35159111d307ab17e07be2b24dc",
-    "policy": "fa9beb945ef9a43cd8699cb36f562303480ad77c297ab4024bd10c1940683889",
+    "policy": "90e6c292ac2be3131abae58b7c82a4a01b7b81744ddf68a91bcba6b68c7048e7",
 }
 
 
@@ -597,6 +597,42 @@ def validate_https___mergegate_dev_schemas_policy_schema_json(data, custom_forma
             data_keys.remove("max_approval_age")
             data__maxapprovalage = data["max_approval_age"]
             validate_https___mergegate_dev_schemas_policy_schema_json___defs_duration(data__maxapprovalage, custom_formats, (name_prefix or "data") + ".max_approval_age")
+        if "emergency" in data_keys:
+            data_keys.remove("emergency")
+            data__emergency = data["emergency"]
+            if not isinstance(data__emergency, (dict)):
+                raise JsonSchemaValueException
+            data__emergency_is_dict = isinstance(data__emergency, dict)
+            if data__emergency_is_dict:
+                data__emergency__missing_keys = set(['approvers', 'review_within']) - data__emergency.keys()
+                if data__emergency__missing_keys:
+                    raise JsonSchemaValueException
+                data__emergency_keys = set(data__emergency.keys())
+                if "approvers" in data__emergency_keys:
+                    data__emergency_keys.remove("approvers")
+                    data__emergency__approvers = data__emergency["approvers"]
+                    if not isinstance(data__emergency__approvers, (list, tuple)):
+                        raise JsonSchemaValueException
+                    data__emergency__approvers_is_list = isinstance(data__emergency__approvers, (list, tuple))
+                    if data__emergency__approvers_is_list:
+                        data__emergency__approvers_len = len(data__emergency__approvers)
+                        if data__emergency__approvers_len < 1:
+                            raise JsonSchemaValueException
+                        def fn(var): return frozenset(dict((k, fn(v)) for k, v in var.items()).items()) if hasattr(var, "items") else tuple(fn(v) for v in var) if isinstance(var, (dict, list)) else (bool, var) if isinstance(var, bool) else var
+                        if data__emergency__approvers_len > len(set(fn(data__emergency__approvers_x) for data__emergency__approvers_x in data__emergency__approvers)):
+                            raise JsonSchemaValueException
+                        for data__emergency__approvers_x, data__emergency__approvers_item in enumerate(data__emergency__approvers):
+                            validate_https___mergegate_dev_schemas_policy_schema_json___defs_name(data__emergency__approvers_item, custom_formats, (name_prefix or "data") + ".emergency.approvers[{data__emergency__approvers_x}]".format(**locals()))
+                if "count" in data__emergency_keys:
+                    data__emergency_keys.remove("count")
+                    data__emergency__count = data__emergency["count"]
+                    validate_https___mergegate_dev_schemas_policy_schema_json___defs_positive(data__emergency__count, custom_formats, (name_prefix or "data") + ".emergency.count")
+                if "review_within" in data__emergency_keys:
+                    data__emergency_keys.remove("review_within")
+                    data__emergency__reviewwithin = data__emergency["review_within"]
+                    validate_https___mergegate_dev_schemas_policy_schema_json___defs_duration(data__emergency__reviewwithin, custom_formats, (name_prefix or "data") + ".emergency.review_within")
+                if data__emergency_keys:
+                    raise JsonSchemaValueException
         if "github" in data_keys:
             data_keys.remove("github")
             data__github = data["github"]

@@ -43,13 +43,17 @@ def test_pr_check_is_read_only_checks_out_the_merge_ref_and_keeps_no_credentials
     }  # no ref: the merge ref, forks work
 
 
+REPORTING_RUNNER = {"contents": "write", "pull-requests": "write", "statuses": "write"}
+
+
 def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() -> None:
     run = _generated()[workflows.RUN_PATH]
     assert set(run[True]) == {"push", "schedule", "workflow_dispatch"}  # type: ignore[arg-type]
     assert run["permissions"] == {}
     assert run["concurrency"] == {"group": "mergegate-runner", "cancel-in-progress": False}
     job = run["jobs"]["run"]  # type: ignore[index]
-    assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
+    # Exactly what it needs: push records, read reviews, and (report: true) post each result.
+    assert job["permissions"] == REPORTING_RUNNER
     # The runner's key is an Environment secret: only this job, on the branches the Environment
     # allows, gets it.
     assert job["environment"] == workflows.ENVIRONMENT == "mergegate"
@@ -57,6 +61,7 @@ def test_runner_never_cancels_writes_only_in_its_job_and_needs_a_trust_root() ->
     assert steps[0]["with"]["persist-credentials"] is False and steps[0]["with"]["fetch-depth"] == 0  # type: ignore[index]
     assert steps[1]["with"]["trust-root"] == "${{ vars.MERGEGATE_TRUST_ROOT }}"  # type: ignore[index]
     assert steps[1]["with"]["signing-key"] == "${{ secrets.MERGEGATE_RUNNER_KEY }}"  # type: ignore[index]
+    assert steps[1]["with"]["report"] is True  # type: ignore[index]
 
 
 def test_no_untrusted_value_is_expanded_in_a_run_script_and_no_pull_request_target() -> None:
@@ -108,7 +113,8 @@ def test_fan_out_plans_read_only_runs_each_entry_by_path_through_env_and_never_c
         and "job" not in sweep["steps"][1]["with"]
     )
     for job in (run, sweep):
-        assert job["permissions"] == {"contents": "write", "pull-requests": "read"}
+        assert job["permissions"] == REPORTING_RUNNER
+        assert job["steps"][1]["with"]["report"] is True
         assert job["environment"] == workflows.ENVIRONMENT  # the key: only here, only on approved
     assert "environment" not in plan  # planning signs nothing and pushes nothing
     for job in fan["jobs"].values():
@@ -174,6 +180,7 @@ def _run_action(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProc
         "GITHUB_SERVER_URL": "https://github.com",
         "MG_JOB": "",
         "MG_LABELS": "",
+        "MG_REPORT": "",
     }
     return subprocess.run(
         ["bash", "-e", "-c", _action_script("mergegate")],
@@ -230,6 +237,18 @@ def test_a_matrix_job_path_and_labels_are_data_never_globbed_or_run(tmp_path: Pa
         "--label",
         "linux",
     ]
+
+
+def test_the_report_input_is_true_or_false_and_turns_on_run_report(tmp_path: Path) -> None:
+    proc = _run_action(tmp_path, {"MG_REPORT": "true"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "argv").read_text().splitlines()[-1] == "--report"
+    proc = _run_action(tmp_path, {"MG_REPORT": "false"})
+    assert "--report" not in (tmp_path / "argv").read_text().splitlines()
+    (tmp_path / "argv").unlink()
+    proc = _run_action(tmp_path, {"MG_REPORT": "yes; touch PWNED"})
+    assert proc.returncode == 2 and "input report must be true or false" in proc.stdout
+    assert not (tmp_path / "argv").exists() and not list(tmp_path.glob("PWNED*"))
 
 
 def test_unset_trust_root_fails_clearly(tmp_path: Path) -> None:

@@ -105,8 +105,17 @@ RUN_STEPS = (
           trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
           signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
           github-token: ${{{{ github.token }}}}
+          report: true    # each result on its pull request: a commit status and a comment
 """
 )
+
+# What a job of the runner may do with its token: push the records, read the review evidence,
+# and (`report: true`) post each result's commit status and comment on its pull request.
+RUNNER_PERMISSIONS = """    permissions:
+      contents: write       # to push records to mergegate/audit (protect approved separately)
+      pull-requests: write  # review evidence for GitHub-made merges; the result's comment
+      statuses: write       # the result's commit status (mergegate/<job id>)
+"""
 
 RUN = (
     """\
@@ -133,10 +142,8 @@ jobs:
     # The runner's key is a secret of this Environment; limit its deployment branches to
     # `approved` so that no workflow on another branch can read it (docs/github.md).
     environment: {environment}
-    permissions:
-      contents: write       # to push records to mergegate/audit (protect approved separately)
-      pull-requests: read   # review evidence for GitHub-made merges
 """
+    + RUNNER_PERMISSIONS
     + RUN_STEPS
 )
 
@@ -189,10 +196,9 @@ jobs:
     timeout-minutes: 60
     # The runner's key is a secret of this Environment (deployment branches: approved).
     environment: {environment}
-    permissions:
-      contents: write       # to push records to mergegate/audit (protect approved separately)
-      pull-requests: read
-    strategy:
+"""
+    + RUNNER_PERMISSIONS
+    + """    strategy:
       fail-fast: false      # one failed job must not cancel the others mid-run
       max-parallel: 20
       matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}
@@ -210,6 +216,7 @@ jobs:
           trust-root: ${{{{ vars.MERGEGATE_TRUST_ROOT }}}}
           signing-key: ${{{{ secrets.MERGEGATE_RUNNER_KEY }}}}
           github-token: ${{{{ github.token }}}}
+          report: true    # each result on its pull request: a commit status and a comment
 
   sweep:
     name: mergegate sweep
@@ -219,10 +226,8 @@ jobs:
     timeout-minutes: 60
     # The runner's key is a secret of this Environment (deployment branches: approved).
     environment: {environment}
-    permissions:
-      contents: write
-      pull-requests: read
 """
+    + RUNNER_PERMISSIONS
     + RUN_STEPS
 )
 

@@ -119,6 +119,8 @@ def test_a_cursor_resumes_after_the_last_line_and_refuses_another_chain(world: W
     cursor.write_text(json.dumps({"seq": 10_000, "hash": "ab" * 32}))
     ahead = world.mg("audit", "export", "--cursor", str(cursor), where="auditor")
     assert ahead.code == 3 and "ends at seq" in ahead.err
+    nowhere = world.mg("audit", "export", "--cursor", str(cursor.parent / "no" / "c"))
+    assert nowhere.code == 2 and nowhere.out == "" and "does not exist" in nowhere.err
     cursor.write_text("seq=3")
     garbled = world.mg("audit", "export", "--cursor", str(cursor), where="auditor")
     assert garbled.code == 2 and "the cursor is not" in garbled.err

@@ -153,6 +153,11 @@ class Export:
         self.repo_path, self.remote, self.branch = repo_path, remote, branch
         self.fetch, self.trust = fetch, trust
         self.selection, self.line, self.emit, self.cursor = selection, line, emit, cursor
+        if cursor is not None and not cursor.parent.is_dir():
+            # Said now, not after the first line was printed without a cursor to resume from.
+            raise UsageError(
+                f"the cursor's folder {cursor.parent} does not exist", file=str(cursor)
+            )
         self.repo = Repo(repo_path)
         # Where the chain must still be as it was: the cursor's record at first, then the last
         # record read (a branch replaced by another valid chain is noticed, not exported from).

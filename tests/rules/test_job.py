@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mergegate.errors import ConfigError
 from mergegate.rules.job import check_unique_ids, parse_job
@@ -196,7 +197,9 @@ def test_yaml_depth_checked_while_composing_reports_what_the_two_pass_reading_do
             return ("config", exc.message, exc.line)
 
     assert outcome(lambda t, f: config.parse_yaml(t, file=f)) == outcome(
-        lambda t, f: config._document(config._compose_pyyaml(t, f), f, libyaml=False)
+        lambda t, f: config._document(
+            config._compose_pyyaml(t, f, yaml.SafeLoader), f, libyaml=False
+        )
     )
 
 
@@ -351,7 +354,9 @@ def test_the_reading_of_job_files_gives_what_pyyamls_own_reading_gives() -> None
             return ("config", exc.message, exc.line)
 
     def reference(text: str, file: str) -> config.Document:
-        return config._document(config._compose_pyyaml(text, file), file, libyaml=False)
+        return config._document(
+            config._compose_pyyaml(text, file, yaml.SafeLoader), file, libyaml=False
+        )
 
     rng = random.Random(12)
     texts = [

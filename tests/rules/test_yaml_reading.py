@@ -9,11 +9,17 @@ reference: what mergegate has always read and said), and values PyYAML tags but 
   empty flow values are where libyaml's language differs: see config's module doc).
 * test_the_depth_guard_*, test_a_deep_flow_collection_*: which of the depth and a syntax error is
   reported first (the scanner's look-ahead decides), and the time a deep document costs.
+* test_the_linear_scanner_*, test_an_unclosed_*: config._Loader, the scanner PyYAML's reading
+  reads with, against PyYAML's own (quadratic in the depth of a flow collection: `[` * 3000 took it
+  0.2 s to refuse).
+* test_a_text_nesting_*: config._shallow keeps such texts from libyaml, whose scanner is quadratic
+  in the depth too and composes a whole text before the depth is refused.
 """
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from mergegate.errors import ConfigError
 from mergegate.rules import config
@@ -119,8 +125,11 @@ _EDGE = [
 
 
 def _reference(text: str, file: str) -> config.Document:
-    """PyYAML's own reading, as mergegate has always read: the depth first, then compose."""
-    return config._document(config._compose_pyyaml(text, file), file, libyaml=False)
+    """PyYAML's own reading, as mergegate has always read: the depth first, then compose, with
+    PyYAML's own SafeLoader (config._Loader is held to it below)."""
+    return config._document(
+        config._compose_pyyaml(text, file, yaml.SafeLoader), file, libyaml=False
+    )
 
 
 def _outcome(read: object, text: str) -> object:
@@ -176,6 +185,17 @@ _LOOKAHEAD = [
     "a: !!str [" * 10 + "]" * 10,
     "'a': 1\n\"b\"\n: 2\n",
     "a: 'x\n" + "[" * 100,
+    # More brackets than levels allowed (config._shallow asks libyaml's events), shallow or not,
+    # brackets in quotes and comments, and many lines nested too deep (each alone costs libyaml
+    # time quadratic in its depth).
+    "a: [" + ", ".join(["[x]"] * 70) + "]\n",
+    "a: [" + ", ".join(["{k: 'v]'}"] * 70) + "]\n",
+    "a: '" + "[" * 70 + "'\nb: [x] # " + "{" * 70 + "\n",
+    "".join(f"k{i}: " + "[b: " * 100 + "]" * 100 + "\n" for i in range(3)),
+    "a: " + "[\n" * 70 + "b, \n" * 5 + "]" * 70 + "\n",
+    "a: " + "[" * 70 + "]" * 69 + "\n",
+    "[" * 1100,
+    "{" * 1100 + "@",
 ]
 _ALPHABET = "[]{},:?-#&*!|>'\"% \n\tab1"
 
@@ -227,3 +247,114 @@ def test_a_deep_flow_collection_costs_time_linear_in_its_depth() -> None:
 
     small, large = lines(300), lines(600)
     assert large < 2.5 * small, (small, large)
+
+
+# config._Loader: PyYAML's SafeLoader with its scanner's possible simple keys kept in linear time.
+# Held to PyYAML's own SafeLoader: after every event, the same event, the scanner at the same place
+# with the same tokens read ahead (what decides whether a later error or the depth is reported
+# first), or the same error at the same mark.
+def _steps(loader: type[yaml.SafeLoader], text: str) -> list[object]:
+    try:
+        reader = loader(text)
+    except yaml.YAMLError as exc:  # (a character YAML does not allow: the reader refuses it)
+        return [("error", str(exc))]
+    steps: list[object] = []
+    try:
+        while reader.check_event():
+            event = reader.get_event()
+            steps.append(
+                (
+                    type(event).__name__,
+                    getattr(event, "value", None),
+                    getattr(event, "anchor", None),
+                    event.start_mark.index,
+                    event.end_mark.index,
+                    reader.index,
+                    len(reader.tokens),
+                    reader.tokens_taken,
+                )
+            )
+    except yaml.YAMLError as exc:
+        steps.append(("error", str(exc)))
+    finally:
+        reader.dispose()
+    return steps
+
+
+def _depth_verdict(loader: type[yaml.SafeLoader], text: str) -> tuple[str, object]:
+    try:
+        config._check_depth(text, "f.yaml", loader)
+        return ("ok", None)
+    except ConfigError as exc:
+        return ("config", (exc.message, exc.line))
+    except yaml.YAMLError as exc:
+        return ("yaml", str(exc))
+
+
+def test_the_linear_scanner_reads_every_text_as_pyyamls_own_does() -> None:
+    import random
+
+    rng = random.Random(7)
+    texts = [*_LOOKAHEAD, *(t.decode() for t in _EDGE)]
+    texts += [
+        "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 40))) for _ in range(1500)
+    ]
+    errors, verdicts = [], set()
+    for text in texts:
+        ours = _steps(config._Loader, text)
+        assert ours == _steps(yaml.SafeLoader, text), text[:80]
+        errors += [step[1] for step in ours if step[0] == "error"]
+        verdict = _depth_verdict(config._Loader, text)
+        assert verdict == _depth_verdict(yaml.SafeLoader, text), text[:80]
+        verdicts.add(verdict[0])
+    assert verdicts == {"ok", "config", "yaml"}
+    # The corpus reaches both of the scanner's rules it keeps differently: a required key gone
+    # stale, and keys pending up to 1,024 characters (the depth refused, or an error found first,
+    # by the same look-ahead).
+    assert any("could not find expected ':'" in str(e) for e in errors)
+    assert any("cannot start any token" in str(e) for e in errors)
+
+
+def _lines_run(text: str) -> int:
+    """Lines of Python run (counted, not timed) to refuse `text` as too deep."""
+    import sys
+
+    count = 0
+
+    def trace(frame: object, event: str, arg: object) -> object:
+        nonlocal count
+        count += event == "line"
+        return trace
+
+    sys.settrace(trace)
+    try:
+        with pytest.raises(ConfigError, match="nests deeper than 64 levels"):
+            config.parse_yaml(text, file="f")
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_an_unclosed_deep_flow_collection_costs_time_linear_in_its_depth() -> None:
+    """A hostile `[` * n that libyaml cannot read (never closed) is PyYAML's reading's to refuse:
+    twice the depth, at most about twice the lines (PyYAML's own scanner: about four times)."""
+    small, large = _lines_run("[" * 300), _lines_run("[" * 600)
+    assert large < 2.5 * small, (small, large)
+
+
+def test_a_text_nesting_too_deep_on_many_lines_is_not_composed_by_libyaml(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libyaml composes a whole text before its depth can be refused, at a cost quadratic in the
+    depth of each line: 50 lines of `[b: ` * 999 took 4.5 s of CPU. config._shallow stops at the
+    first level too deep, and PyYAML's reading refuses it there (at its line, as always)."""
+    composed: list[str] = []
+    read = config._read_libyaml
+    monkeypatch.setattr(config, "_read_libyaml", lambda t, f: composed.append(f) or read(t, f))
+    deep = "".join(f"k{i}: " + "[b: " * 999 + "]" * 999 + "\n" for i in range(5))
+    with pytest.raises(ConfigError, match="nests deeper than 64 levels") as info:
+        config.parse_yaml(deep, file="f")
+    assert info.value.line == 1 and composed == []
+    # Many brackets, none too deep: libyaml reads it, as every text it reads as PyYAML does.
+    wide = "a: [" + ", ".join(["[x]"] * 100) + "]\n"
+    assert config.parse_yaml(wide, file="g").data == {"a": [["x"]] * 100} and composed == ["g"]

@@ -19,7 +19,7 @@ import click
 
 from mergegate import __version__
 from mergegate.commands.options import Flags, set_debug
-from mergegate.errors import MergegateError, UsageError
+from mergegate.errors import MergegateError, UsageError, cannot_write, is_full
 
 # Every command: its module under mergegate.commands (which defines `command`) and the first
 # line of its help, which `mergegate --help` lists without importing the module (start-up:
@@ -217,15 +217,33 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if Flags.debug:
+            raise
+        # A write no part of mergegate turned into an error of its own: the file (when the OS says
+        # it) and what filled up, never "unexpected OSError" without either (issue 22, item 9).
+        if not is_full(exc):
+            return _unexpected(exc)
+        state = cannot_write("a file", None, exc)
+        _say(f"error: {state}")
+        _say(f"hint: {state.hint}")
+        _json_error(state.message, file=state.file, hint=state.hint)
+        return state.exit_code
     except Exception as exc:  # one line for the person; the traceback is for --debug
         if Flags.debug:
             raise
-        hint = "run again with --debug for a traceback, and report it"
-        _say(f"error: unexpected {type(exc).__name__}: {exc}")
-        _say(f"hint: {hint}")
-        _json_error(f"unexpected {type(exc).__name__}: {exc}", hint=hint)
-        return 1
+        return _unexpected(exc)
     return int(code) if isinstance(code, int) else 0
+
+
+_REPORT = "run again with --debug for a traceback, and report it"
+
+
+def _unexpected(exc: Exception) -> int:
+    _say(f"error: unexpected {type(exc).__name__}: {exc}")
+    _say(f"hint: {_REPORT}")
+    _json_error(f"unexpected {type(exc).__name__}: {exc}", hint=_REPORT)
+    return 1
 
 
 def _say(text: str) -> None:

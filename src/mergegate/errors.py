@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class MergegateError(Exception):
     """Base of every error mergegate reports to a user.
@@ -93,3 +96,48 @@ class NotYet(MergegateError):
     """
 
     exit_code = 1
+
+
+# What a write fails with when something filled up, and what filled up.
+_FULL = {
+    errno.ENOSPC: "the file system is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file would be over the file size limit",
+}
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` is a write that failed because something filled up (space, quota, size)."""
+    return isinstance(exc, OSError) and exc.errno in _FULL
+
+
+def cannot_write(
+    what: str, path: str | os.PathLike[str] | None, exc: OSError, *, hint: str | None = None
+) -> StateError:
+    """A write that failed as one line naming the file, and what filled up when something did.
+
+    The state the runner relies on stays as it was (every such write goes to a temporary file that
+    is renamed into place), so the same command runs again once there is room.
+    """
+    where = os.fspath(path) if path is not None else exc.filename
+    filled = _FULL.get(exc.errno or 0)
+    if filled is None:
+        return StateError(
+            f"cannot write {what}: {exc.strerror or exc}",
+            file=None if where is None else str(where),
+            hint=hint or "check the permissions of that file and its folder",
+        )
+    folder = os.path.dirname(str(where)) if where is not None else None
+    if exc.errno == errno.EFBIG:
+        advice = "raise the file size limit (ulimit -f) or make the file system allow it"
+    elif exc.errno == errno.EDQUOT:
+        advice = "free space or raise the disk quota there (quota -s shows it)"
+    elif folder:
+        advice = f"free space there (df -h {folder})"
+    else:
+        advice = "free space (df -h; --debug shows where it wrote)"
+    return StateError(
+        f"cannot write {what}: {filled} ({exc.strerror})",
+        file=None if where is None else str(where),
+        hint=f"{advice}, then run again; what was recorded is kept",
+    )

@@ -530,7 +530,8 @@ spool.put(SpoolEntry(parse({{**record, "status": "succeeded"}}), None, None, don
     )
     assert (
         proc.stdout.strip()
-        == f"error: cannot write the spool: File too large {tmp_path / 's.jsonl'}"
+        == "error: cannot write the spool: the file would be over the file size limit (File too "
+        f"large) {tmp_path / 's.jsonl'}"
     )
     from mergegate.runner.spool import Spool
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from mergegate.audit import dating
 from mergegate.audit import log as audit
+from mergegate.errors import cannot_write
 from mergegate.facts.branches import policy_changes
 from mergegate.git.repo import Repo
 from mergegate.rules.policy import Policy, load_policy
@@ -145,12 +146,16 @@ def remember_judged(repo: Repo, shas: list[str], at: datetime, name: str = JUDGE
     if not new:
         return
     path = _judged_path(repo, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(
-        json.dumps(
-            {sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True
-        ),
-        "utf-8",
-    )
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(
+            json.dumps(
+                {sha: when.isoformat() for sha, when in {**judged, **new}.items()}, sort_keys=True
+            ),
+            "utf-8",
+        )
+        os.replace(temporary, path)
+    except OSError as exc:  # (a full disk: the file as it was is kept)
+        temporary.unlink(missing_ok=True)
+        raise cannot_write("this clone's memory of policy changes", path, exc) from None

@@ -16,6 +16,13 @@ from pathlib import Path
 from mergegate.errors import GitError
 
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+# git's words for a write that failed because something filled up (issue 22, item 9), and a file
+# it may name on that line.
+_FULL = re.compile(
+    r"^.*(No space left on device|Disk quota exceeded|File too large|Out of diskspace).*$",
+    re.MULTILINE,
+)
+_QUOTED = re.compile(r"'([^']+)'")
 _DETAIL_BYTES = 4096
 # The runner's fetches and pushes create no lock they do not need: no commit-graph,
 # no FETCH_HEAD, no auto gc or maintenance (each a lock a killed runner could leave).
@@ -31,8 +38,38 @@ QUIET_WRITES = (
 )
 
 
-def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
-    """A GitError that says why: a lock in the way named with a hint, else every fatal/error line.
+def _filled(what: str, full: re.Match[str], where: Path | None) -> GitError:
+    """A write of git's that failed because something filled up: which command, what filled up,
+    the file if git named one, and how to make room (on the remote's side when the remote said
+    it)."""
+    line = full[0].strip()
+    quoted = _QUOTED.search(line)
+    if line.startswith("remote:"):
+        return GitError(
+            f"{what} failed: the remote has no room ({full[1]}): {line}",
+            hint="free space on the server that holds the remote; the runner keeps what it has "
+            "not pushed and pushes it on the next pass",
+        )
+    objects = any(word in line for word in ("object", "pack", "sha1 file"))
+    if where is None:
+        folder = "the repository's .git folder"
+    else:
+        folder = str(where / "objects") if objects else str(where)
+    said = line.removeprefix("fatal: ").removeprefix("error: ")
+    return GitError(
+        f"{what} failed: {said}",
+        file=quoted[1] if quoted else None,
+        hint=f"make room where git writes ({folder}): free space (df -h), raise the disk "
+        "quota, or raise the file size limit (ulimit -f); then run again, what was recorded "
+        "is kept",
+    )
+
+
+def failure(
+    what: str, stderr: bytes | str, fallback: object = "", *, where: Path | None = None
+) -> GitError:
+    """A GitError that says why: a write that filled something up, or a lock in the way, named
+    with a hint; else every fatal/error line. (`where`: the repository's git folder.)
 
     git's last line alone is often advice ("and the repository exists.", "remove the file manually
     to continue."); the whole text is kept as `detail`.
@@ -40,7 +77,10 @@ def failure(what: str, stderr: bytes | str, fallback: object = "") -> GitError:
     text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     locked = _LOCKED.search(text)
-    if locked:
+    full = _FULL.search(text)
+    if full:
+        error = _filled(what, full, where)
+    elif locked:
         lock = locked[1]
         error = GitError(
             f"{what} failed: a lock is in the way",
@@ -184,7 +224,9 @@ class GitProcesses:
             known = self._explain(text)
             if known is not None:
                 raise GitError(known[0], hint=known[1])
-            raise failure(f"git {_verb(args)}", text, f"exit {proc.returncode}")
+            raise failure(
+                f"git {_verb(args)}", text, f"exit {proc.returncode}", where=self.common_dir
+            )
         return proc
 
     def _explain(self, stderr: str) -> tuple[str, str] | None:

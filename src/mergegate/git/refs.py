@@ -228,7 +228,7 @@ class Refs(Objects):
                     f"branch {branch} does not exist on {remote}",
                     hint=f"`git ls-remote --heads {remote}` lists the branches it has",
                 )
-            error = failure(f"git fetch {remote}", text, proc.returncode)
+            error = failure(f"git fetch {remote}", text, proc.returncode, where=self.common_dir)
             if error.hint is None:
                 error.hint = (
                     f"check that {remote} is reachable (`git ls-remote {remote}`); "

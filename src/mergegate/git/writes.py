@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from mergegate.errors import GitError
+from mergegate.errors import GitError, cannot_write
 from mergegate.git.processes import GitProcesses
 from mergegate.git.values import Signing
 
@@ -101,16 +101,22 @@ class Writes(GitProcesses):
         target = folder / sha[2:]
         if target.exists():
             return sha
-        folder.mkdir(exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+        temporary = ""
         try:
+            folder.mkdir(exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
             with os.fdopen(fd, "wb") as f:
                 f.write(zlib.compress(body, 1))
             os.chmod(temporary, 0o444)
             os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        except BaseException as exc:
+            if temporary:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            if isinstance(exc, OSError):
+                # A full disk, a quota or a file size limit (or permissions): one line naming the
+                # object's file, never "unexpected OSError" (issue 22, item 9).
+                raise cannot_write(f"a git {kind} object", target, exc) from None
             raise
         return sha
 

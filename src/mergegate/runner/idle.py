@@ -89,15 +89,18 @@ def forget(git_dir: Path, runner_name: str) -> None:
 def remember(git_dir: Path, runner_name: str, quiet: Quiet) -> None:
     """Write the memory atomically (a reader sees the old one or the new one, never half)."""
     target = path(git_dir, runner_name)
-    target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    scratch.write_text(
-        json.dumps(
-            {"key": quiet.key, "refs": quiet.refs, "tip": quiet.tip, "wake": quiet.wake},
-            sort_keys=True,
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch.write_text(
+            json.dumps(
+                {"key": quiet.key, "refs": quiet.refs, "tip": quiet.tip, "wake": quiet.wake},
+                sort_keys=True,
+            )
         )
-    )
-    os.replace(scratch, target)
+        os.replace(scratch, target)
+    except OSError:  # best effort (a full disk): without it, the next `run --once` does a full pass
+        scratch.unlink(missing_ok=True)
 
 
 def recall(git_dir: Path, runner_name: str) -> Quiet | None:

@@ -48,7 +48,7 @@ from typing import Any
 from mergegate import clock
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Started, parse
-from mergegate.errors import StateError
+from mergegate.errors import StateError, cannot_write, is_full
 from mergegate.execution.processes import ProcessId
 from mergegate.execution.workspaces import remove_stale
 from mergegate.git.repo import Repo
@@ -229,6 +229,8 @@ class Spool:
         self._lines = len(entries)
 
     def _unwritable(self, exc: OSError) -> StateError:
+        if is_full(exc):  # what filled up, and how to make room (issue 22, item 9)
+            return cannot_write("the spool", self.path, exc)
         return StateError(
             f"cannot write the spool: {exc.strerror or exc}",
             file=str(self.path),

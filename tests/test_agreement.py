@@ -324,7 +324,7 @@ def test_status_the_runner_and_verify_agree_on_approval_expiry(world: World) -> 
     predicted = {j["path"]: (j["state"], j["reason"]) for j in status.json()["jobs"]}
     world.run_once(env={"MERGEGATE_CLOCK": MONDAY})
     (rejected,) = world.events("rejected")
-    assert predicted[PROD] == ("rejected", f"(not yet recorded) {rejected['reason']}")
+    assert predicted[PROD] == ("expired", f"(not yet recorded) {rejected['reason']}")
     assert [r["path"] for r in world.events("started")] == ["jobs/other.yaml"]
     verified = world.mg("verify")
     assert verified.code == 0, verified.err
@@ -378,3 +378,31 @@ def test_check_plan_the_runner_and_verify_agree_on_an_emergency(world: World) ->
     verified = world.mg("verify", env=_at(FREEZE))
     assert verified.code == 0, verified.err
     assert verified.out.count("owed review: jobs/") == 2
+
+
+def test_status_plan_the_runner_and_verify_agree_on_a_renewal(world: World) -> None:
+    """Renewal (issue 24): an expired approval renewed by its quorum is what `status` calls
+    queued, `plan` lists and the runner starts, naming the renewal; `verify` accepts the start
+    by the same rule (rules/renewal.py) from the records' times."""
+    from tests.runner.test_approval_renewal import MONDAY_NOON, PROD, _expire, _gate, _renew
+
+    _gate(world, required=1)
+    world.propose("deploy", {PROD: job_yaml("deploy", ["echo", "v1"])}, who=world.alice)
+    world.signed_merge("deploy", world.bob)
+    _expire(world)
+    env = {"MERGEGATE_CLOCK": MONDAY_NOON}
+    planned = world.mg("plan", "--json", env=env)
+    assert planned.code == 0 and planned.json()["include"] == [], planned.out
+    world.signing_clone("bob-clone", world.bob)
+    renewed = _renew(world, "bob", MONDAY_NOON, "--json")
+    assert renewed.code == 0, renewed.err
+    status = world.mg("status", "--json", env=env)
+    (job,) = [j for j in status.json()["jobs"] if j["path"] == PROD]
+    assert job["state"] == "queued", job
+    planned = world.mg("plan", "--json", env=env)
+    assert [e["path"] for e in planned.json()["include"]] == [PROD]
+    assert world.run_once(env=env).code == 0
+    (started,) = world.events("started")
+    assert started["renewal"] == renewed.json()["commit"]
+    verified = world.mg("verify", env=env)
+    assert verified.code == 0, verified.err

@@ -290,6 +290,70 @@ case(
     ),
 )
 
+# -- 2. renewals (rules/renewal.py counts them) ------------------------------------------------
+for person in PEOPLE:
+    named = (f"jobs/prod/deploy.yaml {blob('d')}", f"jobs/a.yaml {blob('a')}")
+
+    def _renewals(result: Assessment, person: str = person, named: tuple[str, ...] = named) -> bool:
+        return [(r.path, r.blob, r.person, r.commit) for r in result.renewals] == [
+            (*n.rsplit(" ", 1), person, MERGE) for n in named
+        ] and result.vetoes == ()
+
+    case(
+        f"renewal-by-{person}-is-a-renewal",
+        Case(
+            merge(signer=person, parents=(FIRST,), renew_trailers=named),
+            kind="renewal",
+            summary=f"renewal by {person}",
+            check=_renewals,
+        ),
+    )
+for label, check, words in (
+    ("unsigned", None, f"unsigned (judged by {WHERE})"),
+    ("unknown-key", bad(), f"signed by SHA256:nobody, a key no approver holds (judged by {WHERE})"),
+):
+    case(
+        f"renewal-{label}-is-ignored",
+        Case(
+            merge(signer=None, signature=check, renew_trailers=(f"jobs/a.yaml {blob('a')}",)),
+            kind="other",
+            summary=f"renewal ignored: {words}",
+            check=lambda r: r.renewals == (),
+        ),
+    )
+case(
+    "renewal-trailer-on-a-commit-that-changes-files-is-no-renewal",
+    Case(
+        merge(HELLO, renew_trailers=(f"jobs/a.yaml {blob('a')}",)),
+        decisions={HELLO.path: (True, "", "~quorum met")},
+        check=lambda r: r.renewals == (),
+    ),
+)
+case(
+    "a-veto-and-a-renewal-in-one-commit-is-a-veto",
+    Case(
+        merge(
+            signer="bob",
+            veto_trailers=(f"jobs/a.yaml {blob('a')}",),
+            renew_trailers=(f"jobs/a.yaml {blob('a')}",),
+        ),
+        kind="veto",
+        check=lambda r: r.renewals == (),
+    ),
+)
+case(
+    "a-decision-names-who-may-not-count-for-it-and-so-for-its-renewal",
+    Case(
+        merge(job("jobs/j.yaml", writers=(writer("e1" * 20, "erin"), writer("e2" * 20, "dave")))),
+        decisions={"jobs/j.yaml": (True, "", "~quorum met")},
+        check=lambda r: (
+            r.decisions[0].excluded
+            == (("dave", f"author of {'e2' * 3}e"), ("erin", f"author of {'e1' * 3}e"))
+        ),
+    ),
+)
+
+
 # -- 3. only a signed merge of two parents approves --------------------------------------------- -
 for (set_name, files), parents in itertools.product(JOBSETS.items(), (3, 4, 8)):
     why = f"merge aaaaaaa has {parents} parents: octopus merges are not approvals"

@@ -63,7 +63,8 @@ def test_an_approval_older_than_the_limit_does_not_start_is_recorded_once_and_a_
     assert _job(world, FRIDAY)["state"] == "waiting"
     # Before a runner records it, status already says what the next pass will do.
     early = _job(world, MONDAY)
-    assert early["state"] == "rejected" and "approval expired: approved 63h" in early["reason"]
+    assert early["state"] == "expired" and "approval expired: approved 63h" in early["reason"]
+    assert early["reason"].startswith("(not yet recorded) ")
     monday = world.run_once(env=_at(MONDAY))
     assert monday.code == 1, monday.err  # as for every rejection a pass records
     assert [j["status"] for j in monday.json()["jobs"]] == ["rejected"]
@@ -73,13 +74,18 @@ def test_an_approval_older_than_the_limit_does_not_start_is_recorded_once_and_a_
     assert rejected["reason"].startswith("approval expired: approved 63h")
     assert "(first judged at 2026-12-04T17:00:" in rejected["reason"]
     assert "max_approval_age is 48h" in rejected["reason"]
+    assert f"renew it: mergegate approve --renew {PROD}" in rejected["reason"]
+    # An expiry is a `rejected` record that says so: not final, a renewal lets it run.
+    assert rejected["expired"] == {"age": 63 * 3600 + 5, "limit": 48 * 3600}
+    assert "renewal" not in rejected
     # Recorded once: the next pass says nothing more about it.
     assert world.run_once(env=_at(MONDAY)).code == 0
     assert len(world.events("rejected")) == 1
     job = _job(world, MONDAY)
-    assert job["state"] == "rejected" and job["reason"] == rejected["reason"]
+    assert job["state"] == "expired" and job["reason"] == rejected["reason"]
     shown = world.mg("show", "deploy", "--json", env=_at(MONDAY))
-    assert shown.json()["state"] == "rejected" and "approval expired" in shown.json()["reason"]
+    assert shown.json()["state"] == "expired" and "approval expired" in shown.json()["reason"]
+    assert "mergegate approve --renew" in shown.json()["next"]
     # A fresh approval (of a changed file: a new revision) runs.
     _merge(world, "again", job_yaml("deploy", ["echo", "v2"]))
     assert world.run_once(env=_at(MONDAY)).code == 0

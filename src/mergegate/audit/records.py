@@ -301,6 +301,10 @@ class Votes(Judged):
     evidence: tuple[str, ...] | None = field(
         default=None, metadata=_read(_strs)
     )  # GitHub evidence files, by SHA-256
+    # The renewal commit the approval rests on (rules/renewal.py), and its people; absent for
+    # the original approval (and before renewals existed).
+    renewal: str | None = field(default=None, metadata=_read(_str))
+    renewed_by: tuple[str, ...] | None = field(default=None, metadata=_read(_strs))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,11 +375,14 @@ class Finished(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected(Votes):
-    """A job revision refused for good: not approved, denied, or already started."""
+    """A job revision refused for good: not approved, denied, or already started. Or, with
+    `expired`, an approval too old to start on: not final, a renewal lets the revision run."""
 
     EVENT: ClassVar[str] = "rejected"
 
     reason: str | None = field(default=None, metadata=_read(_str))
+    # {"age": seconds, "limit": seconds} (no age: no runner-signed record dates the approval).
+    expired: Mapping[str, int | float] | None = field(default=None, metadata=_read(_numbers))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,7 @@ _COLOURS = {
     "failed": "red",
     "timed_out": "red",
     "rejected": "red",
+    "expired": "red",
     "denied": "red",
     "invalid": "red",
     "vetoed": "red",

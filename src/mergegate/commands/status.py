@@ -26,6 +26,7 @@ from mergegate.operations.status import status as get_status
             "queued",
             "retrying",
             "waiting",
+            "expired",
             "running",
             "succeeded",
             "failed",
@@ -52,9 +53,11 @@ def command(
 
     States: queued (approved, waiting for a runner: with its runs_on labels, if
     any), retrying (waiting for the backoff before its next attempt), waiting (for
-    GitHub review evidence), running, succeeded, failed, timed_out, interrupted,
-    lost, rejected, vetoed, not run. Then every review a break-glass run still
-    owes, with its deadline (owed, or overdue).
+    GitHub review evidence, or a change window), expired (its approval is older
+    than max_approval_age: renew it with mergegate approve --renew PATH), running,
+    succeeded, failed, timed_out, interrupted, lost, rejected, vetoed, not run.
+    Then every review a break-glass run still owes, with its deadline (owed, or
+    overdue).
 
     \b
     Example:

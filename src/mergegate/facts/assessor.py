@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 APPROVE_TRAILER = "Mergegate-Approve"
 APPROVE_TREE_TRAILER = "Mergegate-Approve-Tree"
 VETO_TRAILER = "Mergegate-Veto"
+RENEW_TRAILER = "Mergegate-Renew"  # an empty commit on approved renewing an expired approval
 
 # Whether a (path, blob) may have been written before, outside the merged range: searching all
 # history for its authors is costly on long histories, so a walk narrows it to what the audit or
@@ -222,7 +223,8 @@ class Assessor:
             or ""
         )
         two = len(commit.parents) == 2 and not malformed
-        veto = not changes and bool(commit.trailers(VETO_TRAILER))
+        # (A renewal is judged as a veto is: an empty commit whose signature names its voter.)
+        veto = not changes and bool(commit.trailers(VETO_TRAILER) or commit.trailers(RENEW_TRAILER))
         signature = (
             self.signature(commit, policy.approver_keys(), at=at)
             if (two or veto) and not malformed
@@ -251,6 +253,7 @@ class Assessor:
                 signature,
                 veto_trailers=commit.trailers(VETO_TRAILER),
                 emergency_trailers=commit.trailers(EMERGENCY_TRAILER),
+                renew_trailers=commit.trailers(RENEW_TRAILER) if not changes else (),
             )
         second = commit.parents[1]
         return self._merge_facts(

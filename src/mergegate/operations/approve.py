@@ -117,7 +117,7 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
     known."""
     policy = report.policy_in_force
     assert policy is not None
-    person = _signing_person(repo, policy)
+    person = signing_person(repo, policy)
     if person is None:
         return None  # an OpenPGP key or one we cannot read: the runner still judges it
     if person not in {p.name for p in policy.approvers}:
@@ -196,7 +196,7 @@ def _merge_would_approve(
         )
 
 
-def _signing_person(repo: Repo, policy: Policy) -> str | None:
+def signing_person(repo: Repo, policy: Policy) -> str | None:
     """The policy person whose ssh key is this clone's git signing key, if any can be told."""
     if (repo.config("gpg.format") or "openpgp") != "ssh":
         return None

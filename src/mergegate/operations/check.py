@@ -314,7 +314,8 @@ def _job_check(policy: Policy, d: Decision, mode: str, merger: str | None) -> Fi
     if limit is not None:
         reason += (
             f"; once merged it must start within {eligibility.describe_duration(limit)} of a "
-            "runner first judging the merge (max_approval_age)"
+            "runner first judging the merge (max_approval_age; once expired, it runs after "
+            f"a renewal: mergegate approve --renew {d.path})"
         )
     return FileCheck(
         d.path,

@@ -227,6 +227,8 @@ def _next(state: str, reason: str | None, *, labelled: bool) -> str:
         "failed": "nothing (no retries left): fix it and propose a change to run again",
         "timed_out": "nothing (no retries left): raise timeout_seconds in a change to run again",
         "vetoed": "nothing: it was vetoed; propose a change to run it",
+        "expired": "a renewal runs it: approvers run mergegate approve --renew PATH (its quorum "
+        "of fresh approvals), or propose a change to it",
         "not run": "nothing: it was on approved before the runner's first pass; propose a change "
         "to run it",
         "removed": "nothing: the file was removed from approved",

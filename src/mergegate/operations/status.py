@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mergegate import clock
 from mergegate.audit import log as audit
-from mergegate.audit.records import Finished, Refusal, Started, parse_time
+from mergegate.audit.records import Finished, Refusal, Rejected, Started, parse_time
 from mergegate.errors import NotYet
 from mergegate.facts.owed_reviews import gate_owed
 from mergegate.git.repo import Repo
@@ -100,7 +100,8 @@ def status(
     runnable = {(r.path, r.blob): r for r in pending.runnable}
     queued = {(q.decision.path, q.decision.blob): q for q in pending.queued}
     refused = {
-        (r.decision.path, r.decision.blob): (r.decision.commit, r.reason) for r in pending.refused
+        (r.decision.path, r.decision.blob): (r.decision.commit, r.reason, r.expiry is not None)
+        for r in pending.refused
     }
     jobs = []
     for _, blob, path in repo.ls_tree(tip, "jobs/"):
@@ -141,14 +142,15 @@ def status(
                     runs_on=waits.decision.job.runs_on if waits.decision.job else (),
                 )
             )
-        elif waits is not None and waits.state == "window":
-            # Approved and due, but a change window is shut: it waits, it is not refused.
+        elif waits is not None and waits.state in ("window", "expired"):
+            # Approved and due, but a change window is shut: it waits, it is not refused. Or its
+            # approval is too old, its expiry recorded: a renewal lets it run.
             jobs.append(
                 JobState(
                     job_stem(path),
                     path,
                     blob,
-                    "waiting",
+                    "waiting" if waits.state == "window" else "expired",
                     waits.reason,
                     waits.decision.commit,
                     found.time if found is not None else None,
@@ -156,29 +158,23 @@ def status(
                     runs_on=waits.decision.job.runs_on if waits.decision.job else (),
                 )
             )
-        elif found is not None:
-            if isinstance(found, Started):
-                jobs.append(_running(job_stem(path), path, blob, found, now))
-                continue
-            state = str(found.status) if isinstance(found, Finished) else found.event
-            jobs.append(
-                JobState(job_stem(path), path, blob, state, found.reason, found.commit, found.time)
-            )
-        elif (path, blob) in refused:
-            # An approved revision the next pass refuses (say its approval expired), or one the
-            # judge refused: rejected, as the runner will record it.
-            commit, why = refused[(path, blob)]
+        elif (path, blob) in refused and (found is None or refused[(path, blob)][2]):
+            # An approved revision the next pass refuses (say its approval, or its renewal,
+            # expired), or one the judge refused: rejected, as the runner will record it.
+            commit, why, expired = refused[(path, blob)]
             jobs.append(
                 JobState(
                     job_stem(path),
                     path,
                     blob,
-                    "rejected",
+                    "expired" if expired else "rejected",
                     f"(not yet recorded) {why}",
                     commit,
                     None,
                 )
             )
+        elif found is not None:
+            jobs.append(_recorded(path, blob, found, now))
         elif (path, blob) in planned:
             d = planned[(path, blob)]
             jobs.append(
@@ -229,6 +225,16 @@ def status(
         tuple(o for o in owed if not o.given),
         now,
     )
+
+
+def _recorded(path: str, blob: str, found: Started | Finished | Refusal, now: datetime) -> JobState:
+    """A revision as its latest record says."""
+    if isinstance(found, Started):
+        return _running(job_stem(path), path, blob, found, now)
+    state = str(found.status) if isinstance(found, Finished) else found.event
+    if isinstance(found, Rejected) and found.expired is not None:
+        state = "expired"  # (it waits for a renewal: the plan says so first, when it can)
+    return JobState(job_stem(path), path, blob, state, found.reason, found.commit, found.time)
 
 
 def _running(job: str, path: str, blob: str, record: Started, now: datetime) -> JobState:

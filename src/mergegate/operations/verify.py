@@ -29,6 +29,7 @@ from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
+from mergegate.operations.approval_ages import ApprovalAges
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved
 from mergegate.operations.emergencies import Tally
 from mergegate.rules import eligibility
@@ -206,6 +207,7 @@ def verify_history(
         tuple[str, str], tuple[int, str]
     ] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
+    ages = ApprovalAges()  # every decision, every renewal: for the approvals' ages at start
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
     emergencies = Tally()  # every revision the judge runs on a signed emergency
@@ -236,6 +238,7 @@ def verify_history(
         policies[sha] = assessment.policy
         for veto in assessment.vetoes:
             vetoed.setdefault((veto.path, veto.blob), (len(lines), veto.commit))
+        ages.note(assessment, seen.get(sha), len(lines))
         lines.append(
             replace(
                 _tally(sha, assessment, valid, rejected, retries, jobs_of),
@@ -273,7 +276,7 @@ def verify_history(
     violations.extend(
         _outside_windows(emergencies.ordinary(records), jobs_of, policies, checker.judged)
     )
-    violations.extend(_expired_starts(records, jobs_of, policies, checker.judged, seen))
+    violations.extend(ages.expired_starts(records, policies, (checker.judged, seen), position))
     violations.extend(_judged_later(records))
     violations.extend(
         _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
@@ -439,35 +442,6 @@ def _outside_windows(
             continue
         decision = Decision(path, blob, str(record.commit), job, True, "")
         why = eligibility.window_violation(policies[tip], decision, when)
-        if why is not None:
-            problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
-    return problems
-
-
-def _expired_starts(
-    records: list[Record],
-    jobs: dict[tuple[str, str], Job],
-    policies: dict[str, Policy],
-    judged: list[tuple[int, str]],
-    seen: dict[str, tuple[datetime, int]],
-) -> list[str]:
-    """A start of a revision whose approval was older than the max_approval_age of the policy in
-    force at the tip its runner had judged (eligibility.expired): the approval's time is when a
-    runner first judged its commit, as the records say (`_first_seen`)."""
-    firsts = [seq for seq, _ in judged]
-    problems = []
-    for record in records:
-        if not isinstance(record, Started):
-            continue
-        path, blob = str(record.path), str(record.blob)
-        at = bisect.bisect_right(firsts, record.seq) - 1
-        tip = judged[at][1] if at >= 0 else None
-        job, when = jobs.get((path, blob)), dating.judged_time(record)
-        first = seen.get(str(record.commit))
-        if tip is None or job is None or when is None or tip not in policies:
-            continue
-        approved = first[0] if first is not None else None
-        why = eligibility.expired(policies[tip], job, approved=approved, now=when)
         if why is not None:
             problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
     return problems

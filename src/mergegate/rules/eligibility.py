@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from mergegate.audit.records import Finished, Record, Refusal, Started, parse_time
+from mergegate.audit.records import Finished, Record, Refusal, Rejected, Started, parse_time
 from mergegate.rules import break_glass
+from mergegate.rules import renewal as renewals_of
 from mergegate.rules import windows as change_windows
 from mergegate.rules.job import Job
 from mergegate.rules.model import Decision
@@ -54,6 +55,9 @@ class AttemptHistory:
     closed: tuple[
         tuple[str, str, str], ...
     ] = ()  # (commit, event, reason) of `rejected` / `vetoed` records
+    # (commit, approval) of `rejected` records that say an approval expired (`expired`): not
+    # final, a renewal lets the revision run. The approval: its renewal commit, "" the original.
+    expiries: tuple[tuple[str, str], ...] = ()
 
     def at(self, commit: str) -> tuple[Attempt, ...]:
         return tuple(a for a in self.attempts if a.commit == commit)
@@ -64,6 +68,10 @@ class AttemptHistory:
                 return event, reason
         return None
 
+    def expired_at(self, commit: str, approval: str) -> bool:
+        """Whether the expiry of this approval of the revision at `commit` is recorded."""
+        return (commit, approval) in self.expiries
+
 
 @dataclass(frozen=True)
 class Runnable:
@@ -73,6 +81,7 @@ class Runnable:
     policy: Policy  # the policy that judged it (in force before its commit)
     attempt: int  # 1-based
     windows: tuple[str, ...] = ()  # the change windows that allow it to start now
+    renewal: renewals_of.Freshest | None = None  # the renewal it starts on (None: the original)
 
     @property
     def path(self) -> str:
@@ -101,8 +110,9 @@ class Queued:
 
     state: `queued` (runnable, but waiting for a runner: with its labels, or any),
     `retrying` (waiting for its backoff until `due`), `window` (waiting for a change
-    window to open at `due`; None: it never opens again) or `running` (an attempt
-    runs, and a later one may follow).
+    window to open at `due`; None: it never opens again), `expired` (its approval is too
+    old and its expiry recorded: it waits for a renewal) or `running` (an attempt runs, and
+    a later one may follow).
     """
 
     decision: Decision
@@ -115,12 +125,25 @@ class Queued:
 
 
 @dataclass(frozen=True)
+class Expiry:
+    """An approval too old to start on: its age and the limit (seconds), and which approval."""
+
+    age: int | None  # None: no runner-signed record dates it
+    limit: int
+    approval: renewals_of.Freshest
+
+
+@dataclass(frozen=True)
 class Refused:
-    """An approved revision the runner records as `rejected` without running it."""
+    """An approved revision the runner records as `rejected` without running it.
+
+    With `expiry`, the record says the approval expired: not final, the revision stays open
+    (state `expired`) and a renewal lets it run."""
 
     decision: Decision
     policy: Policy
     reason: str
+    expiry: Expiry | None = None
 
 
 Verdict = (
@@ -146,6 +169,7 @@ def histories(records: Iterable[Record]) -> dict[Key, AttemptHistory]:
     started: dict[Key, list[Started]] = {}
     finished: dict[str, Finished] = {}
     closed: dict[Key, list[tuple[str, str, str]]] = {}
+    expiries: dict[Key, list[tuple[str, str]]] = {}
     for record in records:
         path, blob = record.revision
         if path is None or blob is None:
@@ -158,12 +182,14 @@ def histories(records: Iterable[Record]) -> dict[Key, AttemptHistory]:
                 finished[run_id] = (
                     record  # one result per run: the first counts (verify flags a second)
                 )
+        elif isinstance(record, Rejected) and record.expired is not None:
+            expiries.setdefault((path, blob), []).append((str(record.commit), record.renewal or ""))
         elif isinstance(record, Refusal):
             closed.setdefault((path, blob), []).append(
                 (str(record.commit), record.event, record.reason or "")
             )
     result: dict[Key, AttemptHistory] = {}
-    for key in {*started, *closed}:
+    for key in {*started, *closed, *expiries}:
         attempts = []
         for record in sorted(started.get(key, ()), key=lambda r: r.seq):
             claim = record.run_id
@@ -180,7 +206,9 @@ def histories(records: Iterable[Record]) -> dict[Key, AttemptHistory]:
                     finished_seq=end.seq if end is not None else None,
                 )
             )
-        result[key] = AttemptHistory(tuple(attempts), tuple(closed.get(key, ())))
+        result[key] = AttemptHistory(
+            tuple(attempts), tuple(closed.get(key, ())), tuple(expiries.get(key, ()))
+        )
     return result
 
 
@@ -199,6 +227,7 @@ def judge_attempts(
     standing: Standing | None = None,
     approved: datetime | None = None,
     overdue: Mapping[str, break_glass.Owed] | None = None,
+    renewals: Sequence[renewals_of.RenewalVote] = (),
 ) -> Verdict:
     """What to do with one revision the judge allowed: run it (which attempt), wait, refuse, or
     nothing.
@@ -206,11 +235,14 @@ def judge_attempts(
     `late`: its commit was judged by an earlier pass (it waited for a runner, or for a retry).
     A start that is late, or a retry, is checked against `standing` (`late_refusal`).
     `approved`: when a runner first judged its approving commit (None: this pass, unless it is
-    late), for `max_approval_age` (`expired`). A start then needs every change window of the
-    policy in force (`in_window`), unless a signed emergency runs it; an emergency is refused
-    while one of its signers owes an overdue review (`overdue`: break_glass.overdue_by).
+    late), for `max_approval_age` (`expired`); `renewals`: the dated votes of renewal commits
+    naming the revision after it (rules/renewal.py), the freshest approval counts. A start then
+    needs every change window of the policy in force (`in_window`), unless a signed emergency
+    runs it; an emergency is refused while one of its signers owes an overdue review
+    (`overdue`: break_glass.overdue_by).
     """
-    verdict = _attempts(decision, policy, history or AttemptHistory(), now=now)
+    history = history or AttemptHistory()
+    verdict = _attempts(decision, policy, history, now=now)
     start = (
         verdict.attempt
         if isinstance(verdict, Runnable)
@@ -233,40 +265,90 @@ def judge_attempts(
             moved = replace(decision, rule=rule)
             verdict = replace(verdict, decision=moved, policy=standing.policy)
     if isinstance(verdict, Runnable):
-        now_in_force = standing.policy if standing is not None else policy
-        assert decision.job is not None
-        why = expired(
-            now_in_force, decision.job, approved=approved or (None if late else now), now=now
+        return _fresh(
+            verdict,
+            Refused(decision, policy, ""),
+            history,
+            standing,
+            now=now,
+            late=late,
+            approved=approved,
+            renewals=renewals,
+            overdue=overdue or {},
         )
-        if why is not None:
-            return Refused(decision, policy, why)
-        why = break_glass.second_refusal(decision, overdue or {})
-        if why is not None:
-            return Refused(decision, policy, why)
-        return in_window(verdict, now_in_force, now=now)
     return verdict
 
 
-def expired(policy: Policy, job: Job, *, approved: datetime | None, now: datetime) -> str | None:
+def _fresh(
+    item: Runnable,
+    judged: Refused,
+    history: AttemptHistory,
+    standing: Standing | None,
+    *,
+    now: datetime,
+    late: bool,
+    approved: datetime | None,
+    renewals: Sequence[renewals_of.RenewalVote],
+    overdue: Mapping[str, break_glass.Owed],
+) -> Verdict:
+    """The item if its freshest approval is young enough (and its windows allow it now), else
+    its expiry: recorded once per approval, then it waits (state `expired`) for a renewal.
+    `judged`: the revision and the policy that judged it, as a refusal names them."""
+    decision = judged.decision
+    now_in_force = standing.policy if standing is not None else judged.policy
+    job = decision.job
+    assert job is not None
+    fresh = renewals_of.approval(
+        decision, now_in_force, approved=approved or (None if late else now), votes=renewals
+    )
+    why = expired(now_in_force, job, approved=fresh.at, now=now, renewal=fresh.renewal)
+    if why is not None:
+        if history.expired_at(decision.commit, fresh.key):
+            return Queued(decision, judged.policy, "expired", why, item.attempt)
+        limit = now_in_force.approval_age_for(job)
+        assert limit is not None
+        age = int((now - fresh.at).total_seconds()) if fresh.at is not None else None
+        return replace(judged, reason=why, expiry=Expiry(age, limit, fresh))
+    why = break_glass.second_refusal(decision, overdue)
+    if why is not None:
+        return replace(judged, reason=why)
+    if fresh.renewal is not None:
+        item = replace(item, renewal=fresh)
+    return in_window(item, now_in_force, now=now)
+
+
+def expired(
+    policy: Policy,
+    job: Job,
+    *,
+    approved: datetime | None,
+    now: datetime,
+    renewal: str | None = None,
+) -> str | None:
     """Why an approval a runner first judged at `approved` is too old for a start at `now` by
-    `policy`'s max_approval_age (None: not dated by any runner-signed record), or None."""
+    `policy`'s max_approval_age (None: not dated by any runner-signed record), or None.
+    `renewal`: the renewal commit it rests on, if it is a renewal."""
     limit = policy.approval_age_for(job)
     if limit is None:
         return None
     shown = describe_duration(limit)
+    renew = (
+        f"renew it: mergegate approve --renew {job.path} (a fresh approval with its quorum), "
+        "or change the job and approve it again"
+    )
     if approved is None:
         return (
             f"approval expired: no runner-signed record says when a runner first judged it, "
-            f"and max_approval_age is {shown} ({policy.where}); change the job and approve it "
-            "again to run it"
+            f"and max_approval_age is {shown} ({policy.where}); {renew}"
         )
     age = now - approved
     if age.total_seconds() <= limit:
         return None
+    what = f"renewed (commit {renewal[:7]})" if renewal else "approved"
     return (
-        f"approval expired: approved {describe_duration(int(age.total_seconds()))} ago (first "
+        f"approval expired: {what} {describe_duration(int(age.total_seconds()))} ago (first "
         f"judged at {approved.strftime('%Y-%m-%dT%H:%M:%SZ')}), max_approval_age is {shown} "
-        f"({policy.where}); change the job and approve it again to run it"
+        f"({policy.where}); {renew}"
     )
 
 

@@ -8,7 +8,8 @@ runner and `verify` reach the same verdict by construction. Gathering the facts 
 
 The rules, in the order they apply (step N of `judge_commit` is rule N):
 1. A malformed commit (its header read differently by git) approves nothing.
-2. A veto is an empty commit naming job revisions, signed by an approver.
+2. A veto is an empty commit naming job revisions, signed by an approver; a renewal
+   (Mergegate-Renew) is one too, a vote to renew their expired approval.
 3. An octopus merge approves nothing; only a merge signed by an approver approves
    (or a merge GitHub made, on its review evidence).
 4. A vote binds path, mode and blob, and covers only a path the proposal changed
@@ -41,6 +42,7 @@ from mergegate.rules.model import (
     Decision,
     FileFacts,
     PolicyVerdict,
+    Renewal,
     Review,
     Veto,
     Vote,
@@ -50,6 +52,7 @@ from mergegate.rules.policy import POLICY_DIR, Policy
 from mergegate.rules.revisions import judge_job, judge_policy_change, read_job
 from mergegate.rules.votes import (
     approval_votes,
+    excluded_for,
     excluded_people,
     extra_vote,
     in_policy,
@@ -67,7 +70,8 @@ def judge_commit(
 
     The steps, one function each, named for the module's rules in their order:
     1. `_malformed`: a commit git could read differently from us approves nothing.
-    2. `_veto`: an empty, signed commit naming job revisions vetoes them.
+    2. `_veto`: an empty, signed commit naming job revisions vetoes them; `_renewal`: one
+       naming them with Mergegate-Renew votes to renew their approval (rules/renewal.py).
     3. `_not_an_approval`: only a merge of two parents signed by an approver (or one
        GitHub made, on its review evidence) approves jobs or policy.
     4. `_votes`: every vote for each job and policy file, and what it covers.
@@ -81,7 +85,7 @@ def judge_commit(
     Steps 1 to 3 and 6 to 7 may end the judging with their own verdict.
     """
     case = _Case.of(facts, policy, unapproved)
-    for step in (_malformed, _veto, _not_an_approval):  # 1, 2, 3
+    for step in (_malformed, _veto, _renewal, _not_an_approval):  # 1, 2, 2, 3
         ended = step(case)
         if ended is not None:
             return ended
@@ -193,6 +197,37 @@ def _veto(case: _Case) -> Assessment | None:
         policy,
         vetoes=tuple(vetoes),
         summary=f"veto by {check.key.owner}",
+        unapproved=case.unapproved,
+    )
+
+
+def _renewal(case: _Case) -> Assessment | None:
+    """2. A renewal is an empty commit naming job revisions (Mergegate-Renew: path blob), signed
+    by an approver: its signer's vote to renew their expired approval. Whether the votes reach
+    the revision's quorum, by people who may approve it, is rules/renewal.py's (eligibility)."""
+    facts, policy = case.facts, case.policy
+    if facts.files or not facts.renew_trailers or facts.proposal:
+        return None
+    check = facts.signature
+    if check is None or not check.ok or check.key is None:
+        why = check.reason if check is not None else "unsigned"
+        return Assessment(
+            facts.sha,
+            "other",
+            policy,
+            summary=f"renewal ignored: {in_policy(why, policy)}",
+            unapproved=case.unapproved,
+        )
+    renewals = []
+    for trailer in facts.renew_trailers:
+        path, _, blob = trailer.rpartition(" ")
+        renewals.append(Renewal(path, blob, check.key.owner, facts.sha))
+    return Assessment(
+        facts.sha,
+        "renewal",
+        policy,
+        renewals=tuple(renewals),
+        summary=f"renewal by {check.key.owner}",
         unapproved=case.unapproved,
     )
 
@@ -389,7 +424,10 @@ def _jobs(case: _Case, votes: Votes) -> tuple[Decision, ...]:
     for other in case.facts.job_ids:
         by_stem.setdefault(job_stem(other), []).append(other)
     return tuple(
-        judge_job(case.facts, case.policy, f, votes[f.path], merged, by_stem, case.unapproved)
+        replace(
+            judge_job(case.facts, case.policy, f, votes[f.path], merged, by_stem, case.unapproved),
+            excluded=tuple(sorted(excluded_for(case.facts, case.policy, f).items())),
+        )
         for f in sorted(case.jobs, key=lambda f: f.path)
     )
 

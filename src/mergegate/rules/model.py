@@ -16,7 +16,7 @@ from mergegate.crypto.signatures import SignatureCheck
 from mergegate.rules.job import Job
 from mergegate.rules.policy import CommandRule, Policy, Requirement
 
-Kind = Literal["approval", "veto", "unapproved", "other"]
+Kind = Literal["approval", "veto", "renewal", "unapproved", "other"]
 # Why a revision does not run: "" it runs; "unapproved" only its quorum is missing (or
 # its approval was not a valid one); "denied" a rule refuses it; "invalid" it is not a valid job.
 Refusal = Literal["", "unapproved", "denied", "invalid"]
@@ -147,6 +147,7 @@ class CommitFacts:
     extra_votes: tuple[tuple[str, Vote], ...] = ()
     veto_trailers: tuple[str, ...] = ()
     emergency_trailers: tuple[str, ...] = ()  # the merge's own Mergegate-Emergency reasons
+    renew_trailers: tuple[str, ...] = ()  # Mergegate-Renew: "<path> <blob>" (an empty commit)
     content_writers: tuple[Writer, ...] = ()  # merged commits that changed any other file
     job_ids: tuple[str, ...] = ()  # every job path in the resulting tree
     symlinks: tuple[tuple[str, bytes], ...] = ()  # every symlink in the resulting tree: target
@@ -193,6 +194,9 @@ class Decision:
     refusal: Refusal = ""
     approved: bool = False  # its quorum is met (whatever else refuses it)
     emergency: Emergency | None = None  # it runs (or would) on a signed emergency
+    # (person, why) who may not count for it: its writers and signers (rule 5). A renewal of its
+    # approval (rules/renewal.py) is held to the same separation of duties.
+    excluded: tuple[tuple[str, str], ...] = ()
 
     @property
     def approvers(self) -> tuple[str, ...]:
@@ -201,6 +205,17 @@ class Decision:
 
 @dataclass(frozen=True)
 class Veto:
+    path: str
+    blob: str
+    person: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A signed, empty commit on approved naming a job revision (Mergegate-Renew): its signer's
+    vote to renew that revision's expired approval (rules/renewal.py counts the votes)."""
+
     path: str
     blob: str
     person: str
@@ -223,6 +238,7 @@ class Assessment:
     policy: Policy  # the policy in force after this commit
     decisions: tuple[Decision, ...] = ()
     vetoes: tuple[Veto, ...] = ()
+    renewals: tuple[Renewal, ...] = ()
     policy_changed: bool = False
     policy_adopted: bool = False
     summary: str = ""

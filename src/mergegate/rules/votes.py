@@ -43,11 +43,17 @@ def without_writers(
     facts: CommitFacts, policy: Policy, f: FileFacts, votes: Iterable[Vote]
 ) -> tuple[Vote, ...]:
     """The votes for one file, those of its writers and signers not counted (rule 5)."""
-    excluded = {
+    excluded = excluded_for(facts, policy, f)
+    return tuple(_exclude(v, excluded, policy) for v in votes)
+
+
+def excluded_for(facts: CommitFacts, policy: Policy, f: FileFacts) -> dict[str, str]:
+    """Who may not count for one file (rule 5): a pull request's authors, its writers and
+    signers."""
+    return {
         **dict(facts.review.excluded if facts.review else ()),
         **excluded_people(policy, _writers(facts, f)),
     }
-    return tuple(_exclude(v, excluded, policy) for v in votes)
 
 
 def extra_vote(vote: Vote, f: FileFacts) -> Vote:

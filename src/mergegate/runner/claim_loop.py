@@ -236,7 +236,7 @@ class ClaimLoop:
             item = self.queue.pop(0)
             prepared = self.launcher.prepare(item.decision, item.policy, item.attempt)
             if isinstance(prepared, Flight):
-                self.batch.append(replace(prepared, windows=item.windows))
+                self.batch.append(replace(prepared, windows=item.windows, renewal=item.renewal))
             else:
                 self.outcomes.append(prepared[0])
                 self.pending.append(prepared[1])
@@ -305,6 +305,7 @@ class ClaimLoop:
             runs_on=tuple(job.runs_on),
             windows=tuple(flight.windows),
             clone=self.clone,
+            renewal=flight.renewal,
         )
 
     def _lease(self, limits: executor.ProcessLimits, wait: float = 0.0) -> Lease:

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from mergegate.audit.records import Finished, Record, Refusal, Started
+from mergegate.audit.records import Finished, Record, Refusal, Rejected, Started
 
 T = TypeVar("T")
 
@@ -137,6 +137,10 @@ class Book:
             elif isinstance(record, Finished) and record.run_id is not None:
                 self.finished.add(record.run_id)
             elif isinstance(record, Refusal) and path is not None and blob is not None:
+                if isinstance(record, Rejected) and record.expired is not None:
+                    # An expiry is not final: a claim on a renewal of the approval may follow it
+                    # (and one on the approval it names, judged earlier, is the claimer's word).
+                    continue
                 self.refused.setdefault((path, blob, str(record.commit)), record)
 
     def runners(self, revisions: set[tuple[str, str]]) -> set[str]:

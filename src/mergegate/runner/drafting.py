@@ -26,7 +26,9 @@ from mergegate.audit.records import (
     draft,
 )
 from mergegate.execution import executor
+from mergegate.rules.eligibility import Expiry
 from mergegate.rules.model import Decision, describe_votes
+from mergegate.rules.renewal import Freshest
 from mergegate.runner.results import Outcome
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class Drafts:
         runs_on: tuple[str, ...] = (),
         windows: tuple[str, ...] = (),
         clone: str | None = None,
+        renewal: Freshest | None = None,
     ) -> Started:
         """The `started` draft of `decision` (a dry run's leaves out what only a claim says: its
         run, its limits, its lease)."""
@@ -97,20 +100,40 @@ class Drafts:
                 if decision.emergency is not None
                 else None,
                 **_votes(decision),
+                **_renewal(renewal),
             ),
             null=("rule", "requirement", "approval") if claimed else ("requirement", "approval"),
         )
 
-    def refusal(self, event: str, decision: Decision, reason: str) -> Rejected | Vetoed:
-        """The `rejected` or `vetoed` draft of `decision`."""
-        kind = Vetoed if event == "vetoed" else Rejected
+    def refusal(
+        self, event: str, decision: Decision, reason: str, *, expiry: Expiry | None = None
+    ) -> Rejected | Vetoed:
+        """The `rejected` or `vetoed` draft of `decision` (`expiry`: its approval expired)."""
+        if event == "vetoed":
+            return draft(
+                Vetoed(
+                    **self._ids(decision),
+                    judged=self.judged,
+                    evidence=self.evidence(decision.commit),
+                    reason=reason,
+                    **_votes(decision),
+                ),
+                null=("requirement", "approval"),
+            )
+        expired = None
+        if expiry is not None:
+            expired = {"limit": expiry.limit}
+            if expiry.age is not None:
+                expired["age"] = expiry.age
         return draft(
-            kind(
+            Rejected(
                 **self._ids(decision),
                 judged=self.judged,
                 evidence=self.evidence(decision.commit),
                 reason=reason,
+                expired=expired,
                 **_votes(decision),
+                **_renewal(expiry.approval if expiry is not None else None),
             ),
             null=("requirement", "approval"),
         )
@@ -341,6 +364,18 @@ def _votes(decision: Decision) -> _Votes:
 def counted_votes(decision: Decision) -> tuple[dict[str, str], ...]:
     """The counted votes as data: who, and how (docs/audit-format.md, `counted`)."""
     return tuple({"who": v.person, **dict(v.source)} for v in decision.votes if v.counted)
+
+
+class _Renewal(TypedDict):
+    renewal: str | None
+    renewed_by: tuple[str, ...] | None
+
+
+def _renewal(approval: Freshest | None) -> _Renewal:
+    """The renewal an approval rests on, for its record (nothing for the original approval)."""
+    if approval is None or approval.renewal is None:
+        return {"renewal": None, "renewed_by": None}
+    return {"renewal": approval.renewal, "renewed_by": approval.by}
 
 
 def _names_evidence(record: Record) -> bool:

@@ -37,6 +37,7 @@ from mergegate.rules.eligibility import iso_up, retriable
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
+from mergegate.rules.renewal import Freshest
 from mergegate.runner.drafting import ORPHANED, Drafts
 from mergegate.runner.results import Outcome
 from mergegate.runner.spool import Spool, SpoolEntry
@@ -90,6 +91,7 @@ class Flight:
     ] = ()  # its workspace and the export folder (spool.SpoolEntry.folders)
     windows: tuple[str, ...] = ()  # the change windows that allowed its start
     looked: str = ""  # the tip of approved up to which vetoes were looked for before its start
+    renewal: Freshest | None = None  # the renewal of its approval it starts on (rules/renewal.py)
 
 
 def flight_key(flight: Flight) -> tuple[str, str, str]:

@@ -334,7 +334,9 @@ class Runner:
         done: dict[tuple[str, str, str], str] = {}
         for refused in work.refused if only is None else ():
             decision = refused.decision
-            pending.append(self._drafts.refusal("rejected", decision, refused.reason))
+            pending.append(
+                self._drafts.refusal("rejected", decision, refused.reason, expiry=refused.expiry)
+            )
             outcomes.append(
                 Outcome(
                     job_id(decision), decision.path, decision.commit, "rejected", refused.reason

@@ -346,7 +346,8 @@ def _sort(
             at_tip[path] = repo.file_blob(result.tip, path)
         return Standing(result.tip, at_tip[path], result.policy)
 
-    dates = ApprovalDates(repo, records, result.tip)
+    walked = frozenset(a.commit for a in result.assessments)
+    dates = ApprovalDates(repo, records, result.tip, root=root, now=at, walked=walked)
     overdue = _Overdue(repo, result, root, records=records, at=at)
     seen: set[tuple[str, str, str]] = set()
     first: dict[
@@ -377,6 +378,7 @@ def _sort(
             standing=standing(decision.path),
             approved=dates.approved(decision, policy, result.policy),
             overdue=overdue(decision),
+            renewals=dates.renewals(decision, result.policy),
         )
         if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
             (decision.path, decision.blob), decision.commit
@@ -396,9 +398,12 @@ def _sort(
             result.runnable.append(verdict)
         elif isinstance(verdict, Queued):
             result.queued.append(verdict)
-        elif isinstance(verdict, Refused) and result.handled.get(key) not in ("rejected", "vetoed"):
+        elif isinstance(verdict, Refused) and (
+            verdict.expiry is not None or result.handled.get(key) not in ("rejected", "vetoed")
+        ):
             # (A `started` since the last scanned record, say by `run --job`, which writes none,
-            # does not make a refusal of the next attempt already recorded.)
+            # does not make a refusal of the next attempt already recorded. An expiry is one the
+            # records do not hold yet: eligibility looked.)
             result.refused.append(verdict)
 
 
@@ -437,6 +442,10 @@ def open_after(
         key = (item.decision.path, item.decision.blob, item.decision.commit)
         if item.decision.commit not in commits and still_open(item, outcomes.get(key)):
             commits.append(item.decision.commit)
+    for refused in work.refused:
+        # An expired approval stays open: a renewal lets it run (rules/renewal.py).
+        if refused.expiry is not None and refused.decision.commit not in commits:
+            commits.append(refused.decision.commit)
     entries: list[OpenCommit] = list(work.carried)
     files: dict[str, bytes] = {}
     for sha in commits:

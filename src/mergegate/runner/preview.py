@@ -28,7 +28,7 @@ def dry_run(
     for refused in work.refused:
         decision = refused.decision
         command = decision.job.command if decision.job is not None else ()
-        pending.append(drafts.refusal("rejected", decision, refused.reason))
+        pending.append(drafts.refusal("rejected", decision, refused.reason, expiry=refused.expiry))
         jobs.append(
             Planned(
                 job_id(decision),

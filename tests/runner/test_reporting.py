@@ -223,3 +223,21 @@ def test_an_unreadable_outbox_is_said_and_set_aside(tmp_path: Path, fake: Any) -
     path.write_text("{not json")
     reporter = _reporter(tmp_path, fake)
     assert any("cannot be read" in w for w in reporter.finish())
+
+
+def test_a_waiting_outbox_brings_the_next_pass_within_a_minute(tmp_path: Path, fake: Any) -> None:
+    from datetime import timedelta
+
+    from mergegate import clock
+    from mergegate.runner.claims import Book
+
+    assert reporting.wake(None, None) is None
+    fake.fail("/statuses/", "status", status=500, times=10)
+    fake.fail("/comments", "status", status=500, times=10)
+    reporter = _reporter(tmp_path, fake)
+    reporter.published([_run("4" * 32, 1, "failed", 1)[1]], Book())
+    reporter.finish()
+    later = clock.now() + timedelta(hours=1)
+    soon = reporting.wake(reporter, later)
+    assert soon is not None and soon < later
+    assert soon <= clock.now() + timedelta(seconds=reporting.RETRY_SECONDS)

@@ -26,8 +26,9 @@ from mergegate.rules.break_glass import Owed, review_state
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 
-# (path, blob, commit) -> the judge's decision on it, with the policy that judged it.
-Judged = Callable[[str, str, str], tuple[Decision, Policy] | None]
+# (path, blob, commit, when its runner judged it) -> the judge's decision on it, with the policy
+# that judged it.
+Judged = Callable[[str, str, str, datetime | None], tuple[Decision, Policy] | None]
 
 
 def emergency_starts(records: Iterable[Record]) -> list[Started]:
@@ -42,18 +43,20 @@ def emergency_starts(records: Iterable[Record]) -> list[Started]:
 
 
 def rejudged(repo: Repo, policy_at: Callable[[str], Policy], *, at: datetime) -> Judged:
-    """`Judged` by judging each commit again, by the policy in force before it (one judgement per
-    emergency: they are rare)."""
+    """`Judged` by judging each commit again, by the policy in force before it, its signatures at
+    the time its runner judged it (one judgement per emergency: they are rare)."""
     assessor = Assessor(repo)
 
-    def judged(path: str, blob: str, commit: str) -> tuple[Decision, Policy] | None:
+    def judged(
+        path: str, blob: str, commit: str, when: datetime | None
+    ) -> tuple[Decision, Policy] | None:
         if repo.rev(commit) is None:
             return None
         parents = repo.commit(commit).parents
         if not parents:
             return None
         policy = policy_at(parents[0])
-        assessment = assessor.assess(commit, policy, {}, at=at)
+        assessment = assessor.assess(commit, policy, {}, at=when or at)
         for decision in assessment.decisions:
             if (decision.path, decision.blob) == (path, blob):
                 return decision, policy
@@ -77,12 +80,13 @@ def owed_reviews(
     assessor = Assessor(repo)
     for record in emergency_starts(records):
         path, blob, commit = str(record.path), str(record.blob), str(record.commit)
-        found = judged(path, blob, commit)
+        used = judged_time(record)
+        found = judged(path, blob, commit, used)
         if found is None or found[0].emergency is None or not repo.is_ancestor(commit, tip):
             continue  # (verify reports a start the judge does not run on an emergency)
         decision, before = found
         later = _approvers_since(repo, assessor, commit, tip, path, blob, policy, at=at)
-        owed.append(review_state(decision, before, later, used=judged_time(record), seq=record.seq))
+        owed.append(review_state(decision, before, later, used=used, seq=record.seq))
     return owed
 
 

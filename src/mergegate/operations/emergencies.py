@@ -69,7 +69,9 @@ def verified_owed(
 ) -> list[Owed]:
     """The reviews owed, by verify's own judgements (`decisions`: every runnable emergency)."""
 
-    def judged(path: str, blob: str, commit: str) -> tuple[Decision, Policy] | None:
+    def judged(
+        path: str, blob: str, commit: str, _: datetime | None
+    ) -> tuple[Decision, Policy] | None:
         return decisions.get((path, blob, commit))
 
     return owed_reviews(repo, tip, records, judged, policy, at=at)

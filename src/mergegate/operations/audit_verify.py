@@ -125,8 +125,37 @@ def _verify_audit(
 
             checker(github.stored_evidence(repo, records_tip), {}).check(commits)
             raise
-    checker(stored, chain.verified).check(commits)
+    checked = checker(stored, chain.verified)
+    checked.check(commits)
+    _check_attestations(repo, records_tip, chain, checked)
     return AuditReport(records_tip or "", chain.records, chain.files)
+
+
+def _check_attestations(
+    repo: Repo, records_tip: str | None, chain: Chain, checked: Checker
+) -> None:
+    """Every run's attestation against the records it names (facts/attestations.py); none on the
+    branch: no runner attests yet, nothing is owed (nor imported)."""
+    from mergegate.facts import attestations
+
+    files = attestations.attestation_files(repo, records_tip)
+    if not files:
+        return
+    problems = attestations.AttestationCheck(
+        repo,
+        files,
+        [attestations.RunEnd(*end) for end in chain.ends],
+        checked.judged,
+        checked.policy_at,
+        attestations.records_from_files(repo, chain.verified),
+    ).problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise IntegrityError(
+            problems[0] + more,
+            hint="attestations are only ever written by runners, from the records they name; "
+            "inspect the file with `git show origin/mergegate/audit:<file>`",
+        )
 
 
 def _stored_evidence(
@@ -172,6 +201,7 @@ class Chain:
         default_factory=list
     )  # records that may name evidence (`evidence` or `reviewed` members)
     unapproved: Unapproved = field(default_factory=lambda: Unapproved())
+    ends: list[tuple[str, int, str]] = field(default_factory=list)  # (run id, seq, runner)
 
 
 def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
@@ -188,6 +218,7 @@ def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
         if log.first_seq is not None:
             chain.verified[log.blob] = log.first_seq
         chain.naming += log.summary.naming
+        chain.ends += log.summary.ends
     return chain
 
 
@@ -201,6 +232,7 @@ class Facts:
     finished: list[tuple[str, int]]
     unapproved: list[Record]  # (parsed here: records pickle)
     naming: list[Record]
+    ends: list[tuple[str, int, str]]  # the finished records' (run id, seq, runner): attestations
 
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
@@ -209,11 +241,14 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
     """
     events = list(map(operator.itemgetter("event"), records))
     picked = compress(records, map(operator.eq, events, repeat("finished")))
-    finished = [
-        (run_id, int(seq))
-        for run_id, seq in ((fields.get("run_id"), fields["seq"]) for fields in picked)
+    ends = [
+        (run_id, int(seq), str(runner))
+        for run_id, seq, runner in (
+            (fields.get("run_id"), fields["seq"], fields["runner"]) for fields in picked
+        )
         if isinstance(run_id, str)
     ]
+    finished = [(run_id, seq) for run_id, seq, _ in ends]
     unapproved = (
         []
         if "scanned" not in events
@@ -233,7 +268,7 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
         naming = [
             parse(fields) for fields in records if "evidence" in fields or "reviewed" in fields
         ]
-    return Facts(finished, unapproved, naming)
+    return Facts(finished, unapproved, naming, ends)
 
 
 class FinishedTwice:

@@ -21,6 +21,7 @@ from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
 from mergegate.errors import IntegrityError, MergegateError, NotYet
+from mergegate.facts import attestations
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, every_commit
 from mergegate.facts.branches import open_branch, refuse_old_layout, trust_root
@@ -260,6 +261,9 @@ def verify_history(
     )
     try:
         checker.check(every_commit(repo, records_tip))
+        violations.extend(
+            f"audit: {p}" for p in _attestation_problems(repo, records_tip, records, checker)
+        )
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     except NotYet as exc:
@@ -297,6 +301,23 @@ def verify_history(
         tuple(owed),
         now,
     )
+
+
+def _attestation_problems(
+    repo: Repo, records_tip: str | None, records: list[Record], checker: Checker
+) -> list[str]:
+    """Every run's attestation against the records it names (facts/attestations.py)."""
+    files = attestations.attestation_files(repo, records_tip)
+    if not files:
+        return []
+    ends = [
+        attestations.RunEnd(r.run_id, r.seq, r.runner)
+        for r in records
+        if isinstance(r, Finished) and r.run_id is not None
+    ]
+    return attestations.AttestationCheck(
+        repo, files, ends, checker.judged, checker.policy_at, attestations.records_by_seq(records)
+    ).problems()
 
 
 def _tally(

@@ -177,6 +177,28 @@ class AttestationCheck:
             return b""
 
 
+def problems_of(
+    repo: Repo,
+    records_tip: str | None,
+    records: Sequence[Record],
+    judged: Sequence[tuple[int, str]],
+    policy_at: Callable[[str], Policy],
+) -> list[str]:
+    """`verify`'s check, every record in memory (from seq 1); none on the branch: no runner
+    attests yet, nothing is owed."""
+    files = attestation_files(repo, records_tip)
+    if not files:
+        return []
+    ends = [
+        RunEnd(r.run_id, r.seq, r.runner)
+        for r in records
+        if isinstance(r, Finished) and r.run_id is not None
+    ]
+    return AttestationCheck(
+        repo, files, ends, judged, policy_at, records_by_seq(records)
+    ).problems()
+
+
 def records_by_seq(records: Sequence[Record]) -> Callable[[Iterable[int]], Mapping[int, Record]]:
     """records_at for records all in memory (verify), in chain order from seq 1."""
 

@@ -262,7 +262,10 @@ def verify_history(
     try:
         checker.check(every_commit(repo, records_tip))
         violations.extend(
-            f"audit: {p}" for p in _attestation_problems(repo, records_tip, records, checker)
+            f"audit: {p}"
+            for p in attestations.problems_of(
+                repo, records_tip, records, checker.judged, checker.policy_at
+            )
         )
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
@@ -301,23 +304,6 @@ def verify_history(
         tuple(owed),
         now,
     )
-
-
-def _attestation_problems(
-    repo: Repo, records_tip: str | None, records: list[Record], checker: Checker
-) -> list[str]:
-    """Every run's attestation against the records it names (facts/attestations.py)."""
-    files = attestations.attestation_files(repo, records_tip)
-    if not files:
-        return []
-    ends = [
-        attestations.RunEnd(r.run_id, r.seq, r.runner)
-        for r in records
-        if isinstance(r, Finished) and r.run_id is not None
-    ]
-    return attestations.AttestationCheck(
-        repo, files, ends, checker.judged, checker.policy_at, attestations.records_by_seq(records)
-    ).problems()
 
 
 def _tally(

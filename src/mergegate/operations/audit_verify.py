@@ -158,6 +158,17 @@ def _check_attestations(
         )
 
 
+def bad_attestations(
+    repo: Repo, records_tip: str | None, records: list[Record], checker: Checker
+) -> list[str]:
+    """`verify`'s check of every run's attestation, its records in memory
+    (facts/attestations.py)."""
+    from mergegate.facts import attestations
+
+    judged, policy_at = checker.judged, checker.policy_at
+    return attestations.problems_of(repo, records_tip, records, judged, policy_at)
+
+
 def _stored_evidence(
     repo: Repo, records_tip: str | None, naming: list[Record]
 ) -> dict[str, Evidence]:

@@ -21,7 +21,6 @@ from mergegate.audit import dating
 from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Scanned, Started, parse_time
 from mergegate.errors import IntegrityError, MergegateError, NotYet
-from mergegate.facts import attestations
 from mergegate.facts.assessor import Assessor
 from mergegate.facts.audit_commits import Checker, every_commit
 from mergegate.facts.branches import open_branch, refuse_old_layout, trust_root
@@ -31,7 +30,7 @@ from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.operations.approval_ages import ApprovalAges
-from mergegate.operations.audit_verify import FinishedTwice, Unapproved
+from mergegate.operations.audit_verify import FinishedTwice, Unapproved, bad_attestations
 from mergegate.operations.emergencies import Tally
 from mergegate.rules import eligibility
 from mergegate.rules.break_glass import Owed
@@ -261,12 +260,7 @@ def verify_history(
     )
     try:
         checker.check(every_commit(repo, records_tip))
-        violations.extend(
-            f"audit: {p}"
-            for p in attestations.problems_of(
-                repo, records_tip, records, checker.judged, checker.policy_at
-            )
-        )
+        violations += [f"audit: {p}" for p in bad_attestations(repo, records_tip, records, checker)]
     except IntegrityError as exc:
         violations.append(f"audit: {exc}")
     except NotYet as exc:

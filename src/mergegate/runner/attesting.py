@@ -30,7 +30,9 @@ class Attestor:
         self.repo = repo
         self.signing_key = signing_key
         self._signer: dsse.DsseSigner | None = None
-        self._why_none: str | None = None  # why this runner writes none ("" until asked)
+        self._why_none: str | None = (
+            None  # why this runner writes none (None: it signs, or not asked yet)
+        )
         self._said: set[str] = set()
 
     def check(self, policy: Policy) -> None:

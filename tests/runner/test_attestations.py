@@ -157,3 +157,32 @@ def test_without_runners_none_is_written_and_the_runner_says_so_once(world: Worl
     tree = world.git("admin", "ls-tree", "-r", "--name-only", "origin/mergegate/audit")
     assert "attestations" not in tree
     assert world.mg("audit", "verify", where="admin").code == 0
+
+
+def test_a_runner_key_that_cannot_sign_stops_the_pass_before_its_job_but_not_an_idle_one(
+    world: World,
+) -> None:
+    """A listed runner key behind a passphrase, with no ssh agent: an idle pass asks nothing of
+    it (exit 0), while a pass with a job to run stops before the job starts (exit 2, naming the
+    key and the way out), so no run goes unattested."""
+    key = make_ssh_key(world.tmp / "runner-keys", "runner")
+    world.runner_args = ["--signing-key", str(key.private)]
+    root = world.setup(
+        policy_yaml(
+            [world.bob.approver_entry()],
+            [ECHO_RULE],
+            runners=[{"name": "ci", "key": key.public_line}],
+        )
+    )
+    subprocess.run(
+        ["ssh-keygen", "-q", "-p", "-P", "", "-N", "now locked", "-f", str(key.private)],
+        check=True,
+    )
+    assert world.run_once("--trust-root", root).code == 0
+    world.propose("j", {"jobs/j.yaml": job_yaml("j", ["echo", "j"])}, who=world.alice)
+    world.signed_merge("j")
+    result = world.run_once("--trust-root", root)
+    assert result.code == 2, (result.out, result.err)
+    assert f"cannot sign with {key.private}" in result.err, result.err
+    assert "hint: add the key to an ssh agent" in result.err
+    assert not any(r.get("event") == "started" for r in world.records())

@@ -34,6 +34,10 @@ class Attestor:
             None  # why this runner writes none (None: it signs, or not asked yet)
         )
         self._said: set[str] = set()
+        # Why this runner writes no attestations (no runners, an OpenPGP or FIDO key): said with
+        # the pass's warnings, but a fact of the setup, not an anomaly, so a pass that only says
+        # this may still be remembered as quiet (runner/idle.py).
+        self.notes: list[str] = []
 
     def check(self, policy: Policy) -> None:
         """Before any job runs under `policy`: a key that should sign attestations and cannot
@@ -56,7 +60,7 @@ class Attestor:
         if not ends:
             return {}
         if not policy.runners:
-            self._say(
+            self._note(
                 f"{policy.where} lists no runners: no key is trusted to sign a run's attestation, "
                 "so none is written (list the runner's key under runners to have them)"
             )
@@ -117,8 +121,13 @@ class Attestor:
                     raise
                 self._why_none = f"{exc.message}: no attestation is written"
         if self._why_none is not None:
-            self._say(self._why_none)
+            self._note(self._why_none)
         return self._signer
+
+    def _note(self, note: str) -> None:
+        if note not in self._said:
+            self._said.add(note)
+            self.notes.append(note)
 
     def _say(self, warning: str) -> None:
         if warning not in self._said:

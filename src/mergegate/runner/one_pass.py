@@ -142,6 +142,7 @@ class Runner:
     def _pass(self) -> PassResult:
         self.spool.warnings.clear()
         self.repo.warnings.clear()
+        self.attestor.notes.clear()
         # Whatever this pass does, the last quiet pass no longer stands for the next one (idle.py).
         idle.forget(self.repo.git_dir, self.options.runner_name)
         self.pending.forget()
@@ -235,6 +236,10 @@ class Runner:
         )
         self._pub = self._publisher(gate, work, checker)
         runnable, done = self._refuse(work, pending, outcomes)
+        if runnable or spooled or work.orphans or work.expired:
+            # A key that cannot sign a run's attestation stops the pass before any job starts; an
+            # idle pass asks no passphrase (nothing to sign), as git's signing asks none.
+            self.attestor.check(work.policy)
         launcher = Launcher(
             repo=self.repo,
             spool=self.spool,
@@ -286,7 +291,7 @@ class Runner:
         return PassResult(
             tip,
             tuple(outcomes),
-            tuple([*warnings, *self.spool.warnings, *self.repo.warnings]),
+            tuple([*warnings, *self.spool.warnings, *self.repo.warnings, *self.attestor.notes]),
             policy_changes(work),
             stopped,
             work.waiting,
@@ -469,7 +474,6 @@ class Runner:
             )
         if not key or not policy.runners or self.signing is None:
             return
-        self.attestor.check(policy)  # a key that cannot sign a run's attestation: before any job
         blob = ssh_key_file_blob(self.signing.key) if os.path.isfile(self.signing.key) else None
         if blob is not None and all(ssh_blob(listed) != blob for listed in policy.runner_keys()):
             raise UsageError(

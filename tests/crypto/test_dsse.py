@@ -84,6 +84,20 @@ def test_a_key_file_signs_what_securesystemslib_verifies(tmp_path: Path, kind: s
     assert dsse.verify(retyped, [public_line]) is None
 
 
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_a_pem_key_file_signs_as_ssh_and_git_do(tmp_path: Path, kind: str) -> None:
+    """`ssh-keygen -m PEM` writes the older PEM form, which ssh and git sign with: a runner
+    set up with one signs its attestations too (not 'not an ssh private key')."""
+    path = tmp_path / f"pem_{kind}"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", kind, "-m", "PEM", "-N", "", "-f", str(path)], check=True
+    )
+    public_line = Path(f"{path}.pub").read_text().strip()
+    envelope = dsse.sign(dsse.INTOTO_PAYLOAD_TYPE, PAYLOAD, dsse.load_signer(str(path)))
+    assert dsse.verify(envelope, [public_line]) == public_line
+    assert _sslib_accepts(envelope, public_line, scheme=SCHEMES[kind])
+
+
 def test_another_key_or_another_keyid_does_not_verify(tmp_path: Path) -> None:
     runner = make_ssh_key(tmp_path, "runner")
     mallory = make_ssh_key(tmp_path, "mallory")

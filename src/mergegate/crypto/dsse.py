@@ -195,7 +195,7 @@ def load_signer(path: str | os.PathLike[str]) -> DsseSigner:
         # A public key line: its private key is the agent's.
         return _agent_signer(where, text)
     try:
-        key = serialization.load_ssh_private_key(data, password=None)
+        key = _private_key(data)
     except TypeError:  # protected by a passphrase: the agent holds it, or nothing can sign
         public = Path(f"{where}.pub")
         if not public.is_file():
@@ -213,6 +213,14 @@ def load_signer(path: str | os.PathLike[str]) -> DsseSigner:
     ):
         raise UsageError(f"{where}: this kind of key cannot sign DSSE envelopes", hint=_HINT)
     return DsseSigner(ssh_public_line(key.public_key()), key=key)
+
+
+def _private_key(data: bytes) -> object:
+    """An OpenSSH private key file, or the PEM form `ssh-keygen -m PEM` writes (which ssh and git
+    sign with as well). TypeError: protected by a passphrase."""
+    if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----"):
+        return serialization.load_ssh_private_key(data, password=None)
+    return serialization.load_pem_private_key(data, password=None)
 
 
 def _is_fido(text: str) -> bool:

@@ -477,6 +477,7 @@ print("JOB:" + executor.run(req).stdout.tail.replace(chr(10), "|"))
         "MERGEGATE_TRUST_ROOT": "0" * 40,
         "MG_JOB": "",
         "MG_LABELS": "",
+        "MG_REPORT": "false",  # (Actions sets every input's env, the default included)
         "GITHUB_SERVER_URL": "https://github.com",
     }
     proc = subprocess.run(

@@ -1254,6 +1254,7 @@ def test_key_file_swapped_by_an_unapproved_push_is_not_adopted_later(world: Worl
     result = world.run_once()
     (change,) = result.json()["policy_changes"]
     assert change["status"] == "rejected"
+    assert result.code == 1  # a rejected policy change shows red, as a rejected job does
     assert "policy/keys/bob.pub" in change["reason"] and "nobody approved them" in change["reason"]
 
 

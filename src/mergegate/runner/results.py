@@ -52,10 +52,13 @@ class PassResult:
     def exit_code(self) -> int:
         # A job another runner claimed first is that runner's outcome, not this one's.
         # Waiting for evidence is "not yet": never the exit code of a pass that ran everything.
+        # A policy change this pass refused is a rejection like a job's (README: "1 any
+        # failed/rejected"): a policy pull request merged with too few reviews shows red.
         return (
             0
             if all(o.status in ("succeeded", "claimed") for o in self.outcomes)
             and self.waiting is None
+            and all(verdict != "rejected" for _, verdict, _ in self.policy_changes)
             else 1
         )
 

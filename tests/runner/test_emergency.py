@@ -147,3 +147,32 @@ def test_an_emergency_without_a_reason_is_refused_and_says_why(world: World) -> 
     assert "emergency refused: merge" in rejected["reason"]
     assert "shorter than 10 characters" in rejected["reason"]
     assert world.mg("verify", env=_at(FREEZE)).code == 0
+
+
+def test_approve_emergency_signs_the_break_glass_merge_and_refuses_what_the_judge_would(
+    world: World,
+) -> None:
+    """`approve --merge --emergency REASON`: bob (an emergency approver) merges mallory's fix
+    without its quorum, in the freeze, and it runs at once owing its review; a short reason, no
+    --merge, or carol (no emergency approver) are refused before anything is signed or pushed."""
+    _gate(world)
+    world.propose("fix", {FIX: job_yaml("fix", ["echo", "fixed"])}, who=world.mallory)
+    for who in (world.bob, world.carol):
+        world.signing_clone(f"{who.name}-clone", who)
+        world.fetch(f"{who.name}-clone")
+    approved = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    short = world.mg("approve", "origin/fix", "--merge", "--emergency", "fix", where="bob-clone")
+    assert short.code == 2 and "shorter than 10 characters" in short.err, short.err
+    bare = world.mg("approve", "origin/fix", "--emergency", REASON, where="bob-clone")
+    assert bare.code == 2 and "add --merge" in bare.err, bare.err
+    carol = world.mg("approve", "origin/fix", "--merge", "--emergency", REASON, where="carol-clone")
+    assert carol.code == 1 and "not in emergency.approvers" in carol.err, carol.err
+    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == approved
+    merged = world.mg("approve", "origin/fix", "--merge", "--emergency", REASON, where="bob-clone")
+    assert merged.code == 0, merged.err
+    ran = world.run_once(env=_at(FREEZE))
+    assert ran.code == 0, ran.err
+    (started,) = world.events("started")
+    assert started["path"] == FIX and started["emergency"] == {"by": ["bob"], "reason": REASON}
+    status = world.mg("status", "--json", env=_at(SOONER))
+    assert [o["path"] for o in status.json()["owed_reviews"]] == [FIX]

@@ -28,6 +28,13 @@ from mergegate.operations.approve import approve as run_approve
     is_flag=True,
     help="Make the signed merge into approved instead of an approval commit.",
 )
+@click.option(
+    "--emergency",
+    "emergency",
+    metavar="REASON",
+    help="Break-glass: sign the merge (with --merge) with a Mergegate-Emergency trailer, so the "
+    "job runs now without its quorum; you owe its review (docs/policy.md, Break-glass).",
+)
 @click.option("--base", default="approved", show_default=True, help="The approved branch.")
 @click.option(
     "--remote", default="origin", show_default=True, help="Remote to fetch from and push to."
@@ -42,6 +49,7 @@ def command(
     branch_name: str | None,
     renew: str | None,
     merge: bool,
+    emergency: str | None,
     base: str,
     remote: str,
     no_fetch: bool,
@@ -60,6 +68,7 @@ def command(
       mergegate approve add-backup-job          # approval commit on the branch
       mergegate approve add-backup-job --merge  # signed merge into approved
       mergegate approve --renew jobs/prod/deploy.yaml
+      mergegate approve hotfix --merge --emergency "disk full on db-1, INC-4711: purge now"
     """
     if (branch_name is None) == (renew is None):
         raise UsageError(
@@ -67,8 +76,10 @@ def command(
             hint="mergegate approve BRANCH, or mergegate approve --renew jobs/x.yaml",
         )
     if renew is not None:
-        if merge:
-            raise UsageError("--renew signs a commit on approved: it takes no --merge")
+        if merge or emergency is not None:
+            raise UsageError(
+                "--renew signs a commit on approved: it takes no --merge or --emergency"
+            )
         return renew_main(
             job=renew,
             branch=bare_branch(base, remote),
@@ -82,6 +93,7 @@ def command(
     return main(
         branch_name=branch_name,
         merge=merge,
+        emergency=emergency,
         base=base,
         remote=remote,
         fetch=not no_fetch,
@@ -96,6 +108,7 @@ def main(
     branch_name: str,
     merge: bool,
     base: str,
+    emergency: str | None = None,
     remote: str,
     fetch: bool,
     repo: Path,
@@ -113,6 +126,7 @@ def main(
         merge=merge,
         fetch=fetch,
         trust=trust_root,
+        emergency=emergency,
     )
     if as_json:
         output.emit(

@@ -283,9 +283,10 @@ class Assessor:
         merger: str | None,
         at: datetime,
         known: Known = anything,
+        emergency: tuple[str, ...] = (),
     ) -> CommitFacts:
         """The facts of the merge of `head` into `base_tip` that `approve --merge` would sign (tree
-        `tree`)."""
+        `tree`; `emergency`: the Mergegate-Emergency reasons its message would carry)."""
         person = policy.person(merger) if merger else None
         author = (merger or "", person.emails[0] if person and person.emails else "")
         return self._merge_facts(
@@ -303,6 +304,7 @@ class Assessor:
             merger=merger,
             at=at,
             known=known,
+            emergency_trailers=emergency,
         )
 
     def _merge_facts(

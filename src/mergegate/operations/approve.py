@@ -14,6 +14,8 @@ from mergegate.facts.assessor import APPROVE_TRAILER, APPROVE_TREE_TRAILER, Asse
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.operations.check import CheckReport, check
+from mergegate.rules.emergency import TRAILER as EMERGENCY_TRAILER
+from mergegate.rules.emergency import reason_problem
 from mergegate.rules.job import is_job_path
 from mergegate.rules.policy import Policy
 
@@ -35,8 +37,12 @@ def approve(
     merge: bool,
     fetch: bool,
     trust: str | None = None,
+    emergency: str | None = None,
 ) -> Approval:
-    """Sign an approval commit on the proposal (or the merge into approved) and push it."""
+    """Sign an approval commit on the proposal (or the merge into approved) and push it; with
+    `emergency`, a signed merge carrying that Mergegate-Emergency reason (break-glass)."""
+    if emergency is not None:
+        _emergency_usable(emergency, merge=merge)
     report = check(
         repo_path=repo_path, ref=branch_name, base=base, remote=remote, fetch=fetch, trust=trust
     )
@@ -49,14 +55,29 @@ def approve(
         raise UsageError(f"{branch_name} changes no job or policy file relative to {base}")
     repo = Repo(repo_path)
     can_sign(repo)
-    person = _would_count(repo, report)
+    if emergency is None:
+        person = _would_count(repo, report)
+    else:
+        # The emergency approver may be the job's writer (the review it owes is others'); the
+        # judge, handed the merge's trailer, says whether the emergency holds.
+        person = _emergency_signer(repo, report)
     if merge and person is not None:
-        _merge_would_approve(repo_path, branch_name, base, remote, trust, person)
+        _merge_would_approve(
+            repo_path,
+            branch_name,
+            base,
+            remote,
+            trust,
+            person,
+            emergency=() if emergency is None else (emergency.strip(),),
+        )
     has_remote = repo.has_remote(remote)
     head = report.head
     if merge:
         tree = repo.merge_tree(report.base, head)
         message = f"Merge {branch_name} into {base} (mergegate approve)\n"
+        if emergency is not None:
+            message += f"\n{EMERGENCY_TRAILER}: {emergency.strip()}\n"
         sha = repo.commit_tree(
             tree=tree, parents=(report.base, head), message=message, author=None, sign=True
         )
@@ -139,8 +160,53 @@ def _would_count(repo: Repo, report: CheckReport) -> str | None:
     return person
 
 
+def _emergency_usable(reason: str, *, merge: bool) -> None:
+    """Refuse, before anything is signed, an emergency the judge would refuse for its form."""
+    if not merge:
+        raise UsageError(
+            "--emergency signs the merge itself: add --merge",
+            hint="mergegate approve BRANCH --merge --emergency 'what broke and why it cannot wait'",
+        )
+    problem = reason_problem([reason]) or (
+        "its reason must be one line" if "\n" in reason.strip() else ""
+    )
+    if problem:
+        raise UsageError(
+            f"--emergency: {problem}",
+            hint="--emergency 'database full, pager INC-4711: purge before the 09:00 batch'",
+        )
+
+
+def _emergency_signer(repo: Repo, report: CheckReport) -> str:
+    """The emergency approver this clone signs as: the merge is simulated as them before it is
+    signed, since a merge the runner rejects is final."""
+    policy = report.policy_in_force
+    assert policy is not None
+    person = signing_person(repo, policy)
+    if person is None:
+        raise UsageError(
+            "--emergency: your git signing key is not an ssh key of a person in "
+            f"{policy.where}, so the merge cannot be judged before it is signed",
+            hint="sign with the ssh key the policy lists for you (git config user.signingkey)",
+        )
+    if policy.emergency is None or not policy.emergency.allows(person):
+        raise JobFailed(
+            f"your signing key belongs to {person}, who is not in emergency.approvers of "
+            f"{policy.where}",
+            hint="docs/policy.md, Break-glass: who may use an emergency is the policy's choice",
+        )
+    return person
+
+
 def _merge_would_approve(
-    repo_path: Path, branch_name: str, base: str, remote: str, trust: str | None, person: str
+    repo_path: Path,
+    branch_name: str,
+    base: str,
+    remote: str,
+    trust: str | None,
+    person: str,
+    *,
+    emergency: tuple[str, ...] = (),
 ) -> None:
     """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short
     of its quorum (or of the policy quorum) would need the file changed before anyone could approve
@@ -153,6 +219,7 @@ def _merge_would_approve(
         fetch=False,
         trust=trust,
         merger=person,
+        emergency=emergency,
     )
     assessment = report.assessment
     assert assessment is not None

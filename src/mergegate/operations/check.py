@@ -107,6 +107,7 @@ def check(
     fetch: bool,
     trust: str | None = None,
     merger: str | None = None,
+    emergency: tuple[str, ...] = (),
 ) -> CheckReport:
     """Judge the merge of REF into the base with the runner's own judge, by the policy in force.
 
@@ -151,6 +152,7 @@ def check(
         merger=merger,
         at=clock.now(),
         known=known,
+        emergency=emergency,
     )
     assessment = judge_commit(facts, policy, unapproved)
     results: list[FileCheck] = []

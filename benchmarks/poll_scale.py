@@ -1013,7 +1013,8 @@ def bench(tmp: Path, args: argparse.Namespace) -> int:
         "ends as a pass "
         f"that ran the last {min(args.last_pass, big.jobs)} jobs leaves it (one commit per job, "
         "then the scanned record), "
-        "built with `git fast-import` (one pack, "(
+        "built with `git fast-import` (one pack, "
+        + (
             "with a commit-graph file and changed-path Bloom filters)."
             if args.commit_graph
             else "no commit-graph file)."

@@ -423,6 +423,9 @@ class Scanned(Judged):
     reviewed: Mapping[str, str] | None = field(
         default=None, metadata=_read(_texts)
     )  # commit -> evidence SHA-256
+    # commit -> SHA-256 of GitHub's answer asked again after the merge, holding approving reviews
+    # given since (github/later.py): renewals and owed reviews on GitHub
+    later_reviews: Mapping[str, str] | None = field(default=None, metadata=_read(_texts))
 
     @property
     def open_commits(self) -> tuple[OpenCommit, ...]:

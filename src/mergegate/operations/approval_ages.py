@@ -15,6 +15,7 @@ from datetime import datetime
 
 from mergegate.audit import dating
 from mergegate.audit.records import Record, Started
+from mergegate.github.later import LaterReviews
 from mergegate.rules import eligibility
 from mergegate.rules import renewal as renewal_rules
 from mergegate.rules.model import Assessment, Decision
@@ -27,16 +28,26 @@ Dates = tuple[list[tuple[int, str]], dict[str, tuple[datetime, int]]]
 class ApprovalAges:
     """Decisions and renewals collected along verify's walk, and the starts they make expired."""
 
-    def __init__(self) -> None:
+    def __init__(self, later: LaterReviews | None = None) -> None:
         self.decided: dict[tuple[str, str, str], Decision] = {}
+        self.later = later  # approving reviews on GitHub after a merge, as the records hold them
+        self.judged_by: dict[str, Policy] = {}  # commit -> the policy that judged it
         # (path, blob) -> (chain index, vote) of each renewal (rules/renewal.py)
         self.renewed: dict[tuple[str, str], list[tuple[int, RenewalVote]]] = {}
 
-    def note(self, assessment: Assessment, first: tuple[datetime, int] | None, index: int) -> None:
+    def note(
+        self,
+        assessment: Assessment,
+        first: tuple[datetime, int] | None,
+        index: int,
+        judging: Policy | None = None,
+    ) -> None:
         """Keep a judged commit's decisions, and its renewal votes dated as the runner dates
         them: when a runner first judged the renewal commit (`first`; none: it renews nothing).
         `index`: its place on the chain (1 for the first commit after the trust root)."""
         self.decided.update(((d.path, d.blob, d.commit), d) for d in assessment.decisions)
+        if judging is not None:
+            self.judged_by[assessment.commit] = judging
         if first is None:
             return
         for renewal in assessment.renewals:
@@ -74,6 +85,7 @@ class ApprovalAges:
             first = seen.get(str(record.commit))
             after, upto = position.get(str(record.commit), 0), position.get(tip, 0)
             votes = [v for i, v in self.renewed.get((path, blob), ()) if after < i <= upto]
+            votes += self._reviewed(decision, when)
             fresh = renewal_rules.approval(
                 decision,
                 policies[tip],
@@ -86,3 +98,15 @@ class ApprovalAges:
             if why is not None:
                 problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
         return problems
+
+    def _reviewed(self, decision: Decision, when: datetime) -> list[RenewalVote]:
+        """Approving reviews on GitHub after the merge that a runner had stored by `when`, each
+        dated as the runner dated it (github/later.py)."""
+        judging = self.judged_by.get(decision.commit)
+        if self.later is None or judging is None:
+            return []
+        return [
+            RenewalVote(v.person, v.key, v.when)
+            for v in self.later.votes(decision.commit, judging)
+            if v.when <= when
+        ]

@@ -29,6 +29,7 @@ from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
+from mergegate.github.later import LaterReviews
 from mergegate.operations.approval_ages import ApprovalAges
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved, bad_attestations
 from mergegate.operations.emergencies import Tally
@@ -207,7 +208,8 @@ def verify_history(
         tuple[str, str], tuple[int, str]
     ] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
-    ages = ApprovalAges()  # every decision, every renewal: for the approvals' ages at start
+    # every decision, every renewal (commits, later reviews): for the approvals' ages at start
+    ages = ApprovalAges(LaterReviews(repo, records_tip, reviews, now=now, records=records))
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
     emergencies = Tally()  # every revision the judge runs on a signed emergency
@@ -238,7 +240,7 @@ def verify_history(
         policies[sha] = assessment.policy
         for veto in assessment.vetoes:
             vetoed.setdefault((veto.path, veto.blob), (len(lines), veto.commit))
-        ages.note(assessment, seen.get(sha), len(lines))
+        ages.note(assessment, seen.get(sha), len(lines), judging)
         lines.append(
             replace(
                 _tally(sha, assessment, valid, rejected, retries, jobs_of),

@@ -228,6 +228,7 @@ class Drafts:
                 unapproved_count=count,
                 unapproved_file=digest,
                 reviewed=self.walked_evidence(work, pending),
+                later_reviews=self.later_evidence(work),
             ),
             null=("unapproved_file",),
         )
@@ -257,6 +258,15 @@ class Drafts:
                 self.files[evidence.path] = evidence.to_bytes()
                 reviewed[assessment.commit] = evidence.sha256
         return reviewed or None
+
+    def later_evidence(self, work: Plan) -> dict[str, str] | None:
+        """`later_reviews: {commit: <sha256>}`: GitHub's answers asked again after a merge that
+        hold new approving reviews (github/later.py); the files go with the records."""
+        later = {}
+        for commit, evidence in work.later.items():
+            self.files[evidence.path] = evidence.to_bytes()
+            later[commit] = evidence.sha256
+        return later or None
 
     def bookkeeping(self, work: Plan, outcomes: list[Outcome]) -> list[Record]:
         """Runs to close as `lost` (this runner's orphans, any runner's expired leases) and the

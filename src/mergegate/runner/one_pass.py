@@ -369,7 +369,7 @@ class Runner:
         """The pass's `scanned` record, when it walked new commits or the open list changed."""
         still, files = open_after(work, done)
         if self.options.job is not None or not (
-            work.new_commits or still != list(work.open_before)
+            work.new_commits or still != list(work.open_before) or work.later
         ):
             return []
         # `open` lists commits whose jobs may still need a runner: the next pass judges them again.
@@ -410,6 +410,7 @@ class Runner:
             or gate.branch.remote is None
             or work.waiting is not None
             or work.carried
+            or work.asking
             or work.orphans
             or work.expired
             or self.shutdown.is_set()

@@ -43,10 +43,13 @@ from mergegate.rules.eligibility import (
 from mergegate.rules.job import is_job_path
 from mergegate.rules.model import Assessment, Decision, Veto
 from mergegate.rules.policy import Policy
+from mergegate.rules.renewal import RenewalVote
 from mergegate.runner.leases import mine
 
 if TYPE_CHECKING:
+    from mergegate.github.evidence import Evidence
     from mergegate.github.gather import ReviewSource
+    from mergegate.github.later import LaterReviews
 
 
 class Walk:
@@ -144,6 +147,10 @@ class Plan:
     revisions: list[Record] = field(
         default_factory=list
     )  # every record naming a decided blob (one grep; the claim book's start)
+    # GitHub's answers asked again after a merge, holding new approving reviews (github/later.py):
+    # the `scanned` record names them. `asking`: some revision waits for such reviews.
+    later: dict[str, Evidence] = field(default_factory=dict)
+    asking: bool = False
 
 
 def plan(
@@ -255,8 +262,30 @@ def plan(
     # 5. Commits with jobs still open, judged again, then what every revision may do now.
     reopened = _reopen(repo, result, tail, root=root, records=records, at=at, reviews=reviews)
     new = [(d, p, result.before.get(d.commit)) for d, p in result.items]
-    _sort(repo, result, [*reopened, *new], records=records, at=at, labels=labels, root=root)
+    later = _later(repo, records, reviews, at=at)
+    _sort(
+        repo,
+        result,
+        [*reopened, *new],
+        records=records,
+        at=at,
+        labels=labels,
+        root=root,
+        later=later,
+    )
+    result.later = dict(later.gathered) if later is not None else {}
     return result
+
+
+def _later(
+    repo: Repo, records: str | None, reviews: ReviewSource | None, *, at: datetime
+) -> LaterReviews | None:
+    """Reviews given after a merge, for revisions that need them (none without review evidence)."""
+    if reviews is None or not reviews.stored:
+        return None
+    from mergegate.github.later import LaterReviews
+
+    return LaterReviews(repo, records, reviews, now=at)
 
 
 def _reopen(
@@ -332,8 +361,12 @@ def _sort(
     at: datetime,
     labels: frozenset[str] | None,
     root: str,
+    later: LaterReviews | None = None,
 ) -> None:
-    """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts."""
+    """Each decision to runnable, queued or refused (or nothing: done), by its recorded attempts.
+
+    An expired revision approved through a pull request is judged again with the approving
+    reviews given on it since the merge (`later`: GitHub asked again, for it only)."""
     if not decisions:
         return
     result.revisions = audit.grep_any(repo, records, {d.blob for d, _, _ in decisions})
@@ -380,6 +413,24 @@ def _sort(
             overdue=overdue(decision),
             renewals=dates.renewals(decision, result.policy),
         )
+        if later is not None and _expired(verdict):
+            result.asking = True
+            reviewed = later.votes(decision.commit, policy, ask=True)
+            if reviewed:
+                verdict = judge_attempts(
+                    decision,
+                    policy,
+                    history,
+                    now=at,
+                    late=decision.commit in late,
+                    standing=standing(decision.path),
+                    approved=dates.approved(decision, policy, result.policy),
+                    overdue=overdue(decision),
+                    renewals=[
+                        *dates.renewals(decision, result.policy),
+                        *(RenewalVote(v.person, v.key, v.when) for v in reviewed),
+                    ],
+                )
         if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
             (decision.path, decision.blob), decision.commit
         ):
@@ -405,6 +456,13 @@ def _sort(
             # does not make a refusal of the next attempt already recorded. An expiry is one the
             # records do not hold yet: eligibility looked.)
             result.refused.append(verdict)
+
+
+def _expired(verdict: Runnable | Queued | Refused | None) -> bool:
+    """Whether a verdict is an expiry (first recorded now, or recorded and waiting)."""
+    if isinstance(verdict, Refused):
+        return verdict.expiry is not None
+    return isinstance(verdict, Queued) and verdict.state == "expired"
 
 
 class _Overdue:

@@ -1,0 +1,65 @@
+"""Approving reviews given on GitHub after the merge, through the real runner and verify (issue 24):
+a new approving review on the merged head renews an expired approval, and meets an emergency
+run's owed review; the review is dated by when a runner first stored it, and verify re-judges it
+offline from the stored answer. The runner's clock is set with MERGEGATE_CLOCK.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.helpers.github_world import ALICE, BOB, CAROL, GithubGate
+from tests.runner.test_windows import MONDAY, WINDOWS
+
+FRIDAY = "2026-12-04T18:00:00+01:00"  # after hours: the job waits, and expires by MONDAY
+MONDAY_NOON = "2026-12-07T12:00:00+01:00"
+
+
+def _at(when: str) -> dict[str, str]:
+    return {"MERGEGATE_CLOCK": when}
+
+
+def _run(gate: GithubGate, when: str) -> dict[str, Any]:
+    result = gate.run_once(env=_at(when))
+    assert result.code in (0, 1), result.err
+    return result.json()  # type: ignore[no-any-return]
+
+
+def test_an_expired_review_approval_is_renewed_by_a_new_review_on_the_merged_head(
+    gate: GithubGate,
+) -> None:
+    gate.setup(
+        windows=WINDOWS, run_windows=["business-hours"], max_approval_age="48h"
+    )
+    # carol opened the pull request (and wrote its commit): her own review never counts.
+    pr = gate.open_pr("backup", author=CAROL)
+    gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
+    gate.merge(pr)
+    assert _run(gate, FRIDAY)["jobs"] == []  # judged on Friday evening, waits for Monday
+    out = _run(gate, MONDAY)
+    [job] = out["jobs"]
+    assert job["status"] == "rejected" and "expired" in job["reason"]
+    # Nothing new on GitHub: asked again, nothing stored, nothing runs.
+    asked = len([p for p in gate.fake.paths() if p.endswith("/reviews?per_page=100")])
+    assert _run(gate, MONDAY)["jobs"] == [] and gate.world.events("started") == []
+    assert len([p for p in gate.fake.paths() if p.endswith("/reviews?per_page=100")]) > asked
+    # The author's approval, and one on another head, renew nothing.
+    gate.fake.review(pr.number, CAROL, "APPROVED", pr.head_sha)
+    gate.fake.review(pr.number, BOB, "APPROVED", "0" * 40)
+    assert _run(gate, MONDAY)["jobs"] == [] and gate.world.events("started") == []
+    assert not [r for r in gate.world.events("scanned") if r.get("later_reviews")]
+    # bob approves the merged head again: the same bytes run, on his review.
+    review = gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    out = _run(gate, MONDAY_NOON)
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
+    [started] = gate.world.events("started")
+    assert started["renewal"] == f"review {review.id} on PR #{pr.number}"
+    assert started["renewed_by"] == ["bob"]
+    [scanned] = [r for r in gate.world.events("scanned") if r.get("later_reviews")]
+    [digest] = scanned["later_reviews"].values()
+    text = gate.world.git("admin", "show", f"origin/mergegate/audit:audit/evidence/{digest}.json")
+    assert json.loads(text)["pull"] == pr.number and "ghs_test_token" not in text
+    verify = gate.world.mg("verify", "--json", env=_at(MONDAY_NOON))
+    assert verify.code == 0, verify.out + verify.err
+

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from tests.helpers.github_world import ALICE, BOB, CAROL, GithubGate
+from tests.helpers.repos import job_yaml
 from tests.runner.test_windows import MONDAY, WINDOWS
 
 FRIDAY = "2026-12-04T18:00:00+01:00"  # after hours: the job waits, and expires by MONDAY
@@ -29,9 +30,7 @@ def _run(gate: GithubGate, when: str) -> dict[str, Any]:
 def test_an_expired_review_approval_is_renewed_by_a_new_review_on_the_merged_head(
     gate: GithubGate,
 ) -> None:
-    gate.setup(
-        windows=WINDOWS, run_windows=["business-hours"], max_approval_age="48h"
-    )
+    gate.setup(windows=WINDOWS, run_windows=["business-hours"], max_approval_age="48h")
     # carol opened the pull request (and wrote its commit): her own review never counts.
     pr = gate.open_pr("backup", author=CAROL)
     gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
@@ -63,3 +62,65 @@ def test_an_expired_review_approval_is_renewed_by_a_new_review_on_the_merged_hea
     verify = gate.world.mg("verify", "--json", env=_at(MONDAY_NOON))
     assert verify.code == 0, verify.out + verify.err
 
+
+REASON = "database is full, pager INC-4711"
+FIX = "jobs/fix.yaml"
+FREEZE = "2026-12-21T12:00:00Z"  # inside year-end-freeze
+SOONER = "2026-12-22T12:00:00Z"
+LATER = "2026-12-24T13:00:00Z"  # past review_within
+
+
+def _owed(gate: GithubGate, when: str) -> dict[str, Any]:
+    status = gate.world.mg("status", "--json", env=_at(when))
+    assert status.code == 0, status.err
+    [owed] = status.json()["owed_reviews"]
+    return dict(owed)
+
+
+def test_an_emergency_run_through_a_pull_request_is_reviewed_by_reviews_on_github(
+    gate: GithubGate,
+) -> None:
+    w = gate.world
+    gate.setup(
+        required=2,
+        windows=WINDOWS,
+        run_windows=["year-end-freeze"],
+        emergency={"approvers": ["bob"], "review_within": "72h"},
+    )
+    pr = gate.open_pr("fix", {FIX: job_yaml("fix", ["echo", "fixed"])})
+    # bob breaks the glass with a signed approval commit on the pull request's branch.
+    blob = w.blob("fix", FIX)
+    w.clone("breaker")
+    w.fetch("breaker")
+    w.git("breaker", "checkout", "-q", "-B", "fix", "origin/fix")
+    w.git(
+        "breaker", "commit", "-q", "-S", "--allow-empty", "-m", "break glass",
+        "-m", f"Mergegate-Approve: {FIX} {blob}\nMergegate-Emergency: {REASON}",
+        who=w.bob, sign=w.bob.key,
+    )  # fmt: skip
+    head = w.git("breaker", "rev-parse", "HEAD")
+    w.git("breaker", "push", "-q", "origin", "fix", f"{head}:refs/pull/{pr.number}/head")
+    pr.commits.append(gate._commit(head, BOB))
+    pr.head_sha = head
+    gate.merge(pr)
+    assert [j["status"] for j in _run(gate, FREEZE)["jobs"]] == ["succeeded"]
+    [started] = w.events("started")
+    assert started["emergency"] == {"by": ["bob"], "reason": REASON}
+    assert _owed(gate, SOONER)["given"] is False
+    # bob's own review (the emergency's signer) never counts; alice's does, one of two.
+    gate.fake.review(pr.number, BOB, "APPROVED", head)
+    gate.fake.review(pr.number, ALICE, "APPROVED", head)
+    assert _run(gate, SOONER)["jobs"] == []
+    owed = _owed(gate, SOONER)
+    assert owed["given"] is False and owed["reviewers"] == ["alice"], owed
+    late = w.mg("verify", env=_at(LATER))
+    assert late.code == 1 and "owed review overdue: jobs/fix.yaml" in late.err, late.out
+    # carol's review completes it: stored by the runner, re-judged offline by verify.
+    gate.fake.review(pr.number, CAROL, "APPROVED", head)
+    _run(gate, LATER)
+    status = w.mg("status", "--json", env=_at(LATER))
+    assert status.json()["owed_reviews"] == []  # (status lists the reviews still owed)
+    stored = [r for r in w.events("scanned") if r.get("later_reviews")]
+    assert len(stored) == 2
+    verified = w.mg("verify", env=_at(LATER))
+    assert verified.code == 0, verified.out + verified.err

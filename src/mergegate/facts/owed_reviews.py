@@ -8,8 +8,10 @@ is when its runner judged the start (`dating.judged_time`, runner-signed: an eme
 `runners`). The review is the approvals by others: those counted at the merge, and each signed
 commit on approved after it whose `Mergegate-Approve` trailer names the path and blob (an empty
 approval commit pushed to, or merged into, approved), signed by an approver key of the policy in
-force at approved's tip. Whether they meet the quorum, and when it is due, is
-`rules.break_glass.review_state`'s.
+force at approved's tip; and on GitHub, each approving review on the merged pull request's head
+given after the merge (github/later.py: asked again of GitHub by a runner while the review is
+owed, and stored; status, inbox and verify read what is stored). Whether they meet the quorum,
+and when it is due, is `rules.break_glass.review_state`'s.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from mergegate.audit.records import Record, Started
 from mergegate.facts.assessor import APPROVE_TRAILER, Assessor
 from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
+from mergegate.github import later as later_reviews
+from mergegate.github.gather import ReviewSource
+from mergegate.github.gather import recorded as recorded_reviews
 from mergegate.rules.break_glass import Owed, review_state
 from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
@@ -42,10 +47,17 @@ def emergency_starts(records: Iterable[Record]) -> list[Started]:
     return sorted(found.values(), key=lambda r: r.seq)
 
 
-def rejudged(repo: Repo, policy_at: Callable[[str], Policy], *, at: datetime) -> Judged:
+def rejudged(
+    repo: Repo,
+    policy_at: Callable[[str], Policy],
+    *,
+    at: datetime,
+    reviews: ReviewSource | None = None,
+) -> Judged:
     """`Judged` by judging each commit again, by the policy in force before it, its signatures at
-    the time its runner judged it (one judgement per emergency: they are rare)."""
-    assessor = Assessor(repo)
+    the time its runner judged it (one judgement per emergency: they are rare). `reviews`: the
+    GitHub evidence the records hold (a merge through a pull request is judged on it)."""
+    assessor = Assessor(repo, reviews=reviews)
 
     def judged(
         path: str, blob: str, commit: str, when: datetime | None
@@ -73,9 +85,11 @@ def owed_reviews(
     policy: Policy,
     *,
     at: datetime,
+    reviewed: later_reviews.Reviewers | None = None,
 ) -> list[Owed]:
     """The review each emergency start owes (or owed), oldest first; `policy` is in force at
-    `tip`, whose approver keys sign the approvals given after the merge."""
+    `tip`, whose approver keys sign the approvals given after the merge. `reviewed`: who approved
+    by a review on GitHub since the merge (asked of GitHub only while the review is owed)."""
     owed = []
     assessor = Assessor(repo)
     for record in emergency_starts(records):
@@ -86,7 +100,12 @@ def owed_reviews(
             continue  # (verify reports a start the judge does not run on an emergency)
         decision, before = found
         later = _approvers_since(repo, assessor, commit, tip, path, blob, policy, at=at)
-        owed.append(review_state(decision, before, later, used=used, seq=record.seq))
+        state = review_state(decision, before, later, used=used, seq=record.seq)
+        if reviewed is not None:
+            github = reviewed(decision, before, not state.given)
+            if github:
+                state = review_state(decision, before, [*later, *github], used=used, seq=record.seq)
+        owed.append(state)
     return owed
 
 
@@ -99,14 +118,25 @@ def gate_owed(
     policy: Policy,
     *,
     at: datetime,
+    reviewed: later_reviews.Reviewers | None = None,
+    reviews: ReviewSource | None = None,
 ) -> list[Owed]:
     """The reviews owed, each emergency's commit judged again (status, inbox, a runner's pass);
-    `policy` is in force at `tip`."""
+    `policy` is in force at `tip`; `reviews`: GitHub evidence (default: what the records hold);
+    `reviewed` (default: as the records hold them) who approved by a review on GitHub since the
+    merge."""
     if not any(isinstance(r, Started) and r.emergency is not None for r in records):
         return []
+    if reviews is None:
+        reviews = recorded_reviews(repo, records_tip, now=at)
+    if reviewed is None:
+        reviewed = later_reviews.reviewers(
+            later_reviews.LaterReviews(repo, records_tip, reviews, now=at)
+        )
     judge = Assessor(repo)
     policy_at = policy_lookup(repo, lambda: judge, at=at, root=root, records=records_tip)
-    return owed_reviews(repo, tip, records, rejudged(repo, policy_at, at=at), policy, at=at)
+    judged = rejudged(repo, policy_at, at=at, reviews=reviews)
+    return owed_reviews(repo, tip, records, judged, policy, at=at, reviewed=reviewed)
 
 
 def _approvers_since(

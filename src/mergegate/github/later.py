@@ -22,7 +22,7 @@ Missing or failed answers are "not yet": nothing waits on them, nothing is froze
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,9 +34,12 @@ from mergegate.git.repo import Repo
 from mergegate.github.evidence import EVIDENCE_DIR, Evidence
 from mergegate.github.gather import ReviewSource, _head, gather, merge_facts
 from mergegate.github.http import Malformed
+from mergegate.rules.model import Decision
 from mergegate.rules.policy import Policy
 
 FIELD = "later_reviews"
+# (the decision, the policy that judged it, whether GitHub may be asked) -> who approved it since
+Reviewers = Callable[[Decision, Policy, bool], list[str]]
 
 
 @dataclass(frozen=True)
@@ -201,3 +204,12 @@ class LaterReviews:
         if evidence.truncated or evidence.pull != merged.pull:
             return None
         return evidence
+
+
+def reviewers(later: LaterReviews) -> Reviewers:
+    """Who approved a revision by a review on GitHub after its merge (for owed reviews)."""
+
+    def people(decision: Decision, policy: Policy, ask: bool) -> list[str]:
+        return [v.person for v in later.votes(decision.commit, policy, ask=ask)]
+
+    return people

@@ -19,6 +19,7 @@ from mergegate.facts.assessor import Assessor
 from mergegate.facts.owed_reviews import gate_owed, owed_reviews
 from mergegate.facts.policy_log import policy_lookup
 from mergegate.git.repo import Repo
+from mergegate.github.later import Reviewers
 from mergegate.rules.break_glass import Owed, overdue_by, second_refusal
 from mergegate.rules.model import Assessment, Decision
 from mergegate.rules.policy import Policy
@@ -51,10 +52,18 @@ class Tally:
         return key in self.decisions
 
     def check(
-        self, repo: Repo, tip: str, records: Sequence[Record], policy: Policy, *, at: datetime
+        self,
+        repo: Repo,
+        tip: str,
+        records: Sequence[Record],
+        policy: Policy,
+        *,
+        at: datetime,
+        reviewed: Reviewers | None = None,
     ) -> tuple[list[Owed], list[str]]:
-        """(the review each use owes, what is wrong with the records of emergency starts)."""
-        owed = verified_owed(repo, tip, records, self.decisions, policy, at=at)
+        """(the review each use owes, what is wrong with the records of emergency starts);
+        `reviewed`: who approved by a review on GitHub after the merge, from stored answers."""
+        owed = verified_owed(repo, tip, records, self.decisions, policy, at=at, reviewed=reviewed)
         return owed, record_problems(records, self.decisions, owed)
 
 
@@ -66,6 +75,7 @@ def verified_owed(
     policy: Policy,
     *,
     at: datetime,
+    reviewed: Reviewers | None = None,
 ) -> list[Owed]:
     """The reviews owed, by verify's own judgements (`decisions`: every runnable emergency)."""
 
@@ -74,7 +84,7 @@ def verified_owed(
     ) -> tuple[Decision, Policy] | None:
         return decisions.get((path, blob, commit))
 
-    return owed_reviews(repo, tip, records, judged, policy, at=at)
+    return owed_reviews(repo, tip, records, judged, policy, at=at, reviewed=reviewed)
 
 
 def owed_now(

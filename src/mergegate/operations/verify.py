@@ -30,6 +30,7 @@ from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.github import gather as github
 from mergegate.github.later import LaterReviews
+from mergegate.github.later import reviewers as later_reviewers
 from mergegate.operations.approval_ages import ApprovalAges
 from mergegate.operations.audit_verify import FinishedTwice, Unapproved, bad_attestations
 from mergegate.operations.emergencies import Tally
@@ -209,7 +210,8 @@ def verify_history(
     ] = {}  # (path, blob) -> (chain index, veto commit)
     policies: dict[str, Policy] = {root: policy}
     # every decision, every renewal (commits, later reviews): for the approvals' ages at start
-    ages = ApprovalAges(LaterReviews(repo, records_tip, reviews, now=now, records=records))
+    later = LaterReviews(repo, records_tip, reviews, now=now, records=records)
+    ages = ApprovalAges(later)
     incomplete: tuple[str, str, int] | None = None
     unreached: set[str] = set()
     emergencies = Tally()  # every revision the judge runs on a signed emergency
@@ -284,7 +286,9 @@ def verify_history(
     violations.extend(
         _unvouched_dates(repo, seen, [root, *chain], policies, checker.appended, Assessor(repo))
     )
-    owed, problems = emergencies.check(repo, tip, reached, walk.policy, at=now)
+    owed, problems = emergencies.check(
+        repo, tip, reached, walk.policy, at=now, reviewed=later_reviewers(later)
+    )
     violations.extend(problems)
     if not violations and last_seen is not None:
         source.remember(tip, records_tip, last_seen)

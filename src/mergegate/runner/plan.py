@@ -273,7 +273,7 @@ def plan(
         root=root,
         later=later,
     )
-    result.later = dict(later.gathered) if later is not None else {}
+    _after_merges(repo, result, later, root=root, records=records, at=at)
     return result
 
 
@@ -463,6 +463,38 @@ def _expired(verdict: Runnable | Queued | Refused | None) -> bool:
     if isinstance(verdict, Refused):
         return verdict.expiry is not None
     return isinstance(verdict, Queued) and verdict.state == "expired"
+
+
+def _after_merges(
+    repo: Repo,
+    result: Plan,
+    later: LaterReviews | None,
+    *,
+    root: str,
+    records: str | None,
+    at: datetime,
+) -> None:
+    """GitHub asked again about the merges of emergency runs whose review is still owed (only
+    those), and every answer with new approving reviews kept for the `scanned` record."""
+    if later is None:
+        return
+    from mergegate.github.later import reviewers
+
+    uses = audit.grep(repo, records, '"emergency":{')
+    if uses:
+        owed = gate_owed(
+            repo,
+            result.tip,
+            root,
+            uses,
+            records,
+            result.policy,
+            at=at,
+            reviewed=reviewers(later),
+            reviews=later.source,
+        )
+        result.asking = result.asking or any(not o.given for o in owed)
+    result.later = dict(later.gathered)
 
 
 class _Overdue:

@@ -50,6 +50,9 @@ def test_an_expired_review_approval_is_renewed_by_a_new_review_on_the_merged_hea
     assert not [r for r in gate.world.events("scanned") if r.get("later_reviews")]
     # bob approves the merged head again: the same bytes run, on his review.
     review = gate.fake.review(pr.number, BOB, "APPROVED", pr.head_sha)
+    # GitHub fails: not yet (still expired, nothing stored), and the next pass asks again.
+    gate.fake.fail("/reviews", "status", status=500, times=1)
+    assert _run(gate, MONDAY_NOON)["jobs"] == [] and gate.world.events("started") == []
     out = _run(gate, MONDAY_NOON)
     assert [(j["job"], j["status"]) for j in out["jobs"]] == [("backup", "succeeded")]
     [started] = gate.world.events("started")

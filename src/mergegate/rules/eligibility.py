@@ -344,7 +344,13 @@ def expired(
     age = now - approved
     if age.total_seconds() <= limit:
         return None
-    what = f"renewed (commit {renewal[:7]})" if renewal else "approved"
+    what = (
+        f"renewed ({renewal})"  # a review on GitHub after the merge (github/later.py)
+        if renewal and renewal.startswith("review ")
+        else f"renewed (commit {renewal[:7]})"
+        if renewal
+        else "approved"
+    )
     return (
         f"approval expired: {what} {describe_duration(int(age.total_seconds()))} ago (first "
         f"judged at {approved.strftime('%Y-%m-%dT%H:%M:%SZ')}), max_approval_age is {shown} "

@@ -194,7 +194,7 @@ def _expired_carol_gate(world: World) -> tuple[str, list[dict[str, str]]]:
     )
     world.propose("evil", {"policy/policy.yaml": evil}, who=world.alice)
     change = world.signed_merge("evil", world.carol)
-    assert world.run_once().code == 0
+    assert world.run_once().code == 1  # (a rejected policy change: exit 1)
     (policy,) = world.events("policy")
     assert policy["status"] == "rejected" and "valid" in policy["reason"], (
         policy
@@ -347,7 +347,7 @@ def test_runner_and_verify_date_a_policy_change_judged_by_two_runners_alike(worl
         time.sleep(0.05)
     # Runner "runner" judges it after carol's key ran out (rejected) and pushes first.
     time.sleep(max(0.0, (ends - datetime.now(UTC)).total_seconds()) + 0.5)
-    assert world.run_once().code == 0
+    assert world.run_once().code == 1  # (it rejects the policy change: exit 1)
     hold.unlink()
     out, err = slow.communicate(timeout=120)
     assert slow.returncode == 0, out + err

@@ -102,7 +102,8 @@ def owed_reviews(
         later = _approvers_since(repo, assessor, commit, tip, path, blob, policy, at=at)
         state = review_state(decision, before, later, used=used, seq=record.seq)
         if reviewed is not None:
-            github = reviewed(decision, before, not state.given)
+            approvers = {person.name for person in policy.approvers}  # (in force at the tip)
+            github = [p for p in reviewed(decision, before, not state.given) if p in approvers]
             if github:
                 state = review_state(decision, before, [*later, *github], used=used, seq=record.seq)
         owed.append(state)

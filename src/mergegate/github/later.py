@@ -149,10 +149,20 @@ class LaterReviews:
         self._asked: set[str] = set()
         self._votes: dict[tuple[str, str], list[LaterVote]] = {}
 
-    def votes(self, commit: str, policy: Policy, *, ask: bool = False) -> list[LaterVote]:
+    def votes(
+        self, commit: str, policy: Policy, *, ask: bool = False, now: Policy | None = None
+    ) -> list[LaterVote]:
         """The later votes for the merge `commit`, judged by `policy` (the one that judged the
         merge), each dated when a runner first stored an answer it counts in; with `ask`, GitHub
-        is asked again (once a pass) and a new vote is dated now."""
+        is asked again (once a pass) and a new vote is dated now. `now`: the policy in force,
+        whose approvers the reviewers must still be (an approver removed since renews nothing)."""
+        found = self._votes_by(commit, policy, ask=ask)
+        if now is None:
+            return found
+        approvers = {person.name for person in now.approvers}
+        return [v for v in found if v.person in approvers]
+
+    def _votes_by(self, commit: str, policy: Policy, *, ask: bool) -> list[LaterVote]:
         source = self.source
         merged = source.stored.get(commit) if source is not None else None
         if merged is None or merged.pull is None:

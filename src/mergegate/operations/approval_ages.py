@@ -85,7 +85,7 @@ class ApprovalAges:
             first = seen.get(str(record.commit))
             after, upto = position.get(str(record.commit), 0), position.get(tip, 0)
             votes = [v for i, v in self.renewed.get((path, blob), ()) if after < i <= upto]
-            votes += self._reviewed(decision, when)
+            votes += self._reviewed(decision, when, policies[tip])
             fresh = renewal_rules.approval(
                 decision,
                 policies[tip],
@@ -99,7 +99,7 @@ class ApprovalAges:
                 problems.append(f"seq {record.seq}: started {path} at {blob[:7]} although {why}")
         return problems
 
-    def _reviewed(self, decision: Decision, when: datetime) -> list[RenewalVote]:
+    def _reviewed(self, decision: Decision, when: datetime, now: Policy) -> list[RenewalVote]:
         """Approving reviews on GitHub after the merge that a runner had stored by `when`, each
         dated as the runner dated it (github/later.py)."""
         judging = self.judged_by.get(decision.commit)
@@ -107,6 +107,6 @@ class ApprovalAges:
             return []
         return [
             RenewalVote(v.person, v.key, v.when)
-            for v in self.later.votes(decision.commit, judging)
+            for v in self.later.votes(decision.commit, judging, now=now)
             if v.when <= when
         ]

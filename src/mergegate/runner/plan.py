@@ -415,7 +415,7 @@ def _sort(
         )
         if later is not None and _expired(verdict):
             result.asking = True
-            reviewed = later.votes(decision.commit, policy, ask=True)
+            reviewed = later.votes(decision.commit, policy, ask=True, now=result.policy)
             if reviewed:
                 verdict = judge_attempts(
                     decision,

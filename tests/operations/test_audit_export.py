@@ -272,3 +272,21 @@ def test_intoto_of_a_gate_without_runners_prints_nothing(world: World) -> None:
     gate_with_history(world)
     result = world.mg("audit", "export", "--format", "intoto", where="auditor")
     assert result.code == 0 and result.out == ""
+
+
+def test_ecs_escapes_bidi_and_c1_controls_a_proposer_put_in_a_path() -> None:
+    """A job path with U+202E (right-to-left override) and U+009B (a terminal's CSI) reaches the
+    ECS line escaped, never raw: a SIEM console or a terminal tailing the stream shows it as
+    written."""
+    root = Path(__file__).resolve().parents[2]
+    example = json.loads(
+        next(
+            line
+            for line in (root / "docs/audit-format.md").read_text().splitlines()
+            if line.startswith("{") and '"event":"finished"' in line
+        )
+    )
+    example["path"] = "jobs/\u202eevil\u009b.yaml"
+    line = record_line("ecs")(parse(example), At(Repo(root), ""))
+    assert line.isascii() and b"\\u202e" in line and b"\\u009b" in line
+    assert json.loads(line)["labels"]["path"] == "jobs/\u202eevil\u009b.yaml"

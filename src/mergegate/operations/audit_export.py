@@ -106,10 +106,17 @@ def record_line(name: str) -> Line:
     if name == "jsonl":
         return lambda record, _at: record.line()
     if name == "ecs":
-        return lambda record, _at: canonical(ecs.document(record)) + b"\n"
+        return lambda record, _at: ecs_line(record)
     if name == "intoto":
         return intoto_line
     raise UsageError(f"no record format {name!r}", hint=f"one of {', '.join(RECORD_FORMATS)}")
+
+
+def ecs_line(record: Record) -> bytes:
+    """A record's ECS document as one line of ASCII: every other character escaped (\\u202e),
+    so a path or reason a proposer chose cannot turn a SIEM's or a terminal's view of it with a
+    bidi or C1 control. (jsonl keeps the log's own bytes, which a JSON reader decodes alike.)"""
+    return json.dumps(ecs.document(record), sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
 def intoto_line(record: Record, at: At) -> bytes | None:

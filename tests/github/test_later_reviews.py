@@ -36,6 +36,9 @@ def test_an_expired_review_approval_is_renewed_by_a_new_review_on_the_merged_hea
     gate.fake.review(pr.number, ALICE, "APPROVED", pr.head_sha)
     gate.merge(pr)
     assert _run(gate, FRIDAY)["jobs"] == []  # judged on Friday evening, waits for Monday
+    # Not expired yet: GitHub is asked about the merge once, and not again after it.
+    assert _run(gate, FRIDAY)["jobs"] == []
+    assert len([p for p in gate.fake.paths() if p.endswith("/reviews?per_page=100")]) == 1
     out = _run(gate, MONDAY)
     [job] = out["jobs"]
     assert job["status"] == "rejected" and "expired" in job["reason"]
@@ -127,3 +130,28 @@ def test_an_emergency_run_through_a_pull_request_is_reviewed_by_reviews_on_githu
     assert len(stored) == 2
     verified = w.mg("verify", env=_at(LATER))
     assert verified.code == 0, verified.out + verified.err
+
+
+def test_a_later_reviewer_no_longer_an_approver_in_force_counts_for_nothing() -> None:
+    """The review was judged by the policy of the merge; the start's policy removed alice."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mergegate.github.evidence import Evidence
+    from mergegate.github.later import LaterReviews, LaterVote
+    from tests.rules.test_eligibility_time_table import _policy as only_bob
+    from tests.rules.test_renewal_table import NOW
+    from tests.rules.test_renewal_table import _policy as four_approvers
+
+    merge = "m" * 40
+    then, now = four_approvers(), only_bob()
+    stored = {merge: Evidence(merge, "acme/gate", "https://api", 7, (), "")}
+    later = LaterReviews(
+        cast(Any, None), None, cast(Any, SimpleNamespace(stored=stored, offline=True)), now=NOW
+    )
+    later._votes[(merge, then.commit)] = [
+        LaterVote(person, review, 7, merge, NOW)
+        for person, review in (("alice", "1"), ("bob", "2"))
+    ]
+    assert [v.person for v in later.votes(merge, then)] == ["alice", "bob"]
+    assert [v.person for v in later.votes(merge, then, now=now)] == ["bob"]

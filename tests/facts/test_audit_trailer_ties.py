@@ -5,6 +5,7 @@ carry a `scanned` record that walks past the change."""
 
 from __future__ import annotations
 
+from mergegate.facts.audit_commits import ASK_ALONE
 from tests.facts.test_key_dating import _forge
 from tests.helpers.repos import ECHO_RULE, World, job_yaml, policy_yaml
 
@@ -34,3 +35,25 @@ def test_an_unsigned_audit_commit_with_a_stale_trailer_cannot_name_commits_past_
     assert audit_verify.code == 3 and forged[:12] in audit_verify.out + audit_verify.err
     verify = world.mg("verify", where="auditor")
     assert verify.code == 3, verify.out[-900:] + verify.err[-600:]
+
+
+def test_tying_the_approvals_records_name_asks_git_once_not_once_per_approval(world: World) -> None:
+    """The tie above is checked for every commit a record names, approval commits off approved's
+    first-parent line included: past the first few, answered from one `rev-list --parents` of
+    approved, not one `merge-base --is-ancestor` per approval (which made `verify` of 5,000
+    approvals take a minute, and `audit verify` of a long log more than ten)."""
+    world.setup(policy_yaml([world.bob.approver_entry()], [ECHO_RULE]))
+    for n in range(2 * ASK_ALONE):
+        path = f"jobs/j{n}.yaml"
+        world.propose(f"j{n}", {path: job_yaml(f"j{n}", ["echo", str(n)])}, who=world.alice)
+        world.approval_commit(f"j{n}", [(path, world.blob(f"j{n}", path))], who=world.bob,
+                              sign=world.bob.key)  # fmt: skip
+        world.signed_merge(f"j{n}", world.bob)
+    assert world.run_once().code == 0
+    trace = world.tmp / "trace"
+    for command in (("verify",), ("audit", "verify")):
+        trace.unlink(missing_ok=True)
+        result = world.mg(*command, where="auditor", env={"GIT_TRACE": str(trace)}, process=True)
+        assert result.code == 0, result.out + result.err
+        asked = trace.read_text().count("merge-base --is-ancestor")
+        assert asked <= ASK_ALONE + 1, (command, asked)  # (+1: the seen tip, once)

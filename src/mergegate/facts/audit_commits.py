@@ -53,6 +53,9 @@ class Signer(Protocol):
     def signature(self, commit: Commit, keys: Sequence[PublicKey]) -> SignatureCheck: ...
 
 
+ASK_ALONE = 4  # ancestor questions `_tied` asks git one by one before it reads all of history
+
+
 @dataclass(frozen=True)
 class Checker:
     """Checks audit commits against the rules above.
@@ -84,6 +87,16 @@ class Checker:
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     _tips: list[Tips] = field(default_factory=list, compare=False, repr=False)
+    # Where each commit off the first-parent line entered approved's history (commit -> the place
+    # of the first line commit that has it), per line tip: `_tied`'s ancestor question for every
+    # approval a record names, answered from one `rev-list` instead of a git process each.
+    _entries: dict[str, dict[str, int]] = field(
+        default_factory=dict, compare=False, repr=False, init=False
+    )
+    # How many ancestor questions `_tied` put to git one at a time: a runner's pass names a few
+    # new approvals (a process each is cheaper than reading all of history); past ASK_ALONE, as
+    # in verify and audit verify of a whole log, the rest come from `_entered`.
+    _asked: list[int] = field(default_factory=lambda: [0], compare=False, repr=False, init=False)
     # The numbers of the log files at the last commit checked, when known (a check from the branch's
     # root):
     # a commit that adds a file is then checked to continue the numbering without listing its tree.
@@ -169,9 +182,15 @@ class Checker:
         one without `runners`, say) cannot carry records of what came after it."""
         named = {m.decode() for data in appended for m in _NAMED.findall(data)} - {approved}
         for commit in sorted(named):
-            if line is not None and commit in line and approved in line:
-                inside = line[commit] >= line[approved]
+            if line is None and self._asked[0] >= ASK_ALONE:
+                line = self._first_parent_line()
+            if line is not None and approved in line:
+                place = line.get(commit)
+                if place is None:
+                    place = self._entered(line).get(commit)
+                inside = place is not None and place >= line[approved]
             else:
+                self._asked[0] += 1
                 inside = self.repo.rev(commit) is not None and self.repo.is_ancestor(
                     commit, approved
                 )
@@ -182,6 +201,34 @@ class Checker:
                     f"of {approved[:12]}, the tip of approved its {APPROVED_TRAILER} trailer "
                     "says it judged",
                 )
+
+    def _entered(self, line: Mapping[str, int]) -> Mapping[str, int]:
+        """commit -> the place on `line` (approved's first-parent line, 0 its tip) of the first
+        line commit whose history holds it. A commit is an ancestor of the line commit at place
+        `a` exactly when it entered at a place >= `a`; one missing is in no line commit's history.
+
+        From the oldest line commit to the tip, each one's second parents bring in what no older
+        line commit had: one `rev-list --parents` and one pass over the graph, whatever the number
+        of approvals the records name."""
+        tip = min(line, key=line.__getitem__)
+        if tip not in self._entries:
+            parents = {
+                sha: rest
+                for sha, *rest in (
+                    row.split() for row in self.repo.out("rev-list", "--parents", tip).splitlines()
+                )
+            }
+            entered: dict[str, int] = {}
+            for sha, place in sorted(line.items(), key=lambda item: -item[1]):
+                entered[sha] = place
+                todo = list(parents.get(sha, ())[1:])
+                while todo:
+                    commit = todo.pop()
+                    if commit not in entered:
+                        entered[commit] = place
+                        todo.extend(parents.get(commit, ()))
+            self._entries[tip] = entered
+        return self._entries[tip]
 
     def moved_to(self, tip: str) -> Checker:
         """This checker for approved at `tip`, a later tip read during the same pass.

@@ -680,3 +680,32 @@ def test_a_pass_over_a_plain_policy_and_jobs_does_not_import_jsonschema(tmp_path
     assert done.returncode == 1 and "ConfigError" in done.stderr and "command" in done.stderr, (
         done.stderr
     )
+
+
+def test_loading_a_valid_policy_does_not_import_the_redactor(tmp_path: Path) -> None:
+    """The redactor's patterns cost a lone `check` or `lint` ~5 ms: a valid policy (with an
+    emergency, whose reasons are redacted only when one is used) loads without them."""
+    from tests.helpers.keys import make_ssh_key
+    from tests.helpers.repos import ECHO_RULE, policy_yaml
+
+    alice = make_ssh_key(tmp_path / "keys", "alice")
+    runner = make_ssh_key(tmp_path / "keys", "runner")
+    policy = policy_yaml(
+        [{"name": "alice", "email": "a@example.com", "key": alice.public_line}],
+        [ECHO_RULE],
+        runners=[{"name": "ci", "key": runner.public_line}],
+        emergency={"approvers": ["alice"], "review_within": "72h"},
+    )
+    (tmp_path / "policy.yaml").write_text(policy)
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from mergegate.rules.policy import load_policy\n"
+        "text = Path(sys.argv[1], 'policy.yaml').read_bytes()\n"
+        "read = lambda name: text if name == 'policy/policy.yaml' else None\n"
+        "assert load_policy(read, commit='0' * 40).emergency is not None\n"
+        "assert 'mergegate.redaction' not in sys.modules, 'redaction imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mergegate.redaction import redact_text
 from mergegate.rules import config
 from mergegate.rules.schedule import duration
 
@@ -109,6 +108,10 @@ def kept_reason(text: str) -> str:
     the audit, and a long one must not fill a record. Escaping for readers (text.shown) is the
     reader's business, at the edge.
     """
+    # (Imported here: every policy load imports this module, and the redactor's patterns cost a
+    # lone `check` or `lint` ~5 ms; config.py imports it lazily for the same reason.)
+    from mergegate.redaction import redact_text
+
     one = " ".join(redact_text(text.strip()).split())
     return one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…"
 

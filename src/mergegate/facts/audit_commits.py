@@ -34,7 +34,30 @@ if (
 APPROVED_TRAILER = "Mergegate-Approved"
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 # The commits of approved a record names: its `commit` (and `open` entries'), a scan's `start`.
-_NAMED = re.compile(rb'"(?:commit|start)":"([0-9a-f]{40})"')
+NAMED = re.compile(rb'"(?:commit|start)":"([0-9a-f]{40})"')  # the commits a record names
+
+
+class NameSink:
+    """The commits the records an audit commit appends name (`Checker._tied`), found as each
+    appended piece is read, so that no piece is kept: a 78 MiB log file added in one commit is
+    not held until the check ends. A log file the chain check read whole (`audit verify`) brings
+    its names from there (`known`: blob -> names) instead of being read again."""
+
+    def __init__(self, known: Mapping[str, frozenset[str]] | None = None) -> None:
+        self.found: set[str] = set()
+        self.known = known or {}
+
+    def add(self, data: bytes, start: int = 0, end: int | None = None) -> None:
+        """The names in data[start:end] (no copy of the slice)."""
+        stop = len(data) if end is None else end
+        self.found.update(m.decode() for m in NAMED.findall(data, start, stop))
+
+    def add_blob(self, repo: Repo, blob: str) -> None:
+        names = self.known.get(blob)
+        if names is None:
+            self.add(repo.blob(blob))
+        else:
+            self.found.update(names)
 
 
 def approved_of(commit: Commit) -> str | None:
@@ -85,6 +108,10 @@ class Checker:
     # Log-file blobs already read and chain-checked whole (blob -> seq of its first record):
     # a commit that adds one need not read it again (audit verify reads the chain first).
     verified: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # ... and the commits each such blob's records name (blob -> names: `NameSink`).
+    verified_names: Mapping[str, frozenset[str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     _tips: list[Tips] = field(default_factory=list, compare=False, repr=False)
     # Where each commit off the first-parent line entered approved's history (commit -> the place
@@ -129,7 +156,7 @@ class Checker:
         # look at the line, which is history-long: read it for the first commit judged elsewhere.
         said = approved_of(self.repo.commit(sha))
         line = self._first_parent_line() if self._line or said != self.approved_tip else None
-        appended: list[bytes] = []
+        appended = NameSink(self.verified_names)
         first = (
             self.check_shape(
                 self.repo,
@@ -172,16 +199,16 @@ class Checker:
                     sha, f"is not signed by a runner in {policy.where} ({check.reason})"
                 )
         # (Last: the rules above name what they find first, whatever the records say.)
-        self._tied(sha, approved, appended if shape else _appended_bytes(self.repo, sha), line)
+        named = appended.found if shape else _appended_names(self.repo, sha)
+        self._tied(sha, approved, named, line)
 
     def _tied(
-        self, sha: str, approved: str, appended: list[bytes], line: Mapping[str, int] | None
+        self, sha: str, approved: str, named: set[str], line: Mapping[str, int] | None
     ) -> None:
         """Every commit the records appended by `sha` name is its trailer's commit or an ancestor
         of it (issue 23, item 9): a trailer repeating an older tip (which picks an older policy,
         one without `runners`, say) cannot carry records of what came after it."""
-        named = {m.decode() for data in appended for m in _NAMED.findall(data)} - {approved}
-        for commit in sorted(named):
+        for commit in sorted(named - {approved}):
             if line is None and self._asked[0] >= ASK_ALONE:
                 line = self._first_parent_line()
             if line is not None and approved in line:
@@ -272,11 +299,11 @@ class Checker:
         tips: Tips | None = None,
         line: Mapping[str, int] | None = None,
         logs: set[int] | None = None,
-        sink: list[bytes] | None = None,
+        sink: NameSink | None = None,
     ) -> int | None:
         """Every rule but the signature: linear, the trailer, only appends. Returns the seq of the
         first record the commit appends (None if it cannot be read: the chain check reports
-        that); the appended bytes go to `sink`."""
+        that); the commits the appended records name go to `sink`."""
         commit = repo.commit(sha)
         if len(commit.parents) > 1:
             raise Tampering(sha, "is a merge (the audit branch is linear)")
@@ -311,7 +338,7 @@ class Checker:
         verified: Mapping[str, int],
         tips: Tips | None = None,
         numbers: set[int] | None = None,
-        sink: list[bytes] | None = None,
+        sink: NameSink | None = None,
     ) -> int | None:
         changes = repo.diff(parent, sha)
         logs = 0
@@ -456,17 +483,17 @@ def every_commit(repo: Repo, tip: str | None) -> list[str]:
     return [] if tip is None else repo.out("rev-list", "--reverse", "--topo-order", tip).split()
 
 
-def _appended_bytes(repo: Repo, sha: str) -> list[bytes]:
-    """What an audit commit whose shape was checked already appended to its log files."""
+def _appended_names(repo: Repo, sha: str) -> set[str]:
+    """The commits named by what an audit commit whose shape was checked already appended to its
+    log files."""
     commit = repo.commit(sha)
     parent = commit.parents[0] if commit.parents else None
-    return [
-        repo.blob(change.new_blob)[
-            (repo.object_size(change.old_blob) or 0) if change.old_blob != ZERO else 0 :
-        ]
-        for change in repo.diff(parent, sha)
-        if change.status != "D" and audit_files.is_log(change.path)
-    ]
+    sink = NameSink()
+    for change in repo.diff(parent, sha):
+        if change.status != "D" and audit_files.is_log(change.path):
+            start = (repo.object_size(change.old_blob) or 0) if change.old_blob != ZERO else 0
+            sink.add(repo.blob(change.new_blob), start)
+    return sink.found
 
 
 def _appended(
@@ -476,14 +503,14 @@ def _appended(
     verified: Mapping[str, int],
     tips: Tips | None,
     first: int | None,
-    sink: list[bytes] | None = None,
+    sink: NameSink | None = None,
 ) -> int | None:
     """Check that a log file's change only appends complete lines; the smaller of `first` and the
-    seq of the first record it appends. The appended bytes go to `sink` (when given)."""
-    sink = sink if sink is not None else []
+    seq of the first record it appends. The commits the appended records name go to `sink`."""
+    sink = sink if sink is not None else NameSink()
     path = change.path
     if change.status == "A" and change.new_blob in verified:  # complete lines, first seq known
-        sink.append(repo.blob(change.new_blob))
+        sink.add_blob(repo, change.new_blob)
         return verified[change.new_blob] if first is None else min(first, verified[change.new_blob])
     size = tips.prefix(path, change.new_blob) if tips is not None else None
     if tips is not None and size is not None:
@@ -497,13 +524,13 @@ def _appended(
                 line=data.count(b"\n", 0, size) + 1,
             )
         if change.status == "A":
-            sink.append(data[:size])
+            sink.add(data, 0, size)
             return audit_files.first_seq(data, 0, first)
         old_size = tips.prefix(path, change.old_blob)
         if (
             old_size is not None and old_size <= size
         ):  # the old version is a prefix too, and shorter: appended
-            sink.append(data[old_size:size])
+            sink.add(data, old_size, size)
             return audit_files.first_seq(data, old_size, first)
     new = repo.blob(change.new_blob)
     if not new.endswith(b"\n"):
@@ -514,10 +541,10 @@ def _appended(
             line=new.count(b"\n") + 1,
         )
     if change.status == "A":
-        sink.append(new)
+        sink.add(new)
         return audit_files.first_seq(new, 0, first)
     if audit_files.extends(repo, new, change.old_blob):
-        sink.append(new[repo.object_size(change.old_blob) or 0 :])
+        sink.add(new, repo.object_size(change.old_blob) or 0)
         return audit_files.first_seq(new, repo.object_size(change.old_blob) or 0, first)
     old = repo.blob(change.old_blob) if change.old_blob != ZERO else b""
     if not new.startswith(old):
@@ -527,7 +554,7 @@ def _appended(
             file=path,
             line=audit_files.first_difference(old, new),
         )
-    sink.append(new[len(old) :])
+    sink.add(new, len(old))
     return audit_files.first_seq(new, len(old), first)
 
 

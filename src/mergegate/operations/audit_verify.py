@@ -86,7 +86,11 @@ def _verify_audit(
             # check
         )
 
-        def checker(stored: dict[str, Evidence], verified: dict[str, int]) -> Checker:
+        def checker(
+            stored: dict[str, Evidence],
+            verified: dict[str, int],
+            named: dict[str, frozenset[str]] | None = None,
+        ) -> Checker:
             # Policy changes approved by reviews count as `verify` counts them: from the stored
             # evidence, offline.
             now = clock.now()
@@ -109,6 +113,7 @@ def _verify_audit(
                 tip,
                 policy_lookup(repo, assessing, at=now, root=root, records=records_tip),
                 verified=verified,
+                verified_names=named or {},
             )
 
         # The chain first, streamed: one log file in memory at a time, whatever the length of the
@@ -125,7 +130,7 @@ def _verify_audit(
 
             checker(github.stored_evidence(repo, records_tip), {}).check(commits)
             raise
-    checked = checker(stored, chain.verified)
+    checked = checker(stored, chain.verified, chain.named)
     checked.check(commits)
     _check_attestations(repo, records_tip, chain, checked)
     return AuditReport(records_tip or "", chain.records, chain.files)
@@ -208,6 +213,7 @@ class Chain:
     records: int = 0
     files: int = 0
     verified: dict[str, int] = field(default_factory=dict)
+    named: dict[str, frozenset[str]] = field(default_factory=dict)  # blob -> commits it names
     naming: list[Record] = field(
         default_factory=list
     )  # records that may name evidence (`evidence` or `reviewed` members)
@@ -228,6 +234,7 @@ def read_chain(reading: audit_chain.ChainCheck[Facts]) -> Chain:
             chain.unapproved.add(record)
         if log.first_seq is not None:
             chain.verified[log.blob] = log.first_seq
+            chain.named[log.blob] = log.summary.named
         chain.naming += log.summary.naming
         chain.ends += log.summary.ends
     return chain
@@ -244,6 +251,7 @@ class Facts:
     unapproved: list[Record]  # (parsed here: records pickle)
     naming: list[Record]
     ends: list[tuple[str, int, str]]  # the finished records' (run id, seq, runner): attestations
+    named: frozenset[str]  # the commits its records name (the commit checks' tie, NameSink)
 
 
 def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
@@ -279,7 +287,10 @@ def _facts(data: bytes, records: Sequence[Mapping[str, Any]]) -> Facts:
         naming = [
             parse(fields) for fields in records if "evidence" in fields or "reviewed" in fields
         ]
-    return Facts(finished, unapproved, naming, ends)
+    from mergegate.facts.audit_commits import NAMED  # (lazily, as the module's other uses)
+
+    named = frozenset(m.decode() for m in NAMED.findall(data))
+    return Facts(finished, unapproved, naming, ends, named)
 
 
 class FinishedTwice:

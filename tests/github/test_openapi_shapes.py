@@ -234,3 +234,5 @@ def test_reporting_accepts_the_descriptions_own_examples(examples: ExampleGitHub
         assert made > 0
         assert poster.find(1347, run, since="2024-01-01T00:00:00Z") is None  # not its marker
         assert poster.comment(1347, run, "y", known=made, since=None) == made
+        states = poster.states("6dcb09b5b57875f334f61aebed695e2e4193db5e")  # the catch-up's read
+        assert states and all(isinstance(v, str) for v in states.values())

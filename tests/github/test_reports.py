@@ -13,7 +13,7 @@ import pytest
 
 from mergegate.audit.records import Finished, Started
 from mergegate.github import reports
-from mergegate.github.http import Client, RateLimited, Unreachable
+from mergegate.github.http import Client, RateLimited, Unavailable, Unreachable
 from tests.helpers.fake_github import REPOSITORY, Comment, FakeGitHub, PullRequest, ago
 
 TOKEN = "ghs_test_token_0123456789abcdef"
@@ -84,6 +84,20 @@ def test_statuses_have_the_job_context_a_bounded_description_and_githubs_shape(
             reports.finished_status(finished(status=status), target_url=None, secrets=()).state
             == state
         )
+
+
+def test_the_states_read_back_are_each_contexts_latest_and_a_bad_answer_is_unavailable(
+    fake: FakeGitHub,
+) -> None:
+    post = poster(fake)
+    assert post.states(SHA) == {}
+    for state, context in (("pending", "mergegate/a"), ("success", "mergegate/b")):
+        post.status(reports.Status(SHA, state, context, "x"))
+    post.status(reports.Status(SHA, "failure", "mergegate/a", "x"))
+    assert post.states(SHA) == {"mergegate/a": "failure", "mergegate/b": "success"}
+    fake.fail("/status", "malformed")
+    with pytest.raises(Unavailable):
+        post.states(SHA)
 
 
 def test_the_comment_shows_result_record_and_show_command_and_nothing_secret() -> None:

@@ -2,8 +2,8 @@
 
 It serves the endpoints mergegate reads, with GitHub's documented field names and shapes (pull
 request, simple user, review, pull request commit, timeline event), those `run --report` writes
-(commit statuses, issue comments: created, listed, edited; the request bodies held to GitHub's
-description too), and GitHub's pagination:
+(commit statuses: created, and read back combined; issue comments: created, listed, edited; the
+request bodies held to GitHub's description too), and GitHub's pagination:
 `per_page`/`page` query parameters and a `Link` header with `rel="next"` / `rel="last"`. Tests
 describe pull requests with `PullRequest` and inject faults with `fail(...)`; every request is
 logged (path and headers) so a test can assert what was asked and that no token leaked anywhere
@@ -662,11 +662,43 @@ class FakeGitHub:
             {},
         )
 
+    def _combined(self, sha: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        """GET /repos/{owner}/{repo}/commits/{ref}/status: each context's latest status, the
+        latest first, and the combined state (failure, pending, or success)."""
+        now = iso(datetime.now(UTC))
+        with self._lock:
+            numbered = [(n, s) for n, s in enumerate(self.statuses, start=1) if s["sha"] == sha]
+        latest: dict[str, tuple[int, dict[str, Any]]] = {}
+        for number, status in reversed(numbered):
+            latest.setdefault(status.get("context", "default"), (number, status))
+        states = [s.get("state") for _, s in latest.values()]
+        state = (
+            "failure"
+            if {"error", "failure"} & set(states)
+            else "pending"
+            if not states or "pending" in states
+            else "success"
+        )
+        per_page = int(query.get("per_page", ["30"])[0])
+        statuses = [_status(n, s, now) for n, s in latest.values()][:per_page]
+        for status in statuses:
+            del status["creator"]  # (a simple-commit-status has none)
+        return {
+            "state": state,
+            "statuses": statuses,
+            "sha": sha,
+            "total_count": len(latest),
+            "repository": repository(),
+            "commit_url": f"{API}/repos/{REPOSITORY}/commits/{sha}",
+            "url": f"{API}/repos/{REPOSITORY}/commits/{sha}/status",
+        }
+
     def _writes(
         self, method: str, rest: list[str], query: dict[str, list[str]], body: bytes
     ) -> tuple[int, Any, dict[str, str]] | None:
         """What a client writes: pull requests (`propose`), commit statuses and issue comments
-        (`run --report`, which also lists comments); None for anything else."""
+        (`run --report`, which also lists comments and reads a commit's combined status); None
+        for anything else."""
         now = iso(datetime.now(UTC))
         if method == "POST" and rest == ["pulls"]:
             data = json.loads(body)
@@ -691,6 +723,8 @@ class FakeGitHub:
                 self.statuses.append({**data, "sha": rest[1]})
                 number = len(self.statuses)
             return 201, _status(number, data, now), {}
+        if method == "GET" and len(rest) == 3 and rest[0] == "commits" and rest[2] == "status":
+            return 200, self._combined(rest[1], query), {}
         issue = int(rest[1]) if len(rest) == 3 and rest[1].isdigit() else None
         if issue is not None and rest[2] == "comments" and method == "POST":
             if issue not in self.pulls:

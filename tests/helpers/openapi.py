@@ -37,6 +37,7 @@ OPERATIONS = (
     ("post", "/repos/{owner}/{repo}/issues/{issue_number}/comments"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/comments"),
     ("patch", "/repos/{owner}/{repo}/issues/comments/{comment_id}"),
+    ("get", "/repos/{owner}/{repo}/commits/{ref}/status"),  # the catch-up's one read
 )
 
 

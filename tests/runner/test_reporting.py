@@ -9,12 +9,15 @@ comment an answer-less try made rather than adding a second one.
 
 from __future__ import annotations
 
+import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mergegate.runner import reporting
+from tests.helpers.fake_github import REPOSITORY
 from tests.helpers.github_world import ALICE, GithubGate
 from tests.helpers.repos import Result
 
@@ -33,6 +36,18 @@ def outbox(gate: GithubGate) -> Path:
 
 def events(gate: GithubGate) -> list[str]:
     return [r["event"] for r in gate.world.records()]
+
+
+def fresh_checkout(gate: GithubGate) -> None:
+    """What a new workflow run (a new process, a fresh checkout) lacks: the runner's memory of a
+    quiet pass (idle.py) and of the runs it saw reported (the CLI runs in this process here)."""
+    reporting._CONFIRMED.clear()
+    shutil.rmtree(gate.world.clone("runner") / ".git" / "mergegate" / "quiet", ignore_errors=True)
+
+
+def status_reads(paths: list[str]) -> list[str]:
+    """The combined-status reads among `paths` (their query left off)."""
+    return [p.split("?")[0] for p in paths if p.split("?")[0].endswith("/status")]
 
 
 def finished(gate: GithubGate) -> dict[str, Any]:
@@ -118,6 +133,74 @@ def test_a_failed_post_changes_no_record_nor_the_exit_code_and_the_next_pass_pos
     # A 5xx may have come after GitHub made the comment: the retry found it by its marker.
     assert len(gate.fake.comments_on(pr.number)) == 1
     assert not outbox(gate).exists() and "could not report" not in again.err
+
+
+@pytest.mark.parametrize(
+    ("status_fault", "comment_fault"),
+    [
+        ({"kind": "rate", "status": 403, "reset_in": 3000}, {"kind": "rate", "status": 403}),
+        # GitHub made the comment but the answer was a 503: found by its marker, not repeated.
+        ({"kind": "rate", "status": 403, "reset_in": 3000}, {"kind": "status", "status": 503}),
+    ],
+    ids=["nothing-made", "comment-made"],
+)
+def test_a_post_failing_for_a_whole_run_is_caught_up_from_the_records_in_a_fresh_checkout(
+    gate: GithubGate, status_fault: dict[str, Any], comment_fault: dict[str, Any]
+) -> None:
+    gate.setup()
+    pr = gate.reviewed_merge("backup", ALICE)
+    gate.fake.fail("/statuses/", times=100, **status_fault)
+    gate.fake.fail("/comments", times=100, **comment_fault)
+    result = report(gate)
+    assert result.code == 0, result.err
+    assert "could not report" in result.err
+    outbox(gate).unlink()  # the next workflow run's checkout has no outbox
+    fresh_checkout(gate)
+    before = gate.world.records()
+    gate.fake.faults.clear()
+    again = report(gate)
+    assert again.code == 0, again.err
+    assert gate.world.records() == before  # the catch-up writes no record
+    merge = pr.merge_commit_sha
+    assert gate.fake.status_of(merge, "mergegate/backup")["state"] == "success"  # type: ignore[index]
+    [comment] = gate.fake.comments_on(pr.number)
+    assert comment.body.startswith(f"<!-- mergegate:run {finished(gate)['run_id']} -->")
+    assert not outbox(gate).exists() and "could not" not in again.err
+    assert gate.fake.shape_errors == []
+
+
+def test_the_catch_up_asks_once_per_recent_run_and_not_at_all_without_one(
+    gate: GithubGate,
+) -> None:
+    gate.setup()
+    w = gate.world
+    w.propose("signed", {"jobs/signed.yaml": "id: signed\ncommand: [echo, hi]\n"}, who=w.mallory)
+    w.signed_merge("signed", w.alice)
+    assert report(gate).code == 0 and report(gate).code == 0
+    assert status_reads(gate.fake.paths()) == []  # no PR-approved run: not one request
+    pr = gate.reviewed_merge("backup", ALICE)
+    assert report(gate).code == 0
+    posts = len(gate.fake.statuses)
+    asked = len(gate.fake.requests)
+    fresh_checkout(gate)
+    again = report(gate)
+    assert again.code == 0, again.err
+    reads = [p for p in gate.fake.paths()[asked:] if "/status" in p or "/comments" in p]
+    assert status_reads(reads) == [f"/repos/{REPOSITORY}/commits/{pr.merge_commit_sha}/status"]
+    assert len(reads) == 1
+    assert len(gate.fake.statuses) == posts  # reported already: nothing posted again
+    # The same process (a poll loop) does not ask again about a run it saw reported.
+    shutil.rmtree(outbox(gate).parent.parent / "quiet", ignore_errors=True)
+    asked = len(gate.fake.requests)
+    assert report(gate).code == 0
+    assert status_reads(gate.fake.paths()[asked:]) == []
+    # Past CATCH_UP (by the runner's clock) the run is not asked about any more.
+    asked = len(gate.fake.requests)
+    in_two_days = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fresh_checkout(gate)
+    later = report(gate, env={"MERGEGATE_CLOCK": in_two_days})
+    assert later.code == 0, later.err
+    assert status_reads(gate.fake.paths()[asked:]) == []
 
 
 def test_a_comment_whose_answer_never_came_is_edited_by_the_retry_not_duplicated(
@@ -241,3 +324,45 @@ def test_a_waiting_outbox_brings_the_next_pass_within_a_minute(tmp_path: Path, f
     soon = reporting.wake(reporter, later)
     assert soon is not None and soon < later
     assert soon <= clock.now() + timedelta(seconds=reporting.RETRY_SECONDS)
+
+
+def test_the_catch_up_takes_this_runners_latest_recent_finished_runs_of_pull_requests() -> None:
+    from dataclasses import replace
+
+    from mergegate.audit import log as audit
+
+    now = datetime(2026, 12, 6, 12, tzinfo=UTC)
+    fresh, stale = audit.stamp(now - timedelta(hours=1)), audit.stamp(now - timedelta(hours=25))
+    records: list[Any] = []
+    for n in range(reporting.CATCH_UP_RUNS + 2):  # more recent runs than are asked about
+        started, done = _run(f"{n:032d}", 1, "succeeded", 10 * n + 10)
+        job = {"job": f"j{n}", "path": f"jobs/j{n}.yaml"}
+        records += [replace(started, **job), replace(done, time=fresh if n else stale, **job)]
+    retried, superseded = _run("a" * 32, 1, "failed", 500)
+    again, _ = _run("b" * 32, 2, "succeeded", 502)  # its later attempt started: left to it
+    other = replace(_run("c" * 32, 1, "failed", 600)[1], runner="other", time=fresh, path="o")
+    records += [retried, replace(superseded, time=fresh), again, other]
+    found = reporting.recent_runs(records, "r", lambda sha: 1, now=now)
+    assert [(r.run_id, attempt) for r, attempt in found] == [
+        (f"{n:032d}", 1) for n in range(2, reporting.CATCH_UP_RUNS + 2)
+    ]
+    assert reporting.recent_runs(records, "r", lambda sha: None, now=now) == []  # no pull request
+
+
+def test_a_run_posted_or_seen_reported_is_not_asked_about_again_by_this_process(
+    tmp_path: Path, fake: Any
+) -> None:
+    from mergegate.runner.claims import Book
+    from tests.helpers.fake_github import PullRequest
+
+    fake.add_pull(PullRequest(1, 200, "c" * 40, SHA))
+    posted = _reporter(tmp_path, fake)
+    started, done = _run("1" * 32, 1, "succeeded", 10)
+    posted.published([started, done], Book())
+    assert posted.finish() == []
+    seen = _reporter(tmp_path / "other", fake)  # (another checkout: its own memory)
+    assert posted.confirmed("1" * 32) and not seen.confirmed("1" * 32)
+    seen.recent = [(done, 1)]
+    seen._start()
+    assert seen.finish() == [] and seen.confirmed("1" * 32)  # GitHub shows it: not posted again
+    assert len(fake.statuses) == 1 and len(fake.comments_on(1)) == 1

@@ -186,6 +186,24 @@ class Poster:
         )
         return _comment_id(answer.json(), answer.url)
 
+    def states(self, sha: str) -> dict[str, str]:
+        """The state of each context's latest status on `sha`: one GET of its combined status
+        (GET /repos/{owner}/{repo}/commits/{ref}/status, the first 100 contexts)."""
+        answer = self.client.get(
+            f"/repos/{self.repository}/commits/{sha}/status", params={"per_page": 100}
+        )
+        data = answer.json()
+        items = data.get("statuses") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise Malformed(f"GET {answer.url}: not a combined status", url=answer.url)
+        found: dict[str, str] = {}
+        for item in items:
+            if isinstance(item, dict):
+                context, state = item.get("context"), item.get("state")
+                if isinstance(context, str) and isinstance(state, str):
+                    found.setdefault(context, state)  # (GitHub lists the latest first)
+        return found
+
     def find(self, pull: int, run_id: str, *, since: str) -> int | None:
         """The id of the comment starting with the run's marker, among those updated since."""
         wanted = marker(run_id)

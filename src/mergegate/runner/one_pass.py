@@ -162,7 +162,7 @@ class Runner:
         reviews = self._review_source(gate, now)
         self._drafts = Drafts(self.options.runner_name, judged=judged, reviews=reviews)
         self._reports = reporting.start(
-            self.options.report, self.repo.git_dir, self.options.runner_name, reviews
+            self.options.report, self.repo, gate.records, self.options.runner_name, reviews
         )
         self._vetoes = Vetoes(self.repo, WalkedView(self.repo, gate.root, gate.records, tip, now))
         clone = leases.clone_id(self.repo.git_dir)  # (its orphans are its own: leases.mine)

@@ -16,6 +16,16 @@ before is first looked for by its marker (an earlier answer may have been lost a
 it), so a retry edits it rather than adding a second. Nothing here changes a record or the exit
 code: every failure is a warning of the pass.
 
+The outbox lives in the checkout, and on GitHub Actions every workflow run starts from a fresh
+one: what a run could not post would be lost with it. So a pass also catches up from the records
+(never from local state): for this runner's latest CATCH_UP_RUNS `finished` runs of
+pull-request-approved jobs within CATCH_UP of the pass (by the records' runner-signed time), it
+asks GitHub for the combined status of each one's commit (one GET per commit, none when there is
+no such run) and queues the final status and the comment again when the job's context is
+missing or still `pending` (the comment is looked for by its marker first, as for any retry).
+A process asks about a run once: a poll loop's later passes skip what it saw reported or posted.
+A run with a later `started` of the same job (a retry attempt) is left to that attempt.
+
 Each attempt of a job (its `retries`) is a run of its own, with its own records: it gets its own
 comment, and the commit status of the job (one context per job) shows the latest attempt.
 """
@@ -33,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from mergegate import clock
+from mergegate.audit import log as audit
 from mergegate.audit.records import Finished, Record, Started
-from mergegate.errors import MergegateError, UsageError
+from mergegate.errors import IntegrityError, MergegateError, UsageError
+from mergegate.git.repo import Repo
 from mergegate.github import reports
 from mergegate.github.gather import ReviewSource, Settings
 from mergegate.github.http import BadStatus
@@ -47,8 +59,14 @@ FINISH_SECONDS = 60.0  # the longest the end of a pass waits for the outbox to d
 RETRY_SECONDS = 60.0  # the poll loop's next pass, when something waits in the outbox
 MAX_TRIES = 10  # passes that tried an item before it is dropped
 MAX_ITEMS = 500  # an outbox larger than this drops its oldest items
+CATCH_UP = timedelta(hours=24)  # how recent a `finished` run is for a pass to check it was reported
+CATCH_UP_RUNS = 10  # at most this many (the latest): at most one GET each, of its commit's status
 LOOK_BACK = timedelta(minutes=10)  # a lost comment is looked for from its first try less this
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+# (outbox, run id) of the runs GitHub showed reported, or whose final status this process posted:
+# a poll loop's later passes do not ask about them again (a new process, a fresh checkout, does).
+_CONFIRMED: set[tuple[str, str]] = set()
+_CONFIRMED_LOCK = threading.Lock()
 
 
 @dataclass(eq=False)  # (by identity: the worker keeps the items it tried in a set)
@@ -90,6 +108,7 @@ class Reporter:
     _closing: bool = False
     _stop: bool = False
     _thread: threading.Thread | None = None
+    recent: list[tuple[Finished, int | None]] = field(default_factory=list)  # to catch up on
 
     # -- what the pass calls ------------------------------------------------------------
     def published(self, records: list[Record], book: Book) -> None:
@@ -172,6 +191,7 @@ class Reporter:
             _status_item(
                 pull,
                 reports.finished_status(record, target_url=self.target_url, secrets=self.secrets),
+                run_id,
             ),
             Post(f"comment {run_id}", pull, run_id=run_id, comment=body),
         ]
@@ -200,16 +220,67 @@ class Reporter:
         return None
 
     def _work(self) -> None:
+        self._catch_up()
         while (item := self._next()) is not None:
             try:
                 self._deliver(item)
             except Exception as exc:  # MergegateError (Unavailable) or anything unforeseen
                 self._failed(item, exc)
             else:
+                if item.status is not None and item.run_id is not None:
+                    self._confirm(item.run_id)
                 with self._lock:
                     if self.items.get(item.key) is item:  # (not replaced meanwhile)
                         del self.items[item.key]
                     self._save()
+
+    def _catch_up(self) -> None:
+        """Queue again what GitHub does not show of the recent runs (the module's docstring)."""
+        by_commit: dict[str, list[tuple[Finished, int | None]]] = {}
+        for record, attempt in self.recent:
+            by_commit.setdefault(str(record.commit), []).append((record, attempt))
+        for sha, runs in by_commit.items():
+            if self.poster is None or self._stop:
+                return
+            try:
+                states = self.poster.states(sha)
+            except Exception as exc:  # best effort: the next pass asks again
+                said = str(exc) if isinstance(exc, MergegateError) else exc.__class__.__name__
+                with self._lock:
+                    self.warnings.append(f"could not check what was reported on {sha[:12]}: {said}")
+                return
+            for record, attempt in runs:
+                if states.get(reports.context(record.job, record.path), "pending") == "pending":
+                    self._again(record, attempt)
+                else:
+                    self._confirm(str(record.run_id))
+
+    def _confirm(self, run_id: str) -> None:
+        with _CONFIRMED_LOCK:
+            _CONFIRMED.add((str(self.path), run_id))
+
+    def confirmed(self, run_id: str) -> bool:
+        with _CONFIRMED_LOCK:
+            return (str(self.path), run_id) in _CONFIRMED
+
+    def _again(self, record: Finished, attempt: int | None) -> None:
+        pull = self.pull_of(str(record.commit))
+        if pull is None:
+            return
+        status = reports.finished_status(record, target_url=None, secrets=self.secrets)
+        run_id = str(record.run_id)
+        body = reports.comment(record, attempt=attempt, secrets=self.secrets)
+        # tries=1 and the record's time as the first try: the comment is looked for first.
+        again = [
+            _status_item(pull, status, run_id),
+            Post(f"comment {run_id}", pull, run_id=run_id, comment=body, tries=1),
+        ]
+        again[1].first_try = record.time or None
+        with self._lock:
+            for item in again:
+                self.items.setdefault(item.key, item)  # (never over what this pass queued)
+            self._save()
+            self._lock.notify_all()
 
     def _deliver(self, item: Post) -> None:
         if self.poster is None:
@@ -326,8 +397,9 @@ def _read(path: Path, warnings: list[str]) -> dict[str, Post]:
     return {item.key: item for item in items}
 
 
-def _status_item(pull: int, status: reports.Status) -> Post:
-    return Post(f"status {status.sha} {status.context}", pull, status=asdict(status))
+def _status_item(pull: int, status: reports.Status, run_id: str | None = None) -> Post:
+    """A status to post; a final one names its run (posted, the catch-up need not ask again)."""
+    return Post(f"status {status.sha} {status.context}", pull, status=asdict(status), run_id=run_id)
 
 
 def _github_now() -> str:
@@ -340,7 +412,55 @@ def _stamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def start(on: bool, git_dir: Path, runner_name: str, reviews: ReviewSource) -> Reporter | None:
+def recent(
+    repo: Repo,
+    records_tip: str | None,
+    runner_name: str,
+    pull_of: Callable[[str], int | None],
+    *,
+    now: datetime,
+) -> list[tuple[Finished, int | None]]:
+    """This runner's latest CATCH_UP_RUNS `finished` runs of pull-request-approved jobs within
+    CATCH_UP of `now`, with their attempts: from the last two log files (each holds at most
+    RECORDS_PER_FILE records), read as the pass's tail was, without local state."""
+    records: list[Record] = []
+    for path, blob in audit.log_files(repo, records_tip)[-2:]:
+        records += audit.parse_file(repo.blob(blob), path)
+    return recent_runs(records, runner_name, pull_of, now=now)
+
+
+def recent_runs(
+    records: list[Record],
+    runner_name: str,
+    pull_of: Callable[[str], int | None],
+    *,
+    now: datetime,
+) -> list[tuple[Finished, int | None]]:
+    """`recent`, of `records` (in chain order)."""
+    since = audit.stamp(now - CATCH_UP)
+    latest: dict[tuple[str, str], Started] = {}  # the latest start of each job on each commit
+    attempts: dict[str, int] = {}
+    for record in records:
+        if isinstance(record, Started) and record.runner == runner_name:
+            latest[(str(record.commit), str(record.path))] = record
+            attempts[str(record.run_id)] = record.attempt or 1
+    found = [
+        (record, attempts.get(str(record.run_id)))
+        for record in records
+        if isinstance(record, Finished)
+        and record.runner == runner_name
+        and record.time >= since
+        and reports.reportable(record.run_id, record.commit)
+        and getattr(latest.get((str(record.commit), str(record.path))), "run_id", None)
+        in (None, record.run_id)
+        and pull_of(str(record.commit)) is not None
+    ]
+    return found[-CATCH_UP_RUNS:]
+
+
+def start(
+    on: bool, repo: Repo, records_tip: str | None, runner_name: str, reviews: ReviewSource
+) -> Reporter | None:
     """The pass's reporter when the runner reports (`--report`), else None."""
     if not on:
         return None
@@ -349,7 +469,16 @@ def start(on: bool, git_dir: Path, runner_name: str, reviews: ReviewSource) -> R
         evidence = reviews.evidence_for(sha)
         return evidence.pull if evidence is not None else None
 
-    return for_pass(git_dir, runner_name, reviews.settings, pull_of)
+    reporter = for_pass(repo.git_dir, runner_name, reviews.settings, pull_of)
+    try:
+        if reviews.stored:  # (no pull request approved anything: nothing to catch up on)
+            found = recent(repo, records_tip, runner_name, pull_of, now=clock.now())
+            reporter.recent = [(r, a) for r, a in found if not reporter.confirmed(str(r.run_id))]
+    except (IntegrityError, ValueError) as exc:  # (the pass's own reading says what is wrong)
+        reporter.warnings.append(f"could not read the recent runs to report: {exc}")
+    if reporter.recent:
+        reporter._start()
+    return reporter
 
 
 def wake(reporter: Reporter | None, due: datetime | None) -> datetime | None:

@@ -168,8 +168,18 @@ def test_approve_emergency_signs_the_break_glass_merge_and_refuses_what_the_judg
     carol = world.mg("approve", "origin/fix", "--merge", "--emergency", REASON, where="carol-clone")
     assert carol.code == 1 and "not in emergency.approvers" in carol.err, carol.err
     assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == approved
-    merged = world.mg("approve", "origin/fix", "--merge", "--emergency", REASON, where="bob-clone")
+    merged = world.mg(
+        "approve",
+        "origin/fix",
+        "--merge",
+        "--emergency",
+        REASON,
+        where="bob-clone",
+        env=_at(FREEZE),
+    )
     assert merged.code == 0, merged.err
+    # It says what the runner will do: run at once, in the shut window, on bob's emergency.
+    assert "waiting for window" not in merged.out and "emergency" in merged.out, merged.out
     ran = world.run_once(env=_at(FREEZE))
     assert ran.code == 0, ran.err
     (started,) = world.events("started")

@@ -62,7 +62,7 @@ def approve(
         # judge, handed the merge's trailer, says whether the emergency holds.
         person = _emergency_signer(repo, report)
     if merge and person is not None:
-        _merge_would_approve(
+        judged = _merge_would_approve(
             repo_path,
             branch_name,
             base,
@@ -71,6 +71,10 @@ def approve(
             person,
             emergency=() if emergency is None else (emergency.strip(),),
         )
+        if emergency is not None:
+            # What is printed is the merge as signed: the emergency runs it at once, in a shut
+            # window too, so the proposal's 'once merged it is waiting for window ...' is wrong.
+            report = judged
     has_remote = repo.has_remote(remote)
     head = report.head
     if merge:
@@ -207,7 +211,7 @@ def _merge_would_approve(
     person: str,
     *,
     emergency: tuple[str, ...] = (),
-) -> None:
+) -> CheckReport:
     """Refuse a signed merge the runner would reject: a rejected revision is final, so a merge short
     of its quorum (or of the policy quorum) would need the file changed before anyone could approve
     it again."""
@@ -261,6 +265,7 @@ def _merge_would_approve(
             "BRANCH, without "
             "--merge); mergegate check BRANCH shows what each file needs",
         )
+    return report
 
 
 def signing_person(repo: Repo, policy: Policy) -> str | None:

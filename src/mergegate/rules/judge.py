@@ -174,29 +174,18 @@ def _malformed(case: _Case) -> Assessment | None:
 
 def _veto(case: _Case) -> Assessment | None:
     """2. A veto is an empty commit naming job revisions, signed by an approver."""
-    facts, policy = case.facts, case.policy
-    if facts.files or not facts.veto_trailers or facts.proposal:
-        return None
-    check = facts.signature
-    if check is None or not check.ok or check.key is None:
-        why = check.reason if check is not None else "unsigned"
-        return Assessment(
-            facts.sha,
-            "other",
-            policy,
-            summary=f"veto ignored: {in_policy(why, policy)}",
-            unapproved=case.unapproved,
-        )
-    vetoes = []
-    for trailer in facts.veto_trailers:
-        path, _, blob = trailer.rpartition(" ")
-        vetoes.append(Veto(path, blob, check.key.owner, facts.sha))
+    signer = _empty_and_signed(case, case.facts.veto_trailers, "veto")
+    if not isinstance(signer, str):
+        return signer
     return Assessment(
-        facts.sha,
+        case.facts.sha,
         "veto",
-        policy,
-        vetoes=tuple(vetoes),
-        summary=f"veto by {check.key.owner}",
+        case.policy,
+        vetoes=tuple(
+            Veto(path, blob, signer, case.facts.sha)
+            for path, blob in _revisions(case.facts.veto_trailers)
+        ),
+        summary=f"veto by {signer}",
         unapproved=case.unapproved,
     )
 
@@ -205,8 +194,28 @@ def _renewal(case: _Case) -> Assessment | None:
     """2. A renewal is an empty commit naming job revisions (Mergegate-Renew: path blob), signed
     by an approver: its signer's vote to renew their expired approval. Whether the votes reach
     the revision's quorum, by people who may approve it, is rules/renewal.py's (eligibility)."""
+    signer = _empty_and_signed(case, case.facts.renew_trailers, "renewal")
+    if not isinstance(signer, str):
+        return signer
+    return Assessment(
+        case.facts.sha,
+        "renewal",
+        case.policy,
+        renewals=tuple(
+            Renewal(path, blob, signer, case.facts.sha)
+            for path, blob in _revisions(case.facts.renew_trailers)
+        ),
+        summary=f"renewal by {signer}",
+        unapproved=case.unapproved,
+    )
+
+
+def _empty_and_signed(case: _Case, trailers: tuple[str, ...], kind: str) -> Assessment | str | None:
+    """Step 2's common part: None when the commit is no empty one carrying `trailers`; when it is
+    but its signature is not valid, the assessment that says the `kind` is ignored; else the name
+    of its signer."""
     facts, policy = case.facts, case.policy
-    if facts.files or not facts.renew_trailers or facts.proposal:
+    if facts.files or not trailers or facts.proposal:
         return None
     check = facts.signature
     if check is None or not check.ok or check.key is None:
@@ -215,21 +224,15 @@ def _renewal(case: _Case) -> Assessment | None:
             facts.sha,
             "other",
             policy,
-            summary=f"renewal ignored: {in_policy(why, policy)}",
+            summary=f"{kind} ignored: {in_policy(why, policy)}",
             unapproved=case.unapproved,
         )
-    renewals = []
-    for trailer in facts.renew_trailers:
-        path, _, blob = trailer.rpartition(" ")
-        renewals.append(Renewal(path, blob, check.key.owner, facts.sha))
-    return Assessment(
-        facts.sha,
-        "renewal",
-        policy,
-        renewals=tuple(renewals),
-        summary=f"renewal by {check.key.owner}",
-        unapproved=case.unapproved,
-    )
+    return check.key.owner
+
+
+def _revisions(trailers: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(path, blob) of each `path blob` trailer value (a path may hold spaces)."""
+    return [(path, blob) for path, _, blob in (t.rpartition(" ") for t in trailers)]
 
 
 def _not_an_approval(case: _Case) -> Assessment | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from mergegate.audit import log as audit
@@ -402,7 +403,8 @@ def _sort(
             ):
                 result.refused.append(Refused(decision, policy, decision.reason))
             continue
-        verdict = judge_attempts(
+        attempts = partial(
+            judge_attempts,
             decision,
             policy,
             history,
@@ -411,26 +413,16 @@ def _sort(
             standing=standing(decision.path),
             approved=dates.approved(decision, policy, result.policy),
             overdue=overdue(decision),
-            renewals=dates.renewals(decision, result.policy),
         )
+        renewals = dates.renewals(decision, result.policy)
+        verdict = attempts(renewals=renewals)
         if later is not None and _expired(verdict):
             result.asking = True
             reviewed = later.votes(decision.commit, policy, ask=True, now=result.policy)
             if reviewed:
-                verdict = judge_attempts(
-                    decision,
-                    policy,
-                    history,
-                    now=at,
-                    late=decision.commit in late,
-                    standing=standing(decision.path),
-                    approved=dates.approved(decision, policy, result.policy),
-                    overdue=overdue(decision),
-                    renewals=[
-                        *dates.renewals(decision, result.policy),
-                        *(RenewalVote(v.person, v.key, v.when) for v in reviewed),
-                    ],
-                )
+                # Approving reviews given after the merge renew it as renewal commits do.
+                later_votes = [RenewalVote(v.person, v.key, v.when) for v in reviewed]
+                verdict = attempts(renewals=[*renewals, *later_votes])
         if isinstance(verdict, Runnable | Queued) and verdict.decision.commit != first.setdefault(
             (decision.path, decision.blob), decision.commit
         ):

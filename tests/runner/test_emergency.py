@@ -186,3 +186,18 @@ def test_approve_emergency_signs_the_break_glass_merge_and_refuses_what_the_judg
     assert started["path"] == FIX and started["emergency"] == {"by": ["bob"], "reason": REASON}
     status = world.mg("status", "--json", env=_at(SOONER))
     assert [o["path"] for o in status.json()["owed_reviews"]] == [FIX]
+    # Past its deadline bob's next emergency would be rejected for good: approve refuses to sign.
+    world.propose("again", {"jobs/again.yaml": job_yaml("again", ["echo", "a"])}, who=world.mallory)
+    world.fetch("bob-clone")
+    tip = world.git("admin", "ls-remote", "origin", "refs/heads/approved")
+    again = world.mg(
+        "approve",
+        "origin/again",
+        "--merge",
+        "--emergency",
+        REASON,
+        where="bob-clone",
+        env=_at(LATER),
+    )
+    assert again.code == 1 and "bob owes an overdue review" in again.err, again.out + again.err
+    assert world.git("admin", "ls-remote", "origin", "refs/heads/approved") == tip

@@ -8,12 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mergegate import clock
 from mergegate.crypto.signatures import parse_public_key
 from mergegate.errors import ConfigError, GitError, JobFailed, UsageError
 from mergegate.facts.assessor import APPROVE_TRAILER, APPROVE_TREE_TRAILER, Assessor
+from mergegate.facts.branches import open_branch, trust_root
 from mergegate.git.repo import Repo
 from mergegate.git.values import ZERO
 from mergegate.operations.check import CheckReport, check
+from mergegate.operations.emergencies import owed_now
+from mergegate.rules.break_glass import overdue_by, second_refusal
 from mergegate.rules.emergency import TRAILER as EMERGENCY_TRAILER
 from mergegate.rules.emergency import reason_problem
 from mergegate.rules.job import is_job_path
@@ -72,6 +76,7 @@ def approve(
             emergency=() if emergency is None else (emergency.strip(),),
         )
         if emergency is not None:
+            _no_overdue_review(repo, judged, trust=trust, remote=remote, base=base)
             # What is printed is the merge as signed: the emergency runs it at once, in a shut
             # window too, so the proposal's 'once merged it is waiting for window ...' is wrong.
             report = judged
@@ -266,6 +271,26 @@ def _merge_would_approve(
             "--merge); mergegate check BRANCH shows what each file needs",
         )
     return report
+
+
+def _no_overdue_review(
+    repo: Repo, report: CheckReport, *, trust: str | None, remote: str, base: str
+) -> None:
+    """Refuse an emergency the runner would reject for good: its signer owes an overdue review
+    (the runner's eligibility step, not the judge, says so, so the simulated merge cannot)."""
+    now = clock.now()
+    records = open_branch(repo, remote=remote, branch=base, fetch=False).audit_tip()
+    root, _ = trust_root(repo, report.base, trust)
+    overdue = overdue_by(owed_now(repo, report.base, root, records, at=now), now)
+    assert report.assessment is not None
+    for d in report.assessment.decisions:
+        why = second_refusal(d, overdue)
+        if why is not None:
+            raise JobFailed(
+                f"refusing to merge {report.ref}: the runner would reject {d.path} for good: {why}",
+                hint="a rejected revision is final: have the overdue review given first "
+                "(docs/policy.md, Break-glass)",
+            )
 
 
 def signing_person(repo: Repo, policy: Policy) -> str | None:

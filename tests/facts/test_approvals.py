@@ -828,20 +828,7 @@ def test_veto_seen_in_an_earlier_pass_still_applies(world: World) -> None:
     )
     world.propose("p", JOB, who=world.alice)
     blob = world.blob("p", "jobs/j.yaml")
-    world.checkout_approved("approver")
-    world.git(
-        "approver",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-S",
-        "-m",
-        "veto",
-        "-m",
-        f"Mergegate-Veto: jobs/j.yaml {blob}",
-        who=world.carol,
-        sign=world.carol.key,
-    )
+    world.veto_commit("jobs/j.yaml", blob, world.carol)
     world.git("approver", "push", "-q", "origin", "approved")
     assert world.run_once().json()["jobs"] == []
     world.signed_merge("p", world.bob)

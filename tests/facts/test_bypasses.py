@@ -652,20 +652,7 @@ def test_verify_reports_a_job_started_after_a_veto_of_it(world: World) -> None:
     )
     world.propose("p", JOB, who=world.alice)
     blob = world.blob("p", "jobs/j.yaml")
-    world.checkout_approved("approver")
-    world.git(
-        "approver",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-S",
-        "-m",
-        "veto",
-        "-m",
-        f"Mergegate-Veto: jobs/j.yaml {blob}",
-        who=world.carol,
-        sign=world.carol.key,
-    )
+    world.veto_commit("jobs/j.yaml", blob, world.carol)
     world.git("approver", "push", "-q", "origin", "approved")
     merge = world.signed_merge("p", world.bob)
     assert _jobs(world)["jobs/j.yaml"]["status"] == "vetoed"
@@ -734,22 +721,9 @@ def _veto_after_merge(world: World) -> tuple[str, str, str]:
     world.propose("p", JOB, who=world.alice)
     blob = world.blob("p", "jobs/j.yaml")
     merge = world.signed_merge("p", world.bob)
-    world.checkout_approved("approver")
-    world.git(
-        "approver",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-S",
-        "-m",
-        "veto",
-        "-m",
-        f"Mergegate-Veto: jobs/j.yaml {blob}",
-        who=world.carol,
-        sign=world.carol.key,
-    )
+    veto = world.veto_commit("jobs/j.yaml", blob, world.carol)
     world.git("approver", "push", "-q", "origin", "approved")
-    return blob, merge, world.git("approver", "rev-parse", "HEAD")
+    return blob, merge, veto
 
 
 def test_verify_reports_a_job_started_after_a_veto_its_runner_had_seen(world: World) -> None:

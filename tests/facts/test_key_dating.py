@@ -412,21 +412,7 @@ def test_a_veto_judged_valid_stays_a_veto_after_its_signers_key_runs_out(world: 
     world.propose("p", {"jobs/j.yaml": job_yaml("j", ["echo", "ran"])}, who=world.alice)
     blob = world.blob("p", "jobs/j.yaml")
     # carol vetoes the proposal before it is merged, while her key is valid; a pass judges the veto.
-    world.checkout_approved("approver")
-    world.git(
-        "approver",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-S",
-        "-m",
-        "veto",
-        "-m",
-        f"Mergegate-Veto: jobs/j.yaml {blob}",
-        who=world.carol,
-        sign=world.carol.key,
-    )
-    veto = world.git("approver", "rev-parse", "HEAD")
+    veto = world.veto_commit("jobs/j.yaml", blob, world.carol)
     world.git("approver", "push", "-q", "origin", "approved")
     assert world.run_once().code == 0
     (scanned,) = world.events("scanned")

@@ -369,6 +369,25 @@ class World:
         self.git(where, "checkout", "-q", "-B", "approved", "origin/approved")
         return self.clone(where)
 
+    def veto_commit(self, path: str, blob: str, who: Person, *, where: str = "approver") -> str:
+        """`who`'s veto of `path` at `blob`: an empty commit signed with their key on a fresh local
+        approved in `where`, not pushed (callers push it where their test needs it); its id."""
+        self.checkout_approved(where)
+        self.git(
+            where,
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-S",
+            "-m",
+            "veto",
+            "-m",
+            f"Mergegate-Veto: {path} {blob}",
+            who=who,
+            sign=who.key,
+        )
+        return self.git(where, "rev-parse", "HEAD")
+
     def checkout_audit(self, where: str = "mallory") -> Path:
         """`where` on the remote's audit branch, to commit to it directly (as anyone with push
         access could)."""

@@ -196,22 +196,8 @@ def test_a_veto_merged_before_a_queued_claims_process_starts_stops_it(
         )
         since = time.monotonic()
         assert not marker.exists()
-        world.checkout_approved("approver")
-        world.git(
-            "approver",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-S",
-            "-m",
-            "veto",
-            "-m",
-            f"Mergegate-Veto: jobs/c13.yaml {blob}",
-            who=world.bob,
-            sign=world.bob.key,
-        )
+        veto = world.veto_commit("jobs/c13.yaml", blob, world.bob)
         world.git("approver", "push", "-q", "origin", "approved")
-        veto = world.git("approver", "rev-parse", "HEAD")
         assert not marker.exists()
         # The runner's last look at the branches was before b12 started; it looks again before a
         # start when that look is older than FRESH_SECONDS (a veto cannot be seen sooner than it

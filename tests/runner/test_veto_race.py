@@ -31,21 +31,7 @@ def test_a_veto_landing_while_the_claim_is_pushed_stops_the_start(world: World) 
     _merge_jobs(world, "p", {"j": ["sh", "-c", f"touch {marker}"]})
     blob = world.blob("approved", "jobs/j.yaml")
     # bob's signed veto of the job, on top of approved, staged on another branch of the remote.
-    world.checkout_approved("approver")
-    world.git(
-        "approver",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-S",
-        "-m",
-        "veto",
-        "-m",
-        f"Mergegate-Veto: jobs/j.yaml {blob}",
-        who=world.bob,
-        sign=world.bob.key,
-    )
-    veto = world.git("approver", "rev-parse", "HEAD")
+    veto = world.veto_commit("jobs/j.yaml", blob, world.bob)
     world.git("approver", "push", "-q", "origin", "HEAD:refs/heads/veto-staging")
     armed = world.tmp / "armed"
     armed.touch()
